@@ -1,0 +1,49 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// EnvelopeVersion is the version written into every Command envelope.
+const EnvelopeVersion = 1
+
+// Encode wraps a command payload in the versioned envelope that is written to the Raft log.
+func Encode(t pb.CommandType, m proto.Message) ([]byte, error) {
+	if t == pb.CommandType_COMMAND_TYPE_UNSPECIFIED {
+		return nil, errors.New("fsm: command type is unspecified")
+	}
+	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("fsm: encode %s: %w", t, err)
+	}
+	return proto.MarshalOptions{Deterministic: true}.Marshal(&pb.Command{
+		Version: EnvelopeVersion,
+		Type:    t,
+		Payload: payload,
+	})
+}
+
+// Decode unwraps a log entry into its envelope.
+func Decode(data []byte) (*pb.Command, error) {
+	var c pb.Command
+	if err := proto.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("fsm: decode envelope: %w", err)
+	}
+	if c.Version == 0 || c.Version > EnvelopeVersion {
+		return nil, fmt.Errorf("fsm: unsupported envelope version %d", c.Version)
+	}
+	return &c, nil
+}
+
+// Result is what Apply returns for every entry: the Raft index, an optional value produced by
+// the applier, and a domain error (a rejected command; replicas agree on it).
+type Result struct {
+	Index uint64
+	Value proto.Message
+	Err   error
+}
