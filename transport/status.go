@@ -1,0 +1,138 @@
+// Package transport holds the gRPC edge of jmcluster: the generated protobuf code (pb/), the
+// mapping of sentinel errors to gRPC statuses, and the servers and clients.
+package transport
+
+import (
+	"errors"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// ErrorDomain is the ErrorInfo domain of every status jmcluster attaches a reason to.
+const ErrorDomain = "jmcluster.io"
+
+// Reasons carried in the ErrorInfo detail of a status. They are part of the protocol: TMs and
+// clients branch on them. See docs/protocol.md.
+const (
+	// ReasonReconciling: the leader is reconciling and its RPC gate is closed (UNAVAILABLE,
+	// with a RetryInfo detail). Keep the message and retry after the given delay.
+	ReasonReconciling = "RECONCILING"
+	// ReasonStaleEpoch: the caller's leader epoch is lower than one the callee has seen
+	// (FAILED_PRECONDITION). The caller is a deposed leader and must stop acting.
+	ReasonStaleEpoch = "STALE_EPOCH"
+	// ReasonNotLeader: the node is not the leader (UNAVAILABLE); metadata "leader" names the
+	// leader's gRPC address when known.
+	ReasonNotLeader = "NOT_LEADER"
+	// ReasonNoLeader: no leader is known within the hold time (UNAVAILABLE).
+	ReasonNoLeader = "NO_LEADER"
+	// ReasonUnknownTaskManager: the leader does not know the TM; it must register again.
+	ReasonUnknownTaskManager = "UNKNOWN_TASK_MANAGER"
+)
+
+// ReconcilingError is the status refused RPCs get while the gate is closed.
+func ReconcilingError(retryAfter time.Duration) error {
+	st := status.New(codes.Unavailable, "leader is reconciling; retry after "+retryAfter.String())
+	st, _ = st.WithDetails(
+		&errdetails.ErrorInfo{Reason: ReasonReconciling, Domain: ErrorDomain},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)},
+	)
+	return st.Err()
+}
+
+// StaleEpochError is the status a TM returns to a caller with an older leader epoch.
+func StaleEpochError(got, seen uint64) error {
+	st := status.Newf(codes.FailedPrecondition, "stale leader epoch %d: epoch %d has been seen", got, seen)
+	st, _ = st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonStaleEpoch, Domain: ErrorDomain})
+	return st.Err()
+}
+
+// NotLeaderError says this node is not the leader; leaderAddr may be empty.
+func NotLeaderError(leaderAddr string) error {
+	st := status.New(codes.Unavailable, "not the leader")
+	info := &errdetails.ErrorInfo{Reason: ReasonNotLeader, Domain: ErrorDomain}
+	if leaderAddr != "" {
+		info.Metadata = map[string]string{"leader": leaderAddr}
+		st = status.New(codes.Unavailable, "not the leader; leader is at "+leaderAddr)
+	}
+	st, _ = st.WithDetails(info)
+	return st.Err()
+}
+
+// WithReason builds a status with the given code, message and ErrorInfo reason.
+func WithReason(code codes.Code, reason, msg string) error {
+	st := status.New(code, msg)
+	st, _ = st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain})
+	return st.Err()
+}
+
+// Reason returns the ErrorInfo reason of a gRPC error, or "".
+func Reason(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.Reason
+		}
+	}
+	return ""
+}
+
+// RetryAfter returns the RetryInfo delay of a gRPC error, if it has one.
+func RetryAfter(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.RetryDelay != nil {
+			return ri.RetryDelay.AsDuration(), true
+		}
+	}
+	return 0, false
+}
+
+// LeaderHint returns the leader address carried by a NOT_LEADER status, or "".
+func LeaderHint(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Reason == ReasonNotLeader {
+			return info.Metadata["leader"]
+		}
+	}
+	return ""
+}
+
+// IsReconciling reports whether err is the gate's refusal.
+func IsReconciling(err error) bool { return Reason(err) == ReasonReconciling }
+
+// IsStaleEpoch reports whether err is a TM's refusal of an older epoch.
+func IsStaleEpoch(err error) bool { return Reason(err) == ReasonStaleEpoch }
+
+// Retryable reports whether a TM -> JM message refused with err should stay in the outbox and
+// be retried: the gate is closed, the node is not (or no longer) the leader, or the network
+// failed. Validation errors (InvalidArgument, NotFound, FailedPrecondition) are final.
+func Retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return !errors.Is(err, errPermanent)
+	}
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Canceled, codes.Unknown:
+		return true
+	}
+	return false
+}
+
+var errPermanent = errors.New("permanent")
