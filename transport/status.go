@@ -3,7 +3,6 @@
 package transport
 
 import (
-	"errors"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -126,7 +125,7 @@ func Retryable(err error) bool {
 	}
 	st, ok := status.FromError(err)
 	if !ok {
-		return !errors.Is(err, errPermanent)
+		return true // a transport or context error: the message never reached a leader
 	}
 	switch st.Code() {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Canceled, codes.Unknown:
@@ -134,5 +133,3 @@ func Retryable(err error) bool {
 	}
 	return false
 }
-
-var errPermanent = errors.New("permanent")
