@@ -1,0 +1,22 @@
+package cluster
+
+import "errors"
+
+// Sentinel errors of the Raft node. Callers test them with errors.Is; the gRPC edge maps them
+// to status codes.
+var (
+	// ErrNotLeader: the operation needs the Raft leader and this node is not it.
+	ErrNotLeader = errors.New("cluster: not the leader")
+	// ErrNoLeader: no leader (with a known gRPC address) appeared within the hold time.
+	ErrNoLeader = errors.New("cluster: no leader")
+	// ErrShutdown: the node has been shut down.
+	ErrShutdown = errors.New("cluster: node is shut down")
+	// ErrNotEstablished: this node is the Raft leader but has not committed its
+	// EstablishLeadership entry yet (or it failed); leader-only work must wait.
+	ErrNotEstablished = errors.New("cluster: leadership not established")
+	// ErrLeadershipLost: leadership was lost while an entry was in flight; whether it commits
+	// is unknown, so only idempotent commands may be retried.
+	ErrLeadershipLost = errors.New("cluster: leadership lost; outcome unknown")
+	// ErrInvalidConfig: the Config failed validation.
+	ErrInvalidConfig = errors.New("cluster: invalid config")
+)

@@ -1,0 +1,145 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/jmcluster/jmcluster/fsm"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// monitorLeadership follows raft's NotifyCh (every transition, in order, unlike LeaderCh) and
+// runs one leaderLoop per term of leadership. It owns the leaderLoop goroutine: on loss of
+// leadership or shutdown it cancels the loop's context and waits for it to finish, so two
+// leader loops never overlap.
+func (n *Node) monitorLeadership() {
+	defer n.wg.Done()
+	var (
+		stop     context.CancelFunc
+		loopDone chan struct{}
+	)
+	stopLoop := func() {
+		if stop == nil {
+			return
+		}
+		stop()
+		<-loopDone
+		stop, loopDone = nil, nil
+	}
+	defer stopLoop()
+	for {
+		select {
+		case isLeader := <-n.notifyCh:
+			if !isLeader {
+				if stop != nil {
+					n.logger.Info("cluster leadership lost")
+				}
+				stopLoop()
+				continue
+			}
+			if stop != nil {
+				n.logger.Error("leader loop already running")
+				continue
+			}
+			n.logger.Info("cluster leadership acquired")
+			ctx, cancel := context.WithCancel(n.ctx)
+			stop, loopDone = cancel, make(chan struct{})
+			go func(done chan struct{}) {
+				defer close(done)
+				n.leaderLoop(ctx)
+			}(loopDone)
+		case <-n.ctx.Done():
+			return
+		}
+	}
+}
+
+// leaderLoop runs while this node is the Raft leader: barrier, commit the next epoch, mark the
+// node established and call the hooks. If establishing fails it revokes and steps down; when
+// there is nobody to hand leadership to, it retries after a pause while still leader.
+func (n *Node) leaderLoop(ctx context.Context) {
+	for {
+		err := n.establish(ctx)
+		if err == nil {
+			<-ctx.Done()
+			n.revoke()
+			return
+		}
+		n.revoke()
+		if ctx.Err() != nil {
+			return
+		}
+		n.logger.Error("failed to establish leadership; stepping down", "error", err)
+		if terr := n.raft.LeadershipTransfer().Error(); terr == nil {
+			n.logger.Info("leadership transferred")
+			return
+		} else {
+			n.logger.Warn("leadership transfer failed; retrying establishment", "error", terr)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * n.cfg.ElectionTimeout):
+		}
+	}
+}
+
+// establish makes this node the established leader: barrier, commit EstablishLeadership with
+// epoch = committed + 1, then run the hook with ctx (cancelled on loss of leadership).
+func (n *Node) establish(ctx context.Context) error {
+	tctx, cancel := context.WithTimeout(ctx, n.cfg.EstablishTimeout)
+	defer cancel()
+	if err := waitFuture(tctx, n.raft.Barrier(n.cfg.EstablishTimeout)); err != nil {
+		return fmt.Errorf("barrier: %w", err)
+	}
+	epoch := n.sm.Epoch().GetEpoch() + 1
+	cmd, err := fsm.Encode(pb.CommandType_COMMAND_TYPE_ESTABLISH_LEADERSHIP, &pb.EstablishLeadershipCommand{
+		Epoch:             epoch,
+		LeaderId:          n.cfg.ID,
+		LeaderGrpcAddress: n.cfg.GRPCAddr,
+		Timestamp:         time.Now().UnixMilli(),
+	})
+	if err != nil {
+		return err
+	}
+	res, err := n.apply(tctx, cmd, n.cfg.EstablishTimeout)
+	if err != nil {
+		return fmt.Errorf("commit epoch %d: %w", epoch, err)
+	}
+	if res.Err != nil {
+		return fmt.Errorf("commit epoch %d: rejected: %w", epoch, res.Err)
+	}
+	if n.raft.State() != raft.Leader || ctx.Err() != nil {
+		return fmt.Errorf("epoch %d: %w", epoch, ErrLeadershipLost)
+	}
+
+	n.mu.Lock()
+	n.established, n.epoch = true, epoch
+	n.mu.Unlock()
+	n.logger.Info("leadership established", "epoch", epoch, "index", res.Index)
+
+	if n.hooks != nil {
+		if err := n.hooks.EstablishLeadership(ctx, epoch); err != nil {
+			return fmt.Errorf("leader hook at epoch %d: %w", epoch, err)
+		}
+	}
+	return nil
+}
+
+// revoke undoes establish: clears the established epoch and calls RevokeLeadership once.
+func (n *Node) revoke() {
+	n.mu.Lock()
+	was, epoch := n.established, n.epoch
+	n.established, n.epoch = false, 0
+	n.mu.Unlock()
+	if !was {
+		return
+	}
+	n.logger.Info("leadership revoked", "epoch", epoch)
+	if n.hooks != nil {
+		n.hooks.RevokeLeadership()
+	}
+}

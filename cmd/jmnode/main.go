@@ -1,0 +1,76 @@
+// Command jmnode is jmcluster's one binary: a JobMaster replica, a TaskManager, the operator
+// CLI and a local demo cluster. It only parses flags and wires packages together.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+)
+
+const version = "0.1.0"
+
+const usage = `jmnode — a Raft-replicated, highly available JobMaster cluster
+
+usage: jmnode <command> [flags]
+
+processes:
+  jobmaster        run a JobMaster replica (Raft voter; the leader is the active JobMaster)
+  taskmanager      run a TaskManager (slots, tasks, record exchange)
+  demo             run a local 3-JM + 3-TM cluster, a streaming job and a leader kill
+
+operator CLI (talks gRPC to any JobMaster: --addr or JMNODE_ADDR, default 127.0.0.1:7100):
+  job submit FILE [--wait]   submit a job spec (JSON, see examples/)
+  job list                   list jobs
+  job status ID              a job with every execution
+  job cancel ID              cancel a job
+  status                     the cluster: leader, epoch, reconciliation, TaskManagers
+  raft peers | join | remove the Raft configuration
+  members                    the gossip pool
+  version                    print the version
+
+Read commands take --json. Run 'jmnode <command> --help' for a command's flags.
+`
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "jmnode:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return errors.New("no command given")
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "jobmaster":
+		return runJobMaster(rest)
+	case "taskmanager":
+		return runTaskManager(rest)
+	case "demo":
+		return runDemo(rest)
+	case "job":
+		return runJob(rest)
+	case "status":
+		return runStatus(rest)
+	case "raft":
+		return runRaft(rest)
+	case "members":
+		return runMembers(rest)
+	case "version":
+		fmt.Println("jmnode", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return nil
+	}
+	fmt.Fprint(os.Stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}

@@ -1,0 +1,69 @@
+package fsm
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// applier decodes one command payload, applies it to the state through one store method and
+// returns the result. It runs under the FSM's write lock.
+type applier func(s *state, index uint64, payload []byte) *Result
+
+var appliers = map[pb.CommandType]applier{}
+
+// register adds the applier of a command type. A type registered twice is a programming error.
+func register(t pb.CommandType, fn applier) {
+	if _, dup := appliers[t]; dup {
+		panic(fmt.Sprintf("fsm: applier for %s registered twice", t))
+	}
+	appliers[t] = fn
+}
+
+func init() {
+	register(pb.CommandType_COMMAND_TYPE_SUBMIT_JOB, func(s *state, i uint64, p []byte) *Result {
+		return errResult(i, s.submitJob(i, decodePayload(p, &pb.SubmitJobCommand{})))
+	})
+	register(pb.CommandType_COMMAND_TYPE_SET_JOB_STATUS, func(s *state, i uint64, p []byte) *Result {
+		return errResult(i, s.setStatus(i, decodePayload(p, &pb.SetJobStatusCommand{})))
+	})
+	register(pb.CommandType_COMMAND_TYPE_CREATE_ATTEMPTS, func(s *state, i uint64, p []byte) *Result {
+		return errResult(i, s.createAttempts(i, decodePayload(p, &pb.CreateAttemptsCommand{})))
+	})
+	register(pb.CommandType_COMMAND_TYPE_UPDATE_EXECUTION_STATES, func(s *state, i uint64, p []byte) *Result {
+		return &Result{Index: i, Value: s.updateStates(i, decodePayload(p, &pb.UpdateExecutionStatesCommand{}))}
+	})
+	register(pb.CommandType_COMMAND_TYPE_CANCEL_JOB, func(s *state, i uint64, p []byte) *Result {
+		return errResult(i, s.cancelJob(i, decodePayload(p, &pb.CancelJobCommand{})))
+	})
+	register(pb.CommandType_COMMAND_TYPE_ESTABLISH_LEADERSHIP, func(s *state, i uint64, p []byte) *Result {
+		return errResult(i, s.establishLeadership(i, decodePayload(p, &pb.EstablishLeadershipCommand{})))
+	})
+	register(pb.CommandType_COMMAND_TYPE_BEGIN_RECONCILIATION, func(s *state, i uint64, p []byte) *Result {
+		return errResult(i, s.beginReconciliation(i, decodePayload(p, &pb.BeginReconciliationCommand{})))
+	})
+	register(pb.CommandType_COMMAND_TYPE_RECONCILE_JOB, func(s *state, i uint64, p []byte) *Result {
+		return errResult(i, s.reconcileJob(i, decodePayload(p, &pb.ReconcileJobCommand{})))
+	})
+	register(pb.CommandType_COMMAND_TYPE_END_RECONCILIATION, func(s *state, i uint64, p []byte) *Result {
+		return errResult(i, s.endReconciliation(i, decodePayload(p, &pb.EndReconciliationCommand{})))
+	})
+	register(pb.CommandType_COMMAND_TYPE_NOOP, func(_ *state, i uint64, _ []byte) *Result {
+		return &Result{Index: i}
+	})
+}
+
+// decodePayload unmarshals a committed payload. A payload that does not decode would make
+// replicas diverge if skipped, so it panics.
+func decodePayload[T proto.Message](payload []byte, m T) T {
+	if err := proto.Unmarshal(payload, m); err != nil {
+		panic(fmt.Sprintf("fsm: decode %T payload: %v", m, err))
+	}
+	return m
+}
+
+func errResult(index uint64, err error) *Result {
+	return &Result{Index: index, Err: err}
+}

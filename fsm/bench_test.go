@@ -1,0 +1,64 @@
+package fsm
+
+import (
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// BenchmarkApplyUpdateExecutionStates applies batches of 100 state updates, alternating the
+// executions between RECONCILING and RUNNING so that every update is a real transition.
+func BenchmarkApplyUpdateExecutionStates(b *testing.B) {
+	h := newHarness(b)
+	id := jobIDN(0)
+	h.submit(forwardJob(id, 4, 25))
+	h.attemptAll(id, 0)
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_DEPLOYING)
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_RUNNING)
+	var batches [2][]byte
+	for i, st := range []pb.ExecutionState{pb.ExecutionState_EXECUTION_STATE_RECONCILING, pb.ExecutionState_EXECUTION_STATE_RUNNING} {
+		cmd := &pb.UpdateExecutionStatesCommand{}
+		for v := 0; v < 4; v++ {
+			for s := int32(0); s < 25; s++ {
+				cmd.Updates = append(cmd.Updates, &pb.ExecutionStateUpdate{
+					JobId: id, AttemptId: attemptID(id, "v"+string(rune('0'+v)), s, 0), State: st, Timestamp: int64(i),
+				})
+			}
+		}
+		data, err := Encode(updateT, cmd)
+		if err != nil {
+			b.Fatal(err)
+		}
+		batches[i] = data
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		h.index++
+		res := h.f.Apply(&raft.Log{Index: h.index, Type: raft.LogCommand, Data: batches[i%2]}).(*Result)
+		if e := res.Value.(*pb.UpdateExecutionStatesResult).Errors; e[0] != "" || e[99] != "" {
+			b.Fatalf("update failed: %q", e[0]+e[99])
+		}
+	}
+}
+
+// BenchmarkSnapshotPersist10k takes and persists a snapshot of 10,000 executions.
+func BenchmarkSnapshotPersist10k(b *testing.B) {
+	h := bigState(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		snap, err := h.f.Snapshot()
+		if err != nil {
+			b.Fatal(err)
+		}
+		sink := &memSink{}
+		if err := snap.Persist(sink); err != nil {
+			b.Fatal(err)
+		}
+		snap.Release()
+		b.SetBytes(int64(sink.Len()))
+	}
+}

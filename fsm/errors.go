@@ -1,0 +1,22 @@
+package fsm
+
+import "errors"
+
+// Domain errors returned in Result.Err. Every replica returns the same error for the same entry.
+var (
+	ErrInvalidCommand      = errors.New("invalid command")
+	ErrJobExists           = errors.New("job already exists")
+	ErrUnknownJob          = errors.New("unknown job")
+	ErrStatusMismatch      = errors.New("job status does not match the expected status")
+	ErrJobTerminal         = errors.New("job is in a terminal status")
+	ErrUnknownVertex       = errors.New("unknown execution vertex")
+	ErrAttemptExists       = errors.New("attempt id already used")
+	ErrStaleAttemptNumber  = errors.New("attempt number is not above the current one")
+	ErrAttemptStillActive  = errors.New("current attempt is still active")
+	ErrUnknownAttempt      = errors.New("unknown or stale attempt")
+	ErrStaleEpoch          = errors.New("stale leader epoch")
+	ErrNoReconciliation    = errors.New("no reconciliation in progress for the epoch")
+	ErrReconciliationEnded = errors.New("reconciliation for the epoch already ended")
+	ErrSnapshotCorrupt     = errors.New("snapshot is corrupt or truncated")
+	ErrSnapshotVersion     = errors.New("unsupported snapshot version")
+)

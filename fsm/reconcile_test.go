@@ -1,0 +1,205 @@
+package fsm
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+func establish(h *harness, epoch uint64) {
+	h.t.Helper()
+	h.ok(leaderT, &pb.EstablishLeadershipCommand{Epoch: epoch, LeaderId: "jm" + string(rune('0'+epoch)),
+		LeaderGrpcAddress: "127.0.0.1:9000", Timestamp: int64(epoch) * 10000})
+}
+
+func TestEstablishLeadership(t *testing.T) {
+	h := newHarness(t)
+	if e := h.f.Epoch(); e == nil || e.Epoch != 0 || h.f.LeaderEpoch() != 0 {
+		t.Fatalf("initial epoch: %v", e)
+	}
+	h.fails(leaderT, &pb.EstablishLeadershipCommand{Epoch: 0}, ErrStaleEpoch)
+	h.fails(leaderT, &pb.EstablishLeadershipCommand{Epoch: 2}, ErrStaleEpoch)
+	establish(h, 1)
+	h.fails(leaderT, &pb.EstablishLeadershipCommand{Epoch: 1}, ErrStaleEpoch)
+	establish(h, 2)
+	e := h.f.Epoch()
+	want := &pb.LeaderEpoch{Epoch: 2, LeaderId: "jm2", LeaderGrpcAddress: "127.0.0.1:9000", Timestamp: 20000}
+	if !proto.Equal(e, want) || h.f.LeaderEpoch() != 2 {
+		t.Errorf("epoch = %v", e)
+	}
+}
+
+func TestReconciliationLifecycle(t *testing.T) {
+	h := newHarness(t)
+	running, done, created := jobIDN(0), jobIDN(1), jobIDN(2)
+	h.submit(streamingJob(running, 2, 2))
+	h.submit(streamingJob(done, 1, 1))
+	h.submit(streamingJob(created, 1, 1))
+	h.setStatus(running, pb.JobStatus_JOB_STATUS_RUNNING)
+	h.attemptAll(running, 0)
+	h.moveAll(running, pb.ExecutionState_EXECUTION_STATE_DEPLOYING)
+	h.moveAll(running, pb.ExecutionState_EXECUTION_STATE_RUNNING)
+	h.setStatus(done, pb.JobStatus_JOB_STATUS_RUNNING)
+	h.setStatus(done, pb.JobStatus_JOB_STATUS_FINISHED)
+	// One finished execution stays FINISHED through reconciliation.
+	h.ok(updateT, &pb.UpdateExecutionStatesCommand{Updates: []*pb.ExecutionStateUpdate{
+		{JobId: running, AttemptId: attemptID(running, "sink", 1, 0), State: pb.ExecutionState_EXECUTION_STATE_FINISHED},
+	}})
+
+	h.fails(beginT, &pb.BeginReconciliationCommand{Epoch: 0}, ErrStaleEpoch)
+	establish(h, 1)
+	h.fails(beginT, &pb.BeginReconciliationCommand{Epoch: 2}, ErrStaleEpoch)
+	h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: 1, Timestamp: 11000})
+
+	rec := h.job(running)
+	if rec.Status != pb.JobStatus_JOB_STATUS_RECONCILING {
+		t.Fatalf("running job status = %v", rec.Status)
+	}
+	counts := graph.CountByState(rec.ExecutionGraph)
+	if counts[pb.ExecutionState_EXECUTION_STATE_RECONCILING] != 5 || counts[pb.ExecutionState_EXECUTION_STATE_FINISHED] != 1 {
+		t.Errorf("execution states: %v", counts)
+	}
+	cur := graph.FindVertex(rec.ExecutionGraph, "src", 0).Current
+	if last := cur.StateTimestamps[len(cur.StateTimestamps)-1]; last.State != pb.ExecutionState_EXECUTION_STATE_RECONCILING || last.Timestamp != 11000 {
+		t.Errorf("state timestamp: %v", last)
+	}
+	if h.job(done).Status != pb.JobStatus_JOB_STATUS_FINISHED || h.job(created).Status != pb.JobStatus_JOB_STATUS_RECONCILING {
+		t.Errorf("other jobs: %v %v", h.job(done).Status, h.job(created).Status)
+	}
+	recs := h.f.Reconciliations()
+	if len(recs) != 1 || recs[0].Outcome != "in_progress" || recs[0].LeaderId != "jm1" || recs[0].StartedAt != 11000 ||
+		len(recs[0].Jobs) != 2 || recs[0].Jobs[0] != running || recs[0].Jobs[1] != created {
+		t.Fatalf("reconciliation records: %v", recs)
+	}
+	// Beginning again for the same epoch is harmless.
+	h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: 1, Timestamp: 11001})
+	if n := len(h.f.Reconciliations()); n != 1 {
+		t.Errorf("%d records after a repeated begin", n)
+	}
+
+	// ReconcileJob errors.
+	keep := func(vertex string, subtask int32, st pb.ExecutionState) *pb.ReconciledExecution {
+		ev := graph.FindVertex(h.job(running).ExecutionGraph, vertex, subtask)
+		ex := proto.Clone(ev.Current).(*pb.Execution)
+		ex.State = st
+		ex.StateTimestamps = append(ex.StateTimestamps, &pb.StateTimestamp{State: st, Timestamp: 12000})
+		return &pb.ReconciledExecution{VertexId: vertex, SubtaskIndex: subtask, Execution: ex}
+	}
+	h.fails(reconT, &pb.ReconcileJobCommand{Epoch: 2, JobId: running}, ErrStaleEpoch)
+	h.fails(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: "nope"}, ErrUnknownJob)
+	h.fails(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: running, Executions: []*pb.ReconciledExecution{
+		{VertexId: "nope", Execution: &pb.Execution{AttemptId: "x", State: pb.ExecutionState_EXECUTION_STATE_RUNNING}}}}, ErrUnknownVertex)
+	h.fails(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: running, Executions: []*pb.ReconciledExecution{
+		{VertexId: "src", Execution: &pb.Execution{State: pb.ExecutionState_EXECUTION_STATE_RUNNING}}}}, ErrInvalidCommand)
+	h.fails(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: running, Executions: []*pb.ReconciledExecution{
+		keep("src", 0, pb.ExecutionState_EXECUTION_STATE_RUNNING), keep("src", 0, pb.ExecutionState_EXECUTION_STATE_RUNNING)}}, ErrInvalidCommand)
+	moved := keep("src", 0, pb.ExecutionState_EXECUTION_STATE_RUNNING)
+	moved.SubtaskIndex = 1 // src[0]'s attempt claimed for src[1]
+	h.fails(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: running, Executions: []*pb.ReconciledExecution{moved}}, ErrAttemptExists)
+	h.fails(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: running, LastChunk: true, Status: pb.JobStatus_JOB_STATUS_CANCELED,
+		Executions: []*pb.ReconciledExecution{keep("src", 0, pb.ExecutionState_EXECUTION_STATE_RUNNING)}}, graph.ErrIllegalTransition)
+
+	// Chunk 1: src and map keep running, same attempts: no history.
+	h.ok(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: running, Timestamp: 12000, Executions: []*pb.ReconciledExecution{
+		keep("src", 0, pb.ExecutionState_EXECUTION_STATE_RUNNING), keep("src", 1, pb.ExecutionState_EXECUTION_STATE_RUNNING),
+		keep("map", 0, pb.ExecutionState_EXECUTION_STATE_FINISHED), keep("map", 1, pb.ExecutionState_EXECUTION_STATE_RUNNING),
+	}})
+	rec = h.job(running)
+	if rec.Status != pb.JobStatus_JOB_STATUS_RECONCILING {
+		t.Errorf("status changed before the last chunk: %v", rec.Status)
+	}
+	ev := graph.FindVertex(rec.ExecutionGraph, "map", 0)
+	if ev.Current.State != pb.ExecutionState_EXECUTION_STATE_FINISHED || len(ev.History) != 0 {
+		t.Errorf("map[0]: %v history %d", ev.Current.State, len(ev.History))
+	}
+	if p := rec.ExecutionGraph.Results[1].Partitions; !p[0].Consumable || p[1].Consumable {
+		t.Errorf("blocking partitions after reconcile: %v", p)
+	}
+	if p := rec.ExecutionGraph.Results[0].Partitions; !p[0].Consumable || !p[1].Consumable {
+		t.Errorf("pipelined partitions after reconcile: %v", p)
+	}
+
+	// Last chunk: sink[0] was re-deployed by the TM under a different attempt (reported);
+	// the committed one moves to history and the index follows.
+	replaced := &pb.ReconciledExecution{VertexId: "sink", SubtaskIndex: 0, Execution: &pb.Execution{
+		AttemptId: "reported-sink-0", AttemptNumber: 1, State: pb.ExecutionState_EXECUTION_STATE_RUNNING,
+		TmDataAddress: "127.0.0.1:8999"}}
+	h.ok(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: running, LastChunk: true, Status: pb.JobStatus_JOB_STATUS_RUNNING,
+		Timestamp: 13000, Cause: "reconciled", Executions: []*pb.ReconciledExecution{replaced}})
+	rec = h.job(running)
+	ev = graph.FindVertex(rec.ExecutionGraph, "sink", 0)
+	if ev.Current.AttemptId != "reported-sink-0" || len(ev.History) != 1 || ev.History[0].AttemptId != attemptID(running, "sink", 0, 0) {
+		t.Errorf("sink[0]: current %v history %v", ev.Current, ev.History)
+	}
+	if _, _, _, ok := h.f.LocateAttempt(attemptID(running, "sink", 0, 0)); ok {
+		t.Errorf("replaced attempt still indexed")
+	}
+	if j, v, s, ok := h.f.LocateAttempt("reported-sink-0"); !ok || j != running || v != "sink" || s != 0 {
+		t.Errorf("LocateAttempt(new) = %s %s %d %v", j, v, s, ok)
+	}
+	last := rec.History[len(rec.History)-1]
+	if rec.Status != pb.JobStatus_JOB_STATUS_RUNNING || last.Timestamp != 13000 || last.Cause != "reconciled" {
+		t.Errorf("job after last chunk: %v %v", rec.Status, last)
+	}
+
+	// End.
+	counts2 := &pb.ReconciliationCounts{Executions: 6, KeptRunning: 4, Finished: 2, Reports: 3}
+	h.fails(endT, &pb.EndReconciliationCommand{Epoch: 2}, ErrStaleEpoch)
+	h.fails(endT, &pb.EndReconciliationCommand{Epoch: 1, Outcome: "great"}, ErrInvalidCommand)
+	h.ok(endT, &pb.EndReconciliationCommand{Epoch: 1, Timestamp: 14000, Counts: counts2})
+	r := h.f.Reconciliations()[0]
+	if r.Outcome != "completed" || r.EndedAt != 14000 || !proto.Equal(r.Counts, counts2) {
+		t.Errorf("ended record: %v", r)
+	}
+	h.fails(endT, &pb.EndReconciliationCommand{Epoch: 1}, ErrNoReconciliation)
+	h.fails(beginT, &pb.BeginReconciliationCommand{Epoch: 1}, ErrReconciliationEnded)
+
+	// A leader that never ends its reconciliation: the next leader's begin abandons it.
+	establish(h, 2)
+	h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: 2, Timestamp: 20000})
+	establish(h, 3)
+	h.fails(reconT, &pb.ReconcileJobCommand{Epoch: 2, JobId: running}, ErrStaleEpoch)
+	h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: 3, Timestamp: 30000})
+	recs = h.f.Reconciliations()
+	if len(recs) != 3 || recs[1].Outcome != "abandoned" || recs[1].EndedAt != 30000 || recs[2].Outcome != "in_progress" || recs[0].Outcome != "completed" {
+		t.Errorf("records: %v", recs)
+	}
+	// Jobs left RECONCILING by the abandoned leader are listed again.
+	if got := recs[2].Jobs; len(got) != 2 {
+		t.Errorf("jobs of epoch 3: %v", got)
+	}
+}
+
+func TestReconciliationRecordsBounded(t *testing.T) {
+	h := newHarness(t)
+	for e := uint64(1); e <= maxReconciliations+5; e++ {
+		h.ok(leaderT, &pb.EstablishLeadershipCommand{Epoch: e})
+		h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: e})
+		h.ok(endT, &pb.EndReconciliationCommand{Epoch: e})
+	}
+	recs := h.f.Reconciliations()
+	if len(recs) != maxReconciliations || recs[0].Epoch != 6 || recs[len(recs)-1].Epoch != maxReconciliations+5 {
+		t.Errorf("%d records, first epoch %d", len(recs), recs[0].Epoch)
+	}
+}
+
+func TestCancelDuringReconciliation(t *testing.T) {
+	h := newHarness(t)
+	id := jobIDN(0)
+	h.submit(streamingJob(id, 1, 1))
+	h.setStatus(id, pb.JobStatus_JOB_STATUS_RUNNING)
+	h.attemptAll(id, 0)
+	establish(h, 1)
+	h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: 1})
+	h.ok(cancelT, &pb.CancelJobCommand{JobId: id})
+	rec := h.job(id)
+	if rec.Status != pb.JobStatus_JOB_STATUS_CANCELLING {
+		t.Errorf("status = %v", rec.Status)
+	}
+	if c := graph.CountByState(rec.ExecutionGraph); c[pb.ExecutionState_EXECUTION_STATE_RECONCILING] != 3 {
+		t.Errorf("RECONCILING executions must wait for the reconciliation: %v", c)
+	}
+}

@@ -1,0 +1,264 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protodelim"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// assertSameState compares two FSMs record by record.
+func assertSameState(t *testing.T, want, got *FSM) {
+	t.Helper()
+	wj, gj := want.Jobs(), got.Jobs()
+	if len(wj) != len(gj) {
+		t.Fatalf("%d jobs, want %d", len(gj), len(wj))
+	}
+	for i := range wj {
+		if !proto.Equal(wj[i], gj[i]) {
+			t.Errorf("job %s differs after restore", wj[i].JobGraph.JobId)
+		}
+	}
+	if !proto.Equal(want.Epoch(), got.Epoch()) {
+		t.Errorf("epoch %v, want %v", got.Epoch(), want.Epoch())
+	}
+	wr, gr := want.Reconciliations(), got.Reconciliations()
+	if len(wr) != len(gr) {
+		t.Fatalf("%d reconciliations, want %d", len(gr), len(wr))
+	}
+	for i := range wr {
+		if !proto.Equal(wr[i], gr[i]) {
+			t.Errorf("reconciliation %d differs", i)
+		}
+	}
+	if want.Hash() != got.Hash() {
+		t.Errorf("hash differs after restore")
+	}
+}
+
+func TestSnapshotRoundTripEveryRecordType(t *testing.T) {
+	h := newHarness(t)
+	script(h) // jobs, an epoch and a completed reconciliation
+	establish(h, 2)
+	h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: 2, Timestamp: 90}) // an in-progress one too
+	data := persist(t, h.f)
+
+	// Every record type appears in the stream.
+	kinds := map[string]int{}
+	r := bytes.NewReader(data)
+	for r.Len() > 0 {
+		rec := &pb.SnapshotRecord{}
+		if err := protodelim.UnmarshalFrom(r, rec); err != nil {
+			t.Fatal(err)
+		}
+		switch rec.Record.(type) {
+		case *pb.SnapshotRecord_Header:
+			kinds["header"]++
+		case *pb.SnapshotRecord_Job:
+			kinds["job"]++
+		case *pb.SnapshotRecord_Epoch:
+			kinds["epoch"]++
+		case *pb.SnapshotRecord_Reconciliation:
+			kinds["reconciliation"]++
+		}
+	}
+	if kinds["header"] != 1 || kinds["job"] != 2 || kinds["epoch"] != 1 || kinds["reconciliation"] != 2 {
+		t.Fatalf("records in stream: %v", kinds)
+	}
+
+	restored := New(testLogger(t))
+	ch := restored.Changed()
+	if err := restore(restored, data); err != nil {
+		t.Fatal(err)
+	}
+	assertSameState(t, h.f, restored)
+	select {
+	case <-ch:
+	default:
+		t.Errorf("restore did not signal Changed")
+	}
+	a := jobIDN(10)
+	if j, v, s, ok := restored.LocateAttempt(attemptID(a, "map", 2, 1)); !ok || j != a || v != "map" || s != 2 {
+		t.Errorf("attempt index not rebuilt: %s %s %d %v", j, v, s, ok)
+	}
+	if restored.AppliedIndex() == 0 {
+		t.Errorf("applied index not recovered")
+	}
+	// The restored FSM keeps applying identically.
+	h2 := &harness{t: t, f: restored, index: h.index}
+	for _, hh := range []*harness{h, h2} {
+		hh.ok(endT, &pb.EndReconciliationCommand{Epoch: 2, Timestamp: 95})
+		hh.setStatus(a, pb.JobStatus_JOB_STATUS_FAILING)
+	}
+	assertSameState(t, h.f, restored)
+}
+
+func TestSnapshotIsImmutable(t *testing.T) {
+	h := newHarness(t)
+	id := jobIDN(0)
+	h.submit(streamingJob(id, 2, 2))
+	want := h.f.Hash()
+	snap, err := h.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.setStatus(id, pb.JobStatus_JOB_STATUS_RUNNING)
+	h.attemptAll(id, 0)
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	snap.Release()
+	f := New(testLogger(t))
+	if err := restore(f, sink.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if f.Hash() != want {
+		t.Errorf("the snapshot saw changes made after it was taken")
+	}
+}
+
+func TestPersistCancelsSinkOnError(t *testing.T) {
+	h := newHarness(t)
+	h.submit(forwardJob(jobIDN(0), 3, 50))
+	snap, _ := h.f.Snapshot()
+	sink := &memSink{failAfter: 10}
+	// The buffered writer flushes at the end: the failure surfaces from Persist.
+	if err := snap.Persist(sink); err == nil {
+		t.Fatal("Persist succeeded on a failing sink")
+	}
+	if !sink.cancelled || sink.closed {
+		t.Errorf("sink cancelled=%v closed=%v", sink.cancelled, sink.closed)
+	}
+}
+
+// bigState builds 10 jobs x 4 vertices x 250 subtasks = 10,000 executions, all attempted,
+// most running.
+func bigState(t testing.TB) *harness {
+	h := newHarness(t)
+	for j := 0; j < 10; j++ {
+		id := jobIDN(100 + j)
+		h.submit(forwardJob(id, 4, 250))
+		h.setStatus(id, pb.JobStatus_JOB_STATUS_RUNNING)
+		h.attemptAll(id, 0)
+		h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_DEPLOYING)
+		if j%2 == 0 {
+			h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_RUNNING)
+		}
+	}
+	establish(h, 1)
+	return h
+}
+
+func TestSnapshot10kExecutions(t *testing.T) {
+	h := bigState(t)
+	n := 0
+	for _, j := range h.f.Jobs() {
+		n += len(graph.AllExecutions(j.ExecutionGraph))
+	}
+	if n != 10000 {
+		t.Fatalf("%d executions", n)
+	}
+	data := persist(t, h.f)
+	t.Logf("snapshot of %d executions: %d bytes", n, len(data))
+	f := New(testLogger(t))
+	if err := restore(f, data); err != nil {
+		t.Fatal(err)
+	}
+	assertSameState(t, h.f, f)
+	if _, _, _, ok := f.LocateAttempt(attemptID(jobIDN(109), "v3", 249, 0)); !ok {
+		t.Errorf("attempt index not rebuilt")
+	}
+}
+
+func TestRestoreRejectsBadStreams(t *testing.T) {
+	src := newHarness(t)
+	script(src)
+	data := persist(t, src.f)
+
+	// The target holds a different state that must survive every failed restore.
+	target := newHarness(t)
+	target.submit(streamingJob(jobIDN(42), 1, 1))
+	establish(target, 1)
+	want := target.f.Hash()
+
+	// Record boundaries, to cut the stream exactly between records.
+	var bounds []int
+	r := bytes.NewReader(data)
+	for r.Len() > 0 {
+		if err := protodelim.UnmarshalFrom(r, &pb.SnapshotRecord{}); err != nil {
+			t.Fatal(err)
+		}
+		bounds = append(bounds, len(data)-r.Len())
+	}
+	cases := map[string][]byte{}
+	for _, cut := range []int{0, 1, 2, bounds[0], bounds[0] + 3, bounds[1], (bounds[1] + bounds[2]) / 2, bounds[len(bounds)-2], len(data) - 1} {
+		cases["truncated at "+strconv.Itoa(cut)] = data[:cut]
+	}
+	flip := func(at int, b byte) []byte {
+		c := bytes.Clone(data)
+		c[at] = b
+		return c
+	}
+	// Wire type 7 in the first tag of a record is never valid.
+	cases["bad tag in header"] = flip(1, 0xff)
+	cases["bad tag in a job"] = flip(bounds[0]+lenOfVarint(data[bounds[0]:]), 0xff)
+	cases["bad tag in the epoch"] = flip(bounds[len(bounds)-2]+1, 0xff)
+	cases["huge length"] = append([]byte{0xff, 0xff, 0xff, 0xff, 0x7f}, data...)
+	cases["trailing data"] = append(bytes.Clone(data), 0x00)
+	cases["garbage"] = []byte("not a snapshot at all")
+
+	var wrongVersion bytes.Buffer
+	marshalDelim.MarshalTo(&wrongVersion, &pb.SnapshotRecord{Record: &pb.SnapshotRecord_Header{Header: &pb.SnapshotHeader{Version: 2}}})
+	marshalDelim.MarshalTo(&wrongVersion, &pb.SnapshotRecord{Record: &pb.SnapshotRecord_Epoch{Epoch: &pb.LeaderEpoch{}}})
+	cases["wrong version"] = wrongVersion.Bytes()
+
+	var noHeader bytes.Buffer
+	marshalDelim.MarshalTo(&noHeader, &pb.SnapshotRecord{Record: &pb.SnapshotRecord_Epoch{Epoch: &pb.LeaderEpoch{}}})
+	cases["no header"] = noHeader.Bytes()
+
+	var dupJob bytes.Buffer
+	job := src.f.Jobs()[0]
+	marshalDelim.MarshalTo(&dupJob, &pb.SnapshotRecord{Record: &pb.SnapshotRecord_Header{Header: &pb.SnapshotHeader{Version: 1, Jobs: 2}}})
+	marshalDelim.MarshalTo(&dupJob, &pb.SnapshotRecord{Record: &pb.SnapshotRecord_Job{Job: job}})
+	marshalDelim.MarshalTo(&dupJob, &pb.SnapshotRecord{Record: &pb.SnapshotRecord_Job{Job: job}})
+	marshalDelim.MarshalTo(&dupJob, &pb.SnapshotRecord{Record: &pb.SnapshotRecord_Epoch{Epoch: &pb.LeaderEpoch{}}})
+	cases["duplicate job"] = dupJob.Bytes()
+
+	for name, bad := range cases {
+		err := restore(target.f, bad)
+		if err == nil {
+			t.Errorf("%s: restore succeeded", name)
+			continue
+		}
+		if !errors.Is(err, ErrSnapshotCorrupt) && !errors.Is(err, ErrSnapshotVersion) {
+			t.Errorf("%s: error %v wraps neither snapshot sentinel", name, err)
+		}
+		if target.f.Hash() != want {
+			t.Fatalf("%s: a failed restore changed the state", name)
+		}
+	}
+	if !errors.Is(restore(target.f, cases["wrong version"]), ErrSnapshotVersion) {
+		t.Errorf("wrong version not reported as such")
+	}
+	// The intact stream still restores.
+	if err := restore(target.f, data); err != nil {
+		t.Fatal(err)
+	}
+	assertSameState(t, src.f, target.f)
+}
+
+func lenOfVarint(b []byte) int {
+	for i, c := range b {
+		if c < 0x80 {
+			return i + 1
+		}
+	}
+	return len(b)
+}

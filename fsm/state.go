@@ -1,0 +1,142 @@
+package fsm
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+const (
+	// maxAttemptHistory bounds ExecutionVertex.history; the oldest attempts are dropped.
+	maxAttemptHistory = 10
+	// maxStatusHistory bounds JobRecord.history; the oldest changes are dropped.
+	maxStatusHistory = 100
+	// maxReconciliations bounds the reconciliation records kept; the oldest are dropped.
+	maxReconciliations = 100
+
+	outcomeInProgress = "in_progress"
+	outcomeCompleted  = "completed"
+	outcomeAbandoned  = "abandoned"
+)
+
+// attemptRef locates the ExecutionVertex whose current execution has an attempt id.
+type attemptRef struct {
+	jobID    string
+	vertexID string
+	subtask  int32
+}
+
+// state is the replicated state. It is mutated only by the store methods, under the FSM's
+// write lock, and only from Apply and Restore.
+type state struct {
+	jobs     map[string]*pb.JobRecord
+	attempts map[string]attemptRef // current attempts only
+	epoch    *pb.LeaderEpoch
+	recons   []*pb.ReconciliationRecord // oldest first
+	applied  uint64
+}
+
+func newState() *state {
+	return &state{
+		jobs:     map[string]*pb.JobRecord{},
+		attempts: map[string]attemptRef{},
+		epoch:    &pb.LeaderEpoch{},
+	}
+}
+
+// sortedJobs returns the job records ordered by create index, then job id. Every walk over
+// jobs whose order can reach the output goes through here.
+func (s *state) sortedJobs() []*pb.JobRecord {
+	out := make([]*pb.JobRecord, 0, len(s.jobs))
+	for _, j := range s.jobs {
+		out = append(out, j)
+	}
+	slices.SortFunc(out, compareJobs)
+	return out
+}
+
+func compareJobs(a, b *pb.JobRecord) int {
+	if c := cmp.Compare(a.CreateIndex, b.CreateIndex); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.JobGraph.GetJobId(), b.JobGraph.GetJobId())
+}
+
+func jobID(rec *pb.JobRecord) string { return rec.JobGraph.GetJobId() }
+
+func (s *state) job(id string) (*pb.JobRecord, error) {
+	rec, ok := s.jobs[id]
+	if !ok {
+		return nil, wrapf(ErrUnknownJob, "job %q", id)
+	}
+	return rec, nil
+}
+
+// indexJob adds every current attempt of the job to the attempt index.
+func (s *state) indexJob(rec *pb.JobRecord) {
+	id := jobID(rec)
+	for _, ejv := range rec.ExecutionGraph.GetVertices() {
+		for _, ev := range ejv.Subtasks {
+			if a := ev.Current.GetAttemptId(); a != "" {
+				s.attempts[a] = attemptRef{jobID: id, vertexID: ev.VertexId, subtask: ev.SubtaskIndex}
+			}
+		}
+	}
+}
+
+// setJobStatus records a status change; the caller has checked the transition.
+func setJobStatus(rec *pb.JobRecord, st pb.JobStatus, ts int64, cause string) {
+	rec.Status = st
+	rec.History = append(rec.History, &pb.JobStatusChange{Status: st, Timestamp: ts, Cause: cause})
+	if n := len(rec.History) - maxStatusHistory; n > 0 {
+		rec.History = slices.Delete(rec.History, 0, n)
+	}
+	if cause != "" && (st == pb.JobStatus_JOB_STATUS_FAILING || st == pb.JobStatus_JOB_STATUS_FAILED) {
+		rec.FailureCause = cause
+	}
+}
+
+// setExecutionState records a state change of an execution; the caller has checked it.
+func setExecutionState(ex *pb.Execution, st pb.ExecutionState, ts int64, cause string) {
+	ex.State = st
+	ex.StateTimestamps = append(ex.StateTimestamps, &pb.StateTimestamp{State: st, Timestamp: ts})
+	if st == pb.ExecutionState_EXECUTION_STATE_FAILED && cause != "" {
+		ex.FailureCause = cause
+	}
+}
+
+// retire moves an execution into a vertex's bounded history.
+func retire(ev *pb.ExecutionVertex, old *pb.Execution) {
+	ev.History = append(ev.History, old)
+	if n := len(ev.History) - maxAttemptHistory; n > 0 {
+		ev.History = slices.Delete(ev.History, 0, n)
+	}
+}
+
+// updateConsumable sets the consumable flag of the partitions a producer subtask writes,
+// from its execution state: FINISHED makes every partition consumable, RUNNING makes
+// PIPELINED ones consumable, FAILED, CANCELED and the states before RUNNING make them not
+// consumable; CANCELING and RECONCILING leave the flags as they are.
+func updateConsumable(eg *pb.ExecutionGraph, vertexID string, subtask int32, st pb.ExecutionState) {
+	for _, r := range eg.GetResults() {
+		if r.ProducerVertexId != vertexID || subtask < 0 || int(subtask) >= len(r.Partitions) {
+			continue
+		}
+		p := r.Partitions[subtask]
+		switch st {
+		case pb.ExecutionState_EXECUTION_STATE_FINISHED:
+			p.Consumable = true
+		case pb.ExecutionState_EXECUTION_STATE_RUNNING:
+			p.Consumable = r.ResultType == pb.ResultType_RESULT_TYPE_PIPELINED
+		case pb.ExecutionState_EXECUTION_STATE_CANCELING, pb.ExecutionState_EXECUTION_STATE_RECONCILING:
+		default:
+			p.Consumable = false
+		}
+	}
+}
+
+func isActive(st pb.ExecutionState) bool {
+	return !graph.IsTerminalExecution(st) && st != pb.ExecutionState_EXECUTION_STATE_CREATED
+}

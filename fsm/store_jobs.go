@@ -1,0 +1,109 @@
+package fsm
+
+import (
+	"fmt"
+
+	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// submitJob creates a job record in CREATED status.
+func (s *state) submitJob(index uint64, c *pb.SubmitJobCommand) error {
+	jg := c.JobGraph
+	if jg == nil || jg.JobId == "" {
+		return wrapf(ErrInvalidCommand, "submit job: job_graph with a job_id is required")
+	}
+	if _, ok := s.jobs[jg.JobId]; ok {
+		return wrapf(ErrJobExists, "job %q", jg.JobId)
+	}
+	if err := graph.Validate(jg, graph.DefaultLimits()); err != nil {
+		return err
+	}
+	eg, err := graph.BuildExecutionGraph(jg)
+	if err != nil {
+		return err
+	}
+	rec := &pb.JobRecord{
+		JobGraph:       jg,
+		ExecutionGraph: eg,
+		SubmittedAt:    c.Timestamp,
+		CreateIndex:    index,
+		ModifyIndex:    index,
+	}
+	setJobStatus(rec, pb.JobStatus_JOB_STATUS_CREATED, c.Timestamp, "")
+	s.jobs[jg.JobId] = rec
+	return nil
+}
+
+// setStatus moves a job to a new status (compare-and-set when expected is given) and adds
+// to its restart counter.
+func (s *state) setStatus(index uint64, c *pb.SetJobStatusCommand) error {
+	rec, err := s.job(c.JobId)
+	if err != nil {
+		return err
+	}
+	if c.Status == pb.JobStatus_JOB_STATUS_UNSPECIFIED || c.AddRestarts < 0 {
+		return wrapf(ErrInvalidCommand, "set job status: status is required and add_restarts must be >= 0")
+	}
+	if c.Expected != pb.JobStatus_JOB_STATUS_UNSPECIFIED && c.Expected != rec.Status {
+		return wrapf(ErrStatusMismatch, "job %q is %s, expected %s", c.JobId, statusName(rec.Status), statusName(c.Expected))
+	}
+	if c.Status != rec.Status {
+		if err := graph.CheckJobTransition(rec.Status, c.Status); err != nil {
+			return fmt.Errorf("job %q: %w", c.JobId, err)
+		}
+		setJobStatus(rec, c.Status, c.Timestamp, c.Cause)
+		rec.ModifyIndex = index
+	}
+	if c.AddRestarts > 0 {
+		rec.Restarts += c.AddRestarts
+		rec.ModifyIndex = index
+	}
+	return nil
+}
+
+// cancelJob moves a job to CANCELLING and its active executions to CANCELING (CREATED ones
+// straight to CANCELED). RECONCILING executions keep their state: the reconciliation decides
+// them. A job with no execution left running goes straight to CANCELED.
+func (s *state) cancelJob(index uint64, c *pb.CancelJobCommand) error {
+	rec, err := s.job(c.JobId)
+	if err != nil {
+		return err
+	}
+	if graph.IsGloballyTerminal(rec.Status) {
+		return wrapf(ErrJobTerminal, "job %q is %s", c.JobId, statusName(rec.Status))
+	}
+	cancelling := pb.JobStatus_JOB_STATUS_CANCELLING
+	if rec.Status != cancelling {
+		if err := graph.CheckJobTransition(rec.Status, cancelling); err != nil {
+			return fmt.Errorf("job %q: %w", c.JobId, err)
+		}
+		setJobStatus(rec, cancelling, c.Timestamp, "")
+	}
+	eg := rec.ExecutionGraph
+	active := 0
+	for _, ejv := range eg.GetVertices() {
+		for _, ev := range ejv.Subtasks {
+			cur := ev.Current
+			if cur == nil || graph.IsTerminalExecution(cur.State) {
+				continue
+			}
+			to := pb.ExecutionState_EXECUTION_STATE_CANCELING
+			if cur.State == pb.ExecutionState_EXECUTION_STATE_CREATED {
+				to = pb.ExecutionState_EXECUTION_STATE_CANCELED
+			}
+			if graph.CanTransitionExecution(cur.State, to) {
+				setExecutionState(cur, to, c.Timestamp, "")
+				updateConsumable(eg, ev.VertexId, ev.SubtaskIndex, to)
+			}
+			if !graph.IsTerminalExecution(cur.State) {
+				active++
+			}
+		}
+	}
+	if active == 0 {
+		setJobStatus(rec, pb.JobStatus_JOB_STATUS_CANCELED, c.Timestamp, "")
+	}
+	rec.ModifyIndex = index
+	return nil
+}

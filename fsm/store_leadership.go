@@ -1,0 +1,179 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+func (s *state) checkEpoch(epoch uint64) error {
+	if epoch == 0 || epoch != s.epoch.Epoch {
+		return wrapf(ErrStaleEpoch, "epoch %d, committed %d", epoch, s.epoch.Epoch)
+	}
+	return nil
+}
+
+// establishLeadership commits the next leader epoch.
+func (s *state) establishLeadership(_ uint64, c *pb.EstablishLeadershipCommand) error {
+	if c.Epoch != s.epoch.Epoch+1 {
+		return wrapf(ErrStaleEpoch, "epoch %d, committed %d", c.Epoch, s.epoch.Epoch)
+	}
+	s.epoch = &pb.LeaderEpoch{
+		Epoch:             c.Epoch,
+		LeaderId:          c.LeaderId,
+		LeaderGrpcAddress: c.LeaderGrpcAddress,
+		Timestamp:         c.Timestamp,
+	}
+	return nil
+}
+
+func (s *state) reconciliation(epoch uint64) *pb.ReconciliationRecord {
+	for _, r := range s.recons {
+		if r.Epoch == epoch {
+			return r
+		}
+	}
+	return nil
+}
+
+// beginReconciliation moves every job that can enter RECONCILING, and every active execution
+// of those jobs, to RECONCILING, and opens the reconciliation record of the epoch. Repeating
+// it for the same epoch is harmless.
+func (s *state) beginReconciliation(index uint64, c *pb.BeginReconciliationCommand) error {
+	if err := s.checkEpoch(c.Epoch); err != nil {
+		return err
+	}
+	existing := s.reconciliation(c.Epoch)
+	if existing != nil && existing.Outcome != outcomeInProgress {
+		return wrapf(ErrReconciliationEnded, "epoch %d (%s)", c.Epoch, existing.Outcome)
+	}
+	reconciling := pb.JobStatus_JOB_STATUS_RECONCILING
+	var jobs []string
+	for _, rec := range s.sortedJobs() {
+		switch {
+		case rec.Status == reconciling:
+		case graph.CanTransitionJob(rec.Status, reconciling):
+			setJobStatus(rec, reconciling, c.Timestamp, "")
+		default:
+			continue
+		}
+		jobs = append(jobs, jobID(rec))
+		for _, ejv := range rec.ExecutionGraph.GetVertices() {
+			for _, ev := range ejv.Subtasks {
+				cur := ev.Current
+				if cur != nil && graph.CanTransitionExecution(cur.State, pb.ExecutionState_EXECUTION_STATE_RECONCILING) {
+					setExecutionState(cur, pb.ExecutionState_EXECUTION_STATE_RECONCILING, c.Timestamp, "")
+				}
+			}
+		}
+		rec.ModifyIndex = index
+	}
+	for _, r := range s.recons {
+		if r.Outcome == outcomeInProgress && r.Epoch < c.Epoch {
+			r.Outcome = outcomeAbandoned
+			r.EndedAt = c.Timestamp
+		}
+	}
+	if existing != nil {
+		existing.Jobs = jobs
+		return nil
+	}
+	s.recons = append(s.recons, &pb.ReconciliationRecord{
+		Epoch:     c.Epoch,
+		LeaderId:  s.epoch.LeaderId,
+		StartedAt: c.Timestamp,
+		Outcome:   outcomeInProgress,
+		Jobs:      jobs,
+	})
+	if n := len(s.recons) - maxReconciliations; n > 0 {
+		s.recons = slices.Delete(s.recons, 0, n)
+	}
+	return nil
+}
+
+// reconcileJob replaces current executions with reconciled ones and, on the last chunk, sets
+// the job's status. Everything is checked before anything changes.
+func (s *state) reconcileJob(index uint64, c *pb.ReconcileJobCommand) error {
+	if err := s.checkEpoch(c.Epoch); err != nil {
+		return err
+	}
+	rec, err := s.job(c.JobId)
+	if err != nil {
+		return err
+	}
+	eg := rec.ExecutionGraph
+	targets := make([]*pb.ExecutionVertex, len(c.Executions))
+	seenVertex := make(map[vertexKey]bool, len(c.Executions))
+	seenID := make(map[string]bool, len(c.Executions))
+	for i, re := range c.Executions {
+		ev := graph.FindVertex(eg, re.VertexId, re.SubtaskIndex)
+		if ev == nil {
+			return wrapf(ErrUnknownVertex, "executions[%d]: %s[%d] of job %q", i, re.VertexId, re.SubtaskIndex, c.JobId)
+		}
+		id := re.Execution.GetAttemptId()
+		k := vertexKey{re.VertexId, re.SubtaskIndex}
+		switch {
+		case id == "":
+			return wrapf(ErrInvalidCommand, "executions[%d]: execution with an attempt_id is required", i)
+		case re.Execution.State == pb.ExecutionState_EXECUTION_STATE_UNSPECIFIED:
+			return wrapf(ErrInvalidCommand, "executions[%d]: state is unspecified", i)
+		case seenVertex[k]:
+			return wrapf(ErrInvalidCommand, "executions[%d]: %s[%d] appears twice", i, re.VertexId, re.SubtaskIndex)
+		case seenID[id]:
+			return wrapf(ErrAttemptExists, "executions[%d]: attempt %q appears twice", i, id)
+		}
+		if ref, used := s.attempts[id]; used && ref != (attemptRef{c.JobId, re.VertexId, re.SubtaskIndex}) {
+			return wrapf(ErrAttemptExists, "executions[%d]: attempt %q belongs to %s[%d] of job %q", i, id, ref.vertexID, ref.subtask, ref.jobID)
+		}
+		seenVertex[k], seenID[id] = true, true
+		targets[i] = ev
+	}
+	setStatus := c.LastChunk && c.Status != pb.JobStatus_JOB_STATUS_UNSPECIFIED && c.Status != rec.Status
+	if setStatus {
+		if err := graph.CheckJobTransition(rec.Status, c.Status); err != nil {
+			return fmt.Errorf("job %q: %w", c.JobId, err)
+		}
+	}
+	for i, re := range c.Executions {
+		ev := targets[i]
+		if old := ev.Current; old != nil {
+			delete(s.attempts, old.AttemptId)
+			if old.AttemptId != re.Execution.AttemptId {
+				retire(ev, old)
+			}
+		}
+		ev.Current = re.Execution
+		updateConsumable(eg, ev.VertexId, ev.SubtaskIndex, re.Execution.State)
+	}
+	s.indexJob(rec)
+	graph.RefreshProducers(eg)
+	if setStatus {
+		setJobStatus(rec, c.Status, c.Timestamp, c.Cause)
+	}
+	rec.ModifyIndex = index
+	return nil
+}
+
+// endReconciliation closes the in-progress record of the epoch.
+func (s *state) endReconciliation(_ uint64, c *pb.EndReconciliationCommand) error {
+	if err := s.checkEpoch(c.Epoch); err != nil {
+		return err
+	}
+	outcome := c.Outcome
+	if outcome == "" {
+		outcome = outcomeCompleted
+	}
+	if outcome != outcomeCompleted && outcome != outcomeAbandoned {
+		return wrapf(ErrInvalidCommand, "outcome %q (want %q or %q)", c.Outcome, outcomeCompleted, outcomeAbandoned)
+	}
+	r := s.reconciliation(c.Epoch)
+	if r == nil || r.Outcome != outcomeInProgress {
+		return wrapf(ErrNoReconciliation, "epoch %d", c.Epoch)
+	}
+	r.EndedAt = c.Timestamp
+	r.Counts = c.Counts
+	r.Outcome = outcome
+	return nil
+}

@@ -1,0 +1,199 @@
+package graph
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+func TestTopologicalOrderDeterministic(t *testing.T) {
+	// Vertices listed out of order; ties are broken by list position.
+	jg := job([]*pb.JobVertex{sink("sink", 1), mapper("m2", 1), source("b", 1, 0), mapper("m1", 1), source("a", 1, 0)},
+		all("a", "m1"), all("b", "m2"), all("m1", "sink"), all("m2", "sink"))
+	got, err := TopologicalOrder(jg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"b", "m2", "a", "m1", "sink"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("order = %v, want %v", got, want)
+	}
+	for i := 0; i < 5; i++ {
+		again, _ := TopologicalOrder(jg)
+		if !slices.Equal(again, got) {
+			t.Fatalf("order changed: %v", again)
+		}
+	}
+}
+
+func TestTopologicalOrderErrors(t *testing.T) {
+	cyc := job([]*pb.JobVertex{mapper("a", 1), mapper("b", 1)}, all("a", "b"), all("b", "a"))
+	unknown := job([]*pb.JobVertex{mapper("a", 1)}, all("a", "zz"))
+	dup := job([]*pb.JobVertex{mapper("a", 1), mapper("a", 1)})
+	for name, jg := range map[string]*pb.JobGraph{"cycle": cyc, "unknown": unknown, "dup": dup, "nil": nil} {
+		if _, err := TopologicalOrder(jg); !errors.Is(err, ErrInvalidJobGraph) {
+			t.Errorf("%s: err = %v", name, err)
+		}
+		if _, err := BuildExecutionGraph(jg); !errors.Is(err, ErrInvalidJobGraph) {
+			t.Errorf("%s: build err = %v", name, err)
+		}
+	}
+}
+
+func TestBuildForwardAndAllToAll(t *testing.T) {
+	jg := pipeline(2, 3)
+	eg, err := BuildExecutionGraph(jg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eg.JobId != jg.JobId || len(eg.Vertices) != 3 || len(eg.Results) != 2 {
+		t.Fatalf("graph shape: %v", eg)
+	}
+	for i, want := range []struct {
+		id string
+		p  int32
+	}{{"src", 2}, {"map", 2}, {"sink", 3}} {
+		ejv := eg.Vertices[i]
+		if ejv.VertexId != want.id || ejv.Parallelism != want.p || len(ejv.Subtasks) != int(want.p) {
+			t.Errorf("vertex %d = %s/%d/%d", i, ejv.VertexId, ejv.Parallelism, len(ejv.Subtasks))
+		}
+		for s, ev := range ejv.Subtasks {
+			if ev.VertexId != want.id || ev.SubtaskIndex != int32(s) || ev.Current != nil {
+				t.Errorf("subtask %s/%d = %v", want.id, s, ev)
+			}
+		}
+	}
+	fr := eg.Results[0]
+	if fr.ResultId != "src->map" || ResultID("src", "map") != fr.ResultId || len(fr.Partitions) != 2 {
+		t.Fatalf("forward result: %v", fr)
+	}
+	for _, p := range fr.Partitions {
+		if p.NumSubpartitions != 1 || p.Consumable || p.ProducerAttemptId != "" {
+			t.Errorf("forward partition: %v", p)
+		}
+	}
+	ar := eg.Results[1]
+	if ar.ResultId != "map->sink" || ar.Distribution != pb.Distribution_DISTRIBUTION_ALL_TO_ALL || len(ar.Partitions) != 2 {
+		t.Fatalf("all-to-all result: %v", ar)
+	}
+	for _, p := range ar.Partitions {
+		if p.NumSubpartitions != 3 {
+			t.Errorf("all-to-all partition subpartitions = %d", p.NumSubpartitions)
+		}
+	}
+	// FORWARD: map[i] reads partition i, subpartition 0.
+	for i, ev := range eg.Vertices[1].Subtasks {
+		if len(ev.Inputs) != 1 || ev.Inputs[0].ResultId != "src->map" || ev.Inputs[0].PartitionIndex != int32(i) || ev.Inputs[0].SubpartitionIndex != 0 {
+			t.Errorf("map[%d] inputs: %v", i, ev.Inputs)
+		}
+	}
+	// ALL_TO_ALL: sink[c] reads every partition p at subpartition c.
+	for c, ev := range eg.Vertices[2].Subtasks {
+		if len(ev.Inputs) != 2 {
+			t.Fatalf("sink[%d] inputs: %v", c, ev.Inputs)
+		}
+		for p, in := range ev.Inputs {
+			if in.ResultId != "map->sink" || in.PartitionIndex != int32(p) || in.SubpartitionIndex != int32(c) {
+				t.Errorf("sink[%d] input %d: %v", c, p, in)
+			}
+		}
+	}
+	if len(eg.Vertices[0].Subtasks[0].Inputs) != 0 {
+		t.Errorf("source has inputs")
+	}
+}
+
+func TestBuildBlockingAndMixed(t *testing.T) {
+	jg := job([]*pb.JobVertex{source("a", 2, 10), source("b", 1, 10), mapper("j", 2), sink("s", 1)},
+		blocking(fwd("a", "j")), all("b", "j"), blocking(all("j", "s")))
+	eg, err := BuildExecutionGraph(jg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j1 := FindVertex(eg, "j", 1)
+	if j1 == nil || len(j1.Inputs) != 2 {
+		t.Fatalf("j[1] inputs: %v", j1)
+	}
+	if in := j1.Inputs[0]; in.ResultId != "a->j" || in.PartitionIndex != 1 || in.SubpartitionIndex != 0 {
+		t.Errorf("j[1] forward input: %v", in)
+	}
+	if in := j1.Inputs[1]; in.ResultId != "b->j" || in.PartitionIndex != 0 || in.SubpartitionIndex != 1 {
+		t.Errorf("j[1] all-to-all input: %v", in)
+	}
+	if eg.Results[0].ResultType != pb.ResultType_RESULT_TYPE_BLOCKING || eg.Results[2].Partitions[1].NumSubpartitions != 1 {
+		t.Errorf("results: %v", eg.Results)
+	}
+}
+
+func attempt(ev *pb.ExecutionVertex, n int) {
+	ev.Current = &pb.Execution{
+		AttemptId:     fmt.Sprintf("%s-%d-%d", ev.VertexId, ev.SubtaskIndex, n),
+		AttemptNumber: int32(n),
+		State:         pb.ExecutionState_EXECUTION_STATE_SCHEDULED,
+		TmDataAddress: fmt.Sprintf("tm%d:1", ev.SubtaskIndex),
+	}
+}
+
+func TestExecGraphHelpersAndRefresh(t *testing.T) {
+	eg, err := BuildExecutionGraph(pipeline(2, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if FindJobVertex(eg, "map") == nil || FindJobVertex(eg, "nope") != nil {
+		t.Errorf("FindJobVertex")
+	}
+	if FindVertex(eg, "sink", 2) == nil || FindVertex(eg, "sink", 3) != nil || FindVertex(eg, "sink", -1) != nil {
+		t.Errorf("FindVertex bounds")
+	}
+	all := AllExecutions(eg)
+	if len(all) != 7 || all[0].VertexId != "src" || all[6].VertexId != "sink" || all[6].SubtaskIndex != 2 {
+		t.Fatalf("AllExecutions order: %d", len(all))
+	}
+	if n := len(CountByState(eg)); n != 0 {
+		t.Errorf("CountByState with no attempts = %d entries", n)
+	}
+	for _, ev := range all[:4] { // src and map
+		attempt(ev, 0)
+	}
+	RefreshProducers(eg)
+	before := fmt.Sprint(eg)
+	RefreshProducers(eg)
+	if fmt.Sprint(eg) != before {
+		t.Errorf("RefreshProducers is not idempotent")
+	}
+	if ev := FindAttempt(eg, "map-1-0"); ev == nil || ev.VertexId != "map" || ev.SubtaskIndex != 1 {
+		t.Errorf("FindAttempt = %v", ev)
+	}
+	if FindAttempt(eg, "") != nil || FindAttempt(eg, "zzz") != nil {
+		t.Errorf("FindAttempt of unknown id")
+	}
+	if c := CountByState(eg); c[pb.ExecutionState_EXECUTION_STATE_SCHEDULED] != 4 {
+		t.Errorf("CountByState = %v", c)
+	}
+	p := eg.Results[1].Partitions[1]
+	if p.ProducerAttemptId != "map-1-0" || p.DataAddress != "tm1:1" {
+		t.Errorf("partition producer: %v", p)
+	}
+	in := FindVertex(eg, "sink", 2).Inputs[1]
+	if in.ProducerAttemptId != "map-1-0" || in.ProducerDataAddress != "tm1:1" {
+		t.Errorf("channel producer: %v", in)
+	}
+	in = FindVertex(eg, "map", 0).Inputs[0]
+	if in.ProducerAttemptId != "src-0-0" {
+		t.Errorf("forward channel producer: %v", in)
+	}
+	// A new attempt replaces the producer everywhere; clearing it clears the descriptors.
+	attempt(FindVertex(eg, "map", 1), 1)
+	RefreshProducers(eg)
+	if got := FindVertex(eg, "sink", 0).Inputs[1].ProducerAttemptId; got != "map-1-1" {
+		t.Errorf("after new attempt: %q", got)
+	}
+	FindVertex(eg, "map", 1).Current = nil
+	RefreshProducers(eg)
+	if in := FindVertex(eg, "sink", 0).Inputs[1]; in.ProducerAttemptId != "" || in.ProducerDataAddress != "" {
+		t.Errorf("after clearing: %v", in)
+	}
+}

@@ -1,0 +1,131 @@
+package client
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/jmcluster/jmcluster/jepsen-style/checker"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// SubmitUntil submits job, retrying indeterminate failures until ctx ends; ALREADY_EXISTS
+// counts as success (an earlier try went through).
+func SubmitUntil(ctx context.Context, p *Pool, job *pb.JobGraph) error {
+	var last error
+	for i := 0; ; i++ {
+		node := p.nodes[i%len(p.nodes)]
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := p.Client(node).SubmitJob(cctx, &pb.SubmitJobRequest{JobGraph: job})
+		cancel()
+		if err == nil || status.Code(err) == codes.AlreadyExists {
+			return nil
+		}
+		last = err
+		if t, _ := Classify(err); t == "fail" {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return last
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// ConsistentRead reads a job from the leader (consistent), trying every JM until one answers
+// or ctx ends.
+func ConsistentRead(ctx context.Context, p *Pool, id string) (*pb.JobRecord, checker.FinalRead) {
+	var last error
+	for i := 0; ctx.Err() == nil; i++ {
+		node := p.nodes[i%len(p.nodes)]
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := p.Client(node).GetJob(cctx, &pb.GetJobRequest{JobId: id, Consistent: true})
+		cancel()
+		switch {
+		case err == nil:
+			return resp.GetJob(), checker.FinalRead{Found: true, Status: resp.GetJob().GetStatus().String()}
+		case status.Code(err) == codes.NotFound:
+			return nil, checker.FinalRead{Found: false}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	msg := "deadline"
+	if last != nil {
+		msg = last.Error()
+	}
+	return nil, checker.FinalRead{Err: msg}
+}
+
+// FinalReads reads every id consistently, a few at a time.
+func FinalReads(ctx context.Context, p *Pool, ids []string) map[string]checker.FinalRead {
+	out := map[string]checker.FinalRead{}
+	var mu sync.Mutex
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(id string) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_, fr := ConsistentRead(ctx, p, id)
+			mu.Lock()
+			out[id] = fr
+			mu.Unlock()
+		}(id)
+	}
+	wg.Wait()
+	return out
+}
+
+// HashRounds polls every JM's StateHash until one round has every JM at the same applied index,
+// then polls twice more, or until ctx ends.
+func HashRounds(ctx context.Context, p *Pool) []checker.HashRound {
+	var rounds []checker.HashRound
+	extra := -1
+	for ctx.Err() == nil && extra != 0 {
+		rd := checker.HashRound{Time: time.Now()}
+		for _, n := range p.Nodes() {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			resp, err := p.Operator(n).StateHash(cctx, &pb.StateHashRequest{})
+			cancel()
+			s := checker.HashSample{Node: n}
+			if err != nil {
+				s.Err = err.Error()
+			} else {
+				s.Hash, s.Applied = resp.GetHash(), resp.GetAppliedIndex()
+			}
+			rd.Samples = append(rd.Samples, s)
+		}
+		sort.Slice(rd.Samples, func(i, j int) bool { return rd.Samples[i].Node < rd.Samples[j].Node })
+		rounds = append(rounds, rd)
+		if extra > 0 {
+			extra--
+		} else if extra < 0 && sameApplied(rd) {
+			extra = 2
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(150 * time.Millisecond):
+		}
+	}
+	return rounds
+}
+
+func sameApplied(rd checker.HashRound) bool {
+	for _, s := range rd.Samples {
+		if s.Err != "" || s.Applied != rd.Samples[0].Applied {
+			return false
+		}
+	}
+	return len(rd.Samples) > 0
+}

@@ -1,0 +1,67 @@
+package client
+
+import (
+	"fmt"
+	"math/rand"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// SinkPathPattern is where the streaming job's checksum sink writes, relative to the TM's
+// work dir (TM processes run with their work dir as working directory).
+const SinkPathPattern = "checksum/{job}-{vertex}-{subtask}.json"
+
+// StreamParallelism is the parallelism of every vertex of the streaming job.
+const StreamParallelism = 2
+
+// NewJobID returns 32 lower-case hex characters drawn from rng. Clients choose ids themselves,
+// so an indeterminate submission can still be looked up.
+func NewJobID(rng *rand.Rand) string {
+	return fmt.Sprintf("%016x%016x", rng.Uint64(), rng.Uint64())
+}
+
+// StreamingJob is the job that runs throughout a run: an unbounded sequence source, a map and
+// a checksum sink joined by FORWARD pipelined edges, so every sink subtask receives exactly one
+// origin whose sequence numbers must be contiguous. Each subtask index is its own failover
+// region.
+func StreamingJob(id string) *pb.JobGraph {
+	fwd := func(a, b string) *pb.JobEdge {
+		return &pb.JobEdge{Source: a, Target: b, Distribution: pb.Distribution_DISTRIBUTION_FORWARD,
+			ResultType: pb.ResultType_RESULT_TYPE_PIPELINED}
+	}
+	return &pb.JobGraph{
+		JobId: id,
+		Name:  "jepsen-stream",
+		Type:  pb.JobType_JOB_TYPE_STREAMING,
+		Vertices: []*pb.JobVertex{
+			{Id: "source", Name: "source", Parallelism: StreamParallelism, Operator: &pb.Operator{Kind: &pb.Operator_SequenceSource{
+				SequenceSource: &pb.SequenceSource{RatePerSecond: 100, Keys: 4}}}},
+			{Id: "map", Name: "map", Parallelism: StreamParallelism, Operator: &pb.Operator{Kind: &pb.Operator_Map{
+				Map: &pb.MapOperator{Multiply: 1, Add: 1}}}},
+			{Id: "sink", Name: "sink", Parallelism: StreamParallelism, Operator: &pb.Operator{Kind: &pb.Operator_ChecksumSink{
+				ChecksumSink: &pb.ChecksumSink{Path: SinkPathPattern, FlushIntervalMs: 200}}}},
+		},
+		Edges:            []*pb.JobEdge{fwd("source", "map"), fwd("map", "sink")},
+		RestartStrategy:  &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_FIXED_DELAY, Attempts: 100, DelayMs: 1000},
+		FailoverStrategy: pb.FailoverStrategy_FAILOVER_STRATEGY_REGION,
+	}
+}
+
+// BoundedJob is a small job the generator submits: a source of a few dozen records at a low
+// rate (a couple of seconds of work, so some are still running when cancelled) into a log sink.
+func BoundedJob(id string, rng *rand.Rand) *pb.JobGraph {
+	count := int64(10 + rng.Intn(40))
+	return &pb.JobGraph{
+		JobId: id,
+		Name:  "jepsen-bounded",
+		Type:  pb.JobType_JOB_TYPE_BATCH,
+		Vertices: []*pb.JobVertex{
+			{Id: "source", Name: "source", Parallelism: 1, Operator: &pb.Operator{Kind: &pb.Operator_SequenceSource{
+				SequenceSource: &pb.SequenceSource{Count: count, RatePerSecond: 20}}}},
+			{Id: "sink", Name: "sink", Parallelism: 1, Operator: &pb.Operator{Kind: &pb.Operator_LogSink{LogSink: &pb.LogSink{}}}},
+		},
+		Edges: []*pb.JobEdge{{Source: "source", Target: "sink", Distribution: pb.Distribution_DISTRIBUTION_FORWARD,
+			ResultType: pb.ResultType_RESULT_TYPE_PIPELINED}},
+		RestartStrategy: &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_NONE},
+	}
+}

@@ -1,0 +1,148 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jmcluster/jmcluster/jepsen-style/checker"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// Observation is one JM's ClusterStatus answer (or its failure) at a time.
+type Observation struct {
+	Time        time.Time `json:"time"`
+	Node        string    `json:"node"`
+	Err         string    `json:"err,omitempty"`
+	LeaderID    string    `json:"leader_id,omitempty"`
+	Epoch       uint64    `json:"epoch,omitempty"`
+	RaftState   string    `json:"raft_state,omitempty"`
+	Reconciling bool      `json:"reconciling,omitempty"`
+	Applied     uint64    `json:"applied,omitempty"`
+}
+
+// IsLeader reports whether the observed node said it is the Raft leader.
+func (o Observation) IsLeader() bool {
+	return o.Err == "" && (strings.EqualFold(o.RaftState, "leader") || (o.LeaderID != "" && o.LeaderID == o.Node))
+}
+
+// Monitor polls every JM's ClusterStatus and the streaming job's status.
+type Monitor struct {
+	pool     *Pool
+	jobID    string
+	interval time.Duration
+	out      io.Writer
+
+	mu     sync.Mutex
+	obs    []Observation
+	status []checker.StatusSample
+}
+
+// NewMonitor polls every interval (0 means 250ms), logging observations as JSON lines to out
+// (may be nil).
+func NewMonitor(pool *Pool, jobID string, interval time.Duration, out io.Writer) *Monitor {
+	if interval <= 0 {
+		interval = 250 * time.Millisecond
+	}
+	return &Monitor{pool: pool, jobID: jobID, interval: interval, out: out}
+}
+
+// Run polls until ctx ends.
+func (m *Monitor) Run(ctx context.Context) {
+	t := time.NewTicker(m.interval)
+	defer t.Stop()
+	for {
+		m.Poll(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Poll takes one round of observations and returns them.
+func (m *Monitor) Poll(ctx context.Context) []Observation {
+	round := m.Status(ctx)
+	var sample *checker.StatusSample
+	for _, o := range round {
+		if o.Err != "" {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+		resp, err := m.pool.Client(o.Node).GetJob(cctx, &pb.GetJobRequest{JobId: m.jobID})
+		cancel()
+		if err == nil {
+			sample = &checker.StatusSample{Time: time.Now(), Status: resp.GetJob().GetStatus().String(), Node: o.Node}
+			break
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.obs = append(m.obs, round...)
+	if sample != nil {
+		m.status = append(m.status, *sample)
+	}
+	if m.out != nil {
+		for _, o := range round {
+			b, _ := json.Marshal(o)
+			_, _ = m.out.Write(append(b, '\n'))
+		}
+	}
+	return round
+}
+
+// Status asks every JM for its ClusterStatus, concurrently, with a short timeout.
+func (m *Monitor) Status(ctx context.Context) []Observation {
+	nodes := m.pool.Nodes()
+	out := make([]Observation, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func(i int, n string) {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+			defer cancel()
+			resp, err := m.pool.Client(n).ClusterStatus(cctx, &pb.ClusterStatusRequest{})
+			o := Observation{Time: time.Now(), Node: n}
+			if err != nil {
+				o.Err = err.Error()
+			} else {
+				o.LeaderID, o.Epoch, o.RaftState = resp.GetLeaderId(), resp.GetEpoch(), resp.GetRaftState()
+				o.Reconciling, o.Applied = resp.GetReconciling(), resp.GetAppliedIndex()
+			}
+			out[i] = o
+		}(i, n)
+	}
+	wg.Wait()
+	return out
+}
+
+// Leader asks every JM now and returns the node that says it is the leader with the highest
+// epoch, or "".
+func (m *Monitor) Leader(ctx context.Context) string {
+	best, epoch := "", uint64(0)
+	for _, o := range m.Status(ctx) {
+		if o.IsLeader() && (best == "" || o.Epoch > epoch) {
+			best, epoch = o.Node, o.Epoch
+		}
+	}
+	return best
+}
+
+// Observations returns every observation so far.
+func (m *Monitor) Observations() []Observation {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Observation(nil), m.obs...)
+}
+
+// JobStatuses returns the streaming job's status samples so far.
+func (m *Monitor) JobStatuses() []checker.StatusSample {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]checker.StatusSample(nil), m.status...)
+}

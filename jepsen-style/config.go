@@ -1,0 +1,122 @@
+package jepsen
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// Errors of a run.
+var (
+	// ErrUnsupported: the scenario needs something this machine lacks (tc netem for delay).
+	ErrUnsupported = errors.New("jepsen: scenario not supported here")
+	// ErrNotReady: the cluster or the streaming job did not come up.
+	ErrNotReady = errors.New("jepsen: cluster not ready")
+	// ErrInvalid: a checker failed.
+	ErrInvalid = errors.New("jepsen: run invalid")
+)
+
+// Config describes one run.
+type Config struct {
+	Scenario string
+	Seed     int64
+	// Duration of the fault phase; faults start after Warmup and end by Duration.
+	Duration time.Duration
+	Warmup   time.Duration
+	// Quiet is the time after heal-all during which clients keep running before the final phase.
+	Quiet time.Duration
+	// Grace bounds the wait for the streaming job to be RUNNING after heal.
+	Grace time.Duration
+	// ReportDeadline is passed to the JMs (--report-deadline).
+	ReportDeadline time.Duration
+	JMNode         string // path of the jmnode binary
+	RunsDir        string // runs/<runid>/ is created inside
+	RunID          string // generated when empty
+	Unsafe         []string
+	Clients        int
+	// Progress receives one line per step; nil means silent.
+	Progress func(format string, args ...any)
+}
+
+// DefaultConfig returns the settings of `jepsen run` without flags.
+func DefaultConfig() Config {
+	return Config{Duration: 60 * time.Second, Warmup: 5 * time.Second, Quiet: 10 * time.Second,
+		Grace: 30 * time.Second, ReportDeadline: 5 * time.Second, JMNode: "./bin/jmnode", RunsDir: "runs", Clients: 3}
+}
+
+// Validate checks the config and fills in defaults for zero values.
+func (c *Config) Validate() error {
+	def := DefaultConfig()
+	if c.Duration <= 0 {
+		c.Duration = def.Duration
+	}
+	if c.Warmup <= 0 {
+		c.Warmup = def.Warmup
+	}
+	if c.Quiet <= 0 {
+		c.Quiet = def.Quiet
+	}
+	if c.Grace <= 0 {
+		c.Grace = def.Grace
+	}
+	if c.ReportDeadline <= 0 {
+		c.ReportDeadline = def.ReportDeadline
+	}
+	if c.RunsDir == "" {
+		c.RunsDir = def.RunsDir
+	}
+	if c.Clients <= 0 {
+		c.Clients = def.Clients
+	}
+	if c.Progress == nil {
+		c.Progress = func(string, ...any) {}
+	}
+	if _, err := LookupScenario(c.Scenario); err != nil {
+		return err
+	}
+	for _, u := range c.Unsafe {
+		if _, ok := UnsafeSwitches[u]; !ok {
+			return fmt.Errorf("jepsen: unknown unsafe switch %q (known: %v)", u, unsafeNames())
+		}
+	}
+	path, err := filepath.Abs(c.JMNode)
+	if err != nil {
+		return err
+	}
+	if st, err := os.Stat(path); err != nil || st.IsDir() {
+		return fmt.Errorf("jepsen: jmnode binary %s not found (build it: make build)", path)
+	}
+	c.JMNode = path
+	if c.RunID == "" {
+		c.RunID = fmt.Sprintf("%s-s%d-%s", shortName(c.Scenario), c.Seed, time.Now().Format("150405"))
+	}
+	return nil
+}
+
+func unsafeNames() []string {
+	var out []string
+	for k := range UnsafeSwitches {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// shortName keeps run ids short: the scenario name cut to 12 characters.
+func shortName(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+func (c Config) env() []string {
+	var out []string
+	for _, u := range c.Unsafe {
+		out = append(out, UnsafeSwitches[u]+"=1")
+	}
+	return out
+}

@@ -1,0 +1,168 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+)
+
+// Target is the cluster the nemesis acts on. Node names are those of the View.
+type Target interface {
+	// Kill sends SIGKILL to the node's process and waits for it to exit.
+	Kill(node string) error
+	// Signal sends sig to the node's process.
+	Signal(node string, sig syscall.Signal) error
+	// Revive makes the node's process run again: SIGCONT when stopped, a restart with the same
+	// flags and data when it is not running. A running node is left alone.
+	Revive(ctx context.Context, node string) error
+	// Exec runs a command inside the node's network namespace.
+	Exec(ctx context.Context, node, name string, args ...string) (string, error)
+}
+
+// Executor applies and heals resolved faults on a Target.
+type Executor struct {
+	T   Target
+	Dev string // interface inside node namespaces (eth0)
+	// NetemAvailable is false on kernels without sch_netem: loss then falls back to a random
+	// iptables DROP and delay fails with ErrNetemUnavailable.
+	NetemAvailable bool
+}
+
+// Prepare creates the nemesis chain in every node namespace.
+func (e *Executor) Prepare(ctx context.Context, nodes []string) error {
+	for _, n := range nodes {
+		for _, args := range PrepareArgs() {
+			if _, err := e.T.Exec(ctx, n, "iptables", args...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Apply starts a resolved fault.
+func (e *Executor) Apply(ctx context.Context, a Action) error {
+	for _, n := range a.Kill {
+		if err := e.T.Kill(n); err != nil {
+			return err
+		}
+	}
+	for _, n := range a.Pause {
+		if err := e.T.Signal(n, syscall.SIGSTOP); err != nil {
+			return err
+		}
+	}
+	if err := e.applyGrudge(ctx, a.Grudge); err != nil {
+		return err
+	}
+	for _, n := range sortedNetem(a.Netem) {
+		if err := e.applyNetem(ctx, n, a.Netem[n]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AddressBook is implemented by targets that know node addresses (needed for grudges).
+type AddressBook interface{ IP(node string) string }
+
+func (e *Executor) applyGrudge(ctx context.Context, g Grudge) error {
+	if len(g) == 0 {
+		return nil
+	}
+	book, ok := e.T.(AddressBook)
+	if !ok {
+		return errors.New("nemesis: target has no addresses for a partition")
+	}
+	rules, err := Rules(g, book.IP)
+	if err != nil {
+		return err
+	}
+	for _, n := range sortedRules(rules) {
+		for _, args := range rules[n] {
+			if _, err := e.T.Exec(ctx, n, "iptables", args...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (e *Executor) applyNetem(ctx context.Context, node string, n Netem) error {
+	if e.NetemAvailable {
+		_, err := e.T.Exec(ctx, node, "tc", NetemArgs(e.Dev, n)...)
+		return err
+	}
+	if n.DelayMs > 0 {
+		return fmt.Errorf("%w (delay on %s)", ErrNetemUnavailable, node)
+	}
+	_, err := e.T.Exec(ctx, node, "iptables", LossFallbackArgs(n.LossPct)...)
+	return err
+}
+
+// Heal ends one fault: flushes the chain and clears netem on the nodes it touched, resumes
+// paused processes and restarts killed ones.
+func (e *Executor) Heal(ctx context.Context, a Action) error {
+	var errs []error
+	for _, n := range a.Nodes() {
+		errs = append(errs, e.clearNet(ctx, n))
+	}
+	for _, n := range append(append([]string(nil), a.Pause...), a.Kill...) {
+		errs = append(errs, e.T.Revive(ctx, n))
+	}
+	return errors.Join(errs...)
+}
+
+// HealAll clears every network fault and revives every cluster node.
+func (e *Executor) HealAll(ctx context.Context, netNodes, processNodes []string) error {
+	var errs []error
+	for _, n := range netNodes {
+		errs = append(errs, e.clearNet(ctx, n))
+	}
+	for _, n := range processNodes {
+		errs = append(errs, e.T.Revive(ctx, n))
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Executor) clearNet(ctx context.Context, node string) error {
+	_, err := e.T.Exec(ctx, node, "iptables", HealArgs()...)
+	if out, terr := e.T.Exec(ctx, node, "tc", NetemClearArgs(e.Dev)...); terr != nil && !noQdisc(out, terr) {
+		err = errors.Join(err, terr)
+	}
+	return err
+}
+
+// noQdisc recognises tc's complaint when there is no root qdisc to delete.
+func noQdisc(out string, err error) bool {
+	s := out + err.Error()
+	return strings.Contains(s, "Cannot delete qdisc with handle of zero") ||
+		strings.Contains(s, "No such file or directory") || strings.Contains(s, "Invalid handle")
+}
+
+// ProbeNetem reports whether tc netem works, by installing and removing it on node.
+func ProbeNetem(ctx context.Context, t Target, node, dev string) bool {
+	if _, err := t.Exec(ctx, node, "tc", NetemArgs(dev, Netem{DelayMs: 1})...); err != nil {
+		return false
+	}
+	_, _ = t.Exec(ctx, node, "tc", NetemClearArgs(dev)...)
+	return true
+}
+
+func sortedNetem(m map[string]Netem) []string {
+	set := map[string]bool{}
+	for k := range m {
+		set[k] = true
+	}
+	return sortedKeys(set)
+}
+
+func sortedRules(m map[string][][]string) []string {
+	set := map[string]bool{}
+	for k := range m {
+		set[k] = true
+	}
+	return sortedKeys(set)
+}

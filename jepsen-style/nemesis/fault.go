@@ -1,0 +1,118 @@
+// Package nemesis injects faults into a running cluster: kill -9 and restart, SIGSTOP and
+// SIGCONT, network partitions as grudges turned into iptables DROP rules inside the node
+// namespaces, and tc netem delay and loss. Faults follow a schedule generated from a seed.
+package nemesis
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Kind names a fault.
+type Kind string
+
+// The faults of the matrix.
+const (
+	KillJM           Kind = "kill-jm"           // kill -9 one JM (seeded pick), restart at the end
+	KillLeader       Kind = "kill-leader"       // kill -9 the current leader, restart at the end
+	KillTM           Kind = "kill-tm"           // kill -9 one TM, restart at the end
+	KillMajority     Kind = "kill-majority"     // kill -9 the leader and one more JM
+	PauseLeader      Kind = "pause-leader"      // SIGSTOP the leader, SIGCONT at the end
+	IsolateNode      Kind = "isolate-node"      // one node (JM or TM) cut from every other node
+	IsolateLeader    Kind = "isolate-leader"    // the leader cut from every other node
+	MajorityMinority Kind = "majority-minority" // JM plane split 2|1; TMs and client reach all JMs
+	Bridge           Kind = "bridge"            // JM plane a - b - c: a and c cannot talk, b sees both
+	MajoritiesRing   Kind = "majorities-ring"   // all six nodes; each sees a different majority
+	TMsFromLeader    Kind = "tms-from-leader"   // every TM cut from the leader, JMs intact
+	Delay            Kind = "netem-delay"       // tc netem delay on every JM
+	Loss             Kind = "netem-loss"        // tc netem loss on one JM
+)
+
+// AllKinds lists every fault kind, in matrix order.
+func AllKinds() []Kind {
+	return []Kind{KillJM, KillLeader, KillTM, KillMajority, PauseLeader, IsolateNode, IsolateLeader,
+		MajorityMinority, Bridge, MajoritiesRing, TMsFromLeader, Delay, Loss}
+}
+
+// Errors of the nemesis.
+var (
+	ErrUnknownKind = errors.New("nemesis: unknown fault kind")
+	ErrNoLeader    = errors.New("nemesis: no leader found")
+	// ErrNetemUnavailable: the kernel has no sch_netem; delay cannot be injected.
+	ErrNetemUnavailable = errors.New("nemesis: tc netem is not available in this kernel")
+)
+
+// ParseKind returns the kind with the given name.
+func ParseKind(s string) (Kind, error) {
+	for _, k := range AllKinds() {
+		if string(k) == s {
+			return k, nil
+		}
+	}
+	return "", fmt.Errorf("%w: %q", ErrUnknownKind, s)
+}
+
+// Fault is one scheduled fault: it starts At after the run began and is healed Length later.
+type Fault struct {
+	Index  int           `json:"index"`
+	Kind   Kind          `json:"kind"`
+	At     time.Duration `json:"at"`
+	Length time.Duration `json:"length"`
+	// Pick seeds every choice the fault makes when it is resolved (which node, which split).
+	Pick int64 `json:"pick"`
+}
+
+// End is when the fault is healed, relative to the run's start.
+func (f Fault) End() time.Duration { return f.At + f.Length }
+
+// Netem is a tc netem setting for one node's interface.
+type Netem struct {
+	DelayMs  int `json:"delay_ms,omitempty"`
+	JitterMs int `json:"jitter_ms,omitempty"`
+	LossPct  int `json:"loss_pct,omitempty"`
+}
+
+// Action is a fault resolved against the cluster as it is when the fault starts.
+type Action struct {
+	Fault  Fault            `json:"fault"`
+	Kill   []string         `json:"kill,omitempty"`
+	Pause  []string         `json:"pause,omitempty"`
+	Grudge Grudge           `json:"grudge,omitempty"`
+	Netem  map[string]Netem `json:"netem,omitempty"`
+	// Leader is the leader when the fault was resolved ("" when none was found).
+	Leader string `json:"leader,omitempty"`
+}
+
+// Nodes lists every node the action touches, sorted.
+func (a Action) Nodes() []string {
+	set := map[string]bool{}
+	for _, n := range a.Kill {
+		set[n] = true
+	}
+	for _, n := range a.Pause {
+		set[n] = true
+	}
+	for n, from := range a.Grudge {
+		set[n] = true
+		for _, m := range from {
+			set[m] = true
+		}
+	}
+	for n := range a.Netem {
+		set[n] = true
+	}
+	return sortedKeys(set)
+}
+
+// AffectedTMs lists the TMs the action touches: killed, paused, slowed, or with a link cut
+// (in either direction). A fault with no affected TM touches only JMs.
+func (a Action) AffectedTMs(isTM func(string) bool) []string {
+	set := map[string]bool{}
+	for _, n := range a.Nodes() {
+		if isTM(n) {
+			set[n] = true
+		}
+	}
+	return sortedKeys(set)
+}

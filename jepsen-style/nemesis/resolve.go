@@ -1,0 +1,125 @@
+package nemesis
+
+import (
+	"fmt"
+	"math/rand"
+	"sort"
+)
+
+// View is what the nemesis knows of the cluster when a fault starts.
+type View struct {
+	JMs    []string // jm1..jm3
+	TMs    []string // tm1..tm3
+	Client string   // the client node; it is cut only by faults that isolate a node from all
+	Leader string   // current leader, "" when unknown
+}
+
+func (v View) cluster() []string { return append(append([]string(nil), v.JMs...), v.TMs...) }
+
+func (v View) all() []string {
+	out := v.cluster()
+	if v.Client != "" {
+		out = append(out, v.Client)
+	}
+	return out
+}
+
+// Resolve turns a scheduled fault into concrete targets. Every choice comes from f.Pick, so the
+// same fault and view always resolve the same way. Faults aimed at the leader need v.Leader.
+func Resolve(f Fault, v View) (Action, error) {
+	rng := rand.New(rand.NewSource(f.Pick))
+	a := Action{Fault: f, Leader: v.Leader}
+	pickOf := func(list []string) string { return list[rng.Intn(len(list))] }
+	needLeader := func() (string, error) {
+		if v.Leader == "" {
+			return "", fmt.Errorf("%w: %s", ErrNoLeader, f.Kind)
+		}
+		return v.Leader, nil
+	}
+	others := func(except string) []string {
+		var out []string
+		for _, n := range v.JMs {
+			if n != except {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	switch f.Kind {
+	case KillJM:
+		a.Kill = []string{pickOf(v.JMs)}
+	case KillLeader:
+		l, err := needLeader()
+		if err != nil {
+			return a, err
+		}
+		a.Kill = []string{l}
+	case KillTM:
+		a.Kill = []string{pickOf(v.TMs)}
+	case KillMajority:
+		l, err := needLeader()
+		if err != nil {
+			return a, err
+		}
+		a.Kill = []string{l, pickOf(others(l))}
+		sort.Strings(a.Kill)
+	case PauseLeader:
+		l, err := needLeader()
+		if err != nil {
+			return a, err
+		}
+		a.Pause = []string{l}
+	case IsolateNode:
+		a.Grudge = Isolate(pickOf(v.cluster()), v.all())
+	case IsolateLeader:
+		l, err := needLeader()
+		if err != nil {
+			return a, err
+		}
+		a.Grudge = Isolate(l, v.all())
+	case MajorityMinority:
+		jms := shuffled(rng, v.JMs)
+		minority := jms[:len(jms)/2]
+		a.Grudge = Partition(minority, jms[len(jms)/2:])
+	case Bridge:
+		jms := shuffled(rng, v.JMs)
+		if len(jms) < 3 {
+			return a, fmt.Errorf("nemesis: bridge needs three JMs, have %d", len(jms))
+		}
+		a.Grudge = BridgeOf(jms[0], jms[1], jms[2])
+	case MajoritiesRing:
+		a.Grudge = Ring(shuffled(rng, v.cluster()))
+	case TMsFromLeader:
+		l, err := needLeader()
+		if err != nil {
+			return a, err
+		}
+		a.Grudge = Partition([]string{l}, v.TMs)
+	case Delay:
+		a.Netem = map[string]Netem{}
+		d := Netem{DelayMs: 50 + rng.Intn(150), JitterMs: 10 + rng.Intn(40)}
+		for _, n := range v.JMs {
+			a.Netem[n] = d
+		}
+	case Loss:
+		a.Netem = map[string]Netem{pickOf(v.JMs): {LossPct: 10 + rng.Intn(21)}}
+	default:
+		return a, fmt.Errorf("%w: %q", ErrUnknownKind, f.Kind)
+	}
+	return a, nil
+}
+
+func shuffled(rng *rand.Rand, in []string) []string {
+	out := append([]string(nil), in...)
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+func sortedKeys(set map[string]bool) []string {
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,162 @@
+// Package netns builds and tears down the network the fault-injection suite runs in: one Linux
+// network namespace per node, all linked through a bridge that lives in a namespace of its own.
+// The host's network namespace is never changed: every command is `ip -n NS ...` or
+// `ip netns exec NS ...`, and veth pairs are created inside the bridge namespace and their peer
+// end moved straight into the node namespace.
+package netns
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Prefix starts the name of every namespace the suite creates; `jepsen clean` deletes every
+// namespace carrying it.
+const Prefix = "jmc-"
+
+// Subnet is the documented address range of every run: 10.77.0.0/24. The bridge namespace has
+// no address; node namespaces get fixed host numbers (see DefaultNodes).
+const Subnet = "10.77.0.0/24"
+
+// BridgeDevice is the bridge's name inside the bridge namespace; NodeDevice is the interface
+// name of a node's veth end inside its own namespace.
+const (
+	BridgeDevice = "br0"
+	NodeDevice   = "eth0"
+)
+
+// ErrBadRunID is returned for run ids that would make unsafe or overlong names.
+var ErrBadRunID = errors.New("netns: run id must be 1-40 characters of [a-z0-9-]")
+
+// Node is one namespace on the bridge.
+type Node struct {
+	Name string // short name: jm1, tm2, cl
+	Host int    // last octet in 10.77.0.0/24
+}
+
+// IP returns the node's address.
+func (n Node) IP() string { return fmt.Sprintf("10.77.0.%d", n.Host) }
+
+// DefaultNodes is the topology of every run: three JobMasters (.11-.13), three TaskManagers
+// (.21-.23) and the client namespace (.2).
+func DefaultNodes() []Node {
+	return []Node{
+		{Name: "jm1", Host: 11}, {Name: "jm2", Host: 12}, {Name: "jm3", Host: 13},
+		{Name: "tm1", Host: 21}, {Name: "tm2", Host: 22}, {Name: "tm3", Host: 23},
+		{Name: "cl", Host: 2},
+	}
+}
+
+// Topology names the namespaces of one run.
+type Topology struct {
+	RunID string
+	Nodes []Node
+}
+
+// NewTopology validates the run id and returns the default topology for it.
+func NewTopology(runID string) (*Topology, error) {
+	if err := ValidRunID(runID); err != nil {
+		return nil, err
+	}
+	return &Topology{RunID: runID, Nodes: DefaultNodes()}, nil
+}
+
+// ValidRunID checks that a run id is safe inside namespace names and command lines.
+func ValidRunID(runID string) error {
+	if len(runID) == 0 || len(runID) > 40 {
+		return ErrBadRunID
+	}
+	for _, r := range runID {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return ErrBadRunID
+		}
+	}
+	return nil
+}
+
+// Marker is the string every process of the run carries in its command line (node directories
+// are named after their namespace), used to find leftovers after a crash.
+func (t *Topology) Marker() string { return Prefix + t.RunID + "-" }
+
+// NS returns the namespace name of a node.
+func (t *Topology) NS(node string) string { return t.Marker() + node }
+
+// BridgeNS returns the name of the namespace holding the bridge.
+func (t *Topology) BridgeNS() string { return t.Marker() + "br" }
+
+// Node returns the node with the given name.
+func (t *Topology) Node(name string) (Node, bool) {
+	for _, n := range t.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// IP returns a node's address, or "" for an unknown node.
+func (t *Topology) IP(name string) string {
+	n, ok := t.Node(name)
+	if !ok {
+		return ""
+	}
+	return n.IP()
+}
+
+// Namespaces lists every namespace of the run, the bridge first.
+func (t *Topology) Namespaces() []string {
+	out := []string{t.BridgeNS()}
+	for _, n := range t.Nodes {
+		out = append(out, t.NS(n.Name))
+	}
+	return out
+}
+
+// vethName is the bridge-side name of a node's veth pair (at most 15 bytes).
+func vethName(node string) string { return "v-" + node }
+
+// SetupCommands returns, in order, the argument lists of the `ip` commands that build the run's
+// network. Every one names a namespace (-n) so none touches the host's.
+func (t *Topology) SetupCommands() [][]string {
+	br := t.BridgeNS()
+	var cmds [][]string
+	for _, ns := range t.Namespaces() {
+		cmds = append(cmds, []string{"netns", "add", ns})
+	}
+	cmds = append(cmds,
+		[]string{"-n", br, "link", "set", "lo", "up"},
+		[]string{"-n", br, "link", "add", BridgeDevice, "type", "bridge"},
+		[]string{"-n", br, "link", "set", BridgeDevice, "up"},
+	)
+	for _, n := range t.Nodes {
+		ns, v := t.NS(n.Name), vethName(n.Name)
+		cmds = append(cmds,
+			[]string{"-n", br, "link", "add", v, "type", "veth", "peer", "name", NodeDevice, "netns", ns},
+			[]string{"-n", br, "link", "set", v, "master", BridgeDevice},
+			[]string{"-n", br, "link", "set", v, "up"},
+			[]string{"-n", ns, "link", "set", "lo", "up"},
+			[]string{"-n", ns, "addr", "add", n.IP() + "/24", "dev", NodeDevice},
+			[]string{"-n", ns, "link", "set", NodeDevice, "up"},
+		)
+	}
+	return cmds
+}
+
+// RunNamespaces filters a namespace listing down to the names the suite owns, sorted.
+// With runID "" every name with Prefix is returned, otherwise only that run's.
+func RunNamespaces(listing []string, runID string) []string {
+	want := Prefix
+	if runID != "" {
+		want = Prefix + runID + "-"
+	}
+	var out []string
+	for _, name := range listing {
+		if strings.HasPrefix(name, want) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,77 @@
+// Package jepsen runs jmcluster under a nemesis in the manner of Jepsen: three JobMasters and
+// three TaskManagers as real processes, each in its own network namespace; clients in a
+// namespace of their own submit, cancel and read jobs while a streaming job with a checksum sink
+// runs throughout; faults follow a seeded schedule; checkers judge the recorded history, the
+// TMs' task event logs, the FSM hashes and the sink files; a report is written per run.
+package jepsen
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/jmcluster/jmcluster/jepsen-style/nemesis"
+)
+
+// ErrUnknownScenario is returned for a scenario name not in the matrix.
+var ErrUnknownScenario = errors.New("jepsen: unknown scenario")
+
+// Scenario is one row of the fault matrix: the fault kinds its schedule draws from.
+type Scenario struct {
+	Name        string
+	Kinds       []nemesis.Kind
+	Description string
+}
+
+// Scenarios is the fault matrix: one scenario per fault kind, plus "mixed" drawing from all.
+func Scenarios() []Scenario {
+	desc := map[nemesis.Kind]string{
+		nemesis.KillJM:           "kill -9 one JM (seeded pick), restart it",
+		nemesis.KillLeader:       "kill -9 the leader JM, restart it",
+		nemesis.KillTM:           "kill -9 one TM, restart it",
+		nemesis.KillMajority:     "kill -9 the leader and a second JM, restart both",
+		nemesis.PauseLeader:      "SIGSTOP the leader, SIGCONT it",
+		nemesis.IsolateNode:      "cut one node (JM or TM) from every other node",
+		nemesis.IsolateLeader:    "cut the leader from every other node",
+		nemesis.MajorityMinority: "split the JMs 2|1; TMs and clients still reach every JM",
+		nemesis.Bridge:           "JMs a-b-c: a and c cannot talk, b talks to both",
+		nemesis.MajoritiesRing:   "all six nodes on a ring, each seeing a different majority",
+		nemesis.TMsFromLeader:    "cut every TM from the leader; the JMs stay connected",
+		nemesis.Delay:            "tc netem delay (50-200 ms, jitter) on every JM",
+		nemesis.Loss:             "tc netem loss (10-30%) on one JM",
+	}
+	var out []Scenario
+	for _, k := range nemesis.AllKinds() {
+		out = append(out, Scenario{Name: string(k), Kinds: []nemesis.Kind{k}, Description: desc[k]})
+	}
+	out = append(out, Scenario{Name: "mixed", Kinds: nemesis.AllKinds(), Description: "every fault kind, one after another"})
+	return out
+}
+
+// ShortScenarios are the scenarios of `jepsen short` (and `make jepsen-short`).
+func ShortScenarios() []string {
+	return []string{"kill-leader", "pause-leader", "isolate-leader", "majority-minority"}
+}
+
+// LookupScenario finds a scenario by name.
+func LookupScenario(name string) (Scenario, error) {
+	for _, s := range Scenarios() {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	var names []string
+	for _, s := range Scenarios() {
+		names = append(names, s.Name)
+	}
+	sort.Strings(names)
+	return Scenario{}, fmt.Errorf("%w %q (known: %v)", ErrUnknownScenario, name, names)
+}
+
+// UnsafeSwitches maps the names accepted by --unsafe to the environment of deliberately
+// broken builds.
+var UnsafeSwitches = map[string]string{
+	"no-fencing":          "JMNODE_UNSAFE_DISABLE_FENCING",
+	"early-gate":          "JMNODE_UNSAFE_EARLY_GATE",
+	"restart-on-failover": "JMNODE_UNSAFE_RESTART_ON_FAILOVER",
+}

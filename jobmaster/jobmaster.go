@@ -1,0 +1,290 @@
+// Package jobmaster is the active JobMaster: the leader-only work of a JM replica. It owns the
+// TaskManager registry, the RPC gate, slot allocation, deployment under the write-ahead rule,
+// failover and cancellation. Every decision reads the committed state (fsm) and every intent is
+// committed through Raft before it is acted on.
+package jobmaster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/jmcluster/jmcluster/fsm"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// Sentinel errors of the active JobMaster.
+var (
+	// ErrNotLeader: the call needs the established leader and this node is not it.
+	ErrNotLeader = errors.New("jobmaster: not the established leader")
+	// ErrReconciling: the RPC gate is closed while the leader reconciles.
+	ErrReconciling = errors.New("jobmaster: leader is reconciling")
+)
+
+// Raft is what the JobMaster needs of the Raft node (cluster.Node implements it).
+type Raft interface {
+	Apply(ctx context.Context, cmd []byte) (*fsm.Result, error)
+	ID() string
+	GRPCAddr() string
+	IsLeader() bool
+	LeaderGRPCAddr(ctx context.Context) (id, addr string, err error)
+}
+
+// Reconciler runs the reconciliation protocol when a node becomes leader, before the gate
+// opens (package reconcile implements it). It returns once the reconciled graph is committed.
+type Reconciler interface {
+	Reconcile(ctx context.Context, epoch uint64) error
+}
+
+// Config of the active JobMaster. Zero values mean the defaults.
+type Config struct {
+	// HeartbeatInterval is the interval TMs are told to heartbeat at (default 1s).
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout declares a TM lost when it has not heartbeated for this long (default 10s).
+	HeartbeatTimeout time.Duration
+	// RetryAfter is the delay the gate's refusal suggests (default 200ms).
+	RetryAfter time.Duration
+	// RPCTimeout bounds every JM -> TM call (default 5s).
+	RPCTimeout time.Duration
+	// TickInterval drives timeouts, pending deployments and restarts (default 200ms).
+	TickInterval time.Duration
+	// MaxBatch is the most execution-state updates committed in one Raft entry (default 1000).
+	MaxBatch int
+	Logger   hclog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = time.Second
+	}
+	if c.HeartbeatTimeout <= 0 {
+		c.HeartbeatTimeout = 10 * time.Second
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = 200 * time.Millisecond
+	}
+	if c.RPCTimeout <= 0 {
+		c.RPCTimeout = 5 * time.Second
+	}
+	if c.TickInterval <= 0 {
+		c.TickInterval = 200 * time.Millisecond
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 1000
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+}
+
+// JobMaster is created on every JM replica; it becomes active when the node establishes
+// leadership (cluster calls EstablishLeadership) and goes passive when it is revoked.
+type JobMaster struct {
+	cfg   Config
+	raft  Raft
+	state *fsm.FSM
+	log   hclog.Logger
+	tms   *Registry
+
+	reconciler Reconciler
+	gateOpen   atomic.Bool
+	// earlyGate opens the gate before reconciliation commits (JMNODE_UNSAFE_EARLY_GATE, for
+	// the checkers' self-tests only).
+	earlyGate atomic.Bool
+
+	mu     sync.Mutex
+	term   *term // nil while not the established leader
+	closed bool
+}
+
+// New creates a passive JobMaster.
+func New(cfg Config, raft Raft, state *fsm.FSM) *JobMaster {
+	cfg.setDefaults()
+	jm := &JobMaster{
+		cfg:   cfg,
+		raft:  raft,
+		state: state,
+		log:   cfg.Logger.Named("jobmaster"),
+	}
+	jm.tms = newRegistry(jm.log, cfg.RPCTimeout)
+	return jm
+}
+
+// SetRaft sets the Raft node (it is created after the JobMaster, which is its leader hook).
+func (jm *JobMaster) SetRaft(r Raft) { jm.raft = r }
+
+// SetReconciler installs the reconciliation run at the start of every term.
+func (jm *JobMaster) SetReconciler(r Reconciler) { jm.reconciler = r }
+
+// SetUnsafeEarlyGate opens the gate before reconciliation commits. Only for proving that the
+// fault-injection checkers catch it; never set in production.
+func (jm *JobMaster) SetUnsafeEarlyGate(on bool) { jm.earlyGate.Store(on) }
+
+// Registry returns the TaskManager registry (shared with reconcile and the HTTP views).
+func (jm *JobMaster) Registry() *Registry { return jm.tms }
+
+// State returns the replicated state this JobMaster reads.
+func (jm *JobMaster) State() *fsm.FSM { return jm.state }
+
+// Config returns the effective configuration.
+func (jm *JobMaster) Config() Config { return jm.cfg }
+
+// Epoch is the epoch of the current term, or 0 when not the established leader.
+func (jm *JobMaster) Epoch() uint64 {
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	if jm.term == nil {
+		return 0
+	}
+	return jm.term.epoch
+}
+
+// Active reports whether this node is the established leader.
+func (jm *JobMaster) Active() bool { return jm.Epoch() != 0 }
+
+// Reconciling reports whether this node is the leader with its RPC gate closed.
+func (jm *JobMaster) Reconciling() bool { return jm.Active() && !jm.gateOpen.Load() }
+
+// EstablishLeadership is called by the cluster's leader loop after EstablishLeadership{epoch}
+// is committed. It closes the gate, reconciles, opens the gate and starts the scheduler. An
+// error makes the node step down.
+func (jm *JobMaster) EstablishLeadership(ctx context.Context, epoch uint64) error {
+	jm.gateOpen.Store(false)
+	t := newTerm(ctx, jm, epoch)
+	jm.mu.Lock()
+	if jm.closed {
+		jm.mu.Unlock()
+		return errors.New("jobmaster: shut down")
+	}
+	jm.term = t
+	jm.mu.Unlock()
+	jm.log.Info("leadership established; gate closed", "epoch", epoch)
+
+	if jm.earlyGate.Load() {
+		jm.log.Warn("UNSAFE: gate opened before reconciliation commits", "epoch", epoch)
+		jm.gateOpen.Store(true)
+		t.start()
+	}
+	if jm.reconciler != nil {
+		if err := jm.reconciler.Reconcile(ctx, epoch); err != nil {
+			jm.revoke(t)
+			return fmt.Errorf("reconciliation at epoch %d: %w", epoch, err)
+		}
+	}
+	if !jm.earlyGate.Load() {
+		jm.gateOpen.Store(true)
+		t.start()
+	}
+	jm.log.Info("gate open", "epoch", epoch)
+	return nil
+}
+
+// RevokeLeadership stops every leader-only activity; called when leadership is lost.
+func (jm *JobMaster) RevokeLeadership() {
+	jm.mu.Lock()
+	t := jm.term
+	jm.mu.Unlock()
+	if t != nil {
+		jm.revoke(t)
+	}
+}
+
+func (jm *JobMaster) revoke(t *term) {
+	jm.gateOpen.Store(false)
+	jm.mu.Lock()
+	if jm.term == t {
+		jm.term = nil
+	}
+	jm.mu.Unlock()
+	t.stop()
+	jm.log.Info("leadership revoked", "epoch", t.epoch)
+}
+
+// Shutdown stops the JobMaster for good.
+func (jm *JobMaster) Shutdown() {
+	jm.mu.Lock()
+	jm.closed = true
+	jm.mu.Unlock()
+	jm.RevokeLeadership()
+	jm.tms.close()
+}
+
+// currentTerm returns the active term or an error explaining why there is none.
+func (jm *JobMaster) currentTerm() (*term, error) {
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	if jm.term == nil {
+		return nil, ErrNotLeader
+	}
+	return jm.term, nil
+}
+
+// openTerm returns the active term when the gate is open.
+func (jm *JobMaster) openTerm() (*term, error) {
+	t, err := jm.currentTerm()
+	if err != nil {
+		return nil, err
+	}
+	if !jm.gateOpen.Load() {
+		return nil, ErrReconciling
+	}
+	return t, nil
+}
+
+// Commit encodes and commits one command, returning the applier's value. A domain error of
+// the applier is returned as the error.
+func (jm *JobMaster) Commit(ctx context.Context, t pb.CommandType, m proto.Message) (*fsm.Result, error) {
+	data, err := fsm.Encode(t, m)
+	if err != nil {
+		return nil, err
+	}
+	res, err := jm.raft.Apply(ctx, data)
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return res, res.Err
+	}
+	return res, nil
+}
+
+// Kick asks the scheduler to look at a job again (after a submit or cancel was committed).
+func (jm *JobMaster) Kick(jobID string) {
+	if t, err := jm.currentTerm(); err == nil {
+		t.kick(jobID)
+	}
+}
+
+func nowMillis() int64 { return time.Now().UnixMilli() }
+
+// NodeID is this replica's id.
+func (jm *JobMaster) NodeID() string { return jm.raft.ID() }
+
+// GRPCAddr is this replica's advertised gRPC address.
+func (jm *JobMaster) GRPCAddr() string { return jm.raft.GRPCAddr() }
+
+// Logger returns the JobMaster's logger.
+func (jm *JobMaster) Logger() hclog.Logger { return jm.log }
+
+// CancelOnTM asks a TM to cancel an attempt, fenced with epoch. Used for attempts the graph does
+// not own (reconciliation's conflict rules); nothing is committed for them.
+func (jm *JobMaster) CancelOnTM(ctx context.Context, epoch uint64, addr, jobID, attemptID string) error {
+	return jm.tms.Call(ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
+		_, err := c.CancelTask(ctx, &pb.CancelTaskRequest{Epoch: epoch, JobId: jobID, AttemptId: attemptID})
+		return err
+	})
+}
+
+// AcknowledgeTerminal tells a TM that the terminal states of these attempts are committed.
+func (jm *JobMaster) AcknowledgeTerminal(ctx context.Context, epoch uint64, addr string, attemptIDs []string) error {
+	return jm.tms.Call(ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
+		_, err := c.AcknowledgeTerminal(ctx, &pb.AcknowledgeTerminalRequest{Epoch: epoch, AttemptIds: attemptIDs})
+		return err
+	})
+}

@@ -1,0 +1,201 @@
+package jobmaster
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// TaskManager is what the leader knows of one TM.
+type TaskManager struct {
+	ID       string
+	GRPCAddr string
+	DataAddr string
+	Slots    int32
+	// LastSeen is the time of the last heartbeat or registration (zero when only gossip knows it).
+	LastSeen time.Time
+	// Gossip is the TM's gossip state: "alive", "suspect", "dead", "left" or "" when unknown.
+	Gossip string
+	// Lost is set once the leader has declared the TM lost (its executions failed).
+	Lost bool
+}
+
+// Registry is the set of known TMs and a cached gRPC client per TM. It is fed by
+// registrations, heartbeats and gossip; it is volatile (rebuilt by every new leader).
+type Registry struct {
+	log     hclog.Logger
+	timeout time.Duration
+
+	mu    sync.Mutex
+	tms   map[string]*TaskManager
+	conns map[string]*grpc.ClientConn // by address
+}
+
+func newRegistry(log hclog.Logger, timeout time.Duration) *Registry {
+	return &Registry{log: log.Named("registry"), timeout: timeout, tms: map[string]*TaskManager{}, conns: map[string]*grpc.ClientConn{}}
+}
+
+// Upsert records a TM's addresses; seen marks a direct contact (registration or heartbeat).
+func (r *Registry) Upsert(id, grpcAddr, dataAddr string, slots int32, seen bool) *TaskManager {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tm := r.tms[id]
+	if tm == nil {
+		tm = &TaskManager{ID: id}
+		r.tms[id] = tm
+	}
+	if grpcAddr != "" {
+		tm.GRPCAddr = grpcAddr
+	}
+	if dataAddr != "" {
+		tm.DataAddr = dataAddr
+	}
+	if slots > 0 {
+		tm.Slots = slots
+	}
+	if seen {
+		tm.LastSeen = time.Now()
+		tm.Lost = false
+	}
+	return tm
+}
+
+// SetGossip records the TM's gossip state.
+func (r *Registry) SetGossip(id, state string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if tm := r.tms[id]; tm != nil {
+		tm.Gossip = state
+		if state == "alive" {
+			tm.Lost = false
+		}
+	}
+}
+
+// Touch records a heartbeat; it returns false when the TM is unknown.
+func (r *Registry) Touch(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tm := r.tms[id]
+	if tm == nil || tm.GRPCAddr == "" {
+		return false
+	}
+	tm.LastSeen = time.Now()
+	tm.Lost = false
+	return true
+}
+
+// MarkLost flags a TM as lost and reports whether it was not already.
+func (r *Registry) MarkLost(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tm := r.tms[id]
+	if tm == nil || tm.Lost {
+		return false
+	}
+	tm.Lost = true
+	return true
+}
+
+// Get returns a copy of one TM.
+func (r *Registry) Get(id string) (TaskManager, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tm := r.tms[id]
+	if tm == nil {
+		return TaskManager{}, false
+	}
+	return *tm, true
+}
+
+// List returns copies of every TM, sorted by id.
+func (r *Registry) List() []TaskManager {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]TaskManager, 0, len(r.tms))
+	for _, tm := range r.tms {
+		out = append(out, *tm)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Usable returns the TMs a new attempt may be placed on: known address, not lost, not dead by
+// gossip, and seen directly within maxSilence.
+func (r *Registry) Usable(maxSilence time.Duration) []TaskManager {
+	now := time.Now()
+	var out []TaskManager
+	for _, tm := range r.List() {
+		if tm.Lost || tm.GRPCAddr == "" || tm.Slots <= 0 || tm.Gossip == "dead" || tm.Gossip == "left" {
+			continue
+		}
+		if tm.LastSeen.IsZero() || now.Sub(tm.LastSeen) > maxSilence {
+			continue
+		}
+		out = append(out, tm)
+	}
+	return out
+}
+
+// Client returns a TaskManagerService client for a TM address.
+func (r *Registry) Client(addr string) (pb.TaskManagerServiceClient, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cc := r.conns[addr]
+	if cc == nil {
+		var err error
+		cc, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, err
+		}
+		r.conns[addr] = cc
+	}
+	return pb.NewTaskManagerServiceClient(cc), nil
+}
+
+// Forget drops a cached connection (after the TM at that address died).
+func (r *Registry) Forget(addr string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cc := r.conns[addr]; cc != nil {
+		_ = cc.Close()
+		delete(r.conns, addr)
+	}
+}
+
+// Call runs fn against the TM at addr with the registry's RPC timeout.
+func (r *Registry) Call(ctx context.Context, addr string, fn func(context.Context, pb.TaskManagerServiceClient) error) error {
+	c, err := r.Client(addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	return fn(ctx, c)
+}
+
+func (r *Registry) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for addr, cc := range r.conns {
+		_ = cc.Close()
+		delete(r.conns, addr)
+	}
+}
+
+// Stream runs fn against the TM at addr without the per-call timeout (for streamed reports,
+// bounded by ctx).
+func (r *Registry) Stream(ctx context.Context, addr string, fn func(context.Context, pb.TaskManagerServiceClient) error) error {
+	c, err := r.Client(addr)
+	if err != nil {
+		return err
+	}
+	return fn(ctx, c)
+}

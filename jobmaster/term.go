@@ -1,0 +1,187 @@
+package jobmaster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"time"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// term is one leadership term of this node: its epoch, its goroutines and the volatile
+// bookkeeping that only makes sense while this node leads. Everything it decides is read from
+// the committed state; what it keeps here is only "what have I already sent in this term".
+type term struct {
+	jm     *JobMaster
+	epoch  uint64
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	kicks   chan string
+	batch   *batcher
+	started sync.Once
+
+	mu         sync.Mutex
+	cancelSent map[string]bool      // attempt ids a CancelTask was sent for
+	submitting map[string]bool      // attempt ids whose SubmitTask is in flight
+	missing    map[string]int       // consecutive heartbeats an expected attempt was absent from
+	restartAt  map[string]time.Time // region key -> not before (restart delay)
+	waiting    map[string]string    // job id -> why a deployment waits (logged once)
+}
+
+func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
+	ctx, cancel := context.WithCancel(parent)
+	t := &term{
+		jm: jm, epoch: epoch, ctx: ctx, cancel: cancel,
+		kicks:      make(chan string, 1024),
+		cancelSent: map[string]bool{},
+		submitting: map[string]bool{},
+		missing:    map[string]int{},
+		restartAt:  map[string]time.Time{},
+		waiting:    map[string]string{},
+	}
+	t.batch = newBatcher(t)
+	// The batcher serves reconciliation too, so it runs from the start of the term.
+	t.wg.Add(1)
+	go func() { defer t.wg.Done(); t.batch.run() }()
+	return t
+}
+
+// start launches the scheduler loop (once the gate opens).
+func (t *term) start() {
+	t.started.Do(func() {
+		// Every TM gets a fresh heartbeat deadline in a new term.
+		for _, tm := range t.jm.tms.List() {
+			if tm.GRPCAddr != "" {
+				t.jm.tms.Touch(tm.ID)
+			}
+		}
+		t.wg.Add(1)
+		go func() { defer t.wg.Done(); t.loop() }()
+		t.kick("")
+	})
+}
+
+func (t *term) stop() {
+	t.cancel()
+	t.wg.Wait()
+}
+
+// kick schedules a look at one job ("" means every job).
+func (t *term) kick(jobID string) {
+	select {
+	case t.kicks <- jobID:
+	default:
+		// The queue is full: a full pass on the next tick covers it.
+	}
+}
+
+func (t *term) loop() {
+	tick := time.NewTicker(t.jm.cfg.TickInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case id := <-t.kicks:
+			ids := map[string]bool{id: true}
+			// Coalesce whatever else is queued.
+		drain:
+			for {
+				select {
+				case more := <-t.kicks:
+					ids[more] = true
+				default:
+					break drain
+				}
+			}
+			if ids[""] {
+				t.driveAll()
+				continue
+			}
+			for _, jobID := range t.jm.state.JobIDs() {
+				if ids[jobID] {
+					t.drive(jobID)
+				}
+			}
+		case <-tick.C:
+			t.checkTaskManagers()
+			t.driveAll()
+		}
+	}
+}
+
+func (t *term) driveAll() {
+	for _, id := range t.jm.state.JobIDs() {
+		if t.ctx.Err() != nil {
+			return
+		}
+		t.drive(id)
+	}
+}
+
+// checkTaskManagers declares lost every TM that stopped heartbeating or that gossip reports
+// dead, and fails the executions it held.
+func (t *term) checkTaskManagers() {
+	now := time.Now()
+	for _, tm := range t.jm.tms.List() {
+		if tm.Lost {
+			continue
+		}
+		dead := tm.Gossip == "dead" || tm.Gossip == "left"
+		silent := !tm.LastSeen.IsZero() && now.Sub(tm.LastSeen) > t.jm.cfg.HeartbeatTimeout
+		if dead || silent {
+			cause := "TaskManager " + tm.ID + " lost: no heartbeat for " + t.jm.cfg.HeartbeatTimeout.String()
+			if dead {
+				cause = "TaskManager " + tm.ID + " lost: " + tm.Gossip + " by gossip"
+			}
+			t.taskManagerLost(tm.ID, cause)
+		}
+	}
+}
+
+// taskManagerLost fails every non-terminal execution on the TM (committed before any
+// redeployment, like every other state change).
+func (t *term) taskManagerLost(tmID, cause string) {
+	if !t.jm.tms.MarkLost(tmID) {
+		return
+	}
+	t.jm.log.Warn("task manager lost", "tm", tmID, "cause", cause)
+	if tm, ok := t.jm.tms.Get(tmID); ok {
+		t.jm.tms.Forget(tm.GRPCAddr)
+	}
+	var updates []*pb.ExecutionStateUpdate
+	for _, jobID := range t.jm.state.JobIDs() {
+		t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
+			forEachExecution(rec, func(ev *pb.ExecutionVertex) {
+				e := ev.GetCurrent()
+				if e == nil || isTerminal(e.State) || e.GetSlot().GetTmId() != tmID {
+					return
+				}
+				updates = append(updates, &pb.ExecutionStateUpdate{
+					JobId: jobID, AttemptId: e.AttemptId, State: pb.ExecutionState_EXECUTION_STATE_FAILED,
+					FailureCause: cause, Timestamp: nowMillis(),
+				})
+			})
+		})
+	}
+	if len(updates) > 0 {
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.batch.commit(t.ctx, updates)
+		}()
+	}
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// NewJobID returns a fresh 32-hex-character job id.
+func NewJobID() string { return newID() }

@@ -1,0 +1,221 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/transport"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// collector asks TMs for their reports until every TM that matters answered, gossip reports it
+// dead, or the deadline passes. TMs that appear during the window are asked too. Reports that
+// arrive after the deadline are "late": the graph has already decided, so the attempts in them
+// that it no longer owns are cancelled.
+type collector struct {
+	r     *Reconciler
+	epoch uint64
+
+	mu       sync.Mutex
+	reports  map[string]*Report
+	asked    map[string]target
+	closed   bool // past the deadline: further reports are late
+	late     []*Report
+	lateCh   chan struct{}
+	deposed  error
+	plan     *Plan
+	inflight sync.WaitGroup
+}
+
+func newCollector(r *Reconciler, epoch uint64) *collector {
+	return &collector{r: r, epoch: epoch, reports: map[string]*Report{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1)}
+}
+
+func (c *collector) collect(ctx context.Context, initial []target) (map[string]*Report, error) {
+	deadline := time.Now().Add(c.r.cfg.ReportDeadline)
+	for _, t := range initial {
+		c.ask(ctx, t, deadline)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		// TMs that registered or appeared in gossip during the window report too.
+		for _, tm := range c.r.jm.Registry().List() {
+			if tm.GRPCAddr != "" && tm.Gossip != "dead" && tm.Gossip != "left" {
+				c.ask(ctx, target{id: tm.ID, addr: tm.GRPCAddr}, deadline)
+			}
+		}
+		c.mu.Lock()
+		if c.deposed != nil {
+			err := c.deposed
+			c.mu.Unlock()
+			return nil, err
+		}
+		waiting := c.waitingLocked()
+		if len(waiting) == 0 || time.Now().After(deadline) {
+			c.closed = true
+			out := make(map[string]*Report, len(c.reports))
+			for k, v := range c.reports {
+				out[k] = v
+			}
+			c.mu.Unlock()
+			if len(waiting) > 0 {
+				c.r.step(c.epoch, "deadline", "report deadline passed; no report from %s", strings.Join(waiting, ", "))
+			}
+			return out, nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// waitingLocked lists the asked TMs that have not reported and that gossip does not report dead.
+func (c *collector) waitingLocked() []string {
+	var out []string
+	for id := range c.asked {
+		if c.reports[id] != nil {
+			continue
+		}
+		if tm, ok := c.r.jm.Registry().Get(id); ok && (tm.Gossip == "dead" || tm.Gossip == "left") {
+			continue // a TM gossip already reports dead is not waited for
+		}
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (c *collector) ask(ctx context.Context, t target, deadline time.Time) {
+	c.mu.Lock()
+	if _, ok := c.asked[t.id]; ok || t.addr == "" {
+		c.mu.Unlock()
+		return
+	}
+	c.asked[t.id] = t
+	c.mu.Unlock()
+	c.inflight.Add(1)
+	go func() {
+		defer c.inflight.Done()
+		// Keep trying past the deadline (bounded), so a slow TM's report is handled as late.
+		giveUp := deadline.Add(2 * c.r.cfg.ReportDeadline)
+		for ctx.Err() == nil && time.Now().Before(giveUp) {
+			rep, err := c.fetch(ctx, t)
+			if err == nil {
+				c.deliver(rep)
+				return
+			}
+			if transport.IsStaleEpoch(err) {
+				c.mu.Lock()
+				c.deposed = errors.Join(ErrDeposed, err)
+				c.mu.Unlock()
+				return
+			}
+			c.r.log.Debug("report request failed; retrying", "tm", t.id, "error", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(c.r.cfg.RetryInterval):
+			}
+		}
+	}()
+}
+
+func (c *collector) fetch(ctx context.Context, t target) (*Report, error) {
+	rep := &Report{TMID: t.id, Addr: t.addr}
+	err := c.r.jm.Registry().Stream(ctx, t.addr, func(ctx context.Context, cl pb.TaskManagerServiceClient) error {
+		stream, err := cl.RequestReport(ctx, &pb.RequestReportRequest{
+			Epoch: c.epoch, LeaderId: c.r.jm.NodeID(), LeaderGrpcAddress: c.r.jm.GRPCAddr(), ChunkSize: c.r.cfg.ReportChunk,
+		})
+		if err != nil {
+			return err
+		}
+		for {
+			chunk, err := stream.Recv()
+			if err == io.EOF {
+				return errors.New("report stream ended without its last chunk")
+			}
+			if err != nil {
+				return err
+			}
+			if chunk.TmId != "" && chunk.TmId != t.id {
+				return errors.New("report from " + chunk.TmId + " at the address of " + t.id)
+			}
+			rep.Executions = append(rep.Executions, chunk.Executions...)
+			if chunk.Last {
+				return nil
+			}
+		}
+	})
+	return rep, err
+}
+
+func (c *collector) deliver(rep *Report) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		c.late = append(c.late, rep)
+		select {
+		case c.lateCh <- struct{}{}:
+		default:
+		}
+		return
+	}
+	c.reports[rep.TMID] = rep
+	c.r.step(c.epoch, "report", "%s reported %d executions", rep.TMID, len(rep.Executions))
+}
+
+// handleLate cancels, on TMs whose report came after the deadline, every attempt the
+// committed graph does not own as a live execution on that TM.
+func (c *collector) handleLate(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { c.inflight.Wait(); close(done) }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			c.processLate(ctx)
+			return
+		case <-c.lateCh:
+			c.processLate(ctx)
+		}
+	}
+}
+
+func (c *collector) processLate(ctx context.Context) {
+	c.mu.Lock()
+	late := c.late
+	c.late = nil
+	c.mu.Unlock()
+	for _, rep := range late {
+		n := 0
+		for _, e := range rep.Executions {
+			if graph.IsTerminalExecution(e.State) || c.owned(rep.TMID, e) {
+				continue
+			}
+			n++
+			if err := c.r.jm.CancelOnTM(ctx, c.epoch, rep.Addr, e.JobId, e.AttemptId); err != nil {
+				c.r.log.Warn("cancel after late report failed", "tm", rep.TMID, "attempt", e.AttemptId, "error", err)
+			}
+		}
+		c.r.step(c.epoch, "late-report", "%s reported after the deadline; cancelled %d attempts the graph no longer owns", rep.TMID, n)
+	}
+}
+
+func (c *collector) owned(tmID string, e *pb.ExecutionReport) bool {
+	owned := false
+	c.r.jm.State().WithJob(e.JobId, func(rec *pb.JobRecord) {
+		ev := graph.FindAttempt(rec.ExecutionGraph, e.AttemptId)
+		owned = ev != nil && ev.Current.GetSlot().GetTmId() == tmID && !graph.IsTerminalExecution(ev.Current.State)
+	})
+	return owned
+}

@@ -1,0 +1,218 @@
+// Package reconcile is what a new leader does before it accepts normal RPCs (FLINK-5703):
+// it marks every live job and execution RECONCILING, collects reports from the TaskManagers,
+// merges them into the committed ExecutionGraph (step one: information; step two: states),
+// decides each job's status, and commits the reconciled graph through Raft. Nothing is acted
+// on before that commit, so a leader that dies midway leaves nothing for the next to undo.
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/jmcluster/jmcluster/jobmaster"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// Config of the reconciliation. Zero values mean the defaults.
+type Config struct {
+	// ReportDeadline bounds the wait for TaskManagers that are not dead by gossip but do not
+	// answer (default 10s).
+	ReportDeadline time.Duration
+	// CommitChunk is the most executions per ReconcileJob entry (default 5000).
+	CommitChunk int
+	// ReportChunk is the executions per report chunk asked of TMs (default 1000).
+	ReportChunk int32
+	// RetryInterval between attempts to reach a TM within the deadline (default 100ms).
+	RetryInterval time.Duration
+	Logger        hclog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.ReportDeadline <= 0 {
+		c.ReportDeadline = 10 * time.Second
+	}
+	if c.CommitChunk <= 0 {
+		c.CommitChunk = 5000
+	}
+	if c.ReportChunk <= 0 {
+		c.ReportChunk = 1000
+	}
+	if c.RetryInterval <= 0 {
+		c.RetryInterval = 100 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+}
+
+// ErrDeposed: a TM has seen a higher epoch than ours; another leader exists.
+var ErrDeposed = errors.New("reconcile: a TaskManager has seen a newer leader epoch")
+
+// Reconciler implements jobmaster.Reconciler.
+type Reconciler struct {
+	cfg Config
+	jm  *jobmaster.JobMaster
+	log hclog.Logger
+	// Observer, when set, is told of each step (the demo prints them; tests watch them).
+	Observer func(Step)
+}
+
+// Step is one observable step of a reconciliation.
+type Step struct {
+	Epoch  uint64
+	Name   string // "begin", "report", "merged", "committed", "late-report"
+	Detail string
+	At     time.Time
+}
+
+// New returns a Reconciler for jm.
+func New(cfg Config, jm *jobmaster.JobMaster) *Reconciler {
+	cfg.setDefaults()
+	return &Reconciler{cfg: cfg, jm: jm, log: cfg.Logger.Named("reconcile")}
+}
+
+func (r *Reconciler) step(epoch uint64, name, format string, args ...any) {
+	detail := fmt.Sprintf(format, args...)
+	r.log.Info(name, "epoch", epoch, "detail", detail)
+	if r.Observer != nil {
+		r.Observer(Step{Epoch: epoch, Name: name, Detail: detail, At: time.Now()})
+	}
+}
+
+// Reconcile runs the protocol for one term. The gate is closed by the caller and opened after
+// a nil return; an error makes the node step down.
+func (r *Reconciler) Reconcile(ctx context.Context, epoch uint64) error {
+	start := time.Now()
+	if _, err := r.jm.Commit(ctx, pb.CommandType_COMMAND_TYPE_BEGIN_RECONCILIATION, &pb.BeginReconciliationCommand{
+		Epoch: epoch, Timestamp: start.UnixMilli(),
+	}); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	jobs := r.reconcilingJobs()
+	r.step(epoch, "begin", "%d jobs RECONCILING", len(jobs))
+
+	targets := r.targets(jobs)
+	col := newCollector(r, epoch)
+	reports, err := col.collect(ctx, targets)
+	if err != nil {
+		return err
+	}
+	plan := Merge(jobs, reports, time.Now().UnixMilli())
+	plan.Counts.Reports = int64(len(reports))
+	r.step(epoch, "merged", "%s", plan.Summary())
+
+	for _, jp := range plan.Jobs {
+		if err := r.commitJob(ctx, epoch, jp); err != nil {
+			return err
+		}
+	}
+	if _, err := r.jm.Commit(ctx, pb.CommandType_COMMAND_TYPE_END_RECONCILIATION, &pb.EndReconciliationCommand{
+		Epoch: epoch, Timestamp: time.Now().UnixMilli(), Counts: plan.Counts, Outcome: "completed",
+	}); err != nil {
+		return fmt.Errorf("end: %w", err)
+	}
+	r.step(epoch, "committed", "reconciled graph committed in %s", time.Since(start).Round(time.Millisecond))
+
+	// Only now, after the commit, act on what the reports showed.
+	r.act(ctx, epoch, plan)
+	go col.handleLate(ctx)
+	return nil
+}
+
+// reconcilingJobs returns the jobs BeginReconciliation moved to RECONCILING.
+func (r *Reconciler) reconcilingJobs() []*pb.JobRecord {
+	var out []*pb.JobRecord
+	for _, rec := range r.jm.State().Jobs() {
+		if rec.Status == pb.JobStatus_JOB_STATUS_RECONCILING {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// target is a TM to ask for a report.
+type target struct {
+	id, addr string
+	// holds: the TM holds a committed attempt of a reconciling job (its silence fails them).
+	holds bool
+}
+
+// targets: every TM that holds a committed attempt, and every TM gossip or registration knows.
+func (r *Reconciler) targets(jobs []*pb.JobRecord) []target {
+	byID := map[string]*target{}
+	for _, rec := range jobs {
+		for _, v := range rec.GetExecutionGraph().GetVertices() {
+			for _, ev := range v.Subtasks {
+				e := ev.GetCurrent()
+				if e == nil || e.GetSlot().GetTmId() == "" {
+					continue
+				}
+				id := e.Slot.TmId
+				if byID[id] == nil {
+					byID[id] = &target{id: id, addr: e.TmGrpcAddress}
+				}
+				if e.State == pb.ExecutionState_EXECUTION_STATE_RECONCILING {
+					byID[id].holds = true
+				}
+			}
+		}
+	}
+	for _, tm := range r.jm.Registry().List() {
+		if tm.GRPCAddr == "" {
+			continue
+		}
+		t := byID[tm.ID]
+		if t == nil {
+			t = &target{id: tm.ID}
+			byID[tm.ID] = t
+		}
+		t.addr = tm.GRPCAddr // the freshest address wins
+	}
+	out := make([]target, 0, len(byID))
+	for _, t := range byID {
+		out = append(out, *t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out
+}
+
+// commitJob commits one job's reconciled executions in chunks; the last chunk carries the
+// job's new status.
+func (r *Reconciler) commitJob(ctx context.Context, epoch uint64, jp *JobPlan) error {
+	n := len(jp.Executions)
+	chunk := r.cfg.CommitChunk
+	for i := 0; i == 0 || i < n; i += chunk {
+		end := min(i+chunk, n)
+		last := end >= n
+		cmd := &pb.ReconcileJobCommand{
+			Epoch: epoch, JobId: jp.JobID, Executions: jp.Executions[i:end], LastChunk: last, Timestamp: time.Now().UnixMilli(),
+		}
+		if last {
+			cmd.Status, cmd.Cause = jp.Status, jp.Cause
+		}
+		if _, err := r.jm.Commit(ctx, pb.CommandType_COMMAND_TYPE_RECONCILE_JOB, cmd); err != nil {
+			return fmt.Errorf("commit job %s chunk at %d: %w", jp.JobID, i, err)
+		}
+	}
+	return nil
+}
+
+// act carries out what the committed plan decided: cancel attempts the graph does not own and
+// acknowledge retained terminal states.
+func (r *Reconciler) act(ctx context.Context, epoch uint64, plan *Plan) {
+	for _, c := range plan.Cancels {
+		if err := r.jm.CancelOnTM(ctx, epoch, c.Addr, c.JobID, c.AttemptID); err != nil {
+			r.log.Warn("cancel of an unowned attempt failed", "tm", c.TMID, "attempt", c.AttemptID, "reason", c.Reason, "error", err)
+		}
+	}
+	for addr, ids := range plan.Acks {
+		if err := r.jm.AcknowledgeTerminal(ctx, epoch, addr, ids); err != nil {
+			r.log.Debug("acknowledge terminal states", "tm", addr, "error", err)
+		}
+	}
+}

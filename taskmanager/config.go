@@ -1,0 +1,141 @@
+// Package taskmanager is the TaskManager (TM): it offers slots, runs tasks with real operators,
+// exchanges records with other TMs over gRPC streams, and reports to the JobMaster leader
+// through an ordered, retrying outbox. See DESIGN.md.
+package taskmanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Config configures a TaskManager. Zero values mean the defaults of DefaultConfig.
+type Config struct {
+	// ID names the TM in the cluster; required.
+	ID string
+	// Slots is the number of task slots (default 4).
+	Slots int
+	// GRPCAddr is the listen address of the TaskManagerService (e.g. 127.0.0.1:0).
+	GRPCAddr string
+	// DataAddr is the listen address of the DataService (a separate listener).
+	DataAddr string
+	// AdvertiseGRPC and AdvertiseData are the addresses others use; default: the bound ones.
+	AdvertiseGRPC, AdvertiseData string
+	// JobMasters are JM gRPC addresses asked (ClientService.ClusterStatus) for the leader when
+	// LeaderResolver is nil.
+	JobMasters []string
+	// LeaderResolver returns the leader's gRPC address (e.g. from gossip); optional.
+	LeaderResolver func(ctx context.Context) (string, error)
+	// HeartbeatInterval (default 1s); the leader's RegisterTaskManagerResponse may override it.
+	HeartbeatInterval time.Duration
+	// LeaderGrace: tasks keep running while no leader is reachable for this long, then all are
+	// cancelled (default 5m).
+	LeaderGrace time.Duration
+	// RetainTerminal: terminal task states are kept for reports this long unless acknowledged
+	// (default 10m). Finished BLOCKING partitions are kept as long.
+	RetainTerminal time.Duration
+	// OutboxBackoffMin and OutboxBackoffMax bound the outbox's jittered exponential backoff
+	// (defaults 50ms and 2s).
+	OutboxBackoffMin, OutboxBackoffMax time.Duration
+	// ReportChunkSize is the executions per report chunk when the leader asks for 0 (default 1000).
+	ReportChunkSize int
+	// MaxMessageSize is the gRPC max receive message size of both servers (default 4 MiB).
+	MaxMessageSize int
+	// RPCTimeout bounds each TM -> JM call (default 5s).
+	RPCTimeout time.Duration
+	// InputConnectTimeout bounds how long an input channel waits for its producer's partition to
+	// appear before the task fails (default 2m).
+	InputConnectTimeout time.Duration
+	// CancelWait bounds how long CancelTask waits for the task to stop (default 3s).
+	CancelWait time.Duration
+	// ShutdownTimeout bounds Stop's wait for tasks and the outbox to drain (default 5s).
+	ShutdownTimeout time.Duration
+	// EventLog receives JSON lines of task lifecycle events; optional.
+	EventLog io.Writer
+	// Logger; default a null logger.
+	Logger hclog.Logger
+}
+
+// ErrInvalidConfig is returned by Validate.
+var ErrInvalidConfig = errors.New("invalid taskmanager config")
+
+// DefaultConfig returns a Config with every default filled in (ID and addresses excepted).
+func DefaultConfig() Config {
+	return Config{
+		Slots:               4,
+		GRPCAddr:            "127.0.0.1:0",
+		DataAddr:            "127.0.0.1:0",
+		HeartbeatInterval:   time.Second,
+		LeaderGrace:         5 * time.Minute,
+		RetainTerminal:      10 * time.Minute,
+		OutboxBackoffMin:    50 * time.Millisecond,
+		OutboxBackoffMax:    2 * time.Second,
+		ReportChunkSize:     1000,
+		MaxMessageSize:      4 << 20,
+		RPCTimeout:          5 * time.Second,
+		InputConnectTimeout: 2 * time.Minute,
+		CancelWait:          3 * time.Second,
+		ShutdownTimeout:     5 * time.Second,
+	}
+}
+
+// Validate fills zero fields with defaults and checks the rest.
+func (c *Config) Validate() error {
+	d := DefaultConfig()
+	if c.ID == "" {
+		return fmt.Errorf("%w: ID is required", ErrInvalidConfig)
+	}
+	setInt := func(v *int, def int, name string) error {
+		if *v < 0 {
+			return fmt.Errorf("%w: %s %d < 0", ErrInvalidConfig, name, *v)
+		}
+		if *v == 0 {
+			*v = def
+		}
+		return nil
+	}
+	setDur := func(v *time.Duration, def time.Duration, name string) error {
+		if *v < 0 {
+			return fmt.Errorf("%w: %s %v < 0", ErrInvalidConfig, name, *v)
+		}
+		if *v == 0 {
+			*v = def
+		}
+		return nil
+	}
+	for _, f := range []error{
+		setInt(&c.Slots, d.Slots, "Slots"),
+		setInt(&c.ReportChunkSize, d.ReportChunkSize, "ReportChunkSize"),
+		setInt(&c.MaxMessageSize, d.MaxMessageSize, "MaxMessageSize"),
+		setDur(&c.HeartbeatInterval, d.HeartbeatInterval, "HeartbeatInterval"),
+		setDur(&c.LeaderGrace, d.LeaderGrace, "LeaderGrace"),
+		setDur(&c.RetainTerminal, d.RetainTerminal, "RetainTerminal"),
+		setDur(&c.OutboxBackoffMin, d.OutboxBackoffMin, "OutboxBackoffMin"),
+		setDur(&c.OutboxBackoffMax, d.OutboxBackoffMax, "OutboxBackoffMax"),
+		setDur(&c.RPCTimeout, d.RPCTimeout, "RPCTimeout"),
+		setDur(&c.InputConnectTimeout, d.InputConnectTimeout, "InputConnectTimeout"),
+		setDur(&c.CancelWait, d.CancelWait, "CancelWait"),
+		setDur(&c.ShutdownTimeout, d.ShutdownTimeout, "ShutdownTimeout"),
+	} {
+		if f != nil {
+			return f
+		}
+	}
+	if c.OutboxBackoffMax < c.OutboxBackoffMin {
+		return fmt.Errorf("%w: OutboxBackoffMax %v < OutboxBackoffMin %v", ErrInvalidConfig, c.OutboxBackoffMax, c.OutboxBackoffMin)
+	}
+	if c.GRPCAddr == "" {
+		c.GRPCAddr = d.GRPCAddr
+	}
+	if c.DataAddr == "" {
+		c.DataAddr = d.DataAddr
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return nil
+}

@@ -1,0 +1,349 @@
+package taskmanager
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/jmcluster/jmcluster/transport"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+var unbounded = &pb.SequenceSource{RatePerSecond: 100}
+
+func TestEpochFencing(t *testing.T) {
+	jm := startJM(t)
+	tm := newTM(t, "tm1", jm, nil)
+	c := client(t, tm)
+	ctx := context.Background()
+	report(t, c, &pb.RequestReportRequest{Epoch: 5, LeaderId: "jm", LeaderGrpcAddress: jm.addr})
+	if tm.Epoch() != 5 || tm.Leader() != jm.addr {
+		t.Fatalf("epoch %d leader %q after RequestReport(5)", tm.Epoch(), tm.Leader())
+	}
+	stale := func(what string, err error) {
+		t.Helper()
+		if status.Code(err) != codes.FailedPrecondition || transport.Reason(err) != transport.ReasonStaleEpoch {
+			t.Fatalf("%s with epoch 4: got %v, want FAILED_PRECONDITION/STALE_EPOCH", what, err)
+		}
+	}
+	_, err := c.SubmitTask(ctx, &pb.SubmitTaskRequest{Epoch: 4, Task: source("job", "src", 0, 1, "old", 0, unbounded)})
+	stale("SubmitTask", err)
+	if n := len(tm.Tasks()); n != 0 {
+		t.Fatalf("stale SubmitTask started %d tasks", n)
+	}
+
+	submit(t, c, 5, source("job", "src", 0, 1, "a1", 0, unbounded))
+	jm.waitState(t, "a1", running)
+	_, err = c.CancelTask(ctx, &pb.CancelTaskRequest{Epoch: 4, JobId: "job", AttemptId: "a1"})
+	stale("CancelTask", err)
+	_, err = c.UpdatePartitionInfo(ctx, &pb.UpdatePartitionInfoRequest{Epoch: 4, JobId: "job", ConsumerAttemptId: "a1"})
+	stale("UpdatePartitionInfo", err)
+	_, err = c.AcknowledgeTerminal(ctx, &pb.AcknowledgeTerminalRequest{Epoch: 4, AttemptIds: []string{"a1"}})
+	stale("AcknowledgeTerminal", err)
+	s, _ := c.RequestReport(ctx, &pb.RequestReportRequest{Epoch: 4})
+	_, err = s.Recv()
+	stale("RequestReport", err)
+
+	if ti, _ := findTask(tm, "a1"); ti.State != running {
+		t.Fatalf("task after stale cancel: %+v", ti)
+	}
+	if tm.Epoch() != 5 || tm.FreeSlots() != 3 {
+		t.Fatalf("epoch %d free %d", tm.Epoch(), tm.FreeSlots())
+	}
+	// A higher epoch on any call is adopted.
+	if _, err := c.CancelTask(ctx, &pb.CancelTaskRequest{Epoch: 7, JobId: "job", AttemptId: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	if tm.Epoch() != 7 {
+		t.Fatalf("epoch %d, want 7", tm.Epoch())
+	}
+}
+
+func TestOutboxRetriesInOrder(t *testing.T) {
+	jm := startJM(t)
+	jm.mu.Lock()
+	jm.refuse = 7
+	jm.mu.Unlock()
+	tm := newTM(t, "tm1", jm, nil)
+	c := client(t, tm)
+	submit(t, c, 1, source("job", "src", 0, 2, "a", 0, &pb.SequenceSource{Count: 10}))
+	submit(t, c, 1, source("job", "src", 1, 2, "b", 1, &pb.SequenceSource{Count: 10}))
+	jm.waitState(t, "a", finished)
+	jm.waitState(t, "b", finished)
+	waitFor(t, 5*time.Second, "empty outbox", func() (bool, string) { return tm.OutboxLen() == 0, fmt.Sprint(tm.OutboxLen()) })
+
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	if jm.refuse != 0 {
+		t.Fatalf("only %d refusals used", 7-jm.refuse)
+	}
+	seqs := map[string]uint64{} // attempt/state -> sequence
+	for _, u := range jm.updates {
+		k := u.attempt + "/" + u.state.String()
+		if s, ok := seqs[k]; ok && s != u.seq {
+			t.Fatalf("%s retried with sequence %d, first sent with %d", k, u.seq, s)
+		}
+		seqs[k] = u.seq
+	}
+	for _, a := range []string{"a", "b"} {
+		var got []pb.ExecutionState
+		for _, u := range jm.updates {
+			if u.attempt == a && u.accepted {
+				got = append(got, u.state)
+			}
+		}
+		if len(got) != 2 || got[0] != running || got[1] != finished {
+			t.Fatalf("%s delivered %v, want [RUNNING FINISHED] exactly once", a, got)
+		}
+		if seqs[a+"/"+running.String()] >= seqs[a+"/"+finished.String()] {
+			t.Fatalf("%s: RUNNING sequence not below FINISHED: %v", a, seqs)
+		}
+		// No FINISHED was sent before RUNNING was accepted.
+		runningAccepted := false
+		for _, u := range jm.updates {
+			if u.attempt != a {
+				continue
+			}
+			if u.state == finished && !runningAccepted {
+				t.Fatalf("%s: FINISHED sent before RUNNING was accepted", a)
+			}
+			if u.state == running && u.accepted {
+				runningAccepted = true
+			}
+		}
+	}
+}
+
+func TestNotAcceptedCancelsAttempt(t *testing.T) {
+	jm := startJM(t)
+	jm.mu.Lock()
+	jm.disown["orphan"] = true
+	jm.mu.Unlock()
+	tm := newTM(t, "tm1", jm, nil)
+	c := client(t, tm)
+	submit(t, c, 1, source("job", "src", 0, 1, "orphan", 0, unbounded))
+	waitFor(t, 10*time.Second, "orphan cancelled", func() (bool, string) {
+		ti, _ := findTask(tm, "orphan")
+		return ti.State == canceled && tm.FreeSlots() == 4, fmt.Sprintf("%+v free=%d", ti, tm.FreeSlots())
+	})
+	waitFor(t, 5*time.Second, "empty outbox", func() (bool, string) { return tm.OutboxLen() == 0, fmt.Sprint(tm.OutboxLen()) })
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	for _, u := range jm.updates {
+		if u.attempt == "orphan" && u.state != running {
+			t.Fatalf("orphan reported %v after the leader disowned it", u.state)
+		}
+	}
+}
+
+func TestTerminalRetention(t *testing.T) {
+	jm := startJM(t)
+	tm := newTM(t, "tm1", jm, func(c *Config) { c.RetainTerminal = time.Minute })
+	c := client(t, tm)
+	submit(t, c, 1, source("job", "src", 0, 1, "done", 0, &pb.SequenceSource{Count: 5}))
+	jm.waitState(t, "done", finished)
+	if tm.FreeSlots() != 4 {
+		t.Fatalf("slot of a finished task not free: %d", tm.FreeSlots())
+	}
+	rep := report(t, c, &pb.RequestReportRequest{Epoch: 2})
+	if ex := rep[0].GetExecutions(); len(ex) != 1 || ex[0].GetState() != finished || ex[0].GetAttemptId() != "done" {
+		t.Fatalf("retained state not reported: %v", ex)
+	}
+	if _, err := c.AcknowledgeTerminal(t.Context(), &pb.AcknowledgeTerminalRequest{Epoch: 2, AttemptIds: []string{"done"}}); err != nil {
+		t.Fatal(err)
+	}
+	if rep := report(t, c, &pb.RequestReportRequest{Epoch: 2}); len(rep) != 1 || len(rep[0].GetExecutions()) != 0 || !rep[0].GetLast() {
+		t.Fatalf("acknowledged state still reported: %v", rep)
+	}
+
+	// Expiry.
+	tm2 := newTM(t, "tm2", jm, func(c *Config) { c.RetainTerminal = 50 * time.Millisecond })
+	submit(t, client(t, tm2), 1, source("job", "src", 0, 1, "short", 0, &pb.SequenceSource{Count: 5}))
+	jm.waitState(t, "short", finished)
+	waitFor(t, 5*time.Second, "retention expiry", func() (bool, string) {
+		return len(tm2.Tasks()) == 0, fmt.Sprint(tm2.Tasks())
+	})
+}
+
+func TestLeaderGrace(t *testing.T) {
+	jm := startJM(t)
+	tm := newTM(t, "tm1", jm, func(c *Config) {
+		c.LeaderGrace = 300 * time.Millisecond
+		c.ShutdownTimeout = 100 * time.Millisecond
+	})
+	c := client(t, tm)
+	submit(t, c, 1, source("job", "src", 0, 1, "a", 0, unbounded))
+	jm.waitState(t, "a", running)
+	jm.srv.Stop()
+	waitFor(t, 10*time.Second, "tasks cancelled after the grace", func() (bool, string) {
+		ti, _ := findTask(tm, "a")
+		return ti.State == canceled && tm.FreeSlots() == 4, fmt.Sprintf("%+v free=%d", ti, tm.FreeSlots())
+	})
+	if tm.OutboxLen() == 0 {
+		t.Fatal("the CANCELED report should wait in the outbox while no leader is reachable")
+	}
+}
+
+func TestCancelTask(t *testing.T) {
+	jm := startJM(t)
+	tm := newTM(t, "tm1", jm, nil)
+	c := client(t, tm)
+	submit(t, c, 1, source("job", "src", 0, 1, "a", 2, unbounded))
+	jm.waitState(t, "a", running)
+	if tm.FreeSlots() != 3 {
+		t.Fatalf("free slots %d, want 3", tm.FreeSlots())
+	}
+	resp, err := c.CancelTask(t.Context(), &pb.CancelTaskRequest{Epoch: 1, JobId: "job", AttemptId: "a"})
+	if err != nil || resp.GetState() != canceled {
+		t.Fatalf("CancelTask: %v %v", resp, err)
+	}
+	if tm.FreeSlots() != 4 {
+		t.Fatalf("slot not freed: %d", tm.FreeSlots())
+	}
+	jm.waitState(t, "a", canceled)
+	resp, err = c.CancelTask(t.Context(), &pb.CancelTaskRequest{Epoch: 1, JobId: "job", AttemptId: "unknown"})
+	if err != nil || resp.GetState() != canceled {
+		t.Fatalf("CancelTask(unknown): %v %v", resp, err)
+	}
+	// The slot can be reused; resubmitting the same attempt is idempotent.
+	submit(t, c, 1, source("job", "src", 0, 1, "b", 2, unbounded))
+	submit(t, c, 1, source("job", "src", 0, 1, "b", 2, unbounded))
+	_, err = c.SubmitTask(t.Context(), &pb.SubmitTaskRequest{Epoch: 1, Task: source("job", "src", 0, 1, "c", 2, unbounded)})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("busy slot: %v", err)
+	}
+}
+
+func TestChunkReport(t *testing.T) {
+	execs := make([]*pb.ExecutionReport, 2500)
+	for i := range execs {
+		execs[i] = &pb.ExecutionReport{AttemptId: fmt.Sprint(i)}
+	}
+	base := &pb.TaskManagerReport{TmId: "tm", Slots: 4}
+	chunks := chunkReport(base, execs, 1000)
+	if len(chunks) != 3 {
+		t.Fatalf("%d chunks", len(chunks))
+	}
+	for i, c := range chunks {
+		want := []int{1000, 1000, 500}[i]
+		if len(c.GetExecutions()) != want || c.GetChunkIndex() != int32(i) || c.GetLast() != (i == 2) || c.GetTmId() != "tm" {
+			t.Fatalf("chunk %d: %d executions, index %d, last %v", i, len(c.GetExecutions()), c.GetChunkIndex(), c.GetLast())
+		}
+	}
+	if chunks[2].GetExecutions()[499].GetAttemptId() != "2499" {
+		t.Fatal("executions out of order")
+	}
+	empty := chunkReport(base, nil, 1000)
+	if len(empty) != 1 || !empty[0].GetLast() || len(empty[0].GetExecutions()) != 0 {
+		t.Fatalf("empty report: %v", empty)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	jm := startJM(t)
+	tm := newTM(t, "tm1", jm, func(c *Config) { c.MaxMessageSize = 64 << 10 })
+	c := client(t, tm)
+	ok := source("job", "src", 0, 1, "a", 0, unbounded)
+	cases := map[string]func(d *pb.TaskDeploymentDescriptor){
+		"attempt_id is empty": func(d *pb.TaskDeploymentDescriptor) { d.AttemptId = "" },
+		"unknown operator":    func(d *pb.TaskDeploymentDescriptor) { d.Operator = nil },
+		"slot_index 9":        func(d *pb.TaskDeploymentDescriptor) { d.SlotIndex = 9 },
+		"must have no inputs": func(d *pb.TaskDeploymentDescriptor) { d.Inputs = gate("r", pipelined, channel("r", 0, 0, "", "")) },
+		"num_subpartitions 0": func(d *pb.TaskDeploymentDescriptor) {
+			d.Produced = []*pb.ResultPartitionDeploymentDescriptor{{ResultId: "r"}}
+		},
+		"needs at least one in": func(d *pb.TaskDeploymentDescriptor) { d.Operator = checksumOp("/tmp/x") },
+	}
+	for want, mutate := range cases {
+		d := cloneTDD(ok)
+		mutate(d)
+		_, err := c.SubmitTask(t.Context(), &pb.SubmitTaskRequest{Epoch: 1, Task: d})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), want) {
+			t.Fatalf("%s: got %v", want, err)
+		}
+	}
+	big := cloneTDD(ok)
+	big.VertexId = strings.Repeat("v", 100<<10)
+	if _, err := c.SubmitTask(t.Context(), &pb.SubmitTaskRequest{Epoch: 1, Task: big}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("oversized SubmitTask: %v", err)
+	}
+	_, err := c.UpdatePartitionInfo(t.Context(), &pb.UpdatePartitionInfoRequest{Epoch: 1, JobId: "job", ConsumerAttemptId: "nope"})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("UpdatePartitionInfo(unknown): %v", err)
+	}
+	if n := len(tm.Tasks()); n != 0 {
+		t.Fatalf("bad input started %d tasks", n)
+	}
+}
+
+func TestSecondReaderRefused(t *testing.T) {
+	jm := startJM(t)
+	tm := newTM(t, "tm1", jm, nil)
+	c := client(t, tm)
+	submit(t, c, 1, source("job", "src", 0, 1, "p", 0, unbounded, produces("r", 0, 1, forward, pipelined)))
+	jm.waitState(t, "p", running)
+	conn, err := tm.conns.get(tm.DataAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc := pb.NewDataServiceClient(conn)
+	req := &pb.ReadPartitionRequest{JobId: "job", ResultId: "r", PartitionIndex: 0, ProducerAttemptId: "p", ConsumerAttemptId: "c1"}
+	s1, err := dc.ReadPartition(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s1.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	req.ConsumerAttemptId = "c2"
+	s2, _ := dc.ReadPartition(t.Context(), req)
+	if _, err := s2.Recv(); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("second reader: %v", err)
+	}
+	req.ProducerAttemptId = "other"
+	s3, _ := dc.ReadPartition(t.Context(), req)
+	if _, err := s3.Recv(); status.Code(err) != codes.NotFound {
+		t.Fatalf("unknown producer: %v", err)
+	}
+}
+
+func TestRegistrationAndHeartbeat(t *testing.T) {
+	jm := startJM(t)
+	jm.epoch = 3
+	tm := newTM(t, "tm1", jm, nil)
+	submit(t, client(t, tm), 3, source("job", "src", 0, 1, "a", 1, unbounded))
+	waitFor(t, 10*time.Second, "heartbeat with the deployed task", func() (bool, string) {
+		jm.mu.Lock()
+		defer jm.mu.Unlock()
+		if len(jm.registers) == 0 || len(jm.beats) == 0 {
+			return false, fmt.Sprintf("%d registrations, %d heartbeats", len(jm.registers), len(jm.beats))
+		}
+		r, b := jm.registers[0], jm.beats[len(jm.beats)-1]
+		ok := r.GetTmId() == "tm1" && r.GetSlots() == 4 && r.GetDataAddress() == tm.DataAddr() &&
+			len(b.GetDeployed()) == 1 && b.GetDeployed()[0].GetAttemptId() == "a" && b.GetFreeSlots() == 3 && b.GetEpochSeen() == 3
+		return ok, fmt.Sprintf("register %v, heartbeat %v", r, b)
+	})
+	if tm.Leader() != jm.addr || tm.Epoch() != 3 {
+		t.Fatalf("leader %q epoch %d", tm.Leader(), tm.Epoch())
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	var c Config
+	if err := c.Validate(); err == nil {
+		t.Fatal("missing ID accepted")
+	}
+	c = Config{ID: "x"}
+	if err := c.Validate(); err != nil || c.Slots != 4 || c.HeartbeatInterval != time.Second || c.MaxMessageSize != 4<<20 {
+		t.Fatalf("defaults: %v %+v", err, c)
+	}
+	c = Config{ID: "x", Slots: -1}
+	if err := c.Validate(); err == nil {
+		t.Fatal("negative slots accepted")
+	}
+}

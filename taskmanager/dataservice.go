@@ -1,0 +1,186 @@
+package taskmanager
+
+import (
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+const (
+	// batchRecords is the most records one RecordBatch carries.
+	batchRecords = 256
+	// batchLinger is how long a reader waits to fill a batch once it holds a record.
+	batchLinger = 5 * time.Millisecond
+)
+
+// dataService serves ReadPartition to consumer tasks on any TM.
+type dataService struct {
+	pb.UnimplementedDataServiceServer
+	tm *TaskManager
+}
+
+// ReadPartition streams one subpartition. The first message is an empty batch confirming the
+// subscription, so a consumer can tell "not there yet" (retry) from "broke after connecting"
+// (fail).
+func (s *dataService) ReadPartition(req *pb.ReadPartitionRequest, stream pb.DataService_ReadPartitionServer) error {
+	p := s.tm.parts.lookup(req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId())
+	if p == nil || p.isReleased() {
+		return status.Errorf(codes.NotFound, "partition %s/%s/%d of producer %s not found on %s",
+			req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), s.tm.cfg.ID)
+	}
+	i := int(req.GetSubpartitionIndex())
+	if i < 0 || i >= len(p.subs) {
+		return status.Errorf(codes.InvalidArgument, "subpartition %d out of range [0,%d) for %s", i, len(p.subs), p.key)
+	}
+	if p.typ == pb.ResultType_RESULT_TYPE_BLOCKING {
+		return s.readBlocking(p, p.subs[i], stream)
+	}
+	return s.readPipelined(p, p.subs[i], req.GetConsumerAttemptId(), stream)
+}
+
+func (s *dataService) readBlocking(p *resultPartition, sp *subpartition, stream pb.DataService_ReadPartitionServer) error {
+	if !p.isFinished() {
+		return status.Errorf(codes.NotFound, "blocking partition %s is not consumable yet (producer not finished)", p.key)
+	}
+	sp.mu.Lock()
+	data := sp.data // append-free after finish
+	sp.mu.Unlock()
+	if err := stream.Send(&pb.RecordBatch{}); err != nil {
+		return err
+	}
+	for len(data) > 0 {
+		if p.isReleased() {
+			return status.Errorf(codes.Aborted, "partition %s released", p.key)
+		}
+		n := min(len(data), batchRecords)
+		if err := stream.Send(&pb.RecordBatch{Records: toPB(data[:n])}); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return stream.Send(&pb.RecordBatch{EndOfPartition: true})
+}
+
+func (s *dataService) readPipelined(p *resultPartition, sp *subpartition, consumer string, stream pb.DataService_ReadPartitionServer) error {
+	sp.mu.Lock()
+	switch {
+	case sp.reader != "":
+		r := sp.reader
+		sp.mu.Unlock()
+		return status.Errorf(codes.FailedPrecondition, "subpartition of %s is already consumed by attempt %s", p.key, r)
+	case sp.drained:
+		sp.mu.Unlock()
+		return status.Errorf(codes.FailedPrecondition, "subpartition of %s was fully consumed", p.key)
+	}
+	if consumer == "" {
+		consumer = "?"
+	}
+	sp.reader = consumer
+	sp.mu.Unlock()
+	defer func() {
+		sp.mu.Lock()
+		sp.reader = ""
+		sp.mu.Unlock()
+	}()
+
+	if err := stream.Send(&pb.RecordBatch{}); err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	batch := make([]operators.Record, 0, batchRecords)
+	for {
+		batch = batch[:0]
+		eop := false
+		select {
+		case r, ok := <-sp.ch:
+			if !ok {
+				eop = true
+			} else {
+				batch = append(batch, r)
+			}
+		case <-p.released:
+			return status.Errorf(codes.Aborted, "partition %s released by its producer", p.key)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if !eop {
+			eop = fill(sp.ch, &batch, timer)
+		}
+		if err := stream.Send(&pb.RecordBatch{Records: toPB(batch), EndOfPartition: eop}); err != nil {
+			return err
+		}
+		if eop {
+			sp.mu.Lock()
+			sp.drained = true
+			sp.mu.Unlock()
+			if p.allDrained() {
+				s.tm.parts.remove(p.key)
+			}
+			return nil
+		}
+	}
+}
+
+// fill adds records to batch until it is full, the linger time passed, or the channel closed
+// (then it returns true).
+func fill(ch <-chan operators.Record, batch *[]operators.Record, timer *time.Timer) bool {
+	// Take what is already there without waiting.
+	for len(*batch) < batchRecords {
+		select {
+		case r, ok := <-ch:
+			if !ok {
+				return true
+			}
+			*batch = append(*batch, r)
+			continue
+		default:
+		}
+		break
+	}
+	if len(*batch) >= batchRecords {
+		return false
+	}
+	timer.Reset(batchLinger)
+	defer timer.Stop()
+	for len(*batch) < batchRecords {
+		select {
+		case r, ok := <-ch:
+			if !ok {
+				return true
+			}
+			*batch = append(*batch, r)
+		case <-timer.C:
+			return false
+		}
+	}
+	return false
+}
+
+// toPB converts records for the wire, with one allocation per batch.
+func toPB(rs []operators.Record) []*pb.Record {
+	if len(rs) == 0 {
+		return nil
+	}
+	buf := make([]pb.Record, len(rs))
+	out := make([]*pb.Record, len(rs))
+	for i, r := range rs {
+		buf[i].Key, buf[i].Value, buf[i].Origin, buf[i].Seq = r.Key, r.Value, r.Origin, r.Seq
+		out[i] = &buf[i]
+	}
+	return out
+}
+
+// fromPB converts received records.
+func fromPB(rs []*pb.Record) []operators.Record {
+	out := make([]operators.Record, len(rs))
+	for i, r := range rs {
+		out[i] = operators.Record{Key: r.GetKey(), Value: r.GetValue(), Origin: r.GetOrigin(), Seq: r.GetSeq()}
+	}
+	return out
+}

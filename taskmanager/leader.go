@@ -1,0 +1,232 @@
+package taskmanager
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jmcluster/jmcluster/transport"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// leaderLoop registers with the leader and heartbeats; any failure makes it re-resolve the
+// leader and register again.
+func (tm *TaskManager) leaderLoop(ctx context.Context) {
+	lg := tm.log.Named("leader")
+	for {
+		tm.mu.Lock()
+		registered, iv := tm.registered, tm.hbInterval
+		tm.mu.Unlock()
+		var err error
+		if registered {
+			err = tm.heartbeat(ctx)
+		} else {
+			err = tm.register(ctx)
+		}
+		if err != nil && ctx.Err() == nil {
+			lg.Debug("leader contact failed", "registered", registered, "error", err)
+		}
+		timer := time.NewTimer(iv)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-tm.kick:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// resolveLeader asks the LeaderResolver, then each JobMaster's ClusterStatus.
+func (tm *TaskManager) resolveLeader(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, tm.cfg.RPCTimeout)
+	defer cancel()
+	if r := tm.cfg.LeaderResolver; r != nil {
+		if addr, err := r(ctx); err == nil && addr != "" {
+			return addr, nil
+		}
+	}
+	for _, jm := range tm.cfg.JobMasters {
+		conn, err := tm.conns.get(jm)
+		if err != nil {
+			return "", err
+		}
+		resp, err := pb.NewClientServiceClient(conn).ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+		if err == nil && resp.GetLeaderGrpcAddress() != "" {
+			return resp.GetLeaderGrpcAddress(), nil
+		}
+	}
+	return "", ErrNoLeader
+}
+
+// register finds the leader and registers this TM with it.
+func (tm *TaskManager) register(ctx context.Context) error {
+	tm.mu.Lock()
+	addr := tm.leaderAddr
+	if tm.needResolve {
+		addr = ""
+	}
+	epoch := tm.epoch
+	tm.mu.Unlock()
+	if addr == "" {
+		var err error
+		if addr, err = tm.resolveLeader(ctx); err != nil {
+			return err
+		}
+	}
+	conn, err := tm.conns.get(addr)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, tm.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := pb.NewJobMasterServiceClient(conn).RegisterTaskManager(cctx, &pb.RegisterTaskManagerRequest{
+		TmId: tm.cfg.ID, GrpcAddress: tm.cfg.AdvertiseGRPC, DataAddress: tm.cfg.AdvertiseData,
+		Slots: int32(tm.cfg.Slots), EpochSeen: epoch,
+	})
+	if err != nil {
+		tm.mu.Lock()
+		if tm.leaderAddr == "" || tm.leaderAddr == addr {
+			tm.leaderAddr = addr // so leaderFailed can act on it
+		}
+		tm.mu.Unlock()
+		tm.leaderFailed(addr, err)
+		return fmt.Errorf("register with %s: %w", addr, err)
+	}
+	tm.mu.Lock()
+	if resp.GetEpoch() != 0 && resp.GetEpoch() < tm.epoch {
+		tm.needResolve = true
+		tm.mu.Unlock()
+		return fmt.Errorf("%w: %s has epoch %d, seen %d", ErrStaleLeader, addr, resp.GetEpoch(), epoch)
+	}
+	tm.adoptEpochLocked(resp.GetEpoch(), "register")
+	changed := tm.leaderAddr != addr
+	tm.leaderAddr, tm.leaderID = addr, resp.GetLeaderId()
+	tm.registered, tm.needResolve = true, false
+	tm.lastContact = time.Now()
+	if ms := resp.GetHeartbeatIntervalMs(); ms > 0 {
+		tm.hbInterval = time.Duration(ms) * time.Millisecond
+	}
+	tm.mu.Unlock()
+	tm.log.Info("registered with leader", "leader", addr, "leader_id", resp.GetLeaderId(), "epoch", resp.GetEpoch())
+	if changed {
+		tm.outbox.wake()
+	}
+	return nil
+}
+
+// heartbeat reports the deployed executions to the leader.
+func (tm *TaskManager) heartbeat(ctx context.Context) error {
+	tm.mu.Lock()
+	addr := tm.leaderAddr
+	req := &pb.HeartbeatRequest{TmId: tm.cfg.ID, EpochSeen: tm.epoch, FreeSlots: int32(tm.freeSlotsLocked())}
+	for _, t := range sortedTasks(tm.tasks) {
+		if !isTerminal(t.state) {
+			req.Deployed = append(req.Deployed, &pb.DeployedExecution{JobId: t.tdd.GetJobId(), AttemptId: t.attempt(), State: t.state})
+		}
+	}
+	tm.mu.Unlock()
+	if addr == "" {
+		tm.markUnregistered()
+		return ErrNoLeader
+	}
+	conn, err := tm.conns.get(addr)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, tm.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := pb.NewJobMasterServiceClient(conn).Heartbeat(cctx, req)
+	if err != nil {
+		tm.leaderFailed(addr, err)
+		return fmt.Errorf("heartbeat to %s: %w", addr, err)
+	}
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if resp.GetEpoch() != 0 && resp.GetEpoch() < tm.epoch {
+		tm.registered, tm.needResolve = false, true
+		return fmt.Errorf("%w: %s has epoch %d, seen %d", ErrStaleLeader, addr, resp.GetEpoch(), tm.epoch)
+	}
+	tm.adoptEpochLocked(resp.GetEpoch(), "heartbeat")
+	tm.lastContact = time.Now()
+	if resp.GetUnknownTaskManager() {
+		tm.registered = false
+		tm.wake()
+	}
+	return nil
+}
+
+func (tm *TaskManager) markUnregistered() {
+	tm.mu.Lock()
+	tm.registered = false
+	tm.mu.Unlock()
+}
+
+// leaderFailed reacts to a failed call to the leader at addr: follow a NOT_LEADER hint, keep
+// the leader while it reconciles, otherwise re-resolve and register again.
+func (tm *TaskManager) leaderFailed(addr string, err error) {
+	if transport.IsReconciling(err) {
+		return
+	}
+	tm.mu.Lock()
+	if addr == "" || tm.leaderAddr != addr {
+		tm.mu.Unlock()
+		return
+	}
+	if hint := transport.LeaderHint(err); hint != "" && hint != addr {
+		tm.leaderAddr, tm.needResolve = hint, false
+	} else {
+		tm.needResolve = true
+	}
+	tm.registered = false
+	tm.mu.Unlock()
+	tm.wake()
+}
+
+// adoptEpochLocked raises the highest seen epoch.
+func (tm *TaskManager) adoptEpochLocked(epoch uint64, via string) {
+	if epoch > tm.epoch {
+		tm.log.Info("adopting leader epoch", "old", tm.epoch, "new", epoch, "via", via)
+		tm.epoch = epoch
+	}
+}
+
+// graceLoop cancels every task when no leader has been reached for LeaderGrace, so an isolated
+// TM frees its slots.
+func (tm *TaskManager) graceLoop(ctx context.Context) {
+	tick := min(max(tm.cfg.LeaderGrace/10, 5*time.Millisecond), time.Second)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		tm.mu.Lock()
+		since := time.Since(tm.lastContact)
+		tm.mu.Unlock()
+		if since <= tm.cfg.LeaderGrace {
+			continue
+		}
+		why := fmt.Sprintf("no leader contact for %v (grace %v)", since.Round(time.Millisecond), tm.cfg.LeaderGrace)
+		if ts := tm.cancelAll(why); len(ts) > 0 {
+			tm.log.Error("LEADER GRACE EXPIRED: cancelling every task", "tasks", len(ts), "since_contact", since, "grace", tm.cfg.LeaderGrace)
+		}
+	}
+}
+
+// disown cancels an attempt the leader no longer owns, without reporting it again.
+func (tm *TaskManager) disown(attempt string) {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	t := tm.tasks[attempt]
+	if t == nil {
+		return
+	}
+	t.silent = true
+	if !isTerminal(t.state) {
+		tm.cancelLocked(t, "leader does not own the attempt (accepted=false)")
+	}
+}

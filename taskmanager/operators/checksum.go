@@ -1,0 +1,223 @@
+package operators
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// defaultChecksumFlush is the flush interval when flush_interval_ms is 0.
+const defaultChecksumFlush = 200 * time.Millisecond
+
+// Checksum is the JSON document a checksum sink writes.
+type Checksum struct {
+	Job       string `json:"job"`
+	Vertex    string `json:"vertex"`
+	Subtask   int32  `json:"subtask"`
+	AttemptID string `json:"attempt_id"`
+	// Attempts lists every attempt that wrote into this file, oldest first (a restarted sink
+	// continues the file it finds, so restarts show up as duplicates).
+	Attempts []string              `json:"attempts,omitempty"`
+	Count    int64                 `json:"count"`
+	Sum      int64                 `json:"sum"`
+	Keys     map[string]KeyStat    `json:"keys"`
+	Origins  map[string]OriginStat `json:"origins"`
+	Finished bool                  `json:"finished"`
+}
+
+// KeyStat is the count and sum of the values seen for one key.
+type KeyStat struct {
+	Count int64 `json:"count"`
+	Sum   int64 `json:"sum"`
+}
+
+// OriginStat tracks the sequence numbers seen from one source subtask: a seq above last+1 is a
+// gap, a seq at or below last is a duplicate.
+type OriginStat struct {
+	Count      int64 `json:"count"`
+	FirstSeq   int64 `json:"first_seq"`
+	LastSeq    int64 `json:"last_seq"`
+	Gaps       int64 `json:"gaps"`
+	Duplicates int64 `json:"duplicates"`
+}
+
+// ReadChecksum reads a checksum sink's file.
+func ReadChecksum(path string) (Checksum, error) {
+	var c Checksum
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, err
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("checksum %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// add accounts one record.
+func (c *Checksum) add(r Record) {
+	c.Count++
+	c.Sum += r.Value
+	k := strconv.FormatInt(r.Key, 10)
+	ks := c.Keys[k]
+	ks.Count++
+	ks.Sum += r.Value
+	c.Keys[k] = ks
+	o := strconv.FormatInt(int64(r.Origin), 10)
+	st, seen := c.Origins[o]
+	switch {
+	case !seen:
+		st.FirstSeq, st.LastSeq = r.Seq, r.Seq
+	case r.Seq <= st.LastSeq:
+		st.Duplicates++
+	default:
+		if r.Seq > st.LastSeq+1 {
+			st.Gaps++
+		}
+		st.LastSeq = r.Seq
+	}
+	st.Count++
+	c.Origins[o] = st
+}
+
+// clone copies the document so it can be written outside the lock.
+func (c *Checksum) clone() Checksum {
+	d := *c
+	d.Attempts = append([]string(nil), c.Attempts...)
+	d.Keys = make(map[string]KeyStat, len(c.Keys))
+	for k, v := range c.Keys {
+		d.Keys[k] = v
+	}
+	d.Origins = make(map[string]OriginStat, len(c.Origins))
+	for k, v := range c.Origins {
+		d.Origins[k] = v
+	}
+	return d
+}
+
+// checksumSink keeps a Checksum and writes it atomically (temp file + rename) every flush
+// interval and at the end.
+type checksumSink struct {
+	path     string
+	interval time.Duration
+	info     Info
+
+	mu      sync.Mutex
+	sum     Checksum
+	dirty   bool
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+func newChecksumSink(cfg *pb.ChecksumSink, info Info) *checksumSink {
+	iv := time.Duration(cfg.GetFlushIntervalMs()) * time.Millisecond
+	if iv <= 0 {
+		iv = defaultChecksumFlush
+	}
+	return &checksumSink{path: ExpandPath(cfg.GetPath(), info), interval: iv, info: info}
+}
+
+// Open continues the file of an earlier attempt of the same subtask when there is one.
+func (s *checksumSink) Open(context.Context) error {
+	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
+		return fmt.Errorf("checksum sink: %w", err)
+	}
+	prev, err := ReadChecksum(s.path)
+	if err == nil && prev.Job == s.info.Job && prev.Vertex == s.info.Vertex && prev.Subtask == s.info.Subtask {
+		s.sum = prev
+	} else {
+		s.sum = Checksum{Job: s.info.Job, Vertex: s.info.Vertex, Subtask: s.info.Subtask}
+	}
+	if s.sum.Keys == nil {
+		s.sum.Keys = map[string]KeyStat{}
+	}
+	if s.sum.Origins == nil {
+		s.sum.Origins = map[string]OriginStat{}
+	}
+	s.sum.AttemptID = s.info.AttemptID
+	s.sum.Attempts = append(s.sum.Attempts, s.info.AttemptID)
+	s.sum.Finished = false
+	s.dirty = true
+	if err := s.flush(); err != nil {
+		return err
+	}
+	s.stop, s.stopped = make(chan struct{}), make(chan struct{})
+	go s.flusher()
+	return nil
+}
+
+func (s *checksumSink) flusher() {
+	defer close(s.stopped)
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			_ = s.flush()
+		}
+	}
+}
+
+func (s *checksumSink) Process(r Record, _ Emit) error {
+	s.mu.Lock()
+	s.sum.add(r)
+	s.dirty = true
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *checksumSink) Finish(Emit) error {
+	s.halt()
+	s.mu.Lock()
+	s.sum.Finished = true
+	s.dirty = true
+	s.mu.Unlock()
+	return s.flush()
+}
+
+func (s *checksumSink) Close() error {
+	s.halt()
+	return s.flush()
+}
+
+func (s *checksumSink) halt() {
+	if s.stop == nil {
+		return
+	}
+	close(s.stop)
+	<-s.stopped
+	s.stop = nil
+}
+
+// flush writes the document when it changed since the last write.
+func (s *checksumSink) flush() error {
+	s.mu.Lock()
+	if !s.dirty {
+		s.mu.Unlock()
+		return nil
+	}
+	doc := s.sum.clone()
+	s.dirty = false
+	s.mu.Unlock()
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return fmt.Errorf("checksum sink: %w", err)
+	}
+	tmp := s.path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("checksum sink: %w", err)
+	}
+	if err := os.Rename(tmp, s.path); err != nil {
+		return fmt.Errorf("checksum sink: %w", err)
+	}
+	return nil
+}

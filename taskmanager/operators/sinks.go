@@ -1,0 +1,74 @@
+package operators
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// fileFlushEvery bounds how long appended lines stay in the file sink's buffer.
+const fileFlushEvery = 200 * time.Millisecond
+
+// fileSink appends "key value" lines to a file.
+type fileSink struct {
+	path      string
+	f         *os.File
+	w         *bufio.Writer
+	lastFlush time.Time
+}
+
+func (s *fileSink) Open(context.Context) error {
+	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
+		return fmt.Errorf("file sink: %w", err)
+	}
+	f, err := os.OpenFile(s.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("file sink: %w", err)
+	}
+	s.f, s.w, s.lastFlush = f, bufio.NewWriterSize(f, 64<<10), time.Now()
+	return nil
+}
+
+func (s *fileSink) Process(r Record, _ Emit) error {
+	if _, err := fmt.Fprintf(s.w, "%d %d\n", r.Key, r.Value); err != nil {
+		return fmt.Errorf("file sink: %w", err)
+	}
+	if time.Since(s.lastFlush) >= fileFlushEvery {
+		s.lastFlush = time.Now()
+		return s.w.Flush()
+	}
+	return nil
+}
+
+func (s *fileSink) Finish(Emit) error {
+	if err := s.w.Flush(); err != nil {
+		return fmt.Errorf("file sink: %w", err)
+	}
+	return s.f.Sync()
+}
+
+func (s *fileSink) Close() error {
+	if s.f == nil {
+		return nil
+	}
+	_ = s.w.Flush()
+	err := s.f.Close()
+	s.f = nil
+	return err
+}
+
+// logSink logs every record at debug level.
+type logSink struct {
+	base
+	log hclog.Logger
+}
+
+func (s *logSink) Process(r Record, _ Emit) error {
+	s.log.Debug("record", "key", r.Key, "value", r.Value, "origin", r.Origin, "seq", r.Seq)
+	return nil
+}

@@ -1,0 +1,218 @@
+package taskmanager
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jmcluster/jmcluster/transport"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// outMsg is one TM -> JM message waiting for the leader to accept it. Its sequence is fixed at
+// enqueue time, so every retry carries the same one.
+type outMsg struct {
+	attempt   string
+	state     *pb.UpdateTaskExecutionStateRequest
+	consumers *pb.ScheduleOrUpdateConsumersRequest
+}
+
+func (m *outMsg) seq() uint64 {
+	if m.state != nil {
+		return m.state.GetSequence()
+	}
+	return m.consumers.GetSequence()
+}
+
+// outbox delivers UpdateTaskExecutionState and ScheduleOrUpdateConsumers to the leader: FIFO
+// per attempt (one worker goroutine per attempt with pending messages, sending its head until
+// accepted), attempts independent, retried while transport.Retryable with backoff and jitter.
+type outbox struct {
+	tm     *TaskManager
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	seq     uint64
+	queues  map[string][]*outMsg
+	n       int
+	stopped bool
+	nudge   chan struct{} // closed and replaced to wake every backing-off worker
+}
+
+func newOutbox(tm *TaskManager) *outbox {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &outbox{tm: tm, ctx: ctx, cancel: cancel, queues: map[string][]*outMsg{}, nudge: make(chan struct{})}
+}
+
+func (o *outbox) len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n
+}
+
+// enqueueState queues an UpdateTaskExecutionState for the attempt.
+func (o *outbox) enqueueState(d *pb.TaskDeploymentDescriptor, s pb.ExecutionState, cause string) {
+	o.enqueue(&outMsg{attempt: d.GetAttemptId(), state: &pb.UpdateTaskExecutionStateRequest{
+		TmId: o.tm.cfg.ID, JobId: d.GetJobId(), AttemptId: d.GetAttemptId(), State: s, FailureCause: cause,
+	}})
+}
+
+// enqueueConsumers queues a ScheduleOrUpdateConsumers for one produced partition.
+func (o *outbox) enqueueConsumers(d *pb.TaskDeploymentDescriptor, pd *pb.ResultPartitionDeploymentDescriptor) {
+	o.enqueue(&outMsg{attempt: d.GetAttemptId(), consumers: &pb.ScheduleOrUpdateConsumersRequest{
+		TmId: o.tm.cfg.ID, JobId: d.GetJobId(), ProducerAttemptId: d.GetAttemptId(),
+		ResultId: pd.GetResultId(), PartitionIndex: pd.GetPartitionIndex(),
+	}})
+}
+
+func (o *outbox) enqueue(m *outMsg) {
+	o.mu.Lock()
+	if o.stopped {
+		o.mu.Unlock()
+		return
+	}
+	o.seq++
+	if m.state != nil {
+		m.state.Sequence = o.seq
+	} else {
+		m.consumers.Sequence = o.seq
+	}
+	q := o.queues[m.attempt]
+	o.queues[m.attempt] = append(q, m)
+	o.n++
+	start := len(q) == 0
+	if start {
+		o.wg.Add(1)
+	}
+	o.mu.Unlock()
+	if start {
+		go o.worker(m.attempt)
+	}
+}
+
+// wake makes every backing-off worker retry now (a new leader is known).
+func (o *outbox) wake() {
+	o.mu.Lock()
+	close(o.nudge)
+	o.nudge = make(chan struct{})
+	o.mu.Unlock()
+}
+
+// head returns the attempt's first message, or nil after removing the empty queue.
+func (o *outbox) head(attempt string) (*outMsg, chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	q := o.queues[attempt]
+	if len(q) == 0 || o.stopped {
+		delete(o.queues, attempt)
+		return nil, nil
+	}
+	return q[0], o.nudge
+}
+
+// pop removes the head; all drops the attempt's whole queue (the leader disowned it).
+func (o *outbox) pop(attempt string, all bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	q := o.queues[attempt]
+	if len(q) == 0 {
+		return
+	}
+	k := 1
+	if all {
+		k = len(q)
+	}
+	o.queues[attempt] = q[k:]
+	o.n -= k
+}
+
+func (o *outbox) worker(attempt string) {
+	defer o.wg.Done()
+	cfg := o.tm.cfg
+	backoff := cfg.OutboxBackoffMin
+	lg := o.tm.log.Named("outbox").With("attempt", attempt)
+	for {
+		m, nudge := o.head(attempt)
+		if m == nil {
+			return
+		}
+		accepted, addr, err := o.send(m)
+		if err == nil {
+			backoff = cfg.OutboxBackoffMin
+			if !accepted {
+				lg.Warn("leader no longer owns the attempt: cancelling it locally", "seq", m.seq())
+				o.pop(attempt, true)
+				o.tm.disown(attempt)
+				continue
+			}
+			o.pop(attempt, false)
+			continue
+		}
+		if o.ctx.Err() != nil {
+			return
+		}
+		if !transport.Retryable(err) {
+			lg.Error("dropping message refused by the leader", "seq", m.seq(), "leader", addr, "error", err)
+			o.pop(attempt, false)
+			continue
+		}
+		o.tm.leaderFailed(addr, err)
+		delay, ok := transport.RetryAfter(err)
+		if !ok {
+			delay = backoff/2 + rand.N(backoff/2+1)
+			backoff = min(2*backoff, cfg.OutboxBackoffMax)
+		}
+		lg.Debug("retrying", "seq", m.seq(), "leader", addr, "in", delay, "error", err)
+		timer := time.NewTimer(delay)
+		select {
+		case <-o.ctx.Done():
+			timer.Stop()
+			return
+		case <-nudge:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// send delivers one message to the current leader.
+func (o *outbox) send(m *outMsg) (accepted bool, addr string, err error) {
+	addr = o.tm.Leader()
+	if addr == "" {
+		o.tm.wake()
+		return false, "", ErrNoLeader
+	}
+	conn, err := o.tm.conns.get(addr)
+	if err != nil {
+		return false, addr, err
+	}
+	ctx, cancel := context.WithTimeout(o.ctx, o.tm.cfg.RPCTimeout)
+	defer cancel()
+	c := pb.NewJobMasterServiceClient(conn)
+	if m.state != nil {
+		resp, err := c.UpdateTaskExecutionState(ctx, m.state)
+		return resp.GetAccepted(), addr, err
+	}
+	_, err = c.ScheduleOrUpdateConsumers(ctx, m.consumers)
+	return true, addr, err
+}
+
+// drain waits until the outbox is empty or d passed.
+func (o *outbox) drain(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for o.len() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// stop ends every worker; pending messages are lost (the outbox lives in memory).
+func (o *outbox) stop() {
+	o.mu.Lock()
+	o.stopped = true
+	o.mu.Unlock()
+	o.cancel()
+	o.wg.Wait()
+}

@@ -1,0 +1,242 @@
+package taskmanager
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// startTaskLocked registers a validated task in its slot and starts its goroutine.
+func (tm *TaskManager) startTaskLocked(tdd *pb.TaskDeploymentDescriptor) *task {
+	ctx, cancel := context.WithCancel(tm.ctx)
+	t := &task{
+		tdd:    tdd,
+		ctx:    ctx,
+		cancel: cancel,
+		done:   make(chan struct{}),
+		gates:  buildGates(tdd),
+		state:  pb.ExecutionState_EXECUTION_STATE_DEPLOYING,
+	}
+	tm.tasks[tdd.GetAttemptId()] = t
+	tm.slots[tdd.GetSlotIndex()] = t
+	go tm.runTask(t)
+	return t
+}
+
+func (tm *TaskManager) runTask(t *task) {
+	defer close(t.done)
+	started, err := tm.execute(t)
+	tm.complete(t, started, err)
+}
+
+// setState moves a task forward unless it has been cancelled meanwhile.
+func (tm *TaskManager) setState(t *task, s pb.ExecutionState) bool {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if t.ctx.Err() != nil {
+		return false
+	}
+	t.state = s
+	return true
+}
+
+// execute runs the task to its end; started tells whether it reached RUNNING.
+func (tm *TaskManager) execute(t *task) (started bool, err error) {
+	d := t.tdd
+	if !tm.setState(t, pb.ExecutionState_EXECUTION_STATE_INITIALIZING) {
+		return false, t.ctx.Err()
+	}
+	info := operators.Info{
+		Job: d.GetJobId(), Vertex: d.GetVertexId(), Subtask: d.GetSubtaskIndex(),
+		Parallelism: d.GetParallelism(), AttemptID: d.GetAttemptId(), AttemptNumber: d.GetAttemptNumber(),
+		Logger: tm.log.Named("operator").With("job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex()),
+	}
+	var (
+		src operators.Source
+		op  operators.Operator
+	)
+	if operators.IsSource(d.GetOperator()) {
+		if src, err = operators.NewSource(d.GetOperator(), info); err != nil {
+			return false, err
+		}
+	} else {
+		if op, err = operators.New(d.GetOperator(), info); err != nil {
+			return false, err
+		}
+		if err = op.Open(t.ctx); err != nil {
+			_ = op.Close()
+			return false, err
+		}
+		defer func() {
+			if cerr := op.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+	}
+
+	parts := tm.registerPartitions(t)
+	emit := func(r operators.Record) error {
+		for _, p := range parts {
+			if err := p.add(t.ctx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+
+	if !tm.setRunning(t) {
+		return false, t.ctx.Err()
+	}
+	if src != nil {
+		err = src.Run(t.ctx, emit)
+	} else {
+		err = tm.consume(t, op, emit)
+	}
+	if err != nil {
+		return true, err
+	}
+	for _, p := range parts {
+		p.finish()
+	}
+	return true, nil
+}
+
+// registerPartitions creates and serves the task's result partitions.
+func (tm *TaskManager) registerPartitions(t *task) []*resultPartition {
+	d := t.tdd
+	parts := make([]*resultPartition, 0, len(d.GetProduced()))
+	keys := make([]partitionKey, 0, len(d.GetProduced()))
+	for _, pd := range d.GetProduced() {
+		k := partitionKey{job: d.GetJobId(), result: pd.GetResultId(), index: pd.GetPartitionIndex(), attempt: d.GetAttemptId()}
+		p := newResultPartition(k, pd)
+		tm.parts.add(p)
+		parts = append(parts, p)
+		keys = append(keys, k)
+	}
+	tm.mu.Lock()
+	t.produced = keys
+	tm.mu.Unlock()
+	return parts
+}
+
+// setRunning moves the task to RUNNING and reports it, with a ScheduleOrUpdateConsumers per
+// PIPELINED partition (its consumers may be deployed now).
+func (tm *TaskManager) setRunning(t *task) bool {
+	tm.mu.Lock()
+	if t.ctx.Err() != nil {
+		tm.mu.Unlock()
+		return false
+	}
+	t.state = pb.ExecutionState_EXECUTION_STATE_RUNNING
+	epoch := tm.epoch
+	tm.mu.Unlock()
+	tm.events.log("start", t, epoch, pb.ExecutionState_EXECUTION_STATE_RUNNING)
+	tm.outbox.enqueueState(t.tdd, pb.ExecutionState_EXECUTION_STATE_RUNNING, "")
+	for _, pd := range t.tdd.GetProduced() {
+		if resultType(pd.GetResultType()) == pb.ResultType_RESULT_TYPE_PIPELINED {
+			tm.outbox.enqueueConsumers(t.tdd, pd)
+		}
+	}
+	return true
+}
+
+// complete moves the task to its terminal state, frees its slot and reports the state.
+func (tm *TaskManager) complete(t *task, started bool, err error) {
+	state, cause := pb.ExecutionState_EXECUTION_STATE_FINISHED, ""
+	switch {
+	case err == nil:
+	case t.ctx.Err() != nil:
+		state = pb.ExecutionState_EXECUTION_STATE_CANCELED
+	default:
+		state, cause = pb.ExecutionState_EXECUTION_STATE_FAILED, err.Error()
+	}
+	if state != pb.ExecutionState_EXECUTION_STATE_FINISHED {
+		tm.parts.removeAttempt(t.attempt())
+	}
+
+	now := time.Now()
+	tm.mu.Lock()
+	t.state, t.cause, t.endedAt = state, cause, now
+	if s := t.tdd.GetSlotIndex(); tm.slots[s] == t {
+		tm.slots[s] = nil
+	}
+	if state == pb.ExecutionState_EXECUTION_STATE_FINISHED {
+		// Finished partitions (BLOCKING data, PIPELINED buffers nobody drained) expire with the
+		// terminal state unless a consumer drains them or the attempt is cancelled first.
+		for _, k := range t.produced {
+			tm.partitionExpiry[k] = now.Add(tm.cfg.RetainTerminal)
+		}
+	}
+	silent := t.silent || tm.killed.Load()
+	note := t.cancelNote
+	epoch := tm.epoch
+	tm.mu.Unlock()
+	t.cancel()
+
+	d := t.tdd
+	lg := tm.log.With("job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex(), "attempt", d.GetAttemptId())
+	switch state {
+	case pb.ExecutionState_EXECUTION_STATE_FAILED:
+		lg.Warn("task failed", "cause", cause)
+	case pb.ExecutionState_EXECUTION_STATE_CANCELED:
+		lg.Info("task canceled", "why", note)
+	default:
+		lg.Info("task finished")
+	}
+	if started {
+		tm.events.log("stop", t, epoch, state)
+	}
+	if !silent {
+		tm.outbox.enqueueState(d, state, cause)
+	}
+}
+
+// consume feeds every input channel's records to op until all ended, then finishes op.
+func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Emit) error {
+	ctx, cancel := context.WithCancel(t.ctx)
+	events := make(chan inputEvent, 4)
+	n := 0
+	done := make(chan struct{})
+	var running int
+	for _, g := range t.gates {
+		for _, ch := range g.channels {
+			n++
+			running++
+			go func() {
+				defer func() { done <- struct{}{} }()
+				tm.readChannel(ctx, t, ch, events)
+			}()
+		}
+	}
+	defer func() {
+		cancel()
+		for ; running > 0; running-- {
+			<-done
+		}
+	}()
+	for n > 0 {
+		select {
+		case ev := <-events:
+			if ev.err != nil {
+				return ev.err
+			}
+			for _, r := range ev.records {
+				if err := op.Process(r, emit); err != nil {
+					return err
+				}
+			}
+			if ev.eop {
+				n--
+			}
+		case <-t.ctx.Done():
+			return t.ctx.Err()
+		}
+	}
+	if err := op.Finish(emit); err != nil {
+		return fmt.Errorf("finish: %w", err)
+	}
+	return nil
+}

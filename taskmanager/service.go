@@ -1,0 +1,165 @@
+package taskmanager
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/jmcluster/jmcluster/transport"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// controlService is the TaskManagerService the leader calls. Every call is fenced first: an
+// epoch lower than the highest seen is refused with STALE_EPOCH and changes nothing.
+type controlService struct {
+	pb.UnimplementedTaskManagerServiceServer
+	tm *TaskManager
+}
+
+// fenceLocked refuses a stale epoch and adopts a higher one; an accepted call is leader contact.
+func (tm *TaskManager) fenceLocked(epoch uint64, call string) error {
+	if epoch < tm.epoch {
+		tm.log.Warn("refusing call from a stale leader", "call", call, "epoch", epoch, "seen", tm.epoch)
+		return transport.StaleEpochError(epoch, tm.epoch)
+	}
+	tm.adoptEpochLocked(epoch, call)
+	tm.lastContact = time.Now()
+	return nil
+}
+
+func (s *controlService) SubmitTask(_ context.Context, req *pb.SubmitTaskRequest) (*pb.SubmitTaskResponse, error) {
+	tm := s.tm
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if err := tm.fenceLocked(req.GetEpoch(), "SubmitTask"); err != nil {
+		return nil, err
+	}
+	d := req.GetTask()
+	if err := validateTDD(d, tm.cfg.Slots); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if _, ok := tm.tasks[d.GetAttemptId()]; ok {
+		return &pb.SubmitTaskResponse{}, nil // idempotent redelivery
+	}
+	if tm.stopping.Load() {
+		return nil, status.Error(codes.Unavailable, ErrStopped.Error())
+	}
+	if o := tm.slots[d.GetSlotIndex()]; o != nil {
+		return nil, status.Errorf(codes.ResourceExhausted, "slot %d of %s is busy with attempt %s (%s/%d, %s)",
+			d.GetSlotIndex(), tm.cfg.ID, o.attempt(), o.tdd.GetVertexId(), o.tdd.GetSubtaskIndex(), o.state)
+	}
+	tm.startTaskLocked(proto.Clone(d).(*pb.TaskDeploymentDescriptor))
+	tm.log.Info("task submitted", "job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex(),
+		"attempt", d.GetAttemptId(), "attempt_number", d.GetAttemptNumber(), "slot", d.GetSlotIndex())
+	return &pb.SubmitTaskResponse{}, nil
+}
+
+func (s *controlService) CancelTask(_ context.Context, req *pb.CancelTaskRequest) (*pb.CancelTaskResponse, error) {
+	tm := s.tm
+	tm.mu.Lock()
+	if err := tm.fenceLocked(req.GetEpoch(), "CancelTask"); err != nil {
+		tm.mu.Unlock()
+		return nil, err
+	}
+	t := tm.tasks[req.GetAttemptId()]
+	if t == nil {
+		tm.mu.Unlock()
+		return &pb.CancelTaskResponse{State: pb.ExecutionState_EXECUTION_STATE_CANCELED}, nil
+	}
+	if isTerminal(t.state) {
+		st := t.state
+		tm.mu.Unlock()
+		tm.parts.removeAttempt(t.attempt()) // a cancelled producer's BLOCKING data is not needed
+		return &pb.CancelTaskResponse{State: st}, nil
+	}
+	tm.cancelLocked(t, "cancelled by the leader")
+	tm.mu.Unlock()
+
+	t.wait(tm.cfg.CancelWait)
+	tm.mu.Lock()
+	st := t.state
+	tm.mu.Unlock()
+	if !isTerminal(st) {
+		st = pb.ExecutionState_EXECUTION_STATE_CANCELING
+	}
+	return &pb.CancelTaskResponse{State: st}, nil
+}
+
+func (s *controlService) UpdatePartitionInfo(_ context.Context, req *pb.UpdatePartitionInfoRequest) (*pb.UpdatePartitionInfoResponse, error) {
+	tm := s.tm
+	tm.mu.Lock()
+	if err := tm.fenceLocked(req.GetEpoch(), "UpdatePartitionInfo"); err != nil {
+		tm.mu.Unlock()
+		return nil, err
+	}
+	t := tm.tasks[req.GetConsumerAttemptId()]
+	tm.mu.Unlock()
+	if t == nil {
+		return nil, status.Errorf(codes.NotFound, "attempt %s is not on %s", req.GetConsumerAttemptId(), tm.cfg.ID)
+	}
+	chs := make([]*inputChannel, len(req.GetChannels()))
+	for i, c := range req.GetChannels() {
+		if chs[i] = findChannel(t.gates, c.GetResultId(), c.GetPartitionIndex()); chs[i] == nil {
+			return nil, status.Errorf(codes.InvalidArgument, "attempt %s has no input channel for result %q partition %d",
+				req.GetConsumerAttemptId(), c.GetResultId(), c.GetPartitionIndex())
+		}
+	}
+	for i, c := range req.GetChannels() {
+		chs[i].update(c)
+	}
+	return &pb.UpdatePartitionInfoResponse{}, nil
+}
+
+func (s *controlService) RequestReport(req *pb.RequestReportRequest, stream pb.TaskManagerService_RequestReportServer) error {
+	tm := s.tm
+	tm.mu.Lock()
+	if err := tm.fenceLocked(req.GetEpoch(), "RequestReport"); err != nil {
+		tm.mu.Unlock()
+		return err
+	}
+	newLeader := false
+	if addr := req.GetLeaderGrpcAddress(); addr != "" && addr != tm.leaderAddr {
+		tm.log.Info("leader announced itself", "leader", addr, "leader_id", req.GetLeaderId(), "epoch", req.GetEpoch())
+		tm.leaderAddr, tm.leaderID = addr, req.GetLeaderId()
+		tm.registered, tm.needResolve = false, false
+		newLeader = true
+	}
+	execs := make([]*pb.ExecutionReport, 0, len(tm.tasks))
+	for _, t := range sortedTasks(tm.tasks) {
+		execs = append(execs, tm.executionReportLocked(t))
+	}
+	base := &pb.TaskManagerReport{TmId: tm.cfg.ID, GrpcAddress: tm.cfg.AdvertiseGRPC, DataAddress: tm.cfg.AdvertiseData, Slots: int32(tm.cfg.Slots)}
+	tm.mu.Unlock()
+	if newLeader {
+		tm.wake()
+		tm.outbox.wake()
+	}
+	size := int(req.GetChunkSize())
+	if size <= 0 {
+		size = tm.cfg.ReportChunkSize
+	}
+	for _, c := range chunkReport(base, execs, size) {
+		if err := stream.Send(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *controlService) AcknowledgeTerminal(_ context.Context, req *pb.AcknowledgeTerminalRequest) (*pb.AcknowledgeTerminalResponse, error) {
+	tm := s.tm
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if err := tm.fenceLocked(req.GetEpoch(), "AcknowledgeTerminal"); err != nil {
+		return nil, err
+	}
+	for _, id := range req.GetAttemptIds() {
+		if t := tm.tasks[id]; t != nil && isTerminal(t.state) {
+			delete(tm.tasks, id)
+		}
+	}
+	return &pb.AcknowledgeTerminalResponse{}, nil
+}

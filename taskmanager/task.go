@@ -1,0 +1,100 @@
+package taskmanager
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// task is one deployed attempt. Fields below the mutex line are guarded by TaskManager.mu.
+type task struct {
+	tdd    *pb.TaskDeploymentDescriptor
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the task goroutine has exited
+	gates  []*inputGate
+
+	// guarded by TaskManager.mu
+	state      pb.ExecutionState
+	cause      string
+	endedAt    time.Time
+	silent     bool   // the leader disowned the attempt: report nothing more
+	cancelNote string // why the TM cancelled it locally
+	produced   []partitionKey
+}
+
+func (t *task) attempt() string { return t.tdd.GetAttemptId() }
+
+// wait blocks until the task goroutine exited or d passed; it reports whether it exited.
+func (t *task) wait(d time.Duration) bool {
+	if d <= 0 {
+		d = time.Millisecond
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-t.done:
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+// isTerminal reports whether s is FINISHED, CANCELED or FAILED.
+func isTerminal(s pb.ExecutionState) bool {
+	switch s {
+	case pb.ExecutionState_EXECUTION_STATE_FINISHED, pb.ExecutionState_EXECUTION_STATE_CANCELED,
+		pb.ExecutionState_EXECUTION_STATE_FAILED:
+		return true
+	}
+	return false
+}
+
+// sortedTasks orders tasks by job, vertex, subtask, attempt number and attempt id.
+func sortedTasks(m map[string]*task) []*task {
+	ts := make([]*task, 0, len(m))
+	for _, t := range m {
+		ts = append(ts, t)
+	}
+	sort.Slice(ts, func(i, j int) bool {
+		a, b := ts[i].tdd, ts[j].tdd
+		if a.GetJobId() != b.GetJobId() {
+			return a.GetJobId() < b.GetJobId()
+		}
+		if a.GetVertexId() != b.GetVertexId() {
+			return a.GetVertexId() < b.GetVertexId()
+		}
+		if a.GetSubtaskIndex() != b.GetSubtaskIndex() {
+			return a.GetSubtaskIndex() < b.GetSubtaskIndex()
+		}
+		if a.GetAttemptNumber() != b.GetAttemptNumber() {
+			return a.GetAttemptNumber() < b.GetAttemptNumber()
+		}
+		return a.GetAttemptId() < b.GetAttemptId()
+	})
+	return ts
+}
+
+// cancelAll cancels every non-terminal task and returns them.
+func (tm *TaskManager) cancelAll(why string) []*task {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	var out []*task
+	for _, t := range tm.tasks {
+		if !isTerminal(t.state) {
+			tm.cancelLocked(t, why)
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// cancelLocked asks a task to stop; the task goroutine moves it to CANCELED.
+func (tm *TaskManager) cancelLocked(t *task, why string) {
+	if t.cancelNote == "" {
+		t.cancelNote = why
+	}
+	t.cancel()
+}

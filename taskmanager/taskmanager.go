@@ -1,0 +1,298 @@
+package taskmanager
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// TaskManager runs tasks in slots and reports them to the JobMaster leader.
+type TaskManager struct {
+	cfg Config
+	log hclog.Logger
+
+	grpcLis, dataLis net.Listener
+	grpcSrv, dataSrv *grpc.Server
+	health           *health.Server
+
+	parts  *partitionRegistry
+	outbox *outbox
+	conns  *connPool
+	events *eventLog
+
+	mu              sync.Mutex
+	epoch           uint64
+	tasks           map[string]*task // by attempt id, terminal ones while retained
+	slots           []*task          // the non-terminal occupant of each slot
+	leaderAddr      string
+	leaderID        string
+	registered      bool
+	needResolve     bool
+	lastContact     time.Time
+	hbInterval      time.Duration
+	partitionExpiry map[partitionKey]time.Time // partitions of finished attempts and when they expire
+
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	kick      chan struct{}
+	started   atomic.Bool
+	killed    atomic.Bool
+	stopping  atomic.Bool
+	stopOnce  sync.Once
+	serveErrs chan error
+}
+
+// New validates cfg and binds both listeners.
+func New(cfg Config) (*TaskManager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	gl, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return nil, fmt.Errorf("taskmanager %s: listen grpc: %w", cfg.ID, err)
+	}
+	dl, err := net.Listen("tcp", cfg.DataAddr)
+	if err != nil {
+		_ = gl.Close()
+		return nil, fmt.Errorf("taskmanager %s: listen data: %w", cfg.ID, err)
+	}
+	if cfg.AdvertiseGRPC == "" {
+		cfg.AdvertiseGRPC = gl.Addr().String()
+	}
+	if cfg.AdvertiseData == "" {
+		cfg.AdvertiseData = dl.Addr().String()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tm := &TaskManager{
+		cfg:             cfg,
+		log:             cfg.Logger.Named("taskmanager").With("tm", cfg.ID),
+		grpcLis:         gl,
+		dataLis:         dl,
+		health:          health.NewServer(),
+		parts:           newPartitionRegistry(),
+		conns:           newConnPool(cfg.MaxMessageSize),
+		events:          newEventLog(cfg.EventLog, cfg.ID),
+		tasks:           map[string]*task{},
+		slots:           make([]*task, cfg.Slots),
+		hbInterval:      cfg.HeartbeatInterval,
+		partitionExpiry: map[partitionKey]time.Time{},
+		ctx:             ctx,
+		cancel:          cancel,
+		kick:            make(chan struct{}, 1),
+		serveErrs:       make(chan error, 2),
+	}
+	tm.outbox = newOutbox(tm)
+	tm.grpcSrv = tm.newServer()
+	pb.RegisterTaskManagerServiceServer(tm.grpcSrv, &controlService{tm: tm})
+	tm.dataSrv = tm.newServer()
+	pb.RegisterDataServiceServer(tm.dataSrv, &dataService{tm: tm})
+	return tm, nil
+}
+
+// newServer builds a gRPC server with the size limit, health and reflection.
+func (tm *TaskManager) newServer() *grpc.Server {
+	s := grpc.NewServer(grpc.MaxRecvMsgSize(tm.cfg.MaxMessageSize))
+	healthpb.RegisterHealthServer(s, tm.health)
+	reflection.Register(s)
+	return s
+}
+
+// Start serves both services and starts registration, heartbeats, the grace watchdog, the
+// retention reaper and the outbox. ctx only bounds Start itself; Stop or Kill end the TM.
+func (tm *TaskManager) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !tm.started.CompareAndSwap(false, true) {
+		return nil
+	}
+	tm.mu.Lock()
+	tm.lastContact = time.Now()
+	tm.mu.Unlock()
+	tm.serve(tm.grpcSrv, tm.grpcLis)
+	tm.serve(tm.dataSrv, tm.dataLis)
+	tm.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	tm.goLoop(tm.leaderLoop)
+	tm.goLoop(tm.graceLoop)
+	tm.goLoop(tm.reapLoop)
+	tm.log.Info("started", "grpc", tm.cfg.AdvertiseGRPC, "data", tm.cfg.AdvertiseData, "slots", tm.cfg.Slots)
+	return nil
+}
+
+func (tm *TaskManager) serve(s *grpc.Server, l net.Listener) {
+	tm.wg.Add(1)
+	go func() {
+		defer tm.wg.Done()
+		if err := s.Serve(l); err != nil && !tm.killed.Load() {
+			tm.log.Debug("server stopped", "addr", l.Addr().String(), "error", err)
+		}
+	}()
+}
+
+func (tm *TaskManager) goLoop(f func(ctx context.Context)) {
+	tm.wg.Add(1)
+	go func() {
+		defer tm.wg.Done()
+		f(tm.ctx)
+	}()
+}
+
+// Stop is the graceful process stop: refuse new work, cancel every task (reporting CANCELED),
+// give the outbox a bounded time to deliver, stop serving and release everything. Idempotent.
+func (tm *TaskManager) Stop() {
+	tm.stopOnce.Do(func() {
+		tm.stopping.Store(true)
+		tm.log.Info("stopping")
+		tm.health.Shutdown()
+		deadline := time.Now().Add(tm.cfg.ShutdownTimeout)
+		for _, t := range tm.cancelAll("taskmanager stopping") {
+			t.wait(time.Until(deadline))
+		}
+		tm.outbox.drain(time.Until(deadline))
+		tm.cancel()
+		tm.outbox.stop()
+		tm.parts.removeAll()
+		stopServer(tm.grpcSrv, time.Until(deadline))
+		stopServer(tm.dataSrv, time.Until(deadline))
+		_ = tm.grpcLis.Close()
+		_ = tm.dataLis.Close()
+		tm.wg.Wait()
+		tm.conns.closeAll()
+		tm.log.Info("stopped")
+	})
+}
+
+// Kill stops abruptly, as a crash would: listeners and connections close at once and nothing
+// more is reported. Tests use it to simulate a dead TM.
+func (tm *TaskManager) Kill() {
+	tm.stopOnce.Do(func() {
+		tm.killed.Store(true)
+		tm.stopping.Store(true)
+		tm.log.Warn("killed")
+		tm.grpcSrv.Stop()
+		tm.dataSrv.Stop()
+		_ = tm.grpcLis.Close()
+		_ = tm.dataLis.Close()
+		tm.conns.closeAll()
+		tm.cancel()
+		tm.outbox.stop()
+		for _, t := range tm.cancelAll("taskmanager killed") {
+			t.wait(time.Second)
+		}
+		tm.parts.removeAll()
+		tm.wg.Wait()
+	})
+}
+
+func stopServer(s *grpc.Server, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		s.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(max(d, 10*time.Millisecond)):
+		s.Stop()
+		<-done
+	}
+}
+
+// ID returns the TM id.
+func (tm *TaskManager) ID() string { return tm.cfg.ID }
+
+// GRPCAddr returns the advertised TaskManagerService address.
+func (tm *TaskManager) GRPCAddr() string { return tm.cfg.AdvertiseGRPC }
+
+// DataAddr returns the advertised DataService address.
+func (tm *TaskManager) DataAddr() string { return tm.cfg.AdvertiseData }
+
+// Epoch returns the highest leader epoch seen.
+func (tm *TaskManager) Epoch() uint64 {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	return tm.epoch
+}
+
+// Leader returns the gRPC address of the leader the TM currently talks to, or "".
+func (tm *TaskManager) Leader() string {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	return tm.leaderAddr
+}
+
+// OutboxLen returns the number of messages waiting in the outbox.
+func (tm *TaskManager) OutboxLen() int { return tm.outbox.len() }
+
+// Health returns the gRPC health server both servers expose (status "" is the TM).
+func (tm *TaskManager) Health() *health.Server { return tm.health }
+
+// FreeSlots returns the number of slots without a non-terminal task.
+func (tm *TaskManager) FreeSlots() int {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	return tm.freeSlotsLocked()
+}
+
+func (tm *TaskManager) freeSlotsLocked() int {
+	n := 0
+	for _, t := range tm.slots {
+		if t == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// TaskInfo is a snapshot of one task.
+type TaskInfo struct {
+	JobID          string
+	VertexID       string
+	Subtask        int32
+	AttemptID      string
+	AttemptNumber  int32
+	State          pb.ExecutionState
+	FailureCause   string
+	Slot           int32
+	StartTimestamp int64
+	// Retained: the task is terminal and kept only for reports.
+	Retained bool
+}
+
+// Tasks returns a snapshot of every task, retained terminal ones included, sorted by job,
+// vertex, subtask and attempt number.
+func (tm *TaskManager) Tasks() []TaskInfo {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	out := make([]TaskInfo, 0, len(tm.tasks))
+	for _, t := range sortedTasks(tm.tasks) {
+		d := t.tdd
+		out = append(out, TaskInfo{
+			JobID: d.GetJobId(), VertexID: d.GetVertexId(), Subtask: d.GetSubtaskIndex(),
+			AttemptID: d.GetAttemptId(), AttemptNumber: d.GetAttemptNumber(),
+			State: t.state, FailureCause: t.cause, Slot: d.GetSlotIndex(),
+			StartTimestamp: d.GetStartTimestamp(), Retained: isTerminal(t.state),
+		})
+	}
+	return out
+}
+
+// wake nudges the leader loop (re-register, re-resolve).
+func (tm *TaskManager) wake() {
+	select {
+	case tm.kick <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,282 @@
+package server
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/jmcluster/jmcluster/cluster"
+	"github.com/jmcluster/jmcluster/fsm"
+	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/jobmaster"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// reconcilingRetry is the retry-after the gate's refusal suggests to clients.
+const reconcilingRetry = 200 * time.Millisecond
+
+// forwardedKey marks a call one JM already forwarded to the leader, so a call never bounces.
+const forwardedKey = "x-jmcluster-forwarded"
+
+// Deps are what the gRPC services of one JM replica read and drive.
+type Deps struct {
+	Node  *cluster.Node
+	State *fsm.FSM
+	JM    *jobmaster.JobMaster
+	// Members lists the gossip pool (nil when gossip is off).
+	Members func() []*pb.Member
+}
+
+// ClientService implements pb.ClientServiceServer. Writes go to the established leader:
+// a follower forwards them; reads are served locally unless they ask to be consistent.
+type ClientService struct {
+	pb.UnimplementedClientServiceServer
+	d Deps
+}
+
+// NewClientService returns the client-facing service.
+func NewClientService(d Deps) *ClientService { return &ClientService{d: d} }
+
+func isForwarded(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	return ok && len(md.Get(forwardedKey)) > 0
+}
+
+// forward runs call on the leader's ClientService, or says why it cannot.
+func forward[T any](ctx context.Context, d Deps, call func(context.Context, pb.ClientServiceClient) (T, error)) (T, error) {
+	var zero T
+	if isForwarded(ctx) {
+		return zero, Status(jobmaster.ErrNotLeader)
+	}
+	conn, leader, err := d.Node.LeaderConn(ctx)
+	if err != nil {
+		return zero, Status(err)
+	}
+	if leader == d.Node.ID() {
+		return zero, Status(cluster.ErrNotEstablished)
+	}
+	ctx = metadata.AppendToOutgoingContext(ctx, forwardedKey, d.Node.ID())
+	return call(ctx, pb.NewClientServiceClient(conn))
+}
+
+func (s *ClientService) leaderHere() bool { return s.d.Node.IsLeader() }
+
+func (s *ClientService) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
+	if req.JobGraph == nil {
+		return nil, status.Error(codes.InvalidArgument, "job_graph is required")
+	}
+	if !s.leaderHere() {
+		return forward(ctx, s.d, func(ctx context.Context, c pb.ClientServiceClient) (*pb.SubmitJobResponse, error) {
+			return c.SubmitJob(ctx, req)
+		})
+	}
+	jg := proto.Clone(req.JobGraph).(*pb.JobGraph)
+	id, index, err := s.d.JM.SubmitJob(ctx, jg)
+	if err != nil {
+		return nil, Status(err)
+	}
+	return &pb.SubmitJobResponse{JobId: id, Index: index}, nil
+}
+
+func (s *ClientService) CancelJob(ctx context.Context, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error) {
+	if req.JobId == "" {
+		return nil, status.Error(codes.InvalidArgument, "job_id is required")
+	}
+	if !s.leaderHere() {
+		return forward(ctx, s.d, func(ctx context.Context, c pb.ClientServiceClient) (*pb.CancelJobResponse, error) {
+			return c.CancelJob(ctx, req)
+		})
+	}
+	st, err := s.d.JM.CancelJob(ctx, req.JobId)
+	if err != nil {
+		return nil, Status(err)
+	}
+	return &pb.CancelJobResponse{Status: st}, nil
+}
+
+// consistentRead confirms leadership (or forwards) before a read that must be current.
+func (s *ClientService) consistentRead(ctx context.Context) (forwardNeeded bool, err error) {
+	if !s.leaderHere() {
+		return true, nil
+	}
+	if err := s.d.Node.VerifyLeader(ctx); err != nil {
+		return false, Status(err)
+	}
+	return false, nil
+}
+
+func (s *ClientService) GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.GetJobResponse, error) {
+	if req.JobId == "" {
+		return nil, status.Error(codes.InvalidArgument, "job_id is required")
+	}
+	if req.Consistent {
+		fwd, err := s.consistentRead(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if fwd {
+			return forward(ctx, s.d, func(ctx context.Context, c pb.ClientServiceClient) (*pb.GetJobResponse, error) {
+				return c.GetJob(ctx, req)
+			})
+		}
+	}
+	rec, ok := s.d.State.Job(req.JobId)
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "unknown job %s", req.JobId)
+	}
+	return &pb.GetJobResponse{Job: rec, ServedBy: s.d.Node.ID(), AppliedIndex: s.d.State.AppliedIndex()}, nil
+}
+
+func (s *ClientService) ListJobs(ctx context.Context, req *pb.ListJobsRequest) (*pb.ListJobsResponse, error) {
+	if req.Consistent {
+		fwd, err := s.consistentRead(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if fwd {
+			return forward(ctx, s.d, func(ctx context.Context, c pb.ClientServiceClient) (*pb.ListJobsResponse, error) {
+				return c.ListJobs(ctx, req)
+			})
+		}
+	}
+	out := &pb.ListJobsResponse{ServedBy: s.d.Node.ID()}
+	for _, rec := range s.d.State.Jobs() {
+		out.Jobs = append(out.Jobs, Summary(rec))
+	}
+	return out, nil
+}
+
+// Summary condenses a job record for listings.
+func Summary(rec *pb.JobRecord) *pb.JobSummary {
+	s := &pb.JobSummary{
+		JobId: rec.JobGraph.GetJobId(), Name: rec.JobGraph.GetName(), Type: rec.JobGraph.GetType(),
+		Status: rec.Status, SubmittedAt: rec.SubmittedAt, Restarts: rec.Restarts,
+	}
+	for _, ejv := range rec.GetExecutionGraph().GetVertices() {
+		for _, ev := range ejv.Subtasks {
+			s.Tasks++
+			if ev.GetCurrent().GetState() == pb.ExecutionState_EXECUTION_STATE_RUNNING {
+				s.TasksRunning++
+			}
+		}
+	}
+	return s
+}
+
+func (s *ClientService) WatchJob(req *pb.WatchJobRequest, stream pb.ClientService_WatchJobServer) error {
+	if req.JobId == "" {
+		return status.Error(codes.InvalidArgument, "job_id is required")
+	}
+	var last uint64
+	first := true
+	for {
+		changed := s.d.State.Changed()
+		rec, ok := s.d.State.Job(req.JobId)
+		if !ok {
+			return status.Errorf(codes.NotFound, "unknown job %s", req.JobId)
+		}
+		if first || rec.ModifyIndex != last {
+			first = false
+			last = rec.ModifyIndex
+			if err := stream.Send(&pb.GetJobResponse{Job: rec, ServedBy: s.d.Node.ID(), AppliedIndex: s.d.State.AppliedIndex()}); err != nil {
+				return err
+			}
+			if graph.IsGloballyTerminal(rec.Status) {
+				return nil
+			}
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+func (s *ClientService) ClusterStatus(ctx context.Context, _ *pb.ClusterStatusRequest) (*pb.ClusterStatusResponse, error) {
+	return ClusterStatus(s.d), nil
+}
+
+// ClusterStatus describes the cluster as this node sees it (shared with the HTTP view).
+func ClusterStatus(d Deps) *pb.ClusterStatusResponse {
+	ep := d.State.Epoch()
+	out := &pb.ClusterStatusResponse{
+		NodeId:       d.Node.ID(),
+		Epoch:        ep.Epoch,
+		RaftState:    d.Node.State(),
+		AppliedIndex: d.Node.AppliedIndex(),
+		CommitIndex:  d.Node.CommitIndex(),
+	}
+	leaderID, _ := d.Node.Leader()
+	out.LeaderId = leaderID
+	if ep.LeaderId == leaderID && leaderID != "" {
+		out.LeaderGrpcAddress = ep.LeaderGrpcAddress
+	}
+	out.Peers, _ = d.Node.Peers()
+	recs := d.State.Reconciliations()
+	for _, r := range recs {
+		if r.Epoch == ep.Epoch && r.Outcome == "in_progress" {
+			out.Reconciling = true
+		}
+	}
+	if d.JM != nil && d.JM.Active() {
+		out.Reconciling = d.JM.Reconciling()
+	}
+	if n := len(recs); n > 10 {
+		recs = recs[n-10:]
+	}
+	out.Reconciliations = recs
+	out.TaskManagers = taskManagers(d)
+	return out
+}
+
+func taskManagers(d Deps) []*pb.TaskManagerInfo {
+	byID := map[string]*pb.TaskManagerInfo{}
+	if d.Members != nil {
+		for _, m := range d.Members() {
+			if m.Role != "taskmanager" {
+				continue
+			}
+			id := m.Meta["id"]
+			if id == "" {
+				id = m.Name
+			}
+			byID[id] = &pb.TaskManagerInfo{Id: id, GrpcAddress: m.Meta["grpc"], DataAddress: m.Meta["data"], State: m.State}
+		}
+	}
+	if d.JM != nil && d.JM.Active() {
+		for _, tm := range d.JM.Registry().List() {
+			info := byID[tm.ID]
+			if info == nil {
+				info = &pb.TaskManagerInfo{Id: tm.ID, State: "registered"}
+				byID[tm.ID] = info
+			}
+			info.GrpcAddress, info.DataAddress, info.Slots = tm.GRPCAddr, tm.DataAddr, tm.Slots
+			if tm.Lost {
+				info.State = "lost"
+			}
+		}
+	}
+	used := map[string]int32{}
+	for _, rec := range d.State.Jobs() {
+		for _, ejv := range rec.GetExecutionGraph().GetVertices() {
+			for _, ev := range ejv.Subtasks {
+				if e := ev.GetCurrent(); e != nil && !graph.IsTerminalExecution(e.State) {
+					used[e.GetSlot().GetTmId()]++
+				}
+			}
+		}
+	}
+	out := make([]*pb.TaskManagerInfo, 0, len(byID))
+	for id, info := range byID {
+		info.SlotsUsed = used[id]
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
+	return out
+}
