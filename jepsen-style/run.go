@@ -214,7 +214,6 @@ func (r *run) workload(ctx context.Context) (*report.Report, error) {
 // nemesis follows the schedule until the fault phase ends.
 func (r *run) nemesis(ctx context.Context, schedule []nemesis.Fault, start time.Time) {
 	p := r.cfg.Progress
-	isTM := func(n string) bool { return len(n) > 1 && n[:2] == "tm" }
 	for _, f := range schedule {
 		if !r.sleep(ctx, time.Until(start.Add(f.At))) {
 			return
@@ -225,7 +224,7 @@ func (r *run) nemesis(ctx context.Context, schedule []nemesis.Fault, start time.
 		if err == nil {
 			err = r.exec.Apply(ctx, a)
 		}
-		fr.Nodes, fr.AffectedTMs = a.Nodes(), a.AffectedTMs(isTM)
+		fr.Nodes, fr.AffectedTMs = a.Nodes(), a.AffectedTMs(JMs(), TMs())
 		fr.Detail = describe(a)
 		if err != nil {
 			fr.Error = err.Error()

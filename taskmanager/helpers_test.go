@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -284,3 +285,8 @@ const (
 	canceled  = pb.ExecutionState_EXECUTION_STATE_CANCELED
 	failed    = pb.ExecutionState_EXECUTION_STATE_FAILED
 )
+
+// cloneTDD copies a descriptor.
+func cloneTDD(d *pb.TaskDeploymentDescriptor) *pb.TaskDeploymentDescriptor {
+	return gproto.Clone(d).(*pb.TaskDeploymentDescriptor)
+}

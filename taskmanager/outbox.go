@@ -203,8 +203,10 @@ func (o *outbox) send(m *outMsg) (accepted bool, addr string, err error) {
 // drain waits until the outbox is empty or d passed.
 func (o *outbox) drain(d time.Duration) {
 	deadline := time.Now().Add(d)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
 	for o.len() > 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+		<-tick.C
 	}
 }
 

@@ -61,7 +61,7 @@ func dial(addr string) (*conn, error) {
 	return &conn{addr: addr, cc: cc}, nil
 }
 
-func (c *conn) client() pb.ClientServiceClient   { return pb.NewClientServiceClient(c.cc) }
+func (c *conn) client() pb.ClientServiceClient     { return pb.NewClientServiceClient(c.cc) }
 func (c *conn) operator() pb.OperatorServiceClient { return pb.NewOperatorServiceClient(c.cc) }
 
 // call runs fn, retrying while the cluster has no leader, the call reached a follower that

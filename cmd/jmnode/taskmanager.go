@@ -2,18 +2,16 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/jmcluster/jmcluster/membership"
+	"github.com/jmcluster/jmcluster/agent"
 	"github.com/jmcluster/jmcluster/taskmanager"
 )
 
@@ -69,70 +67,25 @@ func runTaskManager(args []string) error {
 		defer f.Close()
 		cfg.EventLog = f
 	}
-	var gossip *membership.Membership
+	acfg := agent.TaskManagerConfig{TM: cfg, Logger: log}
 	if *gossipAddr != "" {
-		mcfg := membership.DefaultConfig()
-		mcfg.BindAddr, mcfg.Join, mcfg.Logger, mcfg.Profile = *gossipAddr, splitList(*gossipJoin), log, *gossipProfile
-		if *gossipKey != "" {
-			key, err := base64.StdEncoding.DecodeString(*gossipKey)
-			if err != nil {
-				return fmt.Errorf("--gossip-key: %w", err)
-			}
-			mcfg.SecretKey = key
-		}
-		// The metadata needs the bound addresses, so gossip starts after the TM binds.
-		defer func() {
-			if gossip != nil {
-				_ = gossip.Leave(2 * time.Second)
-				_ = gossip.Shutdown()
-			}
-		}()
-		cfg.LeaderResolver = func(ctx context.Context) (string, error) {
-			if gossip == nil {
-				return "", errors.New("gossip not started")
-			}
-			var best membership.Member
-			for _, m := range gossip.JobMasters() {
-				if m.Meta.Leader && m.Meta.Epoch >= best.Meta.Epoch {
-					best = m
-				}
-			}
-			if best.Meta.GRPCAddr == "" {
-				return "", errors.New("no leader in gossip metadata")
-			}
-			return best.Meta.GRPCAddr, nil
-		}
-		tm, err := taskmanager.New(cfg)
+		g, err := gossipConfig(*gossipAddr, *gossipJoin, *gossipKey, *gossipProfile)
 		if err != nil {
 			return err
 		}
-		mcfg.Meta = membership.Meta{Role: membership.RoleTaskManager, ID: *id, GRPCAddr: tm.GRPCAddr(), DataAddr: tm.DataAddr(), Slots: int32(*slots), Version: version}
-		if gossip, err = membership.New(mcfg); err != nil {
-			tm.Kill()
-			return fmt.Errorf("gossip: %w", err)
-		}
-		return serveTaskManager(tm, log)
+		acfg.Gossip = &g
+	} else if len(cfg.JobMasters) == 0 {
+		return errors.New("--jm or --gossip-addr with --gossip-join is needed to find the JobMasters")
 	}
-	if len(cfg.JobMasters) == 0 {
-		return errors.New("--jm or --gossip-join is needed to find the JobMasters")
-	}
-	tm, err := taskmanager.New(cfg)
+	a, err := agent.StartTaskManager(acfg)
 	if err != nil {
 		return err
 	}
-	return serveTaskManager(tm, log)
-}
-
-func serveTaskManager(tm *taskmanager.TaskManager, log hclog.Logger) error {
+	log.Info("taskmanager started", "grpc", a.TM.GRPCAddr(), "data", a.TM.DataAddr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := tm.Start(ctx); err != nil {
-		return err
-	}
-	log.Info("taskmanager started", "grpc", tm.GRPCAddr(), "data", tm.DataAddr())
 	<-ctx.Done()
 	log.Info("shutting down")
-	tm.Stop()
+	a.Shutdown()
 	return nil
 }
-

@@ -105,13 +105,41 @@ func (a Action) Nodes() []string {
 	return sortedKeys(set)
 }
 
-// AffectedTMs lists the TMs the action touches: killed, paused, slowed, or with a link cut
-// (in either direction). A fault with no affected TM touches only JMs.
-func (a Action) AffectedTMs(isTM func(string) bool) []string {
+// AffectedTMs lists the TMs the action touches: killed, paused or slowed TMs, TMs cut from
+// another TM, and TMs cut from a JM that still sees a majority of JMs (so may be, or become, the
+// leader). A TM cut only from JMs that lost their majority is not affected: the leader it
+// needs is elected on its side. A fault with no affected TM touches only JMs.
+func (a Action) AffectedTMs(jms, tms []string) []string {
 	set := map[string]bool{}
-	for _, n := range a.Nodes() {
-		if isTM(n) {
+	isTM := map[string]bool{}
+	for _, tm := range tms {
+		isTM[tm] = true
+	}
+	for _, n := range append(append(append([]string(nil), a.Kill...), a.Pause...), sortedNetem(a.Netem)...) {
+		if isTM[n] {
 			set[n] = true
+		}
+	}
+	linked := func(x, y string) bool { return a.Grudge.Visible(x, y) && a.Grudge.Visible(y, x) }
+	quorate := func(jm string) bool {
+		seen := 0
+		for _, other := range jms {
+			if linked(jm, other) {
+				seen++
+			}
+		}
+		return seen >= len(jms)/2+1
+	}
+	for _, tm := range tms {
+		for _, other := range tms {
+			if !linked(tm, other) {
+				set[tm] = true
+			}
+		}
+		for _, jm := range jms {
+			if !linked(tm, jm) && quorate(jm) {
+				set[tm] = true
+			}
 		}
 	}
 	return sortedKeys(set)

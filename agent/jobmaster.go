@@ -1,0 +1,269 @@
+// Package agent assembles one jmcluster process from the packages: a JobMaster replica (Raft
+// node, FSM, active JobMaster, reconciler, gRPC and HTTP servers, gossip) or a TaskManager
+// (with gossip). The command line and the multi-node tests use the same assembly, so the tests
+// exercise the wiring that runs in production. Start and shutdown orders are written here.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/jmcluster/jmcluster/cluster"
+	"github.com/jmcluster/jmcluster/fsm"
+	"github.com/jmcluster/jmcluster/jobmaster"
+	"github.com/jmcluster/jmcluster/membership"
+	"github.com/jmcluster/jmcluster/reconcile"
+	"github.com/jmcluster/jmcluster/transport/pb"
+	"github.com/jmcluster/jmcluster/transport/server"
+)
+
+// JobMasterConfig configures one JM replica.
+type JobMasterConfig struct {
+	// Cluster is the Raft node's configuration (ID, DataDir, addresses, bootstrap).
+	Cluster cluster.Config
+	// GRPCAddr is the gRPC listen address; Cluster.GRPCAddr is the advertised one (defaults to
+	// the bound address).
+	GRPCAddr string
+	// HTTPAddr is the HTTP listen address; empty turns HTTP off.
+	HTTPAddr string
+	// Gossip configures memberlist; nil turns gossip off.
+	Gossip *membership.Config
+	// JobMaster and Reconcile tune the active JobMaster and the reconciliation.
+	JobMaster jobmaster.Config
+	Reconcile reconcile.Config
+	// UnsafeEarlyGate opens the gate before reconciliation commits (checker self-tests only).
+	UnsafeEarlyGate bool
+	// MaxMessageSize bounds received gRPC messages (default 4 MiB).
+	MaxMessageSize int
+	Logger         hclog.Logger
+}
+
+// JobMaster is a running JM replica.
+type JobMaster struct {
+	cfg    JobMasterConfig
+	log    hclog.Logger
+	State  *fsm.FSM
+	JM     *jobmaster.JobMaster
+	Node   *cluster.Node
+	Recon  *reconcile.Reconciler
+	Gossip *membership.Membership
+
+	grpcLis  net.Listener
+	grpc     *grpc.Server
+	health   *health.Server
+	http     *http.Server
+	httpAddr string
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// StartJobMaster binds every listener, starts the servers, then starts Raft (bootstrap or
+// join) — the gRPC server must be up first, because bootstrap discovery asks peers over it.
+func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	log := cfg.Logger
+	a := &JobMaster{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			a.Kill()
+		}
+	}()
+	if a.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("grpc listen %s: %w", cfg.GRPCAddr, err)
+	}
+	if cfg.Cluster.GRPCAddr == "" {
+		cfg.Cluster.GRPCAddr = a.grpcLis.Addr().String()
+	}
+	cfg.Cluster.Logger = log
+	cfg.JobMaster.Logger = log
+	cfg.Reconcile.Logger = log
+
+	a.State = fsm.New(log)
+	a.JM = jobmaster.New(cfg.JobMaster, nil, a.State)
+	if a.Node, err = cluster.NewNode(cfg.Cluster, a.State, a.JM); err != nil {
+		return nil, err
+	}
+	a.JM.SetRaft(a.Node)
+	a.Recon = reconcile.New(cfg.Reconcile, a.JM)
+	a.JM.SetReconciler(a.Recon)
+	a.JM.SetUnsafeEarlyGate(cfg.UnsafeEarlyGate)
+
+	deps := server.Deps{Node: a.Node, State: a.State, JM: a.JM}
+	if cfg.Gossip != nil {
+		g := *cfg.Gossip
+		g.Logger = log
+		g.Meta = membership.Meta{Role: membership.RoleJobMaster, ID: cfg.Cluster.ID, GRPCAddr: cfg.Cluster.GRPCAddr, Version: Version}
+		if a.Gossip, err = membership.New(g); err != nil {
+			return nil, fmt.Errorf("gossip: %w", err)
+		}
+		deps.Members = func() []*pb.Member { return PBMembers(a.Gossip.Members()) }
+	}
+	a.grpc, a.health = server.NewGRPCServer(deps, cfg.MaxMessageSize)
+	lis := a.grpcLis
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); _ = a.grpc.Serve(lis) }()
+	if cfg.HTTPAddr != "" {
+		hl, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return nil, fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
+		}
+		a.httpAddr = hl.Addr().String()
+		a.http = &http.Server{Handler: server.NewHTTPHandler(deps), ReadHeaderTimeout: 5 * time.Second}
+		a.wg.Add(1)
+		go func() { defer a.wg.Done(); _ = a.http.Serve(hl) }()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	if err := a.Node.Start(ctx); err != nil {
+		return nil, err
+	}
+	if a.Gossip != nil {
+		a.wg.Add(1)
+		go func() { defer a.wg.Done(); a.feedRegistry(ctx) }()
+	}
+	log.Info("jobmaster started", "grpc", a.GRPCAddr(), "raft", a.Node.RaftAddr(), "http", a.httpAddr)
+	return a, nil
+}
+
+// Version is the jmcluster version carried in gossip metadata.
+const Version = "0.1.0"
+
+// GRPCAddr is the bound gRPC address.
+func (a *JobMaster) GRPCAddr() string { return a.grpcLis.Addr().String() }
+
+// HTTPAddr is the bound HTTP address ("" when HTTP is off).
+func (a *JobMaster) HTTPAddr() string { return a.httpAddr }
+
+// feedRegistry keeps the leader's TaskManager registry in step with gossip (addresses, slots,
+// alive/dead) and publishes this JM's leadership and epoch in its own gossip metadata, where
+// TaskManagers look for the leader.
+func (a *JobMaster) feedRegistry(ctx context.Context) {
+	events, unsubscribe := a.Gossip.Subscribe(256)
+	defer unsubscribe()
+	apply := func(m membership.Member) {
+		if m.MetaErr != nil || m.Meta.Role != membership.RoleTaskManager {
+			return
+		}
+		a.JM.Registry().Upsert(m.Meta.ID, m.Meta.GRPCAddr, m.Meta.DataAddr, m.Meta.Slots, false)
+		a.JM.Registry().SetGossip(m.Meta.ID, m.State)
+	}
+	for _, m := range a.Gossip.Members() {
+		apply(m)
+	}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			apply(ev.Member)
+		case <-tick.C:
+			epoch, leader := a.JM.Epoch(), a.JM.Active()
+			if lm := a.Gossip.LocalMeta(); epoch > lm.Epoch || lm.Leader != leader {
+				_ = a.Gossip.UpdateMeta(func(m *membership.Meta) {
+					if epoch > m.Epoch {
+						m.Epoch = epoch
+					}
+					m.Leader = leader
+				})
+			}
+		}
+	}
+}
+
+// Shutdown stops the replica in the written order: health NOT_SERVING, HTTP, gossip leave,
+// leader work (JobMaster), Raft with leadership transfer and stores (cluster.Node.Shutdown),
+// then the gRPC server.
+func (a *JobMaster) Shutdown() error {
+	a.stopOnce.Do(func() {
+		if a.health != nil {
+			a.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+		}
+		if a.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = a.http.Shutdown(ctx)
+			cancel()
+		}
+		if a.Gossip != nil {
+			_ = a.Gossip.Leave(time.Second)
+			_ = a.Gossip.Shutdown()
+		}
+		if a.cancel != nil {
+			a.cancel()
+		}
+		if a.JM != nil {
+			a.JM.Shutdown()
+		}
+		if a.Node != nil {
+			a.stopErr = a.Node.Shutdown()
+		}
+		a.stopServers()
+	})
+	return a.stopErr
+}
+
+// Kill stops the replica as abruptly as one process allows: no gossip leave, no leadership
+// transfer, connections dropped.
+func (a *JobMaster) Kill() {
+	a.stopOnce.Do(func() {
+		if a.cancel != nil {
+			a.cancel()
+		}
+		a.stopServers()
+		if a.Gossip != nil {
+			_ = a.Gossip.Shutdown()
+		}
+		if a.Node != nil {
+			_ = a.Node.Kill()
+		}
+		if a.JM != nil {
+			a.JM.Shutdown()
+		}
+	})
+}
+
+func (a *JobMaster) stopServers() {
+	if a.grpc != nil {
+		a.grpc.Stop()
+	} else if a.grpcLis != nil {
+		_ = a.grpcLis.Close()
+	}
+	if a.http != nil {
+		_ = a.http.Close()
+	}
+	a.wg.Wait()
+}
+
+// PBMembers converts gossip members for the API.
+func PBMembers(ms []membership.Member) []*pb.Member {
+	out := make([]*pb.Member, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, &pb.Member{Name: m.Name, Address: m.Addr, Role: string(m.Meta.Role), State: m.State, Meta: map[string]string{
+			"id": m.Meta.ID, "grpc": m.Meta.GRPCAddr, "data": m.Meta.DataAddr,
+			"slots": strconv.Itoa(int(m.Meta.Slots)), "epoch": strconv.FormatUint(m.Meta.Epoch, 10),
+			"leader": strconv.FormatBool(m.Meta.Leader), "version": m.Meta.Version,
+		}})
+	}
+	return out
+}
+
+var errNoLeader = errors.New("no leader in gossip metadata")

@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/jmcluster/jmcluster/membership"
+	"github.com/jmcluster/jmcluster/taskmanager"
+)
+
+// TaskManagerConfig configures one TM process.
+type TaskManagerConfig struct {
+	TM taskmanager.Config
+	// Gossip configures memberlist; nil turns gossip off (then TM.JobMasters must be set).
+	Gossip *membership.Config
+	Logger hclog.Logger
+}
+
+// TaskManager is a running TM with its gossip membership.
+type TaskManager struct {
+	TM     *taskmanager.TaskManager
+	Gossip *membership.Membership
+	cancel context.CancelFunc
+}
+
+// StartTaskManager binds the TM's listeners, joins gossip with the bound addresses in the
+// metadata, and starts the TM (registration, heartbeats, outbox). With gossip on, the leader
+// is found through the JMs' gossip metadata first, then by asking TM.JobMasters.
+func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	a := &TaskManager{}
+	cfg.TM.Logger = cfg.Logger
+	if cfg.Gossip != nil {
+		cfg.TM.LeaderResolver = a.leaderFromGossip
+	}
+	tm, err := taskmanager.New(cfg.TM)
+	if err != nil {
+		return nil, err
+	}
+	a.TM = tm
+	if cfg.Gossip != nil {
+		g := *cfg.Gossip
+		g.Logger = cfg.Logger
+		g.Meta = membership.Meta{Role: membership.RoleTaskManager, ID: cfg.TM.ID, GRPCAddr: tm.GRPCAddr(), DataAddr: tm.DataAddr(),
+			Slots: int32(cfg.TM.Slots), Version: Version}
+		if g.Meta.Slots == 0 {
+			g.Meta.Slots = int32(taskmanager.DefaultConfig().Slots)
+		}
+		if a.Gossip, err = membership.New(g); err != nil {
+			tm.Kill()
+			return nil, fmt.Errorf("gossip: %w", err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	if err := tm.Start(ctx); err != nil {
+		a.Kill()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *TaskManager) leaderFromGossip(ctx context.Context) (string, error) {
+	if a.Gossip == nil {
+		return "", errNoLeader
+	}
+	var best membership.Member
+	for _, m := range a.Gossip.JobMasters() {
+		if m.Meta.Leader && m.Meta.Epoch >= best.Meta.Epoch {
+			best = m
+		}
+	}
+	if best.Meta.GRPCAddr == "" {
+		return "", errNoLeader
+	}
+	return best.Meta.GRPCAddr, nil
+}
+
+// Shutdown stops the TM gracefully: leave gossip, then stop the TM (tasks cancelled).
+func (a *TaskManager) Shutdown() {
+	if a.Gossip != nil {
+		_ = a.Gossip.Leave(time.Second)
+		_ = a.Gossip.Shutdown()
+	}
+	a.TM.Stop()
+	a.cancel()
+}
+
+// Kill stops the TM abruptly: no gossip leave, no reports, listeners closed.
+func (a *TaskManager) Kill() {
+	if a.Gossip != nil {
+		_ = a.Gossip.Shutdown()
+	}
+	if a.TM != nil {
+		a.TM.Kill()
+	}
+	if a.cancel != nil {
+		a.cancel()
+	}
+}

@@ -1,0 +1,193 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestGenerateIsDeterministicPerSeed(t *testing.T) {
+	cfg := ScheduleConfig{Kinds: AllKinds(), Seed: 7, Duration: 120 * time.Second, Warmup: 5 * time.Second}
+	a, b := Generate(cfg), Generate(cfg)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("same seed, different schedules:\n%v\n%v", a, b)
+	}
+	cfg.Seed = 8
+	if reflect.DeepEqual(a, Generate(cfg)) {
+		t.Fatal("different seeds gave the same schedule")
+	}
+	if len(a) < 3 {
+		t.Fatalf("only %d faults in 120s", len(a))
+	}
+	var prevEnd time.Duration
+	for _, f := range a {
+		if f.At < 5*time.Second || f.End() > 120*time.Second || f.At < prevEnd || f.Length < 3*time.Second {
+			t.Fatalf("fault out of bounds or overlapping: %+v (previous end %s)", f, prevEnd)
+		}
+		prevEnd = f.End()
+	}
+}
+
+func TestRulesForIsolate(t *testing.T) {
+	g := Isolate("jm1", []string{"jm1", "jm2", "tm1"})
+	ips := map[string]string{"jm1": "10.77.0.11", "jm2": "10.77.0.12", "tm1": "10.77.0.21"}
+	rules, err := Rules(g, func(n string) string { return ips[n] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][][]string{
+		"jm1": {{"-w", "-A", "JMC", "-s", "10.77.0.12/32", "-j", "DROP"}, {"-w", "-A", "JMC", "-s", "10.77.0.21/32", "-j", "DROP"}},
+		"jm2": {{"-w", "-A", "JMC", "-s", "10.77.0.11/32", "-j", "DROP"}},
+		"tm1": {{"-w", "-A", "JMC", "-s", "10.77.0.11/32", "-j", "DROP"}},
+	}
+	if !reflect.DeepEqual(rules, want) {
+		t.Fatalf("rules = %v\nwant %v", rules, want)
+	}
+	if _, err := Rules(g, func(string) string { return "" }); err == nil {
+		t.Fatal("missing address accepted")
+	}
+}
+
+func TestPartitionAndBridge(t *testing.T) {
+	g := Partition([]string{"jm1"}, []string{"jm2", "jm3"})
+	if g.Visible("jm1", "jm2") || g.Visible("jm3", "jm1") || !g.Visible("jm2", "jm3") || !g.Visible("tm1", "jm1") {
+		t.Fatalf("partition grudge wrong: %v", g)
+	}
+	b := BridgeOf("jm1", "jm2", "jm3")
+	if b.Visible("jm1", "jm3") || b.Visible("jm3", "jm1") || !b.Visible("jm2", "jm1") || !b.Visible("jm2", "jm3") {
+		t.Fatalf("bridge grudge wrong: %v", b)
+	}
+}
+
+func TestRingGivesEveryNodeADistinctMajority(t *testing.T) {
+	for _, n := range []int{5, 6, 7} {
+		nodes := []string{"a", "b", "c", "d", "e", "f", "g"}[:n]
+		g := Ring(nodes)
+		views := map[string]bool{}
+		for _, a := range nodes {
+			var view []string
+			for _, b := range nodes {
+				if g.Visible(a, b) {
+					view = append(view, b)
+				}
+				if g.Visible(a, b) != g.Visible(b, a) {
+					t.Fatalf("n=%d: asymmetric link %s-%s", n, a, b)
+				}
+			}
+			if len(view) < n/2+1 || len(view) == n {
+				t.Fatalf("n=%d: %s sees %v, want a strict majority", n, a, view)
+			}
+			key := strings.Join(view, ",")
+			if views[key] {
+				t.Fatalf("n=%d: two nodes see %s", n, key)
+			}
+			views[key] = true
+		}
+	}
+}
+
+func view(leader string) View {
+	return View{JMs: []string{"jm1", "jm2", "jm3"}, TMs: []string{"tm1", "tm2", "tm3"}, Client: "cl", Leader: leader}
+}
+
+func TestResolve(t *testing.T) {
+	for _, k := range AllKinds() {
+		f := Fault{Kind: k, Pick: 42}
+		a, err := Resolve(f, view("jm2"))
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		b, _ := Resolve(f, view("jm2"))
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("%s: resolution not deterministic", k)
+		}
+		if len(a.Nodes()) == 0 {
+			t.Fatalf("%s: touches nothing", k)
+		}
+		jmOnly := len(a.AffectedTMs(view("").JMs, view("").TMs)) == 0
+		switch k {
+		case KillLeader, PauseLeader, IsolateLeader, MajorityMinority, Bridge, KillMajority, KillJM, Delay, Loss:
+			if !jmOnly {
+				t.Fatalf("%s should touch only JMs: %v", k, a.Nodes())
+			}
+		case KillTM, MajoritiesRing, TMsFromLeader:
+			if jmOnly {
+				t.Fatalf("%s should touch TMs: %v", k, a.Nodes())
+			}
+		}
+	}
+	a, _ := Resolve(Fault{Kind: KillMajority, Pick: 1}, view("jm3"))
+	if len(a.Kill) != 2 || (a.Kill[0] != "jm3" && a.Kill[1] != "jm3") {
+		t.Fatalf("kill-majority = %v, want the leader and one more", a.Kill)
+	}
+	a, _ = Resolve(Fault{Kind: IsolateNode, Pick: 3}, View{JMs: []string{"jm1"}, TMs: []string{"tm1", "tm2"}, Client: "cl"})
+	if got := a.AffectedTMs([]string{"jm1"}, []string{"tm1", "tm2"}); len(got) == 0 {
+		t.Fatalf("isolating %v affects no TM", a.Nodes())
+	}
+	a, _ = Resolve(Fault{Kind: IsolateLeader}, view("jm1"))
+	if a.Grudge.Visible("jm1", "cl") || a.Grudge.Visible("tm3", "jm1") || !a.Grudge.Visible("jm2", "jm3") {
+		t.Fatalf("isolate-leader grudge = %v", a.Grudge)
+	}
+	if _, err := Resolve(Fault{Kind: PauseLeader}, view("")); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("pause without a leader: %v", err)
+	}
+	if _, err := Resolve(Fault{Kind: "nope"}, view("jm1")); !errors.Is(err, ErrUnknownKind) {
+		t.Fatalf("unknown kind: %v", err)
+	}
+}
+
+func TestNetemArgs(t *testing.T) {
+	got := strings.Join(NetemArgs("eth0", Netem{DelayMs: 100, JitterMs: 20, LossPct: 5}), " ")
+	if got != "qdisc replace dev eth0 root netem delay 100ms 20ms loss 5%" {
+		t.Fatalf("NetemArgs = %q", got)
+	}
+	if got := strings.Join(LossFallbackArgs(20), " "); !strings.Contains(got, "--probability 0.20") {
+		t.Fatalf("LossFallbackArgs = %q", got)
+	}
+}
+
+// fakeTarget records what the executor asks for.
+type fakeTarget struct{ calls []string }
+
+func (f *fakeTarget) Kill(n string) error { f.calls = append(f.calls, "kill "+n); return nil }
+func (f *fakeTarget) Signal(n string, s syscall.Signal) error {
+	f.calls = append(f.calls, "signal "+n+" "+s.String())
+	return nil
+}
+func (f *fakeTarget) Revive(_ context.Context, n string) error {
+	f.calls = append(f.calls, "revive "+n)
+	return nil
+}
+func (f *fakeTarget) Exec(_ context.Context, n, name string, args ...string) (string, error) {
+	f.calls = append(f.calls, n+": "+name+" "+strings.Join(args, " "))
+	return "", nil
+}
+func (f *fakeTarget) IP(n string) string { return "10.0.0." + n[len(n)-1:] }
+
+func TestExecutorApplyAndHeal(t *testing.T) {
+	ft := &fakeTarget{}
+	e := &Executor{T: ft, Dev: "eth0"}
+	a := Action{Kill: []string{"jm1"}, Grudge: Partition([]string{"jm2"}, []string{"jm3"}), Netem: map[string]Netem{"jm3": {DelayMs: 10}}}
+	err := e.Apply(context.Background(), a)
+	if !errors.Is(err, ErrNetemUnavailable) {
+		t.Fatalf("delay without netem: %v", err)
+	}
+	want := []string{"kill jm1", "jm2: iptables -w -A JMC -s 10.0.0.3/32 -j DROP", "jm3: iptables -w -A JMC -s 10.0.0.2/32 -j DROP"}
+	if !reflect.DeepEqual(ft.calls, want) {
+		t.Fatalf("calls = %q", ft.calls)
+	}
+	ft.calls = nil
+	if err := e.Heal(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(ft.calls, "\n")
+	for _, w := range []string{"jm2: iptables -w -F JMC", "jm3: tc qdisc del dev eth0 root", "revive jm1"} {
+		if !strings.Contains(joined, w) {
+			t.Fatalf("heal did not %q:\n%s", w, joined)
+		}
+	}
+}
