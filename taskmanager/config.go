@@ -54,6 +54,8 @@ type Config struct {
 	CancelWait time.Duration
 	// ShutdownTimeout bounds Stop's wait for tasks and the outbox to drain (default 5s).
 	ShutdownTimeout time.Duration
+	// WorkDir is where relative sink paths are written (default: the process's directory).
+	WorkDir string
 	// EventLog receives JSON lines of task lifecycle events; optional.
 	EventLog io.Writer
 	// Logger; default a null logger.

@@ -50,15 +50,12 @@ func runTaskManager(args []string) error {
 		if err := os.MkdirAll(*workDir, 0o755); err != nil {
 			return fmt.Errorf("work dir: %w", err)
 		}
-		if err := os.Chdir(*workDir); err != nil {
-			return fmt.Errorf("work dir: %w", err)
-		}
 	}
 	cfg := def
 	cfg.ID, cfg.Slots, cfg.GRPCAddr, cfg.DataAddr = *id, *slots, *grpcAddr, *dataAddr
 	cfg.AdvertiseGRPC, cfg.AdvertiseData = *grpcAdv, *dataAdv
 	cfg.JobMasters, cfg.LeaderGrace, cfg.RetainTerminal, cfg.HeartbeatInterval = splitList(*jms), *grace, *retain, *hb
-	cfg.Logger = log
+	cfg.Logger, cfg.WorkDir = log, *workDir
 	if *eventLog != "" {
 		f, err := os.OpenFile(*eventLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {

@@ -3,6 +3,7 @@
 package operators
 
 import (
+	"path/filepath"
 	"context"
 	"errors"
 	"fmt"
@@ -41,7 +42,9 @@ type Info struct {
 	Parallelism   int32
 	AttemptID     string
 	AttemptNumber int32
-	Logger        hclog.Logger
+	// WorkDir is where relative sink paths are written ("" is the process's directory).
+	WorkDir string
+	Logger  hclog.Logger
 }
 
 // Source produces records until it is done (bounded) or ctx is cancelled.
@@ -171,12 +174,17 @@ func New(op *pb.Operator, info Info) (Operator, error) {
 	return nil, fmt.Errorf("%w: %s is a source", ErrBadConfig, Kind(op))
 }
 
-// ExpandPath replaces {job}, {vertex}, {subtask} and {attempt} in a sink path.
+// ExpandPath replaces {job}, {vertex}, {subtask} and {attempt} in a sink path and places a
+// relative path in the TM's work directory.
 func ExpandPath(path string, info Info) string {
-	return strings.NewReplacer(
+	p := strings.NewReplacer(
 		"{job}", info.Job,
 		"{vertex}", info.Vertex,
 		"{subtask}", strconv.Itoa(int(info.Subtask)),
 		"{attempt}", info.AttemptID,
 	).Replace(path)
+	if info.WorkDir != "" && !filepath.IsAbs(p) {
+		p = filepath.Join(info.WorkDir, p)
+	}
+	return p
 }
