@@ -98,6 +98,10 @@ type JobMaster struct {
 	// the checkers' self-tests only).
 	earlyGate atomic.Bool
 
+	// deployFailures counts deployments that could not be committed or placed (observability
+	// and the write-ahead tests).
+	deployFailures atomic.Int64
+
 	mu     sync.Mutex
 	term   *term // nil while not the established leader
 	closed bool
@@ -125,6 +129,10 @@ func (jm *JobMaster) SetReconciler(r Reconciler) { jm.reconciler = r }
 // SetUnsafeEarlyGate opens the gate before reconciliation commits. Only for proving that the
 // fault-injection checkers catch it; never set in production.
 func (jm *JobMaster) SetUnsafeEarlyGate(on bool) { jm.earlyGate.Store(on) }
+
+// DeployFailures is the number of deployments that waited or failed before any SubmitTask:
+// no slots, or the attempts could not be committed.
+func (jm *JobMaster) DeployFailures() int64 { return jm.deployFailures.Load() }
 
 // Registry returns the TaskManager registry (shared with reconcile and the HTTP views).
 func (jm *JobMaster) Registry() *Registry { return jm.tms }

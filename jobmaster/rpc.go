@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/transport"
@@ -148,31 +149,34 @@ func (s *Service) lookup(jobID, attemptID, tmID string) (*pb.ExecutionVertex, er
 	if jobID == "" || attemptID == "" {
 		return nil, status.Error(codes.InvalidArgument, "job_id and attempt_id are required")
 	}
-	rec, ok := s.jm.state.Job(jobID)
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "unknown job %s", jobID)
-	}
-	if ev := graph.FindAttempt(rec.ExecutionGraph, attemptID); ev != nil {
-		if tmID != "" && ev.Current.GetSlot().GetTmId() != tmID {
-			return nil, status.Errorf(codes.PermissionDenied, "attempt %s of %s[%d] is assigned to %s, not %s",
-				attemptID, ev.VertexId, ev.SubtaskIndex, ev.Current.GetSlot().GetTmId(), tmID)
-		}
-		return ev, nil
-	}
-	var stale *pb.ExecutionVertex
-	var staleNum int32
-	forEachExecution(rec, func(ev *pb.ExecutionVertex) {
-		for _, h := range ev.History {
-			if h.AttemptId == attemptID {
-				stale, staleNum = ev, h.AttemptNumber
+	var out *pb.ExecutionVertex
+	var err error
+	found := s.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
+		if ev := graph.FindAttempt(rec.ExecutionGraph, attemptID); ev != nil {
+			if tmID != "" && ev.Current.GetSlot().GetTmId() != tmID {
+				err = status.Errorf(codes.PermissionDenied, "attempt %s of %s[%d] is assigned to %s, not %s",
+					attemptID, ev.VertexId, ev.SubtaskIndex, ev.Current.GetSlot().GetTmId(), tmID)
+				return
 			}
+			out = proto.Clone(ev).(*pb.ExecutionVertex)
+			return
+		}
+		forEachExecution(rec, func(ev *pb.ExecutionVertex) {
+			for _, h := range ev.History {
+				if h.AttemptId == attemptID && err == nil {
+					err = status.Errorf(codes.FailedPrecondition, "stale attempt %s (number %d) of %s[%d]: the current attempt is number %d",
+						attemptID, h.AttemptNumber, ev.VertexId, ev.SubtaskIndex, ev.GetCurrent().GetAttemptNumber())
+				}
+			}
+		})
+		if err == nil {
+			err = status.Errorf(codes.NotFound, "unknown attempt %s of job %s", attemptID, jobID)
 		}
 	})
-	if stale != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "stale attempt %s (number %d) of %s[%d]: the current attempt is number %d",
-			attemptID, staleNum, stale.VertexId, stale.SubtaskIndex, stale.GetCurrent().GetAttemptNumber())
+	if !found {
+		return nil, status.Errorf(codes.NotFound, "unknown job %s", jobID)
 	}
-	return nil, status.Errorf(codes.NotFound, "unknown attempt %s of job %s", attemptID, jobID)
+	return out, err
 }
 
 func (s *Service) UpdateTaskExecutionState(ctx context.Context, req *pb.UpdateTaskExecutionStateRequest) (*pb.UpdateTaskExecutionStateResponse, error) {
@@ -199,11 +203,14 @@ func (s *Service) UpdateTaskExecutionState(ctx context.Context, req *pb.UpdateTa
 	if errs[0] == "" {
 		return &pb.UpdateTaskExecutionStateResponse{Accepted: true}, nil
 	}
-	if rec, ok := s.jm.state.Job(req.JobId); ok {
-		if cur := graph.FindAttempt(rec.ExecutionGraph, req.AttemptId); cur != nil && isTerminal(cur.Current.State) {
-			// The graph already ended this attempt (e.g. failed it as missing): the TM must stop it.
-			return &pb.UpdateTaskExecutionStateResponse{Accepted: false}, nil
-		}
+	ended := false
+	s.jm.state.WithJob(req.JobId, func(rec *pb.JobRecord) {
+		cur := graph.FindAttempt(rec.ExecutionGraph, req.AttemptId)
+		ended = cur != nil && isTerminal(cur.Current.State)
+	})
+	if ended {
+		// The graph already ended this attempt (e.g. failed it as missing): the TM must stop it.
+		return &pb.UpdateTaskExecutionStateResponse{Accepted: false}, nil
 	}
 	if errors.Is(ctx.Err(), context.Canceled) || !s.jm.Active() {
 		return nil, s.gateErr(ctx, ErrNotLeader)
@@ -254,16 +261,18 @@ func (s *Service) RequestPartitionState(ctx context.Context, req *pb.RequestPart
 }
 
 func checkPartition(jm *JobMaster, jobID, resultID string, ev *pb.ExecutionVertex, index int32) error {
-	rec, _ := jm.state.Job(jobID)
-	for _, res := range rec.GetExecutionGraph().GetResults() {
-		if res.ResultId == resultID {
-			if res.ProducerVertexId != ev.VertexId || index != ev.SubtaskIndex {
-				return status.Errorf(codes.InvalidArgument, "partition %s/%d is not produced by %s[%d]", resultID, index, ev.VertexId, ev.SubtaskIndex)
+	err := status.Errorf(codes.NotFound, "unknown result %s of job %s", resultID, jobID)
+	jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
+		for _, res := range rec.GetExecutionGraph().GetResults() {
+			if res.ResultId == resultID {
+				err = nil
+				if res.ProducerVertexId != ev.VertexId || index != ev.SubtaskIndex {
+					err = status.Errorf(codes.InvalidArgument, "partition %s/%d is not produced by %s[%d]", resultID, index, ev.VertexId, ev.SubtaskIndex)
+				}
 			}
-			return nil
 		}
-	}
-	return status.Errorf(codes.NotFound, "unknown result %s of job %s", resultID, jobID)
+	})
+	return err
 }
 
 // SubmitJob validates and commits a job on the established leader; the scheduler deploys it.

@@ -119,6 +119,9 @@ func (t *term) driveRunning(rec *pb.JobRecord) {
 		t.setStatus(rec, jobFinished, "")
 		return
 	}
+	// Regions deployed for the first time go out together (a streaming job is deployed
+	// eagerly in one commit); a region restart is committed region by region.
+	var fresh []*pb.ExecutionVertex
 	for _, r := range regions {
 		var active, failed, finished, undeployed []*pb.ExecutionVertex
 		for _, m := range r.Members {
@@ -145,6 +148,10 @@ func (t *term) driveRunning(rec *pb.JobRecord) {
 		if !t.inputsReady(rec, r) {
 			continue
 		}
+		if len(failed) == 0 {
+			fresh = append(fresh, undeployed...)
+			continue
+		}
 		restart := false
 		for _, ev := range failed {
 			if ev.GetCurrent().GetState() == stFailed {
@@ -162,21 +169,30 @@ func (t *term) driveRunning(rec *pb.JobRecord) {
 			}
 		}
 		members := append(append(append([]*pb.ExecutionVertex{}, undeployed...), failed...), finished...)
-		if len(failed) == 0 {
-			members = undeployed // first deployment of a region: nothing finished to redo
-		}
-		if err := t.deploy(rec, members, restart); err != nil {
-			if t.waiting[jg.JobId] != err.Error() {
-				t.waiting[jg.JobId] = err.Error()
-				t.jm.log.Info("deployment waits", "job", jg.JobId, "region", r.ID, "reason", err)
-			}
+		if !t.tryDeploy(rec, members, restart, fmt.Sprintf("region %d", r.ID)) {
 			return
 		}
-		delete(t.waiting, jg.JobId)
-		// Later regions read the updated state on the next pass.
-		t.kick(jg.JobId)
+		t.kick(jg.JobId) // later regions read the updated state on the next pass
 		return
 	}
+	if len(fresh) > 0 && t.tryDeploy(rec, fresh, false, "new regions") {
+		t.kick(jg.JobId)
+	}
+}
+
+// tryDeploy deploys and logs (once per reason) why a deployment has to wait.
+func (t *term) tryDeploy(rec *pb.JobRecord, evs []*pb.ExecutionVertex, restart bool, what string) bool {
+	jobID := rec.JobGraph.JobId
+	if err := t.deploy(rec, evs, restart); err != nil {
+		t.jm.deployFailures.Add(1)
+		if t.waiting[jobID] != err.Error() {
+			t.waiting[jobID] = err.Error()
+			t.jm.log.Info("deployment waits", "job", jobID, "what", what, "reason", err)
+		}
+		return false
+	}
+	delete(t.waiting, jobID)
+	return true
 }
 
 func firstCause(evs []*pb.ExecutionVertex) string {

@@ -147,7 +147,12 @@ func (tm *TaskManager) setRunning(t *task) bool {
 // complete moves the task to its terminal state, frees its slot and reports the state.
 func (tm *TaskManager) complete(t *task, started bool, err error) {
 	state, cause := pb.ExecutionState_EXECUTION_STATE_FINISHED, ""
+	tm.mu.Lock()
+	injected := t.failNote
+	tm.mu.Unlock()
 	switch {
+	case injected != "":
+		state, cause = pb.ExecutionState_EXECUTION_STATE_FAILED, injected
 	case err == nil:
 	case t.ctx.Err() != nil:
 		state = pb.ExecutionState_EXECUTION_STATE_CANCELED

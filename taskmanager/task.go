@@ -2,6 +2,7 @@ package taskmanager
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"time"
 
@@ -22,6 +23,7 @@ type task struct {
 	endedAt    time.Time
 	silent     bool   // the leader disowned the attempt: report nothing more
 	cancelNote string // why the TM cancelled it locally
+	failNote   string // set by FailTask: the task ends FAILED with this cause
 	produced   []partitionKey
 }
 
@@ -97,4 +99,21 @@ func (tm *TaskManager) cancelLocked(t *task, why string) {
 		t.cancelNote = why
 	}
 	t.cancel()
+}
+
+// FailTask makes a running task fail with the given cause, as if its operator had failed. It
+// is the fault-injection hook of the fault tests and of operators ("fail this attempt").
+func (tm *TaskManager) FailTask(attemptID, cause string) error {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	t := tm.tasks[attemptID]
+	if t == nil || isTerminal(t.state) {
+		return fmt.Errorf("%w: no running attempt %s", ErrInvalidTask, attemptID)
+	}
+	if cause == "" {
+		cause = "failed on request"
+	}
+	t.failNote = cause
+	t.cancel()
+	return nil
 }
