@@ -202,7 +202,7 @@ func (d *demo) run(ctx context.Context, jobFile string, reportDeadline time.Dura
 	if err != nil {
 		return err
 	}
-	d.say("leader elected: %s at epoch %d", leader.NodeId, leader.Epoch)
+	d.say("leader elected: %s at epoch %d", leader.LeaderId, leader.Epoch)
 
 	for i := 0; i < 3; i++ {
 		p := &proc{name: fmt.Sprintf("tm%d", i+1)}
@@ -262,12 +262,12 @@ func (d *demo) run(ctx context.Context, jobFile string, reportDeadline time.Dura
 	// Kill the leader.
 	var old *proc
 	for _, p := range d.jms {
-		if p.name == leader.NodeId {
+		if p.name == leader.LeaderId {
 			old = p
 		}
 	}
 	if old == nil {
-		return fmt.Errorf("leader %s is not one of the demo's JobMasters", leader.NodeId)
+		return fmt.Errorf("leader %s is not one of the demo's JobMasters", leader.LeaderId)
 	}
 	killAt := time.Now()
 	_ = old.cmd.Process.Kill()
