@@ -8,7 +8,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 PKGS := ./...
 TEST_TIMEOUT ?= 15m
 
-.PHONY: help build test test-short demo proto proto-check lint fmt-check bench jepsen jepsen-short jepsen-clean docker clean tools
+.PHONY: help build test test-short demo proto proto-check lint fmt-check bench jepsen jepsen-short jepsen-clean jepsen-root docker clean tools FORCE
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -24,6 +24,11 @@ test-short: ## the quick tier: pure logic and single-process clusters, -short
 
 demo: build ## a local 3-JM + 3-TM cluster, a streaming job, a leader kill, the reconciliation step by step
 	./bin/jmnode demo
+
+docker: ## build the FROM-scratch image jmcluster/jmnode from a static jmnode
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o deploy/jmnode ./cmd/jmnode
+	docker build -t jmcluster/jmnode:dev deploy
+	rm -f deploy/jmnode
 
 tools: ## install protoc (Debian) and the Go protoc plugins at pinned versions
 	@command -v protoc >/dev/null || { echo "installing protobuf-compiler"; apt-get update -qq && apt-get install -y -qq protobuf-compiler >/dev/null; }
@@ -48,6 +53,23 @@ lint: fmt-check ## gofmt and go vet
 
 bench: ## run the benchmarks (see docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
+
+bin/jepsen: FORCE
+	$(GO) build -o bin/jepsen ./jepsen-style/cmd/jepsen
+
+jepsen-root:
+	@test "$$(id -u)" = 0 || { echo "jepsen needs root: it creates network namespaces, veth pairs and iptables rules (inside its own namespaces only)"; exit 1; }
+
+jepsen-short: jepsen-root build bin/jepsen ## the short fault suite (kill, pause, isolate the leader; majority/minority), under 5 minutes, root
+	./bin/jepsen short --jmnode ./bin/jmnode
+
+jepsen: jepsen-root build bin/jepsen ## every fault scenario with seeds 1, 2, 3 and the report, root
+	./bin/jepsen matrix --seeds 1,2,3 --jmnode ./bin/jmnode
+
+jepsen-clean: bin/jepsen ## remove namespaces and processes a crashed fault run left behind, root
+	./bin/jepsen clean
+
+FORCE:
 
 clean: ## remove build output
 	rm -rf bin dist .demo

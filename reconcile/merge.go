@@ -88,10 +88,12 @@ type match struct {
 // any leader. now is the timestamp written into new state timestamps.
 //
 // Step one (information) matches every reported attempt with the committed graph:
-//   - an attempt of an unknown job, of an unknown vertex, or with an unknown attempt id: cancel;
+//   - an attempt of an unknown job, or of a vertex the graph does not have or has never
+//     deployed: unknown, cancel;
 //   - an attempt number lower than the committed current one: stale, cancel;
-//   - the committed attempt reported by a TM other than the one it is assigned to: keep the
-//     committed one, cancel the other (duplicate);
+//   - the same ExecutionVertex reported twice (the committed attempt reported by a TM other than
+//     the one it is assigned to, or another attempt with a number not below the committed one):
+//     keep the committed one, cancel the other (duplicate);
 //   - partition counts that do not match the graph: reject, the execution FAILS.
 //
 // Step two (states) moves each RECONCILING execution to its reported state; one nobody reported
@@ -136,10 +138,14 @@ func Merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64) *Plan {
 			ev := ji.byAttempt[rep.AttemptId]
 			if ev == nil {
 				cur := ji.byVertex[vsKey{rep.VertexId, rep.SubtaskIndex}]
-				if cur != nil && cur.Current != nil && rep.AttemptNumber < cur.Current.AttemptNumber {
-					cancel(rep, r, "stale")
-				} else {
+				switch {
+				case cur == nil || cur.Current == nil:
 					cancel(rep, r, "unknown")
+				case rep.AttemptNumber < cur.Current.AttemptNumber:
+					cancel(rep, r, "stale")
+				default:
+					// Another attempt of a vertex the graph owns: keep the committed one.
+					cancel(rep, r, "duplicate")
 				}
 				continue
 			}
@@ -174,6 +180,7 @@ func Merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64) *Plan {
 				plan.Counts.Executions++
 				next := proto.Clone(e).(*pb.Execution)
 				m, ok := matched[e.AttemptId]
+				counted := false // missing and rejected are counted on their own
 				switch {
 				case !ok:
 					tm := e.GetSlot().GetTmId()
@@ -186,11 +193,13 @@ func Merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64) *Plan {
 					}
 					next.State = pb.ExecutionState_EXECUTION_STATE_FAILED
 					plan.Counts.Missing++
+					counted = true
 				case !partitionsMatch(ji, ev, m.rep):
 					next.State = pb.ExecutionState_EXECUTION_STATE_FAILED
 					next.FailureCause = fmt.Sprintf("reconciliation rejected the report of %s: %d produced and %d consumed partitions, the graph has %d and %d",
 						m.tmID, len(m.rep.Produced), len(m.rep.Consumed), ji.produces[ev.VertexId], len(ev.Inputs))
 					plan.Counts.Rejected++
+					counted = true
 					plan.Cancels = append(plan.Cancels, Cancel{TMID: m.tmID, Addr: m.addr, JobID: jobID, AttemptID: e.AttemptId, Reason: "rejected"})
 				default:
 					// Step one: information from the report.
@@ -220,7 +229,7 @@ func Merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64) *Plan {
 				case pb.ExecutionState_EXECUTION_STATE_CANCELED:
 					plan.Counts.Canceled++
 				case pb.ExecutionState_EXECUTION_STATE_FAILED:
-					if ok {
+					if !counted {
 						plan.Counts.Failed++
 					}
 				}

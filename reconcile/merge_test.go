@@ -1,0 +1,455 @@
+package reconcile_test
+
+import (
+	"fmt"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/reconcile"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+const (
+	stRunning     = pb.ExecutionState_EXECUTION_STATE_RUNNING
+	stFinished    = pb.ExecutionState_EXECUTION_STATE_FINISHED
+	stFailed      = pb.ExecutionState_EXECUTION_STATE_FAILED
+	stCanceled    = pb.ExecutionState_EXECUTION_STATE_CANCELED
+	stCanceling   = pb.ExecutionState_EXECUTION_STATE_CANCELING
+	stDeploying   = pb.ExecutionState_EXECUTION_STATE_DEPLOYING
+	stReconciling = pb.ExecutionState_EXECUTION_STATE_RECONCILING
+
+	jobRunning     = pb.JobStatus_JOB_STATUS_RUNNING
+	jobFailing     = pb.JobStatus_JOB_STATUS_FAILING
+	jobFinished    = pb.JobStatus_JOB_STATUS_FINISHED
+	jobCancelling  = pb.JobStatus_JOB_STATUS_CANCELLING
+	jobReconciling = pb.JobStatus_JOB_STATUS_RECONCILING
+)
+
+// chainGraph is source -> map -> sink, FORWARD and PIPELINED, parallelism p.
+func chainGraph(jobID string, p int32) *pb.JobGraph {
+	fwd := func(s, d string) *pb.JobEdge {
+		return &pb.JobEdge{Source: s, Target: d, Distribution: pb.Distribution_DISTRIBUTION_FORWARD, ResultType: pb.ResultType_RESULT_TYPE_PIPELINED}
+	}
+	return &pb.JobGraph{
+		JobId: jobID, Name: jobID, Type: pb.JobType_JOB_TYPE_STREAMING,
+		Vertices: []*pb.JobVertex{
+			{Id: "source", Parallelism: p, Operator: &pb.Operator{Kind: &pb.Operator_SequenceSource{SequenceSource: &pb.SequenceSource{Keys: 4}}}},
+			{Id: "map", Parallelism: p, Operator: &pb.Operator{Kind: &pb.Operator_Map{Map: &pb.MapOperator{Multiply: 2}}}},
+			{Id: "sink", Parallelism: p, Operator: &pb.Operator{Kind: &pb.Operator_LogSink{LogSink: &pb.LogSink{}}}},
+		},
+		Edges: []*pb.JobEdge{fwd("source", "map"), fwd("map", "sink")},
+	}
+}
+
+func attemptID(vertex string, subtask, number int32) string {
+	return fmt.Sprintf("%s-%d-a%d", vertex, subtask, number)
+}
+
+// tmOf places subtask i of every vertex on tm<i+1>.
+func tmOf(subtask int32) string { return fmt.Sprintf("tm%d", subtask+1) }
+
+// reconcilingJob is a committed job as BeginReconciliation leaves it: RECONCILING, with every
+// execution RECONCILING at attempt number n, subtask i on tm<i+1>.
+func reconcilingJob(t *testing.T, jobID string, p, n int32) *pb.JobRecord {
+	t.Helper()
+	jg := chainGraph(jobID, p)
+	eg, err := graph.BuildExecutionGraph(jg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range eg.Vertices {
+		for _, ev := range v.Subtasks {
+			ev.Current = &pb.Execution{
+				AttemptId: attemptID(ev.VertexId, ev.SubtaskIndex, n), AttemptNumber: n, StartTimestamp: 100, State: stReconciling,
+				StateTimestamps: []*pb.StateTimestamp{{State: stRunning, Timestamp: 100}, {State: stReconciling, Timestamp: 200}},
+				Slot:            &pb.SlotID{TmId: tmOf(ev.SubtaskIndex), Index: 0}, TmGrpcAddress: tmOf(ev.SubtaskIndex) + ":1",
+			}
+		}
+	}
+	graph.RefreshProducers(eg)
+	return &pb.JobRecord{
+		JobGraph: jg, ExecutionGraph: eg, Status: jobReconciling,
+		History: []*pb.JobStatusChange{{Status: jobRunning, Timestamp: 100}, {Status: jobReconciling, Timestamp: 200}},
+	}
+}
+
+// honestReports: every TM reports every execution it holds, in state st, with the partitions
+// the graph expects.
+func honestReports(rec *pb.JobRecord, st pb.ExecutionState) map[string]*reconcile.Report {
+	out := map[string]*reconcile.Report{}
+	jobID := rec.JobGraph.JobId
+	for _, v := range rec.ExecutionGraph.Vertices {
+		for _, ev := range v.Subtasks {
+			e := ev.Current
+			tm := e.Slot.TmId
+			r := out[tm]
+			if r == nil {
+				r = &reconcile.Report{TMID: tm, Addr: tm + ":1"}
+				out[tm] = r
+			}
+			rep := &pb.ExecutionReport{JobId: jobID, VertexId: ev.VertexId, SubtaskIndex: ev.SubtaskIndex,
+				AttemptId: e.AttemptId, AttemptNumber: e.AttemptNumber, StartTimestamp: 150, State: st, SlotIndex: e.Slot.Index}
+			for _, res := range rec.ExecutionGraph.Results {
+				if res.ProducerVertexId == ev.VertexId {
+					rep.Produced = append(rep.Produced, &pb.ProducedPartitionReport{ResultId: res.ResultId, PartitionIndex: ev.SubtaskIndex, Consumable: true})
+				}
+			}
+			for _, in := range ev.Inputs {
+				rep.Consumed = append(rep.Consumed, &pb.ConsumedPartitionReport{ResultId: in.ResultId, PartitionIndex: in.PartitionIndex, ProducerAttemptId: in.ProducerAttemptId})
+			}
+			r.Executions = append(r.Executions, rep)
+		}
+	}
+	return out
+}
+
+// findRep returns the report of vertex[subtask] in reports.
+func findRep(reports map[string]*reconcile.Report, vertex string, subtask int32) *pb.ExecutionReport {
+	for _, r := range reports {
+		for _, e := range r.Executions {
+			if e.VertexId == vertex && e.SubtaskIndex == subtask {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+func planState(p *reconcile.Plan, vertex string, subtask int32) *pb.Execution {
+	for _, jp := range p.Jobs {
+		for _, re := range jp.Executions {
+			if re.VertexId == vertex && re.SubtaskIndex == subtask {
+				return re.Execution
+			}
+		}
+	}
+	return nil
+}
+
+type wantCancel struct{ tm, attempt, reason string }
+
+func TestMerge(t *testing.T) {
+	const p = 2 // 6 executions: subtask 0 on tm1, subtask 1 on tm2
+	cases := []struct {
+		name string
+		// edit changes the committed job and the reports before the merge.
+		edit        func(rec *pb.JobRecord, reports map[string]*reconcile.Report)
+		reported    pb.ExecutionState
+		wantStatus  pb.JobStatus
+		wantStates  map[string]pb.ExecutionState // "vertex[subtask]" -> state; the rest as reported
+		wantCancels []wantCancel
+		wantCounts  *pb.ReconciliationCounts
+		wantAcks    int
+	}{{
+		name:       "all running -> RUNNING",
+		reported:   stRunning,
+		wantStatus: jobRunning,
+		wantCounts: &pb.ReconciliationCounts{Executions: 6, KeptRunning: 6},
+	}, {
+		name:       "deploying is still starting -> RUNNING with the task INITIALIZING",
+		reported:   stRunning,
+		edit:       func(_ *pb.JobRecord, r map[string]*reconcile.Report) { findRep(r, "sink", 1).State = stDeploying },
+		wantStatus: jobRunning,
+		wantStates: map[string]pb.ExecutionState{"sink[1]": pb.ExecutionState_EXECUTION_STATE_INITIALIZING},
+		wantCounts: &pb.ReconciliationCounts{Executions: 6, KeptRunning: 6},
+	}, {
+		name:       "every task finished -> FINISHED, retained states acknowledged",
+		reported:   stFinished,
+		wantStatus: jobFinished,
+		wantCounts: &pb.ReconciliationCounts{Executions: 6, Finished: 6},
+		wantAcks:   6,
+	}, {
+		name:     "finished tasks in a streaming job do not prevent RUNNING",
+		reported: stRunning,
+		edit: func(_ *pb.JobRecord, r map[string]*reconcile.Report) {
+			findRep(r, "source", 0).State = stFinished
+		},
+		wantStatus: jobRunning,
+		wantStates: map[string]pb.ExecutionState{"source[0]": stFinished},
+		wantCounts: &pb.ReconciliationCounts{Executions: 6, KeptRunning: 5, Finished: 1},
+		wantAcks:   1,
+	}, {
+		name:     "a task FAILED during the gap -> FAILING",
+		reported: stRunning,
+		edit: func(_ *pb.JobRecord, r map[string]*reconcile.Report) {
+			e := findRep(r, "map", 1)
+			e.State, e.FailureCause = stFailed, "boom"
+		},
+		wantStatus: jobFailing,
+		wantStates: map[string]pb.ExecutionState{"map[1]": stFailed},
+		wantCounts: &pb.ReconciliationCounts{Executions: 6, KeptRunning: 5, Failed: 1},
+		wantAcks:   1,
+	}, {
+		name:       "a task CANCELED during the gap -> FAILING",
+		reported:   stRunning,
+		edit:       func(_ *pb.JobRecord, r map[string]*reconcile.Report) { findRep(r, "map", 0).State = stCanceled },
+		wantStatus: jobFailing,
+		wantStates: map[string]pb.ExecutionState{"map[0]": stCanceled},
+		wantCounts: &pb.ReconciliationCounts{Executions: 6, KeptRunning: 5, Canceled: 1},
+		wantAcks:   1,
+	}, {
+		name:       "a CANCELING task is counted CANCELED",
+		reported:   stRunning,
+		edit:       func(_ *pb.JobRecord, r map[string]*reconcile.Report) { findRep(r, "map", 0).State = stCanceling },
+		wantStatus: jobFailing,
+		wantStates: map[string]pb.ExecutionState{"map[0]": stCanceled},
+		wantCounts: &pb.ReconciliationCounts{Executions: 6, KeptRunning: 5, Canceled: 1},
+		wantAcks:   1,
+	}, {
+		name:       "a TM holding attempts did not report -> its executions FAIL (missing), FAILING",
+		reported:   stRunning,
+		edit:       func(_ *pb.JobRecord, r map[string]*reconcile.Report) { delete(r, "tm2") },
+		wantStatus: jobFailing,
+		wantStates: map[string]pb.ExecutionState{"source[1]": stFailed, "map[1]": stFailed, "sink[1]": stFailed},
+		wantCounts: &pb.ReconciliationCounts{Executions: 6, KeptRunning: 3, Missing: 3, TmsMissing: 1},
+	}, {
+		name:     "a TM reported but not the committed attempt -> it FAILS (missing)",
+		reported: stRunning,
+		edit: func(_ *pb.JobRecord, r map[string]*reconcile.Report) {
+			ex := r["tm1"].Executions
+			for i, e := range ex {
+				if e.VertexId == "sink" {
+					r["tm1"].Executions = append(ex[:i:i], ex[i+1:]...)
+					break
+				}
+			}
+		},
+		wantStatus: jobFailing,
+		wantStates: map[string]pb.ExecutionState{"sink[0]": stFailed},
+		wantCounts: &pb.ReconciliationCounts{Executions: 6, KeptRunning: 5, Missing: 1},
+	}, {
+		name:     "an attempt of an unknown job -> cancel it",
+		reported: stRunning,
+		edit: func(_ *pb.JobRecord, r map[string]*reconcile.Report) {
+			r["tm1"].Executions = append(r["tm1"].Executions, &pb.ExecutionReport{JobId: "ghost", VertexId: "source", AttemptId: "g0", State: stRunning})
+		},
+		wantStatus:  jobRunning,
+		wantCancels: []wantCancel{{"tm1", "g0", "unknown"}},
+		wantCounts:  &pb.ReconciliationCounts{Executions: 6, KeptRunning: 6, CancelledUnknown: 1},
+	}, {
+		name:     "an unknown attempt of an unknown vertex -> cancel it",
+		reported: stRunning,
+		edit: func(_ *pb.JobRecord, r map[string]*reconcile.Report) {
+			r["tm2"].Executions = append(r["tm2"].Executions, &pb.ExecutionReport{JobId: "job", VertexId: "nope", AttemptId: "x0", State: stRunning})
+		},
+		wantStatus:  jobRunning,
+		wantCancels: []wantCancel{{"tm2", "x0", "unknown"}},
+		wantCounts:  &pb.ReconciliationCounts{Executions: 6, KeptRunning: 6, CancelledUnknown: 1},
+	}, {
+		name:     "an unknown attempt that already ended is not cancelled (nothing runs)",
+		reported: stRunning,
+		edit: func(_ *pb.JobRecord, r map[string]*reconcile.Report) {
+			r["tm2"].Executions = append(r["tm2"].Executions, &pb.ExecutionReport{JobId: "ghost", VertexId: "source", AttemptId: "g1", State: stFinished})
+		},
+		wantStatus: jobRunning,
+		wantCounts: &pb.ReconciliationCounts{Executions: 6, KeptRunning: 6},
+	}, {
+		name:     "a lower attempt number than the committed one -> stale, cancel",
+		reported: stRunning,
+		edit: func(rec *pb.JobRecord, r map[string]*reconcile.Report) {
+			// The committed attempt of map[0] is number 1; tm3 still runs number 0.
+			ev := graph.FindVertex(rec.ExecutionGraph, "map", 0)
+			ev.Current.AttemptId, ev.Current.AttemptNumber = attemptID("map", 0, 1), 1
+			findRep(r, "map", 0).AttemptId, findRep(r, "map", 0).AttemptNumber = attemptID("map", 0, 1), 1
+			r["tm3"] = &reconcile.Report{TMID: "tm3", Addr: "tm3:1", Executions: []*pb.ExecutionReport{{
+				JobId: "job", VertexId: "map", SubtaskIndex: 0, AttemptId: attemptID("map", 0, 0), AttemptNumber: 0, State: stRunning}}}
+		},
+		wantStatus:  jobRunning,
+		wantCancels: []wantCancel{{"tm3", attemptID("map", 0, 0), "stale"}},
+		wantCounts:  &pb.ReconciliationCounts{Executions: 6, KeptRunning: 6, CancelledStale: 1},
+	}, {
+		name:     "one ExecutionVertex reported by two TMs (the committed attempt elsewhere) -> keep the committed one, cancel the other",
+		reported: stRunning,
+		edit: func(_ *pb.JobRecord, r map[string]*reconcile.Report) {
+			dup := proto.Clone(findRep(r, "sink", 0)).(*pb.ExecutionReport)
+			r["tm2"].Executions = append(r["tm2"].Executions, dup)
+		},
+		wantStatus:  jobRunning,
+		wantCancels: []wantCancel{{"tm2", attemptID("sink", 0, 0), "duplicate"}},
+		wantCounts:  &pb.ReconciliationCounts{Executions: 6, KeptRunning: 6, CancelledDuplicate: 1},
+	}, {
+		name:     "one ExecutionVertex reported by two TMs (another attempt, same number) -> keep the committed one, cancel the other",
+		reported: stRunning,
+		edit: func(_ *pb.JobRecord, r map[string]*reconcile.Report) {
+			dup := proto.Clone(findRep(r, "sink", 0)).(*pb.ExecutionReport)
+			dup.AttemptId = "other"
+			r["tm3"] = &reconcile.Report{TMID: "tm3", Addr: "tm3:1", Executions: []*pb.ExecutionReport{dup}}
+		},
+		wantStatus:  jobRunning,
+		wantCancels: []wantCancel{{"tm3", "other", "duplicate"}},
+		wantCounts:  &pb.ReconciliationCounts{Executions: 6, KeptRunning: 6, CancelledDuplicate: 1},
+	}, {
+		name:     "partition counts that do not match -> FAIL that execution, cancel it",
+		reported: stRunning,
+		edit: func(_ *pb.JobRecord, r map[string]*reconcile.Report) {
+			e := findRep(r, "map", 1)
+			e.Produced = append(e.Produced, &pb.ProducedPartitionReport{ResultId: "extra", PartitionIndex: 1})
+		},
+		wantStatus:  jobFailing,
+		wantStates:  map[string]pb.ExecutionState{"map[1]": stFailed},
+		wantCancels: []wantCancel{{"tm2", attemptID("map", 1, 0), "rejected"}},
+		wantCounts:  &pb.ReconciliationCounts{Executions: 6, KeptRunning: 5, Rejected: 1},
+	}, {
+		name:     "a consumed partition missing -> FAIL that execution",
+		reported: stRunning,
+		edit: func(_ *pb.JobRecord, r map[string]*reconcile.Report) {
+			findRep(r, "sink", 0).Consumed = nil
+		},
+		wantStatus:  jobFailing,
+		wantStates:  map[string]pb.ExecutionState{"sink[0]": stFailed},
+		wantCancels: []wantCancel{{"tm1", attemptID("sink", 0, 0), "rejected"}},
+		wantCounts:  &pb.ReconciliationCounts{Executions: 6, KeptRunning: 5, Rejected: 1},
+	}, {
+		name:     "a produced partition with the wrong index -> FAIL that execution",
+		reported: stRunning,
+		edit: func(_ *pb.JobRecord, r map[string]*reconcile.Report) {
+			findRep(r, "source", 1).Produced[0].PartitionIndex = 0
+		},
+		wantStatus:  jobFailing,
+		wantStates:  map[string]pb.ExecutionState{"source[1]": stFailed},
+		wantCancels: []wantCancel{{"tm2", attemptID("source", 1, 0), "rejected"}},
+		wantCounts:  &pb.ReconciliationCounts{Executions: 6, KeptRunning: 5, Rejected: 1},
+	}, {
+		name:     "a job that was CANCELLING stays CANCELLING",
+		reported: stRunning,
+		edit: func(rec *pb.JobRecord, _ map[string]*reconcile.Report) {
+			rec.History[0].Status = jobCancelling
+		},
+		wantStatus: jobCancelling,
+		wantCounts: &pb.ReconciliationCounts{Executions: 6, KeptRunning: 6},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := reconcilingJob(t, "job", p, 0)
+			reports := honestReports(rec, tc.reported)
+			if tc.edit != nil {
+				tc.edit(rec, reports)
+			}
+			before := proto.Clone(rec).(*pb.JobRecord)
+			plan := reconcile.Merge([]*pb.JobRecord{rec}, reports, 999)
+			if !proto.Equal(before, rec) {
+				t.Fatal("Merge changed its input")
+			}
+			if len(plan.Jobs) != 1 {
+				t.Fatalf("plan has %d jobs", len(plan.Jobs))
+			}
+			jp := plan.Jobs[0]
+			if jp.Status != tc.wantStatus {
+				t.Errorf("job status %s (cause %q), want %s", graph.JobStatusName(jp.Status), jp.Cause, graph.JobStatusName(tc.wantStatus))
+			}
+			if tc.wantStatus == jobFailing && jp.Cause == "" {
+				t.Error("FAILING without a cause")
+			}
+			if len(jp.Executions) != 6 {
+				t.Fatalf("%d reconciled executions, want 6", len(jp.Executions))
+			}
+			for _, re := range jp.Executions {
+				key := fmt.Sprintf("%s[%d]", re.VertexId, re.SubtaskIndex)
+				want, ok := tc.wantStates[key]
+				if !ok {
+					want = tc.reported
+				}
+				e := re.Execution
+				if e.State != want {
+					t.Errorf("%s: state %s, want %s", key, graph.ExecutionStateName(e.State), graph.ExecutionStateName(want))
+				}
+				committed := graph.FindVertex(rec.ExecutionGraph, re.VertexId, re.SubtaskIndex).Current
+				if e.AttemptId != committed.AttemptId || e.AttemptNumber != committed.AttemptNumber {
+					t.Errorf("%s: attempt %s#%d, the committed one is %s#%d", key, e.AttemptId, e.AttemptNumber, committed.AttemptId, committed.AttemptNumber)
+				}
+				last := e.StateTimestamps[len(e.StateTimestamps)-1]
+				if last.State != e.State || last.Timestamp != 999 {
+					t.Errorf("%s: last state timestamp %v, want %s at 999", key, last, graph.ExecutionStateName(e.State))
+				}
+				if e.State == stFailed && e.FailureCause == "" {
+					t.Errorf("%s: FAILED without a cause", key)
+				}
+				if e.State == tc.reported && e.State == stRunning && e.StartTimestamp != 150 {
+					t.Errorf("%s: start timestamp %d, the report says 150", key, e.StartTimestamp)
+				}
+			}
+			var got []wantCancel
+			for _, c := range plan.Cancels {
+				got = append(got, wantCancel{c.TMID, c.AttemptID, c.Reason})
+				if c.Addr != c.TMID+":1" {
+					t.Errorf("cancel %v sent to %q", c, c.Addr)
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.wantCancels) {
+				t.Errorf("cancels %v, want %v", got, tc.wantCancels)
+			}
+			want := proto.Clone(tc.wantCounts).(*pb.ReconciliationCounts)
+			if !proto.Equal(plan.Counts, want) {
+				t.Errorf("counts %v, want %v", plan.Counts, want)
+			}
+			acks := 0
+			for _, ids := range plan.Acks {
+				acks += len(ids)
+			}
+			if acks != tc.wantAcks {
+				t.Errorf("%d acknowledgements, want %d: %v", acks, tc.wantAcks, plan.Acks)
+			}
+		})
+	}
+}
+
+// TestMergeOnlyReconcilingExecutions: executions that were already terminal when the
+// reconciliation began are left alone and still count towards FINISHED.
+func TestMergeOnlyReconcilingExecutions(t *testing.T) {
+	rec := reconcilingJob(t, "job", 2, 0)
+	reports := honestReports(rec, stFinished)
+	// source[0] finished (committed) before the leader died; its TM no longer retains it.
+	ev := graph.FindVertex(rec.ExecutionGraph, "source", 0)
+	ev.Current.State = stFinished
+	r := reports["tm1"]
+	for i, e := range r.Executions {
+		if e.VertexId == "source" {
+			r.Executions = append(r.Executions[:i:i], r.Executions[i+1:]...)
+			break
+		}
+	}
+	plan := reconcile.Merge([]*pb.JobRecord{rec}, reports, 1)
+	if got := len(plan.Jobs[0].Executions); got != 5 {
+		t.Fatalf("%d reconciled executions, want 5 (source[0] was already FINISHED)", got)
+	}
+	if plan.Jobs[0].Status != jobFinished || plan.Counts.Finished != 5 || plan.Counts.Missing != 0 {
+		t.Fatalf("status %s counts %v, want FINISHED with 5 finished", graph.JobStatusName(plan.Jobs[0].Status), plan.Counts)
+	}
+	if planState(plan, "source", 0) != nil {
+		t.Fatal("source[0] is in the plan")
+	}
+}
+
+// TestMergeDeterministic: the same inputs give the same plan whatever the order the reports
+// arrived in, and jobs come out ordered by id.
+func TestMergeDeterministic(t *testing.T) {
+	a, b := reconcilingJob(t, "job-b", 3, 0), reconcilingJob(t, "job-a", 3, 0)
+	reports := honestReports(a, stRunning)
+	for tm, r := range honestReports(b, stRunning) {
+		reports[tm].Executions = append(reports[tm].Executions, r.Executions...)
+	}
+	reports["tm1"].Executions = append(reports["tm1"].Executions, &pb.ExecutionReport{JobId: "ghost", AttemptId: "g", State: stRunning})
+	reports["tm3"].Executions = append(reports["tm3"].Executions, &pb.ExecutionReport{JobId: "ghost", AttemptId: "h", State: stRunning})
+	first := reconcile.Merge([]*pb.JobRecord{a, b}, reports, 5)
+	for i := 0; i < 20; i++ {
+		again := reconcile.Merge([]*pb.JobRecord{b, a}, reports, 5)
+		if fmt.Sprint(again.Cancels) != fmt.Sprint(first.Cancels) || !proto.Equal(again.Counts, first.Counts) || len(again.Jobs) != 2 {
+			t.Fatalf("plans differ:\n%v\n%v", first.Cancels, again.Cancels)
+		}
+		for j := range first.Jobs {
+			if again.Jobs[j].JobID != first.Jobs[j].JobID {
+				t.Fatalf("job order differs: %s vs %s", again.Jobs[j].JobID, first.Jobs[j].JobID)
+			}
+			for k, re := range first.Jobs[j].Executions {
+				if !proto.Equal(re, again.Jobs[j].Executions[k]) {
+					t.Fatalf("execution %d of %s differs", k, first.Jobs[j].JobID)
+				}
+			}
+		}
+	}
+	if first.Jobs[0].JobID != "job-a" {
+		t.Fatalf("first job %s, want job-a", first.Jobs[0].JobID)
+	}
+}
