@@ -25,6 +25,8 @@ var (
 	ErrNotLeader = errors.New("jobmaster: not the established leader")
 	// ErrReconciling: the RPC gate is closed while the leader reconciles.
 	ErrReconciling = errors.New("jobmaster: leader is reconciling")
+	// ErrNoSlots: the usable TaskManagers do not have enough free slots for a deployment.
+	ErrNoSlots = errors.New("jobmaster: not enough free slots")
 )
 
 // Raft is what the JobMaster needs of the Raft node (cluster.Node implements it).
@@ -98,9 +100,13 @@ type JobMaster struct {
 	// the checkers' self-tests only).
 	earlyGate atomic.Bool
 
-	// deployFailures counts deployments that could not be committed or placed (observability
-	// and the write-ahead tests).
+	// deployFailures counts deployments whose write-ahead commit failed; deployWaits those that
+	// waited for free slots (observability and the write-ahead tests).
 	deployFailures atomic.Int64
+	deployWaits    atomic.Int64
+	// foreignCancels counts completed CancelTask calls for attempts the graph does not own on
+	// the TM that reported them.
+	foreignCancels atomic.Int64
 
 	mu     sync.Mutex
 	term   *term // nil while not the established leader
@@ -130,9 +136,16 @@ func (jm *JobMaster) SetReconciler(r Reconciler) { jm.reconciler = r }
 // fault-injection checkers catch it; never set in production.
 func (jm *JobMaster) SetUnsafeEarlyGate(on bool) { jm.earlyGate.Store(on) }
 
-// DeployFailures is the number of deployments that waited or failed before any SubmitTask:
-// no slots, or the attempts could not be committed.
+// DeployFailures is the number of deployments abandoned because their write-ahead commit (the
+// attempts, their DEPLOYING state or the restart count) failed; no SubmitTask was sent for them.
 func (jm *JobMaster) DeployFailures() int64 { return jm.deployFailures.Load() }
+
+// ForeignCancels is the number of CancelTask calls completed for attempts a TM reported in its
+// heartbeat that the graph does not place on that TM (nothing is committed for them).
+func (jm *JobMaster) ForeignCancels() int64 { return jm.foreignCancels.Load() }
+
+// DeployWaits is the number of deployments that had to wait for free slots.
+func (jm *JobMaster) DeployWaits() int64 { return jm.deployWaits.Load() }
 
 // Registry returns the TaskManager registry (shared with reconcile and the HTTP views).
 func (jm *JobMaster) Registry() *Registry { return jm.tms }

@@ -2,6 +2,7 @@ package jobmaster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -108,6 +109,9 @@ func (t *term) driveRunning(rec *pb.JobRecord) {
 		t.jm.log.Error("failover regions", "job", jg.JobId, "error", err)
 		return
 	}
+	if t.resumeScheduled(rec) {
+		return
+	}
 	eg := rec.ExecutionGraph
 	allFinished := true
 	forEachExecution(rec, func(ev *pb.ExecutionVertex) {
@@ -184,7 +188,11 @@ func (t *term) driveRunning(rec *pb.JobRecord) {
 func (t *term) tryDeploy(rec *pb.JobRecord, evs []*pb.ExecutionVertex, restart bool, what string) bool {
 	jobID := rec.JobGraph.JobId
 	if err := t.deploy(rec, evs, restart); err != nil {
-		t.jm.deployFailures.Add(1)
+		if errors.Is(err, ErrNoSlots) {
+			t.jm.deployWaits.Add(1)
+		} else {
+			t.jm.deployFailures.Add(1)
+		}
 		if t.waiting[jobID] != err.Error() {
 			t.waiting[jobID] = err.Error()
 			t.jm.log.Info("deployment waits", "job", jobID, "what", what, "reason", err)
@@ -304,7 +312,7 @@ func (t *term) allocate(n int) ([]placement, error) {
 		total += len(f)
 	}
 	if total < n {
-		return nil, fmt.Errorf("%d slots needed, %d free on %d task managers", n, total, len(tms))
+		return nil, fmt.Errorf("%w: %d needed, %d free on %d task managers", ErrNoSlots, n, total, len(tms))
 	}
 	out := make([]placement, 0, n)
 	for len(out) < n {
@@ -367,16 +375,22 @@ func (t *term) deploy(rec *pb.JobRecord, evs []*pb.ExecutionVertex, restart bool
 	if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_UPDATE_EXECUTION_STATES, deploying); err != nil {
 		return fmt.Errorf("commit deploying: %w", err)
 	}
+	return t.submitCommitted(jobID, cmd.Attempts)
+}
+
+// submitCommitted sends SubmitTask for attempts whose creation and DEPLOYING state are
+// committed, with descriptors built from the committed state.
+func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
 	committed, ok := t.jm.state.Job(jobID)
 	if !ok {
 		return fmt.Errorf("job %s vanished", jobID)
 	}
-	names := make([]string, 0, len(cmd.Attempts))
-	for _, a := range cmd.Attempts {
-		names = append(names, fmt.Sprintf("%s[%d]#%d@%s/%d", a.VertexId, a.SubtaskIndex, a.AttemptNumber, a.Slot.TmId, a.Slot.Index))
+	names := make([]string, 0, len(attempts))
+	for _, a := range attempts {
+		names = append(names, fmt.Sprintf("%s[%d]#%d@%s/%d", a.VertexId, a.SubtaskIndex, a.AttemptNumber, a.Slot.GetTmId(), a.Slot.GetIndex()))
 	}
 	t.jm.log.Info("deploying", "job", jobID, "tasks", len(names), "attempts", strings.Join(names, " "))
-	for _, a := range cmd.Attempts {
+	for _, a := range attempts {
 		tdd, err := TaskDeploymentDescriptor(committed, a.VertexId, a.SubtaskIndex)
 		if err != nil {
 			t.failAsync(jobID, a.AttemptId, "deployment descriptor: "+err.Error())
@@ -385,6 +399,39 @@ func (t *term) deploy(rec *pb.JobRecord, evs []*pb.ExecutionVertex, restart bool
 		t.submitAsync(a.TmGrpcAddress, tdd)
 	}
 	return nil
+}
+
+// resumeScheduled finishes deployments of this term whose attempts were committed but whose
+// DEPLOYING commit failed (a SCHEDULED attempt: nothing was submitted for it). Reconciliation
+// resolves SCHEDULED attempts of earlier terms before the scheduler runs, so every SCHEDULED
+// attempt the scheduler sees is its own. It reports whether there was anything to resume.
+func (t *term) resumeScheduled(rec *pb.JobRecord) bool {
+	jobID := rec.JobGraph.JobId
+	var attempts []*pb.AttemptSpec
+	deploying := &pb.UpdateExecutionStatesCommand{}
+	ts := nowMillis()
+	forEachExecution(rec, func(ev *pb.ExecutionVertex) {
+		e := ev.GetCurrent()
+		if e.GetState() != stScheduled {
+			return
+		}
+		attempts = append(attempts, &pb.AttemptSpec{
+			VertexId: ev.VertexId, SubtaskIndex: ev.SubtaskIndex, AttemptId: e.AttemptId, AttemptNumber: e.AttemptNumber,
+			Slot: e.Slot, TmGrpcAddress: e.TmGrpcAddress, TmDataAddress: e.TmDataAddress,
+		})
+		deploying.Updates = append(deploying.Updates, &pb.ExecutionStateUpdate{JobId: jobID, AttemptId: e.AttemptId, State: stDeploying, Timestamp: ts})
+	})
+	if len(attempts) == 0 {
+		return false
+	}
+	if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_UPDATE_EXECUTION_STATES, deploying); err != nil {
+		t.jm.deployFailures.Add(1)
+		t.jm.log.Warn("commit deploying of scheduled attempts", "job", jobID, "error", err)
+		return true
+	}
+	_ = t.submitCommitted(jobID, attempts)
+	t.kick(jobID)
+	return true
 }
 
 func (t *term) submitAsync(addr string, tdd *pb.TaskDeploymentDescriptor) {
@@ -467,19 +514,28 @@ func (t *term) cancelExecutions(rec *pb.JobRecord, evs []*pb.ExecutionVertex, ca
 }
 
 func (t *term) cancelAsync(jobID string, e *pb.Execution) {
+	t.sendCancel(jobID, e.AttemptId, e.TmGrpcAddress, true)
+}
+
+// sendCancel sends CancelTask once per attempt and term (again after a failed call). For an
+// attempt of the graph (owned), a terminal answer is committed; for an attempt the graph does
+// not own on that TM, nothing is committed: the attempt id may be the graph's current attempt
+// on another TM, whose state a false report must not change.
+func (t *term) sendCancel(jobID, attemptID, addr string, owned bool) {
+	key := attemptID + "@" + addr
 	t.mu.Lock()
-	if t.cancelSent[e.AttemptId] {
+	if t.cancelSent[key] {
 		t.mu.Unlock()
 		return
 	}
-	t.cancelSent[e.AttemptId] = true
+	t.cancelSent[key] = true
 	t.mu.Unlock()
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
 		var state pb.ExecutionState
-		err := t.jm.tms.Call(t.ctx, e.TmGrpcAddress, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
-			resp, err := c.CancelTask(ctx, &pb.CancelTaskRequest{Epoch: t.epoch, JobId: jobID, AttemptId: e.AttemptId})
+		err := t.jm.tms.Call(t.ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
+			resp, err := c.CancelTask(ctx, &pb.CancelTaskRequest{Epoch: t.epoch, JobId: jobID, AttemptId: attemptID})
 			if err == nil {
 				state = resp.State
 			}
@@ -488,23 +544,27 @@ func (t *term) cancelAsync(jobID string, e *pb.Execution) {
 		if err != nil {
 			// Try again on a later pass; a lost TM fails the execution instead.
 			t.mu.Lock()
-			delete(t.cancelSent, e.AttemptId)
+			delete(t.cancelSent, key)
 			t.mu.Unlock()
 			if t.ctx.Err() == nil {
-				t.jm.log.Debug("cancel failed; will retry", "attempt", e.AttemptId, "error", err)
+				t.jm.log.Debug("cancel failed; will retry", "attempt", attemptID, "tm", addr, "error", err)
 			}
 			return
 		}
+		if !owned {
+			t.jm.foreignCancels.Add(1)
+			return
+		}
 		if isTerminal(state) {
-			t.batch.commit(t.ctx, []*pb.ExecutionStateUpdate{{JobId: jobID, AttemptId: e.AttemptId, State: state, Timestamp: nowMillis()}})
+			t.batch.commit(t.ctx, []*pb.ExecutionStateUpdate{{JobId: jobID, AttemptId: attemptID, State: state, Timestamp: nowMillis()}})
 		}
 	}()
 }
 
-// cancelOnTM cancels an attempt the graph does not own (reported by a TM); nothing is
+// cancelOnTM cancels an attempt the graph does not own on that TM (reported by it); nothing is
 // committed because there is nothing in the graph to change.
 func (t *term) cancelOnTM(addr, jobID, attemptID string) {
-	t.cancelAsync(jobID, &pb.Execution{AttemptId: attemptID, TmGrpcAddress: addr})
+	t.sendCancel(jobID, attemptID, addr, false)
 }
 
 // TaskDeploymentDescriptor builds the descriptor of one ExecutionVertex's current attempt from

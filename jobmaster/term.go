@@ -25,7 +25,7 @@ type term struct {
 	started sync.Once
 
 	mu         sync.Mutex
-	cancelSent map[string]bool      // attempt ids a CancelTask was sent for
+	cancelSent map[string]bool      // attempt@tm a CancelTask was sent for
 	submitting map[string]bool      // attempt ids whose SubmitTask is in flight
 	missing    map[string]int       // consecutive heartbeats an expected attempt was absent from
 	restartAt  map[string]time.Time // region key -> not before (restart delay)

@@ -210,12 +210,35 @@ func TestCancelTask(t *testing.T) {
 	if err != nil || resp.GetState() != canceled {
 		t.Fatalf("CancelTask(unknown): %v %v", resp, err)
 	}
-	// The slot can be reused; resubmitting the same attempt is idempotent.
-	submit(t, c, 1, source("job", "src", 0, 1, "b", 2, unbounded))
-	submit(t, c, 1, source("job", "src", 0, 1, "b", 2, unbounded))
-	_, err = c.SubmitTask(t.Context(), &pb.SubmitTaskRequest{Epoch: 1, Task: source("job", "src", 0, 1, "c", 2, unbounded)})
+	// The slot can be reused by the next attempt; resubmitting the same attempt is idempotent.
+	b := source("job", "src", 0, 1, "b", 2, unbounded)
+	b.AttemptNumber = 1
+	submit(t, c, 1, b)
+	submit(t, c, 1, b)
+	cd := source("job", "src", 0, 1, "c", 2, unbounded)
+	cd.AttemptNumber = 2
+	_, err = c.SubmitTask(t.Context(), &pb.SubmitTaskRequest{Epoch: 1, Task: cd})
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("busy slot: %v", err)
+	}
+	// An attempt number at or below one the TM holds for the subtask is stale.
+	stale := source("job", "src", 0, 1, "d", 3, unbounded)
+	stale.AttemptNumber = 1
+	_, err = c.SubmitTask(t.Context(), &pb.SubmitTaskRequest{Epoch: 1, Task: stale})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "stale attempt number") {
+		t.Fatalf("stale attempt number: %v", err)
+	}
+	// A cancel naming the wrong job, or no attempt, is refused and stops nothing.
+	_, err = c.CancelTask(t.Context(), &pb.CancelTaskRequest{Epoch: 1, JobId: "other", AttemptId: "b"})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("CancelTask(wrong job): %v", err)
+	}
+	_, err = c.CancelTask(t.Context(), &pb.CancelTaskRequest{Epoch: 1, JobId: "job"})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("CancelTask(no attempt): %v", err)
+	}
+	if tm.FreeSlots() != 3 {
+		t.Fatalf("free slots %d after refused calls, want 3", tm.FreeSlots())
 	}
 }
 

@@ -167,8 +167,10 @@ func TestBlockingExchange(t *testing.T) {
 	}
 	for i, a := range []string{"sink-a", "sink-b"} {
 		path := filepath.Join(dir, a+".json")
-		submit(t, c2, 1, deploy("job", "sink", 0, 1, a, int32(i), checksumOp(path),
-			gate("src->sink", blocking, channel("src->sink", 0, 0, "src", tm1.DataAddr()))))
+		d := deploy("job", "sink", 0, 1, a, int32(i), checksumOp(path),
+			gate("src->sink", blocking, channel("src->sink", 0, 0, "src", tm1.DataAddr())))
+		d.AttemptNumber = int32(i) // a second consumer of the same subtask is its next attempt
+		submit(t, c2, 1, d)
 		jm.waitState(t, a, finished)
 		cs, err := operators.ReadChecksum(path)
 		if err != nil {

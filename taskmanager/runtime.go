@@ -53,7 +53,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 		Job: d.GetJobId(), Vertex: d.GetVertexId(), Subtask: d.GetSubtaskIndex(),
 		Parallelism: d.GetParallelism(), AttemptID: d.GetAttemptId(), AttemptNumber: d.GetAttemptNumber(),
 		WorkDir: tm.cfg.WorkDir,
-		Logger: tm.log.Named("operator").With("job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex()),
+		Logger:  tm.log.Named("operator").With("job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex()),
 	}
 	var (
 		src operators.Source

@@ -44,6 +44,10 @@ func (s *controlService) SubmitTask(_ context.Context, req *pb.SubmitTaskRequest
 	if _, ok := tm.tasks[d.GetAttemptId()]; ok {
 		return &pb.SubmitTaskResponse{}, nil // idempotent redelivery
 	}
+	if o := tm.newerAttemptLocked(d); o != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "stale attempt number %d of %s[%d]: attempt %s (number %d, %s) is already on %s",
+			d.GetAttemptNumber(), d.GetVertexId(), d.GetSubtaskIndex(), o.attempt(), o.tdd.GetAttemptNumber(), o.state, tm.cfg.ID)
+	}
 	if tm.stopping.Load() {
 		return nil, status.Error(codes.Unavailable, ErrStopped.Error())
 	}
@@ -57,6 +61,19 @@ func (s *controlService) SubmitTask(_ context.Context, req *pb.SubmitTaskRequest
 	return &pb.SubmitTaskResponse{}, nil
 }
 
+// newerAttemptLocked returns a task of the same ExecutionVertex with an attempt number at or
+// above d's (a deployment from an outdated view of the graph), or nil.
+func (tm *TaskManager) newerAttemptLocked(d *pb.TaskDeploymentDescriptor) *task {
+	for _, o := range tm.tasks {
+		od := o.tdd
+		if od.GetJobId() == d.GetJobId() && od.GetVertexId() == d.GetVertexId() && od.GetSubtaskIndex() == d.GetSubtaskIndex() &&
+			od.GetAttemptNumber() >= d.GetAttemptNumber() {
+			return o
+		}
+	}
+	return nil
+}
+
 func (s *controlService) CancelTask(_ context.Context, req *pb.CancelTaskRequest) (*pb.CancelTaskResponse, error) {
 	tm := s.tm
 	tm.mu.Lock()
@@ -64,10 +81,19 @@ func (s *controlService) CancelTask(_ context.Context, req *pb.CancelTaskRequest
 		tm.mu.Unlock()
 		return nil, err
 	}
+	if req.GetJobId() == "" || req.GetAttemptId() == "" {
+		tm.mu.Unlock()
+		return nil, status.Error(codes.InvalidArgument, "cancel: job_id and attempt_id are required")
+	}
 	t := tm.tasks[req.GetAttemptId()]
 	if t == nil {
+		// Nothing to stop: an attempt this TM never ran (or forgot) is as good as cancelled.
 		tm.mu.Unlock()
 		return &pb.CancelTaskResponse{State: pb.ExecutionState_EXECUTION_STATE_CANCELED}, nil
+	}
+	if j := t.tdd.GetJobId(); j != req.GetJobId() {
+		tm.mu.Unlock()
+		return nil, status.Errorf(codes.NotFound, "attempt %s on %s belongs to job %s, not %s", req.GetAttemptId(), tm.cfg.ID, j, req.GetJobId())
 	}
 	if isTerminal(t.state) {
 		st := t.state

@@ -304,7 +304,9 @@ func (c *Cluster) Conn(addr string) *grpc.ClientConn {
 }
 
 // Client returns a ClientService client for a replica.
-func (c *Cluster) Client(j *JM) pb.ClientServiceClient { return pb.NewClientServiceClient(c.Conn(j.GRPCAddr)) }
+func (c *Cluster) Client(j *JM) pb.ClientServiceClient {
+	return pb.NewClientServiceClient(c.Conn(j.GRPCAddr))
+}
 
 // Submit submits a job through a follower (the write is forwarded) and returns its id.
 func (c *Cluster) Submit(jg *pb.JobGraph) string {

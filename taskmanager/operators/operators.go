@@ -3,10 +3,10 @@
 package operators
 
 import (
-	"path/filepath"
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 
