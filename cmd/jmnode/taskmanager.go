@@ -56,6 +56,7 @@ func runTaskManager(args []string) error {
 	cfg.AdvertiseGRPC, cfg.AdvertiseData = *grpcAdv, *dataAdv
 	cfg.JobMasters, cfg.LeaderGrace, cfg.RetainTerminal, cfg.HeartbeatInterval = splitList(*jms), *grace, *retain, *hb
 	cfg.Logger, cfg.WorkDir = log, *workDir
+	cfg.UnsafeDisableFencing = os.Getenv("JMNODE_UNSAFE_DISABLE_FENCING") == "1"
 	if *eventLog != "" {
 		f, err := os.OpenFile(*eventLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+func TestLoadJobFileNamesTheField(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"name": "x", "vertices": [{"id": "a", "paralelism": 2}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadJobFile(bad)
+	if err == nil || !strings.Contains(err.Error(), "paralelism") || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("want an error naming the file and the unknown field, got %v", err)
+	}
+	wrongType := filepath.Join(dir, "type.json")
+	if err := os.WriteFile(wrongType, []byte(`{"name": "x", "type": "JOB_TYPE_NOPE"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadJobFile(wrongType); err == nil || !strings.Contains(err.Error(), "JOB_TYPE_NOPE") {
+		t.Fatalf("want an error naming the bad enum value, got %v", err)
+	}
+	for _, f := range []string{"../../examples/streaming-checksum.json", "../../examples/batch-wordsum.json", "../../examples/invalid.json"} {
+		if _, err := LoadJobFile(f); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+}
+
+func TestUnreachableClusterNamesTheAddress(t *testing.T) {
+	addr := testcluster.FreePorts(t, 1)[0] // nothing listens there
+	err := run([]string{"job", "list", "--addr", addr, "--timeout", "300ms"})
+	if err == nil || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("want an error naming %s, got %v", addr, err)
+	}
+}
+
+func TestFlagPrecedence(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "c.json")
+	if err := os.WriteFile(cfg, []byte(`{"id": "from-file", "slots": 7, "jm": ["a:1", "b:2"]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("JMNODE_SLOTS", "5")
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	id := fs.String("id", "", "")
+	slots := fs.Int("slots", 1, "")
+	jm := fs.String("jm", "", "")
+	grace := fs.Duration("leader-grace", time.Minute, "")
+	if err := parseFlags(fs, []string{"--config", cfg, "--leader-grace", "2m"}); err != nil {
+		t.Fatal(err)
+	}
+	if *id != "from-file" || *slots != 5 || *jm != "a:1,b:2" || *grace != 2*time.Minute {
+		t.Fatalf("id=%q slots=%d jm=%q grace=%s: want file id, env slots, file list, flag grace", *id, *slots, *jm, *grace)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"nope": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs2 := flag.NewFlagSet("y", flag.ContinueOnError)
+	fs2.String("id", "", "")
+	if err := parseFlags(fs2, []string{"--config", bad}); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Fatalf("want an unknown-key error, got %v", err)
+	}
+}
+
+// TestCLIAgainstACluster runs the operator commands against a real in-process cluster.
+func TestCLIAgainstACluster(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 2})
+	addr := c.Follower().GRPCAddr
+	out := captureStdout(t, func() error {
+		return run([]string{"job", "submit", "../../examples/batch-wordsum.json", "--wait", "--addr", addr})
+	})
+	if !strings.Contains(out, "submitted job") || !strings.Contains(out, "FINISHED") {
+		t.Fatalf("submit --wait output:\n%s", out)
+	}
+	id := strings.Fields(strings.SplitN(out, "submitted job ", 2)[1])[0]
+	out = captureStdout(t, func() error { return run([]string{"job", "status", id, "--addr", addr}) })
+	for _, want := range []string{"VERTEX", "ATTEMPT ID", "source", "sink", "FINISHED", "tm"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("job status lacks %q:\n%s", want, out)
+		}
+	}
+	out = captureStdout(t, func() error { return run([]string{"job", "list", "--json", "--addr", addr}) })
+	if !strings.Contains(out, id) || !strings.Contains(out, "JOB_STATUS_FINISHED") {
+		t.Fatalf("job list --json:\n%s", out)
+	}
+	out = captureStdout(t, func() error { return run([]string{"raft", "peers", "--addr", addr}) })
+	if strings.Count(out, "voter") < 3 || !strings.Contains(out, "true") {
+		t.Fatalf("raft peers:\n%s", out)
+	}
+	out = captureStdout(t, func() error { return run([]string{"members", "--addr", addr}) })
+	if !strings.Contains(out, "taskmanager") || !strings.Contains(out, "jobmaster") {
+		t.Fatalf("members:\n%s", out)
+	}
+	out = captureStdout(t, func() error { return run([]string{"status", "--addr", addr}) })
+	if !strings.Contains(out, "leader") || !strings.Contains(out, "tm1") {
+		t.Fatalf("status:\n%s", out)
+	}
+	err := run([]string{"job", "submit", "../../examples/invalid.json", "--addr", addr})
+	if err == nil || !strings.Contains(err.Error(), "InvalidArgument") || !strings.Contains(err.Error(), "parallelism") {
+		t.Fatalf("invalid job: %v", err)
+	}
+	err = run([]string{"job", "status", "0123456789abcdef0123456789abcdef", "--addr", addr})
+	if err == nil || !strings.Contains(err.Error(), "unknown job") {
+		t.Fatalf("unknown job: %v", err)
+	}
+	// A streaming job, then cancel.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err2 := c.Client(c.Leader()).SubmitJob(ctx, &pb.SubmitJobRequest{JobGraph: testcluster.StreamingChain("s", 1, 10, 0)})
+	if err2 != nil {
+		t.Fatal(err2)
+	}
+	c.WaitJob(resp.JobId, "streaming job running", 20*time.Second, testcluster.AllRunning)
+	out = captureStdout(t, func() error { return run([]string{"job", "cancel", resp.JobId, "--addr", addr}) })
+	if !strings.Contains(out, "CANCEL") {
+		t.Fatalf("cancel: %s", out)
+	}
+	c.WaitJob(resp.JobId, "job canceled", 20*time.Second, func(r *pb.JobRecord) bool { return r.Status == pb.JobStatus_JOB_STATUS_CANCELED })
+}
+
+func captureStdout(t *testing.T, fn func() error) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stdout
+	os.Stdout = w
+	done := make(chan string)
+	go func() {
+		b := new(strings.Builder)
+		buf := make([]byte, 4096)
+		for {
+			n, err := r.Read(buf)
+			b.Write(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+		done <- b.String()
+	}()
+	ferr := fn()
+	os.Stdout = old
+	w.Close()
+	out := <-done
+	if ferr != nil {
+		t.Fatalf("command failed: %v\noutput:\n%s", ferr, out)
+	}
+	return out
+}
