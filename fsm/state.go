@@ -121,7 +121,26 @@ func retire(ev *pb.ExecutionVertex, old *pb.Execution) {
 // consumable; CANCELING and RECONCILING leave the flags as they are.
 func updateConsumable(eg *pb.ExecutionGraph, vertexID string, subtask int32, st pb.ExecutionState) {
 	for _, r := range eg.GetResults() {
-		if r.ProducerVertexId != vertexID || subtask < 0 || int(subtask) >= len(r.Partitions) {
+		if r.ProducerVertexId == vertexID {
+			setConsumable([]*pb.IntermediateResult{r}, subtask, st)
+		}
+	}
+}
+
+// resultsByProducer indexes a graph's results by producer vertex, for appliers that update
+// many executions at once.
+func resultsByProducer(eg *pb.ExecutionGraph) map[string][]*pb.IntermediateResult {
+	out := make(map[string][]*pb.IntermediateResult, len(eg.GetResults()))
+	for _, r := range eg.GetResults() {
+		out[r.ProducerVertexId] = append(out[r.ProducerVertexId], r)
+	}
+	return out
+}
+
+// setConsumable is updateConsumable over the results one producer vertex writes.
+func setConsumable(results []*pb.IntermediateResult, subtask int32, st pb.ExecutionState) {
+	for _, r := range results {
+		if subtask < 0 || int(subtask) >= len(r.Partitions) {
 			continue
 		}
 		p := r.Partitions[subtask]

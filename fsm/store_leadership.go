@@ -136,6 +136,12 @@ func (s *state) reconcileJob(index uint64, c *pb.ReconcileJobCommand) error {
 			return fmt.Errorf("job %q: %w", c.JobId, err)
 		}
 	}
+	// Work per chunk stays proportional to the chunk: the attempt index is updated entry by
+	// entry, the results are looked up by producer once, and the producers are copied into
+	// partitions and input channels only when an attempt or its data address changed (a
+	// reconciled execution normally keeps both).
+	produced := resultsByProducer(eg)
+	refresh := false
 	for i, re := range c.Executions {
 		ev := targets[i]
 		if old := ev.Current; old != nil {
@@ -143,12 +149,17 @@ func (s *state) reconcileJob(index uint64, c *pb.ReconcileJobCommand) error {
 			if old.AttemptId != re.Execution.AttemptId {
 				retire(ev, old)
 			}
+			refresh = refresh || old.AttemptId != re.Execution.AttemptId || old.TmDataAddress != re.Execution.TmDataAddress
+		} else {
+			refresh = true
 		}
 		ev.Current = re.Execution
-		updateConsumable(eg, ev.VertexId, ev.SubtaskIndex, re.Execution.State)
+		s.attempts[re.Execution.AttemptId] = attemptRef{jobID: c.JobId, vertexID: ev.VertexId, subtask: ev.SubtaskIndex}
+		setConsumable(produced[ev.VertexId], ev.SubtaskIndex, re.Execution.State)
 	}
-	s.indexJob(rec)
-	graph.RefreshProducers(eg)
+	if refresh {
+		graph.RefreshProducers(eg)
+	}
 	if setStatus {
 		setJobStatus(rec, c.Status, c.Timestamp, c.Cause)
 	}

@@ -39,6 +39,8 @@ type Plan struct {
 	// Acks: per TM address, terminal attempts whose state the plan commits.
 	Acks   map[string][]string
 	Counts *pb.ReconciliationCounts
+	// MissingTMs: TMs holding committed attempts that did not report, sorted.
+	MissingTMs []string
 }
 
 // Summary is a one-line description of the plan.
@@ -244,6 +246,10 @@ func Merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64) *Plan {
 		plan.Jobs = append(plan.Jobs, jp)
 	}
 	plan.Counts.TmsMissing = int64(len(tmsMissing))
+	for id := range tmsMissing {
+		plan.MissingTMs = append(plan.MissingTMs, id)
+	}
+	sort.Strings(plan.MissingTMs)
 	return plan
 }
 

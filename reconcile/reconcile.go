@@ -202,9 +202,13 @@ func (r *Reconciler) commitJob(ctx context.Context, epoch uint64, jp *JobPlan) e
 	return nil
 }
 
-// act carries out what the committed plan decided: cancel attempts the graph does not own and
-// acknowledge retained terminal states.
+// act carries out what the committed plan decided: mark TMs that did not report lost (their
+// executions have failed; they get new work only after they register again), cancel attempts
+// the graph does not own and acknowledge retained terminal states.
 func (r *Reconciler) act(ctx context.Context, epoch uint64, plan *Plan) {
+	for _, id := range plan.MissingTMs {
+		r.jm.Registry().MarkLost(id)
+	}
 	for _, c := range plan.Cancels {
 		if err := r.jm.CancelOnTM(ctx, epoch, c.Addr, c.JobID, c.AttemptID); err != nil {
 			r.log.Warn("cancel of an unowned attempt failed", "tm", c.TMID, "attempt", c.AttemptID, "reason", c.Reason, "error", err)
