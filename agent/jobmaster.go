@@ -42,11 +42,26 @@ type JobMasterConfig struct {
 	// JobMaster and Reconcile tune the active JobMaster and the reconciliation.
 	JobMaster jobmaster.Config
 	Reconcile reconcile.Config
-	// UnsafeEarlyGate opens the gate before reconciliation commits (checker self-tests only).
-	UnsafeEarlyGate bool
+	// Unsafe breaks safety mechanisms on purpose, so that the fault suite can show its checkers
+	// catch each failure. Never set in production.
+	Unsafe Unsafe
 	// MaxMessageSize bounds received gRPC messages (default 4 MiB).
 	MaxMessageSize int
 	Logger         hclog.Logger
+}
+
+// Unsafe lists the deliberately broken behaviours (JMNODE_UNSAFE_* in jmnode's environment).
+type Unsafe struct {
+	// EarlyGate opens the RPC gate and starts scheduling before reconciliation commits.
+	EarlyGate bool
+	// RestartOnFailover makes a new leader fail every execution instead of reconciling.
+	RestartOnFailover bool
+	// AckBeforeCommit acknowledges submissions and cancellations before they are committed.
+	AckBeforeCommit bool
+	// NondeterministicApply stamps submitted jobs with this replica's clock inside Apply.
+	NondeterministicApply bool
+	// StuckReconciling never finishes a reconciliation (the gate stays closed).
+	StuckReconciling bool
 }
 
 // JobMaster is a running JM replica.
@@ -92,6 +107,8 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	cfg.Cluster.Logger = log
 	cfg.JobMaster.Logger = log
 	cfg.Reconcile.Logger = log
+	cfg.Reconcile.UnsafeRestartOnFailover = cfg.Unsafe.RestartOnFailover
+	cfg.Reconcile.UnsafeStuck = cfg.Unsafe.StuckReconciling
 
 	a.State = fsm.New(log)
 	a.JM = jobmaster.New(cfg.JobMaster, nil, a.State)
@@ -101,9 +118,12 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	a.JM.SetRaft(a.Node)
 	a.Recon = reconcile.New(cfg.Reconcile, a.JM)
 	a.JM.SetReconciler(a.Recon)
-	a.JM.SetUnsafeEarlyGate(cfg.UnsafeEarlyGate)
+	a.JM.SetUnsafeEarlyGate(cfg.Unsafe.EarlyGate)
+	if cfg.Unsafe.NondeterministicApply {
+		a.State.SetUnsafeSubmitHook(func(rec *pb.JobRecord) { rec.SubmittedAt = time.Now().UnixNano() })
+	}
 
-	deps := server.Deps{Node: a.Node, State: a.State, JM: a.JM}
+	deps := server.Deps{Node: a.Node, State: a.State, JM: a.JM, UnsafeAckBeforeCommit: cfg.Unsafe.AckBeforeCommit}
 	if cfg.Gossip != nil {
 		g := *cfg.Gossip
 		g.Logger = log

@@ -123,7 +123,7 @@ func TestTaskManagerRefusesOlderEpoch(t *testing.T) {
 // the test, so it cannot pass vacuously. Once the followers return, the job runs, with only
 // committed attempts on the TM.
 func TestAttemptNeverSubmittedBeforeCommit(t *testing.T) {
-	c := testcluster.NewWithRaft(t, testcluster.Options{JMs: 3}, testcluster.SlowLease)
+	c := testcluster.New(t, testcluster.Options{JMs: 3, Raft: testcluster.SlowLease})
 	id := c.Submit(testcluster.StreamingChain("write-ahead", 1, 10, 0))
 	l := c.Leader()
 	c.WaitJob(id, "job RUNNING, waiting for slots", 10*time.Second, func(r *pb.JobRecord) bool {
@@ -165,7 +165,7 @@ func TestAttemptNeverSubmittedBeforeCommit(t *testing.T) {
 
 	// Quorum returns: the job runs, and every attempt on the TM is committed.
 	for _, j := range followers {
-		c.StartJMWithRaft(j, testcluster.SlowLease)
+		c.StartJM(j)
 	}
 	rec := waitAllRunning(t, c, id)
 	for _, ti := range tm.A.TM.Tasks() {

@@ -16,7 +16,7 @@ import (
 // newCluster starts three JobMasters and three TaskManagers (four slots each) on loopback.
 func newCluster(t *testing.T) *testcluster.Cluster {
 	t.Helper()
-	return testcluster.NewRetrying(t, testcluster.Options{JMs: 3, TMs: 3})
+	return testcluster.New(t, testcluster.Options{JMs: 3, TMs: 3})
 }
 
 func ctxT(t *testing.T) context.Context {

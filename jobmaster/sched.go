@@ -57,6 +57,10 @@ func (t *term) drive(jobID string) {
 	if !ok || t.ctx.Err() != nil {
 		return
 	}
+	t.driven[jobID] = rec.ModifyIndex
+	t.mu.Lock()
+	delete(t.retryCancel, jobID)
+	t.mu.Unlock()
 	switch rec.Status {
 	case jobCreated:
 		if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_SET_JOB_STATUS, &pb.SetJobStatusCommand{
@@ -545,6 +549,9 @@ func (t *term) sendCancel(jobID, attemptID, addr string, owned bool) {
 			// Try again on a later pass; a lost TM fails the execution instead.
 			t.mu.Lock()
 			delete(t.cancelSent, key)
+			if owned {
+				t.retryCancel[jobID] = true
+			}
 			t.mu.Unlock()
 			if t.ctx.Err() == nil {
 				t.jm.log.Debug("cancel failed; will retry", "attempt", attemptID, "tm", addr, "error", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,24 +25,28 @@ type term struct {
 	batch   *batcher
 	started sync.Once
 
-	mu         sync.Mutex
-	cancelSent map[string]bool      // attempt@tm a CancelTask was sent for
-	submitting map[string]bool      // attempt ids whose SubmitTask is in flight
-	missing    map[string]int       // consecutive heartbeats an expected attempt was absent from
-	restartAt  map[string]time.Time // region key -> not before (restart delay)
-	waiting    map[string]string    // job id -> why a deployment waits (logged once)
+	mu          sync.Mutex
+	cancelSent  map[string]bool      // attempt@tm a CancelTask was sent for
+	submitting  map[string]bool      // attempt ids whose SubmitTask is in flight
+	missing     map[string]int       // consecutive heartbeats an expected attempt was absent from
+	restartAt   map[string]time.Time // region key -> not before (restart delay)
+	waiting     map[string]string    // job id -> why a deployment waits (logged once)
+	driven      map[string]uint64    // job id -> modify index when last driven (loop goroutine only)
+	retryCancel map[string]bool      // job ids with a CancelTask to retry
 }
 
 func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
 	ctx, cancel := context.WithCancel(parent)
 	t := &term{
 		jm: jm, epoch: epoch, ctx: ctx, cancel: cancel,
-		kicks:      make(chan string, 1024),
-		cancelSent: map[string]bool{},
-		submitting: map[string]bool{},
-		missing:    map[string]int{},
-		restartAt:  map[string]time.Time{},
-		waiting:    map[string]string{},
+		kicks:       make(chan string, 1024),
+		cancelSent:  map[string]bool{},
+		submitting:  map[string]bool{},
+		missing:     map[string]int{},
+		restartAt:   map[string]time.Time{},
+		waiting:     map[string]string{},
+		driven:      map[string]uint64{},
+		retryCancel: map[string]bool{},
 	}
 	t.batch = newBatcher(t)
 	// The batcher serves reconciliation too, so it runs from the start of the term.
@@ -54,8 +59,9 @@ func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
 func (t *term) start() {
 	t.started.Do(func() {
 		// Every TM gets a fresh heartbeat deadline in a new term.
+		// A TM reconciliation found lost stays lost until it registers or heartbeats again.
 		for _, tm := range t.jm.tms.List() {
-			if tm.GRPCAddr != "" {
+			if tm.GRPCAddr != "" && !tm.Lost {
 				t.jm.tms.Touch(tm.ID)
 			}
 		}
@@ -82,6 +88,7 @@ func (t *term) kick(jobID string) {
 func (t *term) loop() {
 	tick := time.NewTicker(t.jm.cfg.TickInterval)
 	defer tick.Stop()
+	ticks := 0
 	for {
 		select {
 		case <-t.ctx.Done():
@@ -109,9 +116,49 @@ func (t *term) loop() {
 			}
 		case <-tick.C:
 			t.checkTaskManagers()
-			t.driveAll()
+			ticks++
+			t.driveStale(ticks%fullPassTicks == 0)
 		}
 	}
+}
+
+// fullPassTicks: every this many ticks every job is driven, changed or not.
+const fullPassTicks = 10
+
+// driveStale drives, on a tick, the jobs whose committed record changed since they were last
+// driven and the jobs with time-based work pending (a restart delay, a wait for slots, a
+// cancellation to retry); full drives every job. Reading a job's index does not copy it, so an
+// idle 100k-execution job costs nothing per tick.
+func (t *term) driveStale(full bool) {
+	for _, id := range t.jm.state.JobIDs() {
+		if t.ctx.Err() != nil {
+			return
+		}
+		var index uint64
+		var status pb.JobStatus
+		t.jm.state.WithJob(id, func(rec *pb.JobRecord) { index, status = rec.ModifyIndex, rec.Status })
+		if full || index != t.driven[id] || t.pending(id, status) {
+			t.drive(id)
+		}
+	}
+}
+
+// pending reports time-based work on a job that no commit will announce.
+func (t *term) pending(jobID string, status pb.JobStatus) bool {
+	if status == jobFailing || status == jobCancelling || status == jobRestarting || t.waiting[jobID] != "" {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.retryCancel[jobID] {
+		return true
+	}
+	for key := range t.restartAt {
+		if strings.HasPrefix(key, jobID+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *term) driveAll() {

@@ -30,6 +30,11 @@ type Config struct {
 	// RetryInterval between attempts to reach a TM within the deadline (default 100ms).
 	RetryInterval time.Duration
 	Logger        hclog.Logger
+	// UnsafeRestartOnFailover fails every execution instead of keeping what the reports show
+	// (what Flink does today), and UnsafeStuck never finishes; both exist only so the fault
+	// suite can show its checkers catch them (JMNODE_UNSAFE_*).
+	UnsafeRestartOnFailover bool
+	UnsafeStuck             bool
 }
 
 func (c *Config) setDefaults() {
@@ -95,6 +100,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, epoch uint64) error {
 	}
 	jobs := r.reconcilingJobs()
 	r.step(epoch, "begin", "%d jobs RECONCILING", len(jobs))
+	if r.cfg.UnsafeStuck {
+		r.log.Warn("UNSAFE: reconciliation never finishes", "epoch", epoch)
+		<-ctx.Done()
+		return ctx.Err()
+	}
 
 	targets := r.targets(jobs)
 	col := newCollector(r, epoch)
@@ -104,6 +114,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, epoch uint64) error {
 	}
 	plan := Merge(jobs, reports, time.Now().UnixMilli())
 	plan.Counts.Reports = int64(len(reports))
+	if r.cfg.UnsafeRestartOnFailover {
+		unsafeRestartAll(plan)
+	}
 	r.step(epoch, "merged", "%s", plan.Summary())
 
 	for _, jp := range plan.Jobs {
@@ -219,4 +232,23 @@ func (r *Reconciler) act(ctx context.Context, epoch uint64, plan *Plan) {
 			r.log.Debug("acknowledge terminal states", "tm", addr, "error", err)
 		}
 	}
+}
+
+// unsafeRestartAll turns a plan into "restart everything": every execution FAILED, every job
+// FAILING, and nothing cancelled on the TMs (the old attempts keep running until heartbeats
+// reveal them). Only for the fault suite's self-test.
+func unsafeRestartAll(plan *Plan) {
+	for _, jp := range plan.Jobs {
+		for _, re := range jp.Executions {
+			if re.Execution.State != pb.ExecutionState_EXECUTION_STATE_FINISHED {
+				re.Execution.State = pb.ExecutionState_EXECUTION_STATE_FAILED
+				re.Execution.FailureCause = "UNSAFE: restart on failover"
+			}
+		}
+		if jp.Status == pb.JobStatus_JOB_STATUS_RUNNING {
+			jp.Status, jp.Cause = pb.JobStatus_JOB_STATUS_FAILING, "UNSAFE: restart on failover"
+		}
+	}
+	plan.Cancels = nil
+	plan.Acks = map[string][]string{}
 }

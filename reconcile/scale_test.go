@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"google.golang.org/grpc"
 
 	"github.com/jmcluster/jmcluster/cluster"
@@ -166,11 +168,11 @@ func TestReconcile100kExecutions(t *testing.T) {
 	total := vertices * p
 	// Entries of thousands of executions: Raft timings of a real deployment, not the fast
 	// test ones.
-	c := tc.NewTuned(t, tc.Options{JMs: 3, ReportDeadline: 30 * time.Second}, func(cc *cluster.Config) {
+	c := tc.New(t, tc.Options{JMs: 3, ReportDeadline: 30 * time.Second, LogLevel: hclog.Info, Raft: func(cc *cluster.Config) {
 		d := cluster.DefaultConfig()
 		cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout = d.HeartbeatTimeout, d.ElectionTimeout, d.LeaderLeaseTimeout
 		cc.ApplyTimeout, cc.EstablishTimeout = 30*time.Second, 30*time.Second
-	})
+	}})
 	sims := make([]*simTM, nTMs)
 	for i := range sims {
 		sims[i] = startSimTM(t, fmt.Sprintf("sim%02d", i))

@@ -84,13 +84,13 @@ func TestCLIAgainstACluster(t *testing.T) {
 		t.Fatalf("submit --wait output:\n%s", out)
 	}
 	id := strings.Fields(strings.SplitN(out, "submitted job ", 2)[1])[0]
-	out = captureStdout(t, func() error { return run([]string{"job", "status", id, "--addr", addr}) })
+	out = captureStdout(t, func() error { return run([]string{"job", "status", id, "--consistent", "--addr", addr}) })
 	for _, want := range []string{"VERTEX", "ATTEMPT ID", "source", "sink", "FINISHED", "tm"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("job status lacks %q:\n%s", want, out)
 		}
 	}
-	out = captureStdout(t, func() error { return run([]string{"job", "list", "--json", "--addr", addr}) })
+	out = captureStdout(t, func() error { return run([]string{"job", "list", "--json", "--consistent", "--addr", addr}) })
 	if !strings.Contains(out, id) || !strings.Contains(out, "JOB_STATUS_FINISHED") {
 		t.Fatalf("job list --json:\n%s", out)
 	}

@@ -160,7 +160,7 @@ func jobSubmit(args []string) error {
 	usageFor(fs, "jmnode job submit FILE [--wait]", "Submits a job spec (the protobuf JSON mapping of a JobGraph; see examples/).")
 	cf := newCLIFlags(fs, false)
 	wait := fs.Bool("wait", false, "wait until a streaming job runs every task or a batch job ends")
-	if err := parseFlags(fs, reorder(args)); err != nil {
+	if err := parseFlags(fs, reorder(fs, args)); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -247,14 +247,14 @@ func pbSummary(rec *pb.JobRecord) counts {
 }
 
 // reorder moves flags after positional arguments to the front, so "job submit FILE --wait"
-// works as well as "job submit --wait FILE".
-func reorder(args []string) []string {
+// works as well as "job submit --wait FILE". Whether a flag takes a value is asked of fs.
+func reorder(fs *flag.FlagSet, args []string) []string {
 	var flags, pos []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if strings.HasPrefix(a, "-") {
 			flags = append(flags, a)
-			if !strings.Contains(a, "=") && i+1 < len(args) && needsValue(a) {
+			if !strings.Contains(a, "=") && i+1 < len(args) && takesValue(fs, a) {
 				flags = append(flags, args[i+1])
 				i++
 			}
@@ -265,18 +265,24 @@ func reorder(args []string) []string {
 	return append(flags, pos...)
 }
 
-func needsValue(flagName string) bool {
-	switch strings.TrimLeft(flagName, "-") {
-	case "wait", "json", "h", "help":
-		return false
+func takesValue(fs *flag.FlagSet, arg string) bool {
+	name := strings.TrimLeft(arg, "-")
+	if name == "config" {
+		return true // registered by parseFlags, after reordering
 	}
-	return true
+	f := fs.Lookup(name)
+	if f == nil {
+		return false // unknown: let the parser report it
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return !ok || !b.IsBoolFlag()
 }
 
 func jobList(args []string) error {
 	fs := flag.NewFlagSet("job list", flag.ContinueOnError)
-	usageFor(fs, "jmnode job list [--json]", "Lists every job.")
+	usageFor(fs, "jmnode job list [--json] [--consistent]", "Lists every job.")
 	cf := newCLIFlags(fs, true)
+	consistent := fs.Bool("consistent", false, "read from the leader, which confirms its leadership first")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -287,7 +293,7 @@ func jobList(args []string) error {
 	var resp *pb.ListJobsResponse
 	if err := c.call(*cf.timeout, func(ctx context.Context) error {
 		var err error
-		resp, err = c.client().ListJobs(ctx, &pb.ListJobsRequest{})
+		resp, err = c.client().ListJobs(ctx, &pb.ListJobsRequest{Consistent: *consistent})
 		return err
 	}); err != nil {
 		return err
@@ -316,7 +322,7 @@ func jobStatus(args []string) error {
 	usageFor(fs, "jmnode job status ID [--json]", "Shows a job and every execution: vertex, subtask, attempt, state, TaskManager, start time.")
 	cf := newCLIFlags(fs, true)
 	consistent := fs.Bool("consistent", false, "read from the leader, which confirms its leadership first")
-	if err := parseFlags(fs, reorder(args)); err != nil {
+	if err := parseFlags(fs, reorder(fs, args)); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -370,7 +376,7 @@ func jobCancel(args []string) error {
 	fs := flag.NewFlagSet("job cancel", flag.ContinueOnError)
 	usageFor(fs, "jmnode job cancel ID", "Cancels a job: its status becomes CANCELLING, then CANCELED once every task stopped.")
 	cf := newCLIFlags(fs, false)
-	if err := parseFlags(fs, reorder(args)); err != nil {
+	if err := parseFlags(fs, reorder(fs, args)); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -468,7 +474,7 @@ func runRaft(args []string) error {
 	default:
 		return fmt.Errorf("unknown raft command %q (peers, join, remove)", sub)
 	}
-	if err := parseFlags(fs, reorder(rest)); err != nil {
+	if err := parseFlags(fs, reorder(fs, rest)); err != nil {
 		return err
 	}
 	c, err := dial(*cf.addr)

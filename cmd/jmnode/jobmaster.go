@@ -74,9 +74,15 @@ func runJobMaster(args []string) error {
 	}
 	cfg := agent.JobMasterConfig{
 		Cluster: ccfg, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Logger: log,
-		JobMaster:       jobmaster.Config{HeartbeatTimeout: *hbTimeout},
-		Reconcile:       reconcile.Config{ReportDeadline: *reportDeadline},
-		UnsafeEarlyGate: os.Getenv("JMNODE_UNSAFE_EARLY_GATE") == "1",
+		JobMaster: jobmaster.Config{HeartbeatTimeout: *hbTimeout},
+		Reconcile: reconcile.Config{ReportDeadline: *reportDeadline},
+		Unsafe: agent.Unsafe{
+			EarlyGate:             os.Getenv("JMNODE_UNSAFE_EARLY_GATE") == "1",
+			RestartOnFailover:     os.Getenv("JMNODE_UNSAFE_RESTART_ON_FAILOVER") == "1",
+			AckBeforeCommit:       os.Getenv("JMNODE_UNSAFE_ACK_BEFORE_COMMIT") == "1",
+			NondeterministicApply: os.Getenv("JMNODE_UNSAFE_NONDETERMINISTIC_APPLY") == "1",
+			StuckReconciling:      os.Getenv("JMNODE_UNSAFE_STUCK_RECONCILING") == "1",
+		},
 	}
 	if *gossipAddr != "" {
 		g, err := gossipConfig(*gossipAddr, *gossipJoin, *gossipKey, *gossipProfile)

@@ -145,3 +145,12 @@ func (c *Cluster) Sinks(prefix, jobID string) SinkTotals {
 	}
 	return t
 }
+
+// Executions lists every ExecutionVertex of a job in graph order.
+func Executions(rec *pb.JobRecord) []*pb.ExecutionVertex {
+	var out []*pb.ExecutionVertex
+	for _, v := range rec.GetExecutionGraph().GetVertices() {
+		out = append(out, v.Subtasks...)
+	}
+	return out
+}

@@ -42,6 +42,10 @@ type Options struct {
 	TM func(*taskmanager.Config)
 	// UnsafeEarlyGate starts the JMs with the gate opened before reconciliation commits.
 	UnsafeEarlyGate bool
+	// Raft edits each replica's Raft configuration (on every start and restart).
+	Raft func(*cluster.Config)
+	// LogLevel of the cluster log (default debug).
+	LogLevel hclog.Level
 }
 
 // Cluster is a running test cluster.
@@ -73,8 +77,15 @@ type TM struct {
 
 // New starts the JobMasters (explicit peers, fixed ports so that a restarted replica comes
 // back at the same Raft address), waits for an established leader with an open gate, then
-// starts the TaskManagers and waits until the leader knows them all.
+// starts the TaskManagers and waits until the leader knows them all. The ports are picked free
+// and bound moments later; when another socket took one in between, the cluster is started
+// again on other ports (up to three times).
 func New(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	return retryBind(t, func(tb testing.TB) *Cluster { return start(tb, opts) })
+}
+
+func start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	if opts.JMs == 0 {
 		opts.JMs = 3
@@ -94,7 +105,10 @@ func New(t testing.TB, opts Options) *Cluster {
 		t.Fatal(err)
 	}
 	c.logFile = f
-	c.Log = hclog.New(&hclog.LoggerOptions{Name: "test", Level: hclog.Debug, Output: f, IncludeLocation: false})
+	if opts.LogLevel == hclog.NoLevel {
+		opts.LogLevel = hclog.Debug
+	}
+	c.Log = hclog.New(&hclog.LoggerOptions{Name: "test", Level: opts.LogLevel, Output: f})
 	t.Cleanup(c.close)
 
 	ports := FreePorts(t, 2*opts.JMs)
@@ -157,11 +171,14 @@ func (c *Cluster) StartJM(j *JM) {
 	for _, p := range c.JMs {
 		cc.Peers = append(cc.Peers, cluster.Peer{ID: p.ID, RaftAddr: p.RaftAddr, GRPCAddr: p.GRPCAddr})
 	}
+	if c.Opts.Raft != nil {
+		c.Opts.Raft(&cc)
+	}
 	cfg := agent.JobMasterConfig{
 		Cluster: cc, GRPCAddr: j.GRPCAddr, Logger: c.Log.Named(j.ID),
-		JobMaster:       jobmaster.Config{HeartbeatTimeout: c.Opts.HeartbeatTimeout, TickInterval: 50 * time.Millisecond, RetryAfter: 50 * time.Millisecond},
-		Reconcile:       reconcile.Config{ReportDeadline: c.Opts.ReportDeadline},
-		UnsafeEarlyGate: c.Opts.UnsafeEarlyGate,
+		JobMaster: jobmaster.Config{HeartbeatTimeout: c.Opts.HeartbeatTimeout, TickInterval: 50 * time.Millisecond, RetryAfter: 50 * time.Millisecond},
+		Reconcile: reconcile.Config{ReportDeadline: c.Opts.ReportDeadline},
+		Unsafe:    agent.Unsafe{EarlyGate: c.Opts.UnsafeEarlyGate},
 	}
 	if !c.Opts.NoGossip {
 		g := membership.TestConfig(membership.Meta{})

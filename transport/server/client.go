@@ -30,6 +30,9 @@ type Deps struct {
 	JM    *jobmaster.JobMaster
 	// Members lists the gossip pool (nil when gossip is off).
 	Members func() []*pb.Member
+	// UnsafeAckBeforeCommit acknowledges submissions and cancellations before they commit
+	// (JMNODE_UNSAFE_ACK_BEFORE_COMMIT; the fault suite's self-test only).
+	UnsafeAckBeforeCommit bool
 }
 
 // ClientService implements pb.ClientServiceServer. Writes go to the established leader:
@@ -76,6 +79,9 @@ func (s *ClientService) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest)
 		})
 	}
 	jg := proto.Clone(req.JobGraph).(*pb.JobGraph)
+	if s.d.UnsafeAckBeforeCommit {
+		return s.unsafeSubmit(jg)
+	}
 	id, index, err := s.d.JM.SubmitJob(ctx, jg)
 	if err != nil {
 		return nil, Status(err)
@@ -91,6 +97,13 @@ func (s *ClientService) CancelJob(ctx context.Context, req *pb.CancelJobRequest)
 		return forward(ctx, s.d, func(ctx context.Context, c pb.ClientServiceClient) (*pb.CancelJobResponse, error) {
 			return c.CancelJob(ctx, req)
 		})
+	}
+	if s.d.UnsafeAckBeforeCommit {
+		go func() {
+			time.Sleep(unsafeCommitDelay)
+			_, _ = s.d.JM.CancelJob(context.Background(), req.JobId)
+		}()
+		return &pb.CancelJobResponse{Status: pb.JobStatus_JOB_STATUS_CANCELLING}, nil
 	}
 	st, err := s.d.JM.CancelJob(ctx, req.JobId)
 	if err != nil {
@@ -279,4 +292,21 @@ func taskManagers(d Deps) []*pb.TaskManagerInfo {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
 	return out
+}
+
+// unsafeCommitDelay is how long an unsafe acknowledgement runs ahead of its commit.
+const unsafeCommitDelay = 500 * time.Millisecond
+
+// unsafeSubmit acknowledges a submission and commits it later (or never, if leadership moves
+// meanwhile): the broken build the fault suite's linearizability and lost-submission checkers
+// must catch.
+func (s *ClientService) unsafeSubmit(jg *pb.JobGraph) (*pb.SubmitJobResponse, error) {
+	if jg.JobId == "" {
+		jg.JobId = jobmaster.NewJobID()
+	}
+	go func() {
+		time.Sleep(unsafeCommitDelay)
+		_, _, _ = s.d.JM.SubmitJob(context.Background(), jg)
+	}()
+	return &pb.SubmitJobResponse{JobId: jg.JobId}, nil
 }

@@ -96,7 +96,7 @@ func common(fs *flag.FlagSet) *jepsen.Config {
 	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "the streaming job must be RUNNING this long after heal")
 	fs.DurationVar(&cfg.ReportDeadline, "report-deadline", cfg.ReportDeadline, "--report-deadline passed to the JMs")
 	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "concurrent client processes")
-	fs.Func("unsafe", "comma list of deliberately broken switches: no-fencing, early-gate, restart-on-failover", func(s string) error {
+	fs.Func("unsafe", "comma list of deliberately broken switches: no-fencing, early-gate, restart-on-failover, ack-before-commit, nondeterministic, stuck-reconciling", func(s string) error {
 		for _, u := range strings.Split(s, ",") {
 			if u = strings.TrimSpace(u); u != "" {
 				cfg.Unsafe = append(cfg.Unsafe, u)

@@ -10,13 +10,6 @@ import (
 // bindRetries is how many times NewRetrying starts a cluster whose ports were taken.
 const bindRetries = 3
 
-// NewRetrying is New, started again (up to three times) when a replica cannot bind an address
-// FreePorts picked for it because another socket took the port in between.
-func NewRetrying(t testing.TB, opts Options) *Cluster {
-	t.Helper()
-	return retryBind(t, func(tb testing.TB) *Cluster { return New(tb, opts) })
-}
-
 // retryBind runs start with a testing.TB whose Fatal ends only the start attempt; a start that
 // failed on an address in use is tried again, any other failure fails the test.
 func retryBind(t testing.TB, start func(testing.TB) *Cluster) *Cluster {
