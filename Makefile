@@ -8,7 +8,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 PKGS := ./...
 TEST_TIMEOUT ?= 15m
 
-.PHONY: help build test test-short demo proto proto-check lint fmt-check bench jepsen jepsen-short jepsen-clean jepsen-root docker clean tools FORCE
+.PHONY: help build test test-short demo proto proto-check lint fmt-check bench jepsen jepsen-short jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -62,6 +62,9 @@ jepsen-root:
 
 jepsen-short: jepsen-root build bin/jepsen ## the short fault suite (kill, pause, isolate the leader; majority/minority), under 5 minutes, root
 	./bin/jepsen short --jmnode ./bin/jmnode
+
+jepsen-selftest: jepsen-root build bin/jepsen ## deliberately broken builds, each caught by its checker, root
+	./bin/jepsen selftest --jmnode ./bin/jmnode
 
 jepsen: jepsen-root build bin/jepsen ## every fault scenario with seeds 1, 2, 3 and the report, root
 	./bin/jepsen matrix --seeds 1,2,3 --jmnode ./bin/jmnode

@@ -33,6 +33,7 @@ commands:
   run        one scenario with one seed
   matrix     every scenario (or --scenarios) with every seed of --seeds
   short      kill-leader, pause-leader, isolate-leader, majority-minority; seed 1; under 5 minutes
+  selftest   deliberately broken builds, each of which its checker must catch (kill-leader, seed 1)
   clean      kill every leftover process and delete every jmc-* network namespace
   scenarios  list the fault matrix
 `
@@ -67,6 +68,8 @@ func main() {
 		err = matrixCmd(ctx, args, false)
 	case "short":
 		err = matrixCmd(ctx, args, true)
+	case "selftest":
+		err = selftestCmd(ctx, args)
 	case "clean":
 		err = netns.Clean(context.Background(), "")
 		if err == nil {
@@ -197,5 +200,71 @@ func matrixCmd(ctx context.Context, args []string, short bool) error {
 	if failed > 0 {
 		return fmt.Errorf("%d of %d runs failed", failed, len(results))
 	}
+	return nil
+}
+
+// brokenBuild is a deliberately broken jmnode and the checkers that must catch it: at least
+// one of anyOf must fail (timing decides which of several possible symptoms shows first).
+type brokenBuild struct {
+	unsafe string
+	anyOf  []string
+	why    string
+}
+
+var brokenBuilds = []brokenBuild{
+	{"restart-on-failover", []string{"restarts"}, "a new leader restarts every task instead of reconciling"},
+	{"restart-on-failover", []string{"sink-continuity"}, "restarted sinks and sources break the sink's sequence"},
+	{"ack-before-commit", []string{"linearizable", "no-lost-submissions"}, "submissions acknowledged before they commit"},
+	{"nondeterministic", []string{"state-hash"}, "Apply reads the replica's own clock"},
+	{"stuck-reconciling", []string{"running-after-heal"}, "reconciliation never commits; the job stays RECONCILING"},
+}
+
+// selftestCmd runs each broken build once and fails unless the checker that claims to catch
+// it does.
+func selftestCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("selftest", flag.ExitOnError)
+	cfg := common(fs)
+	cfg.Duration, cfg.Quiet, cfg.Grace = 20*time.Second, 5*time.Second, 15*time.Second
+	_ = fs.Parse(args)
+	runs := map[string]map[string]string{} // unsafe switch -> checker -> verdict
+	missed := 0
+	for _, b := range brokenBuilds {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		verdicts, ok := runs[b.unsafe]
+		if !ok {
+			c := *cfg
+			c.Scenario, c.Seed, c.RunID, c.Unsafe = "kill-leader", 1, "", []string{b.unsafe}
+			progress("selftest: broken build %q (%s)", b.unsafe, b.why)
+			rep, err := jepsen.Run(ctx, c)
+			if err != nil && !errors.Is(err, jepsen.ErrInvalid) {
+				return fmt.Errorf("selftest %s: %w", b.unsafe, err)
+			}
+			verdicts = map[string]string{}
+			if rep != nil {
+				for _, r := range rep.Checkers {
+					verdicts[r.Name] = string(r.Verdict)
+				}
+			}
+			runs[b.unsafe] = verdicts
+		}
+		caught := ""
+		for _, name := range b.anyOf {
+			if verdicts[name] == "fail" {
+				caught = name
+			}
+		}
+		if caught == "" {
+			missed++
+			progress("selftest: MISSED %q: none of %v failed (%v)", b.unsafe, b.anyOf, verdicts)
+			continue
+		}
+		progress("selftest: %-20s caught by %s", b.unsafe, caught)
+	}
+	if missed > 0 {
+		return fmt.Errorf("%d broken builds were not caught", missed)
+	}
+	progress("selftest: every broken build was caught by its checker")
 	return nil
 }
