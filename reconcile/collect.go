@@ -28,13 +28,14 @@ type collector struct {
 	closed   bool // past the deadline: further reports are late
 	late     []*Report
 	lateCh   chan struct{}
+	wake     chan struct{} // a report arrived: look again without waiting for the tick
 	deposed  error
 	plan     *Plan
 	inflight sync.WaitGroup
 }
 
 func newCollector(r *Reconciler, epoch uint64) *collector {
-	return &collector{r: r, epoch: epoch, reports: map[string]*Report{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1)}
+	return &collector{r: r, epoch: epoch, reports: map[string]*Report{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 }
 
 func (c *collector) collect(ctx context.Context, initial []target) (map[string]*Report, error) {
@@ -75,6 +76,7 @@ func (c *collector) collect(ctx context.Context, initial []target) (map[string]*
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-tick.C:
+		case <-c.wake:
 		}
 	}
 }
@@ -170,6 +172,10 @@ func (c *collector) deliver(rep *Report) {
 		return
 	}
 	c.reports[rep.TMID] = rep
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 	c.r.step(c.epoch, "report", "%s reported %d executions", rep.TMID, len(rep.Executions))
 }
 

@@ -423,7 +423,12 @@ func (d *demo) watchFailover(ctx context.Context, jobID, oldLeader string, oldEp
 	since := func() string { return time.Since(killAt).Round(time.Millisecond).String() }
 	deadline := time.Now().Add(60 * time.Second)
 	seenLeader, seenReconciling, seenJobRec := false, false, false
+	var newLeader *proc
+	printed := 0
 	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if newLeader != nil {
+			printed = d.printReconcileSteps(newLeader, oldEpoch, printed, killAt)
+		}
 		for _, p := range d.jms {
 			if p.cmd == nil || p.cmd.ProcessState != nil {
 				continue
@@ -434,6 +439,11 @@ func (d *demo) watchFailover(ctx context.Context, jobID, oldLeader string, oldEp
 			}
 			if !seenLeader && cs.LeaderId != "" && cs.LeaderId != oldLeader && cs.Epoch > oldEpoch {
 				seenLeader = true
+				for _, q := range d.jms {
+					if q.name == cs.LeaderId {
+						newLeader = q
+					}
+				}
 				d.say("+%s new leader %s, epoch %d -> %d (EstablishLeadership committed; RPC gate closed)", since(), cs.LeaderId, oldEpoch, cs.Epoch)
 			}
 			if seenLeader && cs.Reconciling && !seenReconciling {
@@ -448,6 +458,9 @@ func (d *demo) watchFailover(ctx context.Context, jobID, oldLeader string, oldEp
 			}
 			for _, r := range cs.Reconciliations {
 				if r.Epoch > oldEpoch && r.Outcome == "completed" {
+					if newLeader != nil {
+						d.printReconcileSteps(newLeader, oldEpoch, printed, killAt)
+					}
 					if !seenJobRec {
 						d.say("+%s (the job passed through RECONCILING between two polls)", since())
 					}
@@ -556,3 +569,36 @@ const builtinJob = `{
   ],
   "restart_strategy": {"kind": "RESTART_KIND_FIXED_DELAY", "attempts": 3, "delay_ms": "500"}
 }`
+
+// printReconcileSteps prints the reconciliation steps the new leader logged (one line per step:
+// begin, each TM's report, merged, committed) after the first `done` ones, and returns how many
+// it has printed.
+func (d *demo) printReconcileSteps(p *proc, oldEpoch uint64, done int, killAt time.Time) int {
+	b, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return done
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		_, rest, ok := strings.Cut(line, ".reconcile: ")
+		if !ok {
+			continue
+		}
+		step, detail, _ := strings.Cut(rest, ": ")
+		epochField, text, _ := strings.Cut(detail, " detail=")
+		var epoch uint64
+		if _, err := fmt.Sscanf(epochField, "epoch=%d", &epoch); err != nil || epoch <= oldEpoch {
+			continue
+		}
+		n++
+		if n <= done {
+			continue
+		}
+		at := "?"
+		if ts, err := time.Parse("2006-01-02T15:04:05.000Z0700", strings.Fields(line)[0]); err == nil {
+			at = ts.Sub(killAt).Round(time.Millisecond).String()
+		}
+		d.say("+%s   reconcile %-9s %s", at, step, strings.Trim(text, `"`))
+	}
+	return max(n, done)
+}
