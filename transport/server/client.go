@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"sort"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -259,7 +260,8 @@ func taskManagers(d Deps) []*pb.TaskManagerInfo {
 			if id == "" {
 				id = m.Name
 			}
-			byID[id] = &pb.TaskManagerInfo{Id: id, GrpcAddress: m.Meta["grpc"], DataAddress: m.Meta["data"], State: m.State}
+			slots, _ := strconv.Atoi(m.Meta["slots"])
+			byID[id] = &pb.TaskManagerInfo{Id: id, GrpcAddress: m.Meta["grpc"], DataAddress: m.Meta["data"], Slots: int32(slots), State: m.State}
 		}
 	}
 	if d.JM != nil && d.JM.Active() {
