@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -60,5 +61,25 @@ func BenchmarkSnapshotPersist10k(b *testing.B) {
 		}
 		snap.Release()
 		b.SetBytes(int64(sink.Len()))
+	}
+}
+
+// BenchmarkMarshalJobs10k marshals the job records of the same 10,000-execution state: the
+// baseline of BenchmarkSnapshotPersist10k (what persisting must at least do).
+func BenchmarkMarshalJobs10k(b *testing.B) {
+	h := bigState(b)
+	jobs := h.f.Jobs()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		n := 0
+		for _, j := range jobs {
+			out, err := proto.Marshal(j)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += len(out)
+		}
+		b.SetBytes(int64(n))
 	}
 }

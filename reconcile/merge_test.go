@@ -52,7 +52,7 @@ func tmOf(subtask int32) string { return fmt.Sprintf("tm%d", subtask+1) }
 
 // reconcilingJob is a committed job as BeginReconciliation leaves it: RECONCILING, with every
 // execution RECONCILING at attempt number n, subtask i on tm<i+1>.
-func reconcilingJob(t *testing.T, jobID string, p, n int32) *pb.JobRecord {
+func reconcilingJob(t testing.TB, jobID string, p, n int32) *pb.JobRecord {
 	t.Helper()
 	jg := chainGraph(jobID, p)
 	eg, err := graph.BuildExecutionGraph(jg)
