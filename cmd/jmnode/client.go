@@ -108,6 +108,22 @@ func (c *conn) explain(err error) error {
 	return fmt.Errorf("%s (%s, from %s)", st.Message(), st.Code(), c.addr)
 }
 
+// ask dials the JobMaster the flags name and makes one call with the CLI's retries.
+func ask[T any](cf cliFlags, rpc func(context.Context, *conn) (T, error)) (T, error) {
+	var resp T
+	c, err := dial(*cf.addr)
+	if err != nil {
+		return resp, err
+	}
+	defer c.cc.Close()
+	err = c.call(*cf.timeout, func(ctx context.Context) error {
+		var err error
+		resp, err = rpc(ctx, c)
+		return err
+	})
+	return resp, err
+}
+
 func printJSON(m proto.Message) error {
 	b, err := protojson.MarshalOptions{Indent: "  ", UseProtoNames: true}.Marshal(m)
 	if err != nil {
@@ -286,16 +302,10 @@ func jobList(args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	c, err := dial(*cf.addr)
+	resp, err := ask(cf, func(ctx context.Context, c *conn) (*pb.ListJobsResponse, error) {
+		return c.client().ListJobs(ctx, &pb.ListJobsRequest{Consistent: *consistent})
+	})
 	if err != nil {
-		return err
-	}
-	var resp *pb.ListJobsResponse
-	if err := c.call(*cf.timeout, func(ctx context.Context) error {
-		var err error
-		resp, err = c.client().ListJobs(ctx, &pb.ListJobsRequest{Consistent: *consistent})
-		return err
-	}); err != nil {
 		return err
 	}
 	if *cf.json {
@@ -329,16 +339,10 @@ func jobStatus(args []string) error {
 		fs.Usage()
 		return errors.New("job status needs exactly one job ID")
 	}
-	c, err := dial(*cf.addr)
+	resp, err := ask(cf, func(ctx context.Context, c *conn) (*pb.GetJobResponse, error) {
+		return c.client().GetJob(ctx, &pb.GetJobRequest{JobId: fs.Arg(0), Consistent: *consistent})
+	})
 	if err != nil {
-		return err
-	}
-	var resp *pb.GetJobResponse
-	if err := c.call(*cf.timeout, func(ctx context.Context) error {
-		var err error
-		resp, err = c.client().GetJob(ctx, &pb.GetJobRequest{JobId: fs.Arg(0), Consistent: *consistent})
-		return err
-	}); err != nil {
 		return err
 	}
 	if *cf.json {
@@ -383,16 +387,10 @@ func jobCancel(args []string) error {
 		fs.Usage()
 		return errors.New("job cancel needs exactly one job ID")
 	}
-	c, err := dial(*cf.addr)
+	resp, err := ask(cf, func(ctx context.Context, c *conn) (*pb.CancelJobResponse, error) {
+		return c.client().CancelJob(ctx, &pb.CancelJobRequest{JobId: fs.Arg(0)})
+	})
 	if err != nil {
-		return err
-	}
-	var resp *pb.CancelJobResponse
-	if err := c.call(*cf.timeout, func(ctx context.Context) error {
-		var err error
-		resp, err = c.client().CancelJob(ctx, &pb.CancelJobRequest{JobId: fs.Arg(0)})
-		return err
-	}); err != nil {
 		return err
 	}
 	fmt.Printf("job %s: %s\n", fs.Arg(0), graph.JobStatusName(resp.Status))
@@ -406,16 +404,10 @@ func runStatus(args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	c, err := dial(*cf.addr)
+	resp, err := ask(cf, func(ctx context.Context, c *conn) (*pb.ClusterStatusResponse, error) {
+		return c.client().ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+	})
 	if err != nil {
-		return err
-	}
-	var resp *pb.ClusterStatusResponse
-	if err := c.call(*cf.timeout, func(ctx context.Context) error {
-		var err error
-		resp, err = c.client().ClusterStatus(ctx, &pb.ClusterStatusRequest{})
-		return err
-	}); err != nil {
 		return err
 	}
 	if *cf.json {
@@ -477,18 +469,12 @@ func runRaft(args []string) error {
 	if err := parseFlags(fs, reorder(fs, rest)); err != nil {
 		return err
 	}
-	c, err := dial(*cf.addr)
-	if err != nil {
-		return err
-	}
 	switch sub {
 	case "peers":
-		var resp *pb.RaftPeersResponse
-		if err := c.call(*cf.timeout, func(ctx context.Context) error {
-			var err error
-			resp, err = c.operator().RaftPeers(ctx, &pb.RaftPeersRequest{})
-			return err
-		}); err != nil {
+		resp, err := ask(cf, func(ctx context.Context, c *conn) (*pb.RaftPeersResponse, error) {
+			return c.operator().RaftPeers(ctx, &pb.RaftPeersRequest{})
+		})
+		if err != nil {
 			return err
 		}
 		if *cf.json {
@@ -506,12 +492,10 @@ func runRaft(args []string) error {
 			return errors.New("raft join needs ID and RAFT_ADDR")
 		}
 		req := &pb.RaftJoinRequest{Id: fs.Arg(0), RaftAddress: fs.Arg(1), GrpcAddress: fs.Arg(2)}
-		var resp *pb.RaftJoinResponse
-		if err := c.call(*cf.timeout, func(ctx context.Context) error {
-			var err error
-			resp, err = c.operator().RaftJoin(ctx, req)
-			return err
-		}); err != nil {
+		resp, err := ask(cf, func(ctx context.Context, c *conn) (*pb.RaftJoinResponse, error) {
+			return c.operator().RaftJoin(ctx, req)
+		})
+		if err != nil {
 			return err
 		}
 		fmt.Printf("%s joined at index %d\n", req.Id, resp.Index)
@@ -520,12 +504,10 @@ func runRaft(args []string) error {
 			fs.Usage()
 			return errors.New("raft remove needs ID")
 		}
-		var resp *pb.RaftRemoveResponse
-		if err := c.call(*cf.timeout, func(ctx context.Context) error {
-			var err error
-			resp, err = c.operator().RaftRemove(ctx, &pb.RaftRemoveRequest{Id: fs.Arg(0)})
-			return err
-		}); err != nil {
+		resp, err := ask(cf, func(ctx context.Context, c *conn) (*pb.RaftRemoveResponse, error) {
+			return c.operator().RaftRemove(ctx, &pb.RaftRemoveRequest{Id: fs.Arg(0)})
+		})
+		if err != nil {
 			return err
 		}
 		fmt.Printf("%s removed at index %d\n", fs.Arg(0), resp.Index)
@@ -540,16 +522,10 @@ func runMembers(args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	c, err := dial(*cf.addr)
+	resp, err := ask(cf, func(ctx context.Context, c *conn) (*pb.MembersResponse, error) {
+		return c.operator().Members(ctx, &pb.MembersRequest{})
+	})
 	if err != nil {
-		return err
-	}
-	var resp *pb.MembersResponse
-	if err := c.call(*cf.timeout, func(ctx context.Context) error {
-		var err error
-		resp, err = c.operator().Members(ctx, &pb.MembersRequest{})
-		return err
-	}); err != nil {
 		return err
 	}
 	if *cf.json {
