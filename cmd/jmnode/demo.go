@@ -461,8 +461,14 @@ func (d *demo) watchFailover(ctx context.Context, jobID, oldLeader string, oldEp
 					if newLeader != nil {
 						d.printReconcileSteps(newLeader, oldEpoch, printed, killAt)
 					}
-					if !seenJobRec {
-						d.say("+%s (the job passed through RECONCILING between two polls)", since())
+					if rec, _, err := d.getJob(jobID); err == nil {
+						var steps []string
+						for _, h := range rec.History {
+							if at := time.UnixMilli(h.Timestamp); !at.Before(killAt.Add(-time.Second)) {
+								steps = append(steps, fmt.Sprintf("%s at +%s", graph.JobStatusName(h.Status), at.Sub(killAt).Round(time.Millisecond)))
+							}
+						}
+						d.say("+%s job status history since the kill: %s", since(), strings.Join(steps, " -> "))
 					}
 					d.say("+%s reconciliation committed: %d TaskManager reports, %s", since(), r.GetCounts().GetReports(), recCounts(r.Counts))
 					d.say("+%s RPC gate open; took %s from the leader's election", since(), recDuration(r))
