@@ -16,8 +16,9 @@ help: ## list the targets
 build: ## build bin/jmnode
 	CGO_ENABLED=0 $(GO) build -o bin/jmnode ./cmd/jmnode
 
-test: ## run every test with -race
+test: ## run every test with -race, then the 100,000-execution reconciliation at full size (without -race)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(GO) test -count=1 -timeout 5m -v -run TestReconcile100kExecutions ./reconcile/
 
 test-short: ## the quick tier: pure logic and single-process clusters, -short
 	$(GO) test -race -count=1 -short $(PKGS)
