@@ -138,3 +138,31 @@ func TestCancelJob(t *testing.T) {
 	h.setStatus(sus, pb.JobStatus_JOB_STATUS_SUSPENDED)
 	h.fails(cancelT, &pb.CancelJobCommand{JobId: sus}, graph.ErrIllegalTransition)
 }
+
+// TestFailedWhileCancelingCompletesTheCancel: a task that fails while it is being cancelled
+// (its producer was cancelled first) ends CANCELED, as in Flink.
+func TestFailedWhileCancelingCompletesTheCancel(t *testing.T) {
+	h := newHarness(t)
+	id := jobIDN(7)
+	h.submit(streamingJob(id, 1, 1))
+	h.setStatus(id, pb.JobStatus_JOB_STATUS_RUNNING)
+	h.attemptAll(id, 0)
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_DEPLOYING)
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_RUNNING)
+	h.ok(cancelT, &pb.CancelJobCommand{JobId: id, Timestamp: 7000})
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_FAILED)
+	c := graph.CountByState(h.job(id).ExecutionGraph)
+	if n := len(graph.AllExecutions(h.job(id).ExecutionGraph)); c[pb.ExecutionState_EXECUTION_STATE_CANCELED] != n || c[pb.ExecutionState_EXECUTION_STATE_FAILED] != 0 {
+		t.Fatalf("states after FAILED reports during cancel: %v", c)
+	}
+	// Outside a cancellation FAILED stays FAILED.
+	other := jobIDN(8)
+	h.submit(streamingJob(other, 1, 1))
+	h.setStatus(other, pb.JobStatus_JOB_STATUS_RUNNING)
+	h.attemptAll(other, 0)
+	h.moveAll(other, pb.ExecutionState_EXECUTION_STATE_DEPLOYING)
+	h.moveAll(other, pb.ExecutionState_EXECUTION_STATE_FAILED)
+	if c := graph.CountByState(h.job(other).ExecutionGraph); c[pb.ExecutionState_EXECUTION_STATE_FAILED] != len(graph.AllExecutions(h.job(other).ExecutionGraph)) {
+		t.Fatalf("states after FAILED reports: %v", c)
+	}
+}

@@ -137,14 +137,20 @@ func (s *state) updateState(index uint64, u *pb.ExecutionStateUpdate) error {
 		// replica holds the same index.
 		return wrapf(ErrUnknownAttempt, "attempt %q of job %q is not current", u.AttemptId, u.JobId)
 	}
-	if cur.State == u.State {
+	to := u.State
+	if cur.State == pb.ExecutionState_EXECUTION_STATE_CANCELING && to == pb.ExecutionState_EXECUTION_STATE_FAILED {
+		// Flink's rule: a task that fails while it is being cancelled (typically because its
+		// producer was cancelled first) completes the cancellation.
+		to = pb.ExecutionState_EXECUTION_STATE_CANCELED
+	}
+	if cur.State == to {
 		return nil
 	}
-	if err := graph.CheckExecutionTransition(cur.State, u.State); err != nil {
+	if err := graph.CheckExecutionTransition(cur.State, to); err != nil {
 		return fmt.Errorf("attempt %q (%s[%d]): %w", u.AttemptId, ref.vertexID, ref.subtask, err)
 	}
-	setExecutionState(cur, u.State, u.Timestamp, u.FailureCause)
-	updateConsumable(eg, ref.vertexID, ref.subtask, u.State)
+	setExecutionState(cur, to, u.Timestamp, u.FailureCause)
+	updateConsumable(eg, ref.vertexID, ref.subtask, to)
 	rec.ModifyIndex = index
 	return nil
 }
