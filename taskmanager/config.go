@@ -35,6 +35,13 @@ type Config struct {
 	// LeaderGrace: tasks keep running while no leader is reachable for this long, then all are
 	// cancelled (default 5m).
 	LeaderGrace time.Duration
+	// FenceTimeout: when no leader has been reached for this long and a JobMaster names an
+	// established leader (one that is alive, but that this TM cannot reach), the TM is cut off
+	// from a live leader, which will fail its tasks over; it cancels them itself so that two
+	// attempts of one subtask never run at once. It must be shorter than the leader's heartbeat
+	// timeout (default 5s; 0 turns it off). Without such evidence (a leader gap) tasks keep
+	// running for LeaderGrace.
+	FenceTimeout time.Duration
 	// RetainTerminal: terminal task states are kept for reports this long unless acknowledged
 	// (default 10m). Finished BLOCKING partitions are kept as long.
 	RetainTerminal time.Duration
@@ -65,6 +72,13 @@ type Config struct {
 	Logger hclog.Logger
 }
 
+func nonNegative(d time.Duration, name string) error {
+	if d < 0 {
+		return fmt.Errorf("%w: %s %v < 0", ErrInvalidConfig, name, d)
+	}
+	return nil
+}
+
 // ErrInvalidConfig is returned by Validate.
 var ErrInvalidConfig = errors.New("invalid taskmanager config")
 
@@ -76,6 +90,7 @@ func DefaultConfig() Config {
 		DataAddr:            "127.0.0.1:0",
 		HeartbeatInterval:   time.Second,
 		LeaderGrace:         5 * time.Minute,
+		FenceTimeout:        5 * time.Second,
 		RetainTerminal:      10 * time.Minute,
 		OutboxBackoffMin:    50 * time.Millisecond,
 		OutboxBackoffMax:    2 * time.Second,
@@ -118,6 +133,7 @@ func (c *Config) Validate() error {
 		setInt(&c.MaxMessageSize, d.MaxMessageSize, "MaxMessageSize"),
 		setDur(&c.HeartbeatInterval, d.HeartbeatInterval, "HeartbeatInterval"),
 		setDur(&c.LeaderGrace, d.LeaderGrace, "LeaderGrace"),
+		nonNegative(c.FenceTimeout, "FenceTimeout"),
 		setDur(&c.RetainTerminal, d.RetainTerminal, "RetainTerminal"),
 		setDur(&c.OutboxBackoffMin, d.OutboxBackoffMin, "OutboxBackoffMin"),
 		setDur(&c.OutboxBackoffMax, d.OutboxBackoffMax, "OutboxBackoffMax"),

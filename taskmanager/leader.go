@@ -60,6 +60,51 @@ func (tm *TaskManager) resolveLeader(ctx context.Context) (string, error) {
 	return "", ErrNoLeader
 }
 
+// cutOffFrom returns the address of a live leader this TM is cut off from, or "". It is called
+// once no leader has been reached for FenceTimeout. A JobMaster naming an established leader
+// is the evidence that one is alive: if it is the leader this TM has met (its epoch is not
+// newer than the TM's), the TM has been cut off from it for FenceTimeout already; a newer
+// leader gets FenceTimeout from the moment it is first seen to reach the TM (it asks for the
+// TM's report as soon as it is established). When no JobMaster names a leader (a leader gap)
+// or none answers, the TM keeps its tasks for the leader grace.
+func (tm *TaskManager) cutOffFrom(ctx context.Context) string {
+	tm.fenceChecks.Add(1)
+	addr, epoch := tm.establishedLeader(ctx)
+	if addr == "" {
+		return ""
+	}
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if epoch <= tm.epoch {
+		return addr
+	}
+	if tm.newLeaderSeen.epoch != epoch {
+		tm.newLeaderSeen.epoch, tm.newLeaderSeen.at = epoch, time.Now()
+		return ""
+	}
+	if time.Since(tm.newLeaderSeen.at) > tm.cfg.FenceTimeout {
+		return addr
+	}
+	return ""
+}
+
+// establishedLeader asks the JobMasters for the established leader and its epoch.
+func (tm *TaskManager) establishedLeader(ctx context.Context) (string, uint64) {
+	ctx, cancel := context.WithTimeout(ctx, min(tm.cfg.RPCTimeout, tm.cfg.FenceTimeout))
+	defer cancel()
+	for _, jm := range tm.cfg.JobMasters {
+		conn, err := tm.conns.get(jm)
+		if err != nil {
+			continue
+		}
+		resp, err := pb.NewClientServiceClient(conn).ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+		if err == nil && resp.GetLeaderGrpcAddress() != "" {
+			return resp.GetLeaderGrpcAddress(), resp.GetEpoch()
+		}
+	}
+	return "", 0
+}
+
 // register finds the leader and registers this TM with it.
 func (tm *TaskManager) register(ctx context.Context) error {
 	tm.mu.Lock()
@@ -193,9 +238,13 @@ func (tm *TaskManager) adoptEpochLocked(epoch uint64, via string) {
 }
 
 // graceLoop cancels every task when no leader has been reached for LeaderGrace, so an isolated
-// TM frees its slots.
+// TM frees its slots, or sooner (FenceTimeout) when a JobMaster names a live leader this TM
+// cannot reach: that leader is about to declare this TM lost and redeploy its tasks.
 func (tm *TaskManager) graceLoop(ctx context.Context) {
 	tick := min(max(tm.cfg.LeaderGrace/10, 5*time.Millisecond), time.Second)
+	if f := tm.cfg.FenceTimeout; f > 0 {
+		tick = min(tick, max(f/5, 5*time.Millisecond))
+	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
@@ -207,6 +256,15 @@ func (tm *TaskManager) graceLoop(ctx context.Context) {
 		tm.mu.Lock()
 		since := time.Since(tm.lastContact)
 		tm.mu.Unlock()
+		if f := tm.cfg.FenceTimeout; f > 0 && since > f && since <= tm.cfg.LeaderGrace {
+			if leader := tm.cutOffFrom(ctx); leader != "" {
+				why := fmt.Sprintf("cut off from the live leader at %s for %v", leader, since.Round(time.Millisecond))
+				if ts := tm.cancelAll(why); len(ts) > 0 {
+					tm.log.Error("FENCED: cut off from a live leader; cancelling every task", "leader", leader, "tasks", len(ts), "since_contact", since)
+				}
+			}
+			continue
+		}
 		if since <= tm.cfg.LeaderGrace {
 			continue
 		}

@@ -19,8 +19,16 @@ import (
 
 // TaskManager runs tasks in slots and reports them to the JobMaster leader.
 type TaskManager struct {
-	cfg Config
-	log hclog.Logger
+	// fenceChecks counts the checks for a live leader made after FenceTimeout without contact.
+	fenceChecks atomic.Int64
+	// newLeaderSeen: when a leader with a newer epoch than the TM's was first named (guarded
+	// by mu).
+	newLeaderSeen struct {
+		epoch uint64
+		at    time.Time
+	}
+	cfg         Config
+	log         hclog.Logger
 
 	grpcLis, dataLis net.Listener
 	grpcSrv, dataSrv *grpc.Server

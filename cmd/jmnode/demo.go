@@ -212,7 +212,7 @@ func (d *demo) run(ctx context.Context, jobFile string, reportDeadline time.Dura
 		p.args = []string{"taskmanager", "--id", p.name, "--slots", "4", "--grpc-addr", grpc, "--data-addr", data,
 			"--gossip-addr", gossip, "--gossip-join", strings.Join(gossips, ","), "--gossip-profile", "local",
 			"--jm", strings.Join(joins, ","), "--work-dir", p.workDir, "--event-log", filepath.Join(d.dir, p.name+"-events.jsonl"),
-			"--heartbeat-interval", "500ms"}
+			"--heartbeat-interval", "500ms", "--fence-timeout", "2s"}
 		d.tms = append(d.tms, p)
 		if err := d.spawn(p); err != nil {
 			return err

@@ -35,6 +35,7 @@ func runTaskManager(args []string) error {
 	workDir := fs.String("work-dir", "", "working directory: relative sink paths are written here")
 	eventLog := fs.String("event-log", "", "append task start/stop events as JSON lines to this file")
 	grace := fs.Duration("leader-grace", def.LeaderGrace, "cancel every task after no leader was reachable for this long")
+	fence := fs.Duration("fence-timeout", def.FenceTimeout, "cancel every task when no leader was reached this long while a JobMaster names a live leader (keep it below the JMs' --heartbeat-timeout; 0 turns it off)")
 	retain := fs.Duration("retain-terminal", def.RetainTerminal, "keep terminal task states for reports this long (or until acknowledged)")
 	hb := fs.Duration("heartbeat-interval", def.HeartbeatInterval, "heartbeat interval (the leader may override it)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
@@ -56,6 +57,7 @@ func runTaskManager(args []string) error {
 	cfg.AdvertiseGRPC, cfg.AdvertiseData = *grpcAdv, *dataAdv
 	cfg.JobMasters, cfg.LeaderGrace, cfg.RetainTerminal, cfg.HeartbeatInterval = splitList(*jms), *grace, *retain, *hb
 	cfg.Logger, cfg.WorkDir = log, *workDir
+	cfg.FenceTimeout = *fence
 	cfg.UnsafeDisableFencing = os.Getenv("JMNODE_UNSAFE_DISABLE_FENCING") == "1"
 	if *eventLog != "" {
 		f, err := os.OpenFile(*eventLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

@@ -223,6 +223,7 @@ func (c *Cluster) StartTM(tm *TM) {
 	cfg := taskmanager.DefaultConfig()
 	cfg.ID, cfg.Slots, cfg.HeartbeatInterval = tm.ID, c.Opts.Slots, 200*time.Millisecond
 	cfg.OutboxBackoffMax = 200 * time.Millisecond
+	cfg.FenceTimeout = c.Opts.HeartbeatTimeout / 2 // shorter than the leader's heartbeat timeout
 	cfg.EventLog = ev
 	cfg.WorkDir = tm.WorkDir
 	for _, j := range c.JMs {

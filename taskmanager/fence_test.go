@@ -1,0 +1,113 @@
+package taskmanager
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// witness is a JobMaster follower as a TM sees it: it answers ClusterStatus naming the
+// leader's address ("" during a leader gap).
+type witness struct {
+	pb.UnimplementedClientServiceServer
+	addr string
+
+	mu     sync.Mutex
+	leader string
+	epoch  uint64
+}
+
+func startWitness(t *testing.T, leader string) *witness {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &witness{addr: l.Addr().String(), leader: leader}
+	s := grpc.NewServer()
+	pb.RegisterClientServiceServer(s, w)
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(s.Stop)
+	return w
+}
+
+func (w *witness) ClusterStatus(context.Context, *pb.ClusterStatusRequest) (*pb.ClusterStatusResponse, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return &pb.ClusterStatusResponse{NodeId: "follower", LeaderGrpcAddress: w.leader, Epoch: w.epoch}, nil
+}
+
+// TestFenceWhenCutOffFromALiveLeader: the leader stops answering this TM while a follower still
+// names it as the established leader. The leader will declare the TM lost and redeploy its
+// tasks, so the TM cancels them itself after FenceTimeout, well inside the grace.
+func TestFenceWhenCutOffFromALiveLeader(t *testing.T) {
+	jm := startJM(t)
+	w := startWitness(t, jm.addr)
+	tm := newTM(t, "tm1", jm, func(c *Config) {
+		c.JobMasters = []string{w.addr}
+		c.FenceTimeout = 300 * time.Millisecond
+		c.ShutdownTimeout = 100 * time.Millisecond
+	})
+	submit(t, client(t, tm), 1, source("job", "src", 0, 1, "a", 0, unbounded))
+	jm.waitState(t, "a", running)
+	jm.srv.Stop() // the TM can no longer reach the leader; the follower still names it
+	waitFor(t, 10*time.Second, "the TM to fence itself", func() (bool, string) {
+		ti, _ := findTask(tm, "a")
+		return ti.State == canceled && tm.FreeSlots() == 4, fmt.Sprintf("%+v free=%d", ti, tm.FreeSlots())
+	})
+}
+
+// TestNoFenceDuringALeaderGap: the leader is gone and no JobMaster names another one (a leader
+// gap): the TM keeps its tasks running past FenceTimeout, for the leader grace.
+func TestNoFenceDuringALeaderGap(t *testing.T) {
+	jm := startJM(t)
+	w := startWitness(t, jm.addr)
+	tm := newTM(t, "tm1", jm, func(c *Config) {
+		c.JobMasters = []string{w.addr}
+		c.FenceTimeout = 100 * time.Millisecond
+	})
+	submit(t, client(t, tm), 1, source("job", "src", 0, 1, "a", 0, unbounded))
+	jm.waitState(t, "a", running)
+	w.mu.Lock()
+	w.leader = "" // the followers know no leader
+	w.mu.Unlock()
+	jm.srv.Stop()
+	before := tm.fenceChecks.Load()
+	waitFor(t, 10*time.Second, "three fence checks after the fence timeout", func() (bool, string) {
+		n := tm.fenceChecks.Load() - before
+		return n >= 3, fmt.Sprintf("%d checks", n)
+	})
+	if ti, _ := findTask(tm, "a"); ti.State != running {
+		t.Fatalf("task stopped during a leader gap: %+v", ti)
+	}
+}
+
+// TestFenceWhenANewLeaderCannotReachTheTM: a newer leader is named but never reaches this TM
+// (it will fail the TM's tasks after its report deadline): the TM fences FenceTimeout after it
+// first saw that leader named.
+func TestFenceWhenANewLeaderCannotReachTheTM(t *testing.T) {
+	jm := startJM(t)
+	w := startWitness(t, jm.addr)
+	tm := newTM(t, "tm1", jm, func(c *Config) {
+		c.JobMasters = []string{w.addr}
+		c.FenceTimeout = 200 * time.Millisecond
+		c.ShutdownTimeout = 100 * time.Millisecond
+	})
+	submit(t, client(t, tm), 1, source("job", "src", 0, 1, "a", 0, unbounded))
+	jm.waitState(t, "a", running)
+	jm.srv.Stop()
+	w.mu.Lock()
+	w.leader, w.epoch = "127.0.0.1:1", 5 // a new leader this TM cannot reach
+	w.mu.Unlock()
+	waitFor(t, 10*time.Second, "the TM to fence itself", func() (bool, string) {
+		ti, _ := findTask(tm, "a")
+		return ti.State == canceled, fmt.Sprintf("%+v checks=%d", ti, tm.fenceChecks.Load())
+	})
+}
