@@ -27,8 +27,8 @@ type TaskManager struct {
 		epoch uint64
 		at    time.Time
 	}
-	cfg         Config
-	log         hclog.Logger
+	cfg Config
+	log hclog.Logger
 
 	grpcLis, dataLis net.Listener
 	grpcSrv, dataSrv *grpc.Server
