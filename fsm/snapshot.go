@@ -201,8 +201,19 @@ func (s *state) addJob(rec *pb.JobRecord) error {
 // Hash returns the hex SHA-256 of the snapshot encoding of the state. Replicas that applied
 // the same entries have equal hashes; the applied index is not part of it.
 func (f *FSM) Hash() string {
+	hash, _ := f.HashAt()
+	return hash
+}
+
+// HashAt returns the state's hash and the applied index it belongs to, read under one lock so
+// that two replicas can be compared at the same index.
+func (f *FSM) HashAt() (string, uint64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	return f.hashLocked(), f.st.applied
+}
+
+func (f *FSM) hashLocked() string {
 	h := sha256.New()
 	if err := writeStream(h, f.st.sortedJobs(), f.st.epoch, f.st.recons); err != nil {
 		panic(fmt.Sprintf("fsm: hash: %v", err)) // a hash.Hash never fails to write

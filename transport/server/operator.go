@@ -30,5 +30,6 @@ func (s *OperatorService) Members(context.Context, *pb.MembersRequest) (*pb.Memb
 }
 
 func (s *OperatorService) StateHash(context.Context, *pb.StateHashRequest) (*pb.StateHashResponse, error) {
-	return &pb.StateHashResponse{Hash: s.d.State.Hash(), AppliedIndex: s.d.State.AppliedIndex(), NodeId: s.d.Node.ID()}, nil
+	hash, index := s.d.State.HashAt()
+	return &pb.StateHashResponse{Hash: hash, AppliedIndex: index, NodeId: s.d.Node.ID()}, nil
 }
