@@ -95,7 +95,9 @@ func NewCluster(topo *netns.Topology, jmnode, runDir string, env []string, repor
 			args = []string{"taskmanager", "--id", n, "--slots", "6",
 				"--grpc-addr", addr(PortTMGRPC), "--data-addr", addr(PortTMData),
 				"--gossip-addr", addr(PortGossip), "--gossip-join", join(PortGossip, jms, ""),
-				"--jm", join(PortGRPC, jms, ""), "--work-dir", work, "--event-log", EventLogPath(runDir, topo, n)}
+				"--jm", join(PortGRPC, jms, ""), "--work-dir", work, "--event-log", EventLogPath(runDir, topo, n),
+				// below the JMs' report deadline and heartbeat timeout (see docs/reconciliation.md)
+				"--fence-timeout", (reportDeadline / 2).String()}
 		}
 		c.procs[n] = &proc{node: n, ns: topo.NS(n), args: args, env: env, dir: work,
 			logPath: filepath.Join(runDir, n+".log")}
