@@ -96,7 +96,8 @@ func NewCluster(topo *netns.Topology, jmnode, runDir string, env []string, repor
 				"--grpc-addr", addr(PortTMGRPC), "--data-addr", addr(PortTMData),
 				"--gossip-addr", addr(PortGossip), "--gossip-join", join(PortGossip, jms, ""),
 				"--jm", join(PortGRPC, jms, ""), "--work-dir", work, "--event-log", EventLogPath(runDir, topo, n),
-				// below the JMs' report deadline and heartbeat timeout (see docs/reconciliation.md)
+				// Below the JMs' report deadline and heartbeat timeout (10 s), and well above a
+				// Raft election (followers keep naming a vanished leader until they notice it).
 				"--fence-timeout", (reportDeadline / 2).String()}
 		}
 		c.procs[n] = &proc{node: n, ns: topo.NS(n), args: args, env: env, dir: work,

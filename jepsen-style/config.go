@@ -44,7 +44,7 @@ type Config struct {
 // DefaultConfig returns the settings of `jepsen run` without flags.
 func DefaultConfig() Config {
 	return Config{Duration: 60 * time.Second, Warmup: 5 * time.Second, Quiet: 10 * time.Second,
-		Grace: 30 * time.Second, ReportDeadline: 5 * time.Second, JMNode: "./bin/jmnode", RunsDir: "runs", Clients: 3}
+		Grace: 30 * time.Second, ReportDeadline: 10 * time.Second, JMNode: "./bin/jmnode", RunsDir: "runs", Clients: 3}
 }
 
 // Validate checks the config and fills in defaults for zero values.

@@ -40,7 +40,8 @@ type Config struct {
 	// from a live leader, which will fail its tasks over; it cancels them itself so that two
 	// attempts of one subtask never run at once. It must be shorter than the leader's heartbeat
 	// timeout (default 5s; 0 turns it off). Without such evidence (a leader gap) tasks keep
-	// running for LeaderGrace.
+	// running for LeaderGrace. It must also be well above a Raft election: the followers keep
+	// naming a vanished leader until they notice it is gone (about two election timeouts).
 	FenceTimeout time.Duration
 	// RetainTerminal: terminal task states are kept for reports this long unless acknowledged
 	// (default 10m). Finished BLOCKING partitions are kept as long.
