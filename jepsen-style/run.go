@@ -77,7 +77,17 @@ func (r *run) execute(ctx context.Context) (*report.Report, error) {
 	r.exec = &nemesis.Executor{T: r.cluster, Dev: netns.NodeDevice}
 	r.exec.NetemAvailable = nemesis.ProbeNetem(ctx, r.cluster, ClientNode, netns.NodeDevice)
 	if !r.exec.NetemAvailable && needsDelay(r.scenario) {
-		return nil, fmt.Errorf("%w: %v", ErrUnsupported, nemesis.ErrNetemUnavailable)
+		var kinds []nemesis.Kind
+		for _, k := range r.scenario.Kinds {
+			if k != nemesis.Delay {
+				kinds = append(kinds, k)
+			}
+		}
+		if len(kinds) == 0 {
+			return nil, fmt.Errorf("%w: %v", ErrUnsupported, nemesis.ErrNetemUnavailable)
+		}
+		p("nemesis: %v; %s runs without delay faults", nemesis.ErrNetemUnavailable, r.scenario.Name)
+		r.scenario.Kinds = kinds
 	}
 	if err := r.exec.Prepare(ctx, append(append(JMs(), TMs()...), ClientNode)); err != nil {
 		return nil, err
