@@ -23,6 +23,8 @@ type TaskManager struct {
 	LastSeen time.Time
 	// Gossip is the TM's gossip state: "alive", "suspect", "dead", "left" or "" when unknown.
 	Gossip string
+	// GossipAt is when Gossip last changed.
+	GossipAt time.Time
 	// Lost is set once the leader has declared the TM lost (its executions failed).
 	Lost bool
 }
@@ -72,11 +74,21 @@ func (r *Registry) SetGossip(id, state string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if tm := r.tms[id]; tm != nil {
-		tm.Gossip = state
+		if tm.Gossip != state {
+			tm.Gossip, tm.GossipAt = state, time.Now()
+		}
 		if state == "alive" {
 			tm.Lost = false
 		}
 	}
+}
+
+// GoneByGossip reports whether gossip says the TM is dead or has left and no direct contact
+// (registration or heartbeat) came after gossip said so. Gossip's failure detector gives false
+// positives (a missed UDP probe on a busy host marks a live member dead until it refutes); a
+// TM that still talks to the leader directly is alive whatever gossip says.
+func (tm TaskManager) GoneByGossip() bool {
+	return (tm.Gossip == "dead" || tm.Gossip == "left") && !tm.LastSeen.After(tm.GossipAt)
 }
 
 // Touch records a heartbeat; it returns false when the TM is unknown.
@@ -133,7 +145,7 @@ func (r *Registry) Usable(maxSilence time.Duration) []TaskManager {
 	now := time.Now()
 	var out []TaskManager
 	for _, tm := range r.List() {
-		if tm.Lost || tm.GRPCAddr == "" || tm.Slots <= 0 || tm.Gossip == "dead" || tm.Gossip == "left" {
+		if tm.Lost || tm.GRPCAddr == "" || tm.Slots <= 0 || tm.GoneByGossip() {
 			continue
 		}
 		if tm.LastSeen.IsZero() || now.Sub(tm.LastSeen) > maxSilence {

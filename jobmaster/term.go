@@ -171,14 +171,16 @@ func (t *term) driveAll() {
 }
 
 // checkTaskManagers declares lost every TM that stopped heartbeating or that gossip reports
-// dead, and fails the executions it held.
+// dead, and fails the executions it held. A gossip death counts once the TM has had two
+// heartbeat intervals to contradict it by a direct contact (gossip marks a live but busy
+// member dead now and then); a gossip leave counts at once.
 func (t *term) checkTaskManagers() {
 	now := time.Now()
 	for _, tm := range t.jm.tms.List() {
 		if tm.Lost {
 			continue
 		}
-		dead := tm.Gossip == "dead" || tm.Gossip == "left"
+		dead := tm.GoneByGossip() && (tm.Gossip == "left" || now.Sub(tm.GossipAt) > 2*t.jm.cfg.HeartbeatInterval)
 		silent := !tm.LastSeen.IsZero() && now.Sub(tm.LastSeen) > t.jm.cfg.HeartbeatTimeout
 		if dead || silent {
 			cause := "TaskManager " + tm.ID + " lost: no heartbeat for " + t.jm.cfg.HeartbeatTimeout.String()

@@ -152,10 +152,12 @@ func profileConfig(profile string) *memberlist.Config {
 		return memberlist.DefaultLocalConfig()
 	case ProfileTest:
 		mc := memberlist.DefaultLocalConfig()
-		mc.ProbeInterval = 100 * time.Millisecond
-		mc.ProbeTimeout = 50 * time.Millisecond
+		// Fast, but not so fast that a test process under -race on a busy two-core machine
+		// misses probes: with a 50 ms probe timeout live members were marked dead every run.
+		mc.ProbeInterval = 200 * time.Millisecond
+		mc.ProbeTimeout = 150 * time.Millisecond
 		mc.GossipInterval = 20 * time.Millisecond
-		mc.SuspicionMult = 2
+		mc.SuspicionMult = 3
 		mc.PushPullInterval = time.Second
 		mc.TCPTimeout = time.Second
 		mc.GossipToTheDeadTime = 2 * time.Second

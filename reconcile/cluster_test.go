@@ -198,6 +198,7 @@ func TestFinishedWhileNoLeader(t *testing.T) {
 	hist := len(rec.History)
 	// The reconciliation below counts only executions that were not terminal in the committed
 	// state, so "9 finished" shows they finished during the gap.
+	e0 := c.Leader().A.JM.Epoch()
 	stopped := c.StopQuorum()
 
 	tc.WaitFor(t, 30*time.Second, "every task FINISHED on the TMs while no leader exists", func() (bool, string) {
@@ -215,8 +216,7 @@ func TestFinishedWhileNoLeader(t *testing.T) {
 		return n == 9, strings.Join(desc, " ")
 	})
 	c.RestartAll(stopped)
-	l := c.Leader()
-	r := c.Reconciliation(l, l.A.JM.Epoch(), "completed", 20*time.Second)
+	r := c.CompletedAfter(e0, 30*time.Second)
 	after := c.WaitJob(id, "the job FINISHED", 20*time.Second, func(rec *pb.JobRecord) bool {
 		return rec.Status == jobFinished
 	})
@@ -264,6 +264,7 @@ func TestTaskFinishedDuringGapCountedFinished(t *testing.T) {
 	id, rec := runningJob(t, c, bounded)
 	before := tc.Attempts(rec)
 	hist := len(rec.History)
+	e0 := c.Leader().A.JM.Epoch()
 	stopped := c.StopQuorum()
 
 	var retained []string
@@ -284,8 +285,7 @@ func TestTaskFinishedDuringGapCountedFinished(t *testing.T) {
 		return len(retained) == 6, strings.Join(desc, " ")
 	})
 	c.RestartAll(stopped)
-	l := c.Leader()
-	r := c.Reconciliation(l, l.A.JM.Epoch(), "completed", 20*time.Second)
+	r := c.CompletedAfter(e0, 30*time.Second)
 	if r.Counts.Finished != 6 || r.Counts.KeptRunning != 6 || r.Counts.Failed+r.Counts.Missing != 0 {
 		t.Fatalf("reconciliation counts %v, want 6 finished and 6 kept running", r.Counts)
 	}
@@ -320,10 +320,10 @@ func TestSilentTMFailsOnlyItsRegions(t *testing.T) {
 	before := tc.Attempts(rec)
 	hist := len(rec.History)
 
+	e0 := c.Leader().A.JM.Epoch()
 	c.KillJM(c.Leader())
 	c.SilenceTM(silent)
-	l := c.Leader()
-	r := c.Reconciliation(l, l.A.JM.Epoch(), "completed", 20*time.Second)
+	r := c.CompletedAfter(e0, 30*time.Second)
 	checkSilentCounts(t, r.Counts, onSilent, affected)
 	after := c.WaitJob(id, "the failed regions restarted and the job RUNNING", 30*time.Second, func(rec *pb.JobRecord) bool {
 		return running(rec) && len(tc.Changed(before, tc.Attempts(rec))) > 0
@@ -350,6 +350,7 @@ func TestTaskFailedDuringGapRestartsItsRegion(t *testing.T) {
 	before := tc.Attempts(rec)
 	hist := len(rec.History)
 	victim := before["map[1]"]
+	e0 := c.Leader().A.JM.Epoch()
 	stopped := c.StopQuorum()
 
 	if err := c.TMByID(victim.TM).A.TM.FailTask(victim.ID, "injected during the leader gap"); err != nil {
@@ -364,8 +365,7 @@ func TestTaskFailedDuringGapRestartsItsRegion(t *testing.T) {
 		return false, "task not found"
 	})
 	c.RestartAll(stopped)
-	l := c.Leader()
-	r := c.Reconciliation(l, l.A.JM.Epoch(), "completed", 20*time.Second)
+	r := c.CompletedAfter(e0, 30*time.Second)
 	if r.Counts.Failed < 1 {
 		t.Fatalf("reconciliation counts %v, want the failed task counted", r.Counts)
 	}
@@ -532,4 +532,31 @@ func keyOf(as map[string]tc.Attempt, attemptID string) string {
 		}
 	}
 	return ""
+}
+
+// TestReconciliationWaitsForTMsGossipWronglyReportsDead: every replica's gossip view wrongly
+// holds every TaskManager dead (a busy host misses memberlist's probes) when the leader is
+// killed. The new leader still asks them, and since their report requests succeed it waits for
+// the reports: every execution is kept. Before the fix the collector skipped gossip-dead TMs at
+// once, found nobody to wait for, and failed all nine executions as missing.
+func TestReconciliationWaitsForTMsGossipWronglyReportsDead(t *testing.T) {
+	c := tc.New(t, tc.Options{JMs: 3, TMs: 3})
+	id, rec := runningJob(t, c, tc.StreamingChain("gossip-wrong", 3, 100, 0))
+	before := tc.Attempts(rec)
+	l1 := c.Leader()
+	for _, j := range c.Live() {
+		for _, tm := range c.TMs {
+			j.A.JM.Registry().SetGossip(tm.ID, "dead")
+		}
+	}
+	c.KillJM(l1)
+	l2 := c.Leader()
+	r := c.Reconciliation(l2, l2.A.JM.Epoch(), "completed", 20*time.Second)
+	if r.Counts.KeptRunning != 9 || r.Counts.Missing != 0 || r.Counts.TmsMissing != 0 {
+		t.Fatalf("reconciliation counts %v, want all 9 kept running", r.Counts)
+	}
+	after := c.WaitJob(id, "the job RUNNING", 20*time.Second, running)
+	if changed := tc.Changed(before, tc.Attempts(after)); len(changed) != 0 {
+		t.Fatalf("attempts changed across the failover: %v", changed)
+	}
 }

@@ -25,7 +25,8 @@ type collector struct {
 	mu       sync.Mutex
 	reports  map[string]*Report
 	asked    map[string]target
-	closed   bool // past the deadline: further reports are late
+	failed   map[string]bool // TMs a report request has failed for
+	closed   bool            // past the deadline: further reports are late
 	late     []*Report
 	lateCh   chan struct{}
 	wake     chan struct{} // a report arrived: look again without waiting for the tick
@@ -35,7 +36,7 @@ type collector struct {
 }
 
 func newCollector(r *Reconciler, epoch uint64) *collector {
-	return &collector{r: r, epoch: epoch, reports: map[string]*Report{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+	return &collector{r: r, epoch: epoch, reports: map[string]*Report{}, asked: map[string]target{}, failed: map[string]bool{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 }
 
 func (c *collector) collect(ctx context.Context, initial []target) (map[string]*Report, error) {
@@ -48,7 +49,7 @@ func (c *collector) collect(ctx context.Context, initial []target) (map[string]*
 	for {
 		// TMs that registered or appeared in gossip during the window report too.
 		for _, tm := range c.r.jm.Registry().List() {
-			if tm.GRPCAddr != "" && tm.Gossip != "dead" && tm.Gossip != "left" {
+			if tm.GRPCAddr != "" && !tm.GoneByGossip() {
 				c.ask(ctx, target{id: tm.ID, addr: tm.GRPCAddr}, deadline)
 			}
 		}
@@ -81,15 +82,18 @@ func (c *collector) collect(ctx context.Context, initial []target) (map[string]*
 	}
 }
 
-// waitingLocked lists the asked TMs that have not reported and that gossip does not report dead.
+// waitingLocked lists the asked TMs that have not reported, leaving out those that gossip
+// reports dead and that failed a report request: gossip alone is not enough (it marks a busy
+// live member dead now and then, and such a TM's report would be lost with its tasks), but
+// gossip's verdict together with a failed request is.
 func (c *collector) waitingLocked() []string {
 	var out []string
 	for id := range c.asked {
 		if c.reports[id] != nil {
 			continue
 		}
-		if tm, ok := c.r.jm.Registry().Get(id); ok && (tm.Gossip == "dead" || tm.Gossip == "left") {
-			continue // a TM gossip already reports dead is not waited for
+		if tm, ok := c.r.jm.Registry().Get(id); ok && tm.GoneByGossip() && c.failed[id] {
+			continue
 		}
 		out = append(out, id)
 	}
@@ -123,6 +127,10 @@ func (c *collector) ask(ctx context.Context, t target, deadline time.Time) {
 				return
 			}
 			c.r.log.Debug("report request failed; retrying", "tm", t.id, "error", err)
+			c.mu.Lock()
+			c.failed[t.id] = true
+			c.mu.Unlock()
+			c.poke()
 			select {
 			case <-ctx.Done():
 			case <-time.After(c.r.cfg.RetryInterval):
@@ -160,6 +168,14 @@ func (c *collector) fetch(ctx context.Context, t target) (*Report, error) {
 	return rep, err
 }
 
+// poke wakes the collect loop without waiting for its tick.
+func (c *collector) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
 func (c *collector) deliver(rep *Report) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -172,10 +188,7 @@ func (c *collector) deliver(rep *Report) {
 		return
 	}
 	c.reports[rep.TMID] = rep
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
+	c.poke()
 	c.r.step(c.epoch, "report", "%s reported %d executions", rep.TMID, len(rep.Executions))
 }
 

@@ -166,12 +166,13 @@ func TestReconcile100kExecutions(t *testing.T) {
 	const p, nTMs = 1000, 10
 	vertices := scaleVertices(t)
 	total := vertices * p
-	// Entries of thousands of executions: Raft timings of a real deployment, not the fast
-	// test ones.
+	// Entries of thousands of executions, applied under -race on a loaded two-core machine: a
+	// follower can be busy for seconds, so Raft timings well above a real deployment's keep the
+	// setup's leader in place (with the defaults a leader lost its lease mid-setup under load).
+	// The test measures the reconciliation, not the election.
 	c := tc.New(t, tc.Options{JMs: 3, ReportDeadline: 30 * time.Second, LogLevel: hclog.Info, Raft: func(cc *cluster.Config) {
-		d := cluster.DefaultConfig()
-		cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout = d.HeartbeatTimeout, d.ElectionTimeout, d.LeaderLeaseTimeout
-		cc.ApplyTimeout, cc.EstablishTimeout = 30*time.Second, 30*time.Second
+		cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout = 5*time.Second, 5*time.Second, 3*time.Second
+		cc.ApplyTimeout, cc.EstablishTimeout = 60*time.Second, 60*time.Second
 	}})
 	sims := make([]*simTM, nTMs)
 	for i := range sims {

@@ -167,6 +167,11 @@ func (c *Cluster) gossipSeeds() []string {
 func (c *Cluster) StartJM(j *JM) {
 	c.T.Helper()
 	cc := cluster.TestConfig()
+	// The Raft timings users run, not the fast ones: tests run under -race on a loaded two-core
+	// machine, where a 100 ms leader lease is lost to a scheduling hiccup and every test would
+	// see spurious elections (each a reconciliation) it did not ask for.
+	d := cluster.DefaultConfig()
+	cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout = d.HeartbeatTimeout, d.ElectionTimeout, d.LeaderLeaseTimeout
 	cc.ID, cc.DataDir, cc.RaftBindAddr, cc.GRPCAddr = j.ID, j.DataDir, j.RaftAddr, j.GRPCAddr
 	for _, p := range c.JMs {
 		cc.Peers = append(cc.Peers, cluster.Peer{ID: p.ID, RaftAddr: p.RaftAddr, GRPCAddr: p.GRPCAddr})
@@ -409,6 +414,25 @@ func (c *Cluster) close() {
 	c.logFile.Close()
 	if c.T.Failed() {
 		c.dumpLog(300)
+		c.keepLog()
+	}
+}
+
+// keepLog copies the whole cluster log of a failed test into $JMC_TEST_LOG_DIR, when set, so a
+// failure seen once in many runs can be read in full.
+func (c *Cluster) keepLog() {
+	dir := os.Getenv("JMC_TEST_LOG_DIR")
+	if dir == "" {
+		return
+	}
+	data, err := os.ReadFile(c.logFile.Name())
+	if err != nil {
+		return
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(c.T.Name())
+	dst := filepath.Join(dir, fmt.Sprintf("%s-%s.log", name, time.Now().Format("150405.000")))
+	if err := os.MkdirAll(dir, 0o755); err == nil && os.WriteFile(dst, data, 0o644) == nil {
+		c.T.Logf("the whole cluster log: %s", dst)
 	}
 }
 

@@ -54,6 +54,27 @@ func (c *Cluster) Reconciliation(j *JM, epoch uint64, outcome string, timeout ti
 	return got
 }
 
+// CompletedAfter waits until a live replica holds a completed reconciliation record of an
+// epoch above after, and returns the one of the lowest such epoch: the reconciliation that
+// followed a failover, even if another election (a busy machine) came after it.
+func (c *Cluster) CompletedAfter(after uint64, timeout time.Duration) *pb.ReconciliationRecord {
+	c.T.Helper()
+	var got *pb.ReconciliationRecord
+	WaitFor(c.T, timeout, fmt.Sprintf("a completed reconciliation record of an epoch above %d", after), func() (bool, string) {
+		var seen []string
+		for _, j := range c.Live() {
+			for _, r := range j.A.State.Reconciliations() {
+				seen = append(seen, fmt.Sprintf("%s: epoch %d %s", j.ID, r.Epoch, r.Outcome))
+				if r.Epoch > after && r.Outcome == "completed" && (got == nil || r.Epoch < got.Epoch) {
+					got = r
+				}
+			}
+		}
+		return got != nil, strings.Join(seen, ", ")
+	})
+	return got
+}
+
 // SilenceTM stops a TaskManager's servers and tasks but keeps its gossip membership alive, so
 // gossip does not report it dead: a leader must wait for its report until the deadline.
 func (c *Cluster) SilenceTM(tm *TM) {
