@@ -7,8 +7,9 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 PKGS := ./...
 TEST_TIMEOUT ?= 15m
+FUZZTIME ?= 60s
 
-.PHONY: help build test test-short demo proto proto-check lint fmt-check bench jepsen jepsen-short jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
+.PHONY: help build test test-short demo proto proto-check lint fmt-check fuzz bench jepsen jepsen-short jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -51,6 +52,9 @@ fmt-check: ## fail when gofmt is not clean
 
 lint: fmt-check ## gofmt and go vet
 	$(GO) vet $(PKGS)
+
+fuzz: ## run every fuzz target for FUZZTIME each (default 60s) from its seed corpus in testdata/fuzz
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
 bench: ## run the benchmarks (see docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)

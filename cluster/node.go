@@ -189,6 +189,21 @@ func (n *Node) Leader() (id, raftAddr string) {
 	return string(sid), string(addr)
 }
 
+// LeaderIsFresh reports whether this node has evidence that the leader it knows is alive now:
+// it is the leader, or it is a follower that heard from the leader within the Raft heartbeat
+// timeout. After a leader dies its followers keep naming it until their heartbeat timeout
+// fires (up to twice the timeout, more on a busy host); a TaskManager must not take that name
+// as proof of a live leader it is cut off from.
+func (n *Node) LeaderIsFresh() bool {
+	if n.IsLeader() {
+		return true
+	}
+	if id, _ := n.Leader(); id == "" {
+		return false
+	}
+	return time.Since(n.raft.LastContact()) <= n.cfg.HeartbeatTimeout
+}
+
 // State is the Raft state: "Follower", "Candidate", "Leader" or "Shutdown".
 func (n *Node) State() string { return n.raft.State().String() }
 

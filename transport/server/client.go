@@ -228,7 +228,10 @@ func ClusterStatus(d Deps) *pb.ClusterStatusResponse {
 	}
 	leaderID, _ := d.Node.Leader()
 	out.LeaderId = leaderID
-	if ep.LeaderId == leaderID && leaderID != "" {
+	// The leader's address only while this node has fresh evidence that it lives: TaskManagers
+	// fence themselves when a JobMaster names an established leader they cannot reach, and a
+	// follower names a dead leader until its Raft heartbeat timeout fires.
+	if ep.LeaderId == leaderID && leaderID != "" && d.Node.LeaderIsFresh() {
 		out.LeaderGrpcAddress = ep.LeaderGrpcAddress
 	}
 	out.Peers, _ = d.Node.Peers()
