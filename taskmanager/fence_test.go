@@ -22,6 +22,9 @@ type witness struct {
 	mu     sync.Mutex
 	leader string
 	epoch  uint64
+	// hold, when set, makes ClusterStatus calls wait until it is closed; they then answer with
+	// the leader and epoch they saw when they came in.
+	hold chan struct{}
 }
 
 func startWitness(t *testing.T, leader string) *witness {
@@ -40,6 +43,12 @@ func startWitness(t *testing.T, leader string) *witness {
 
 func (w *witness) ClusterStatus(context.Context, *pb.ClusterStatusRequest) (*pb.ClusterStatusResponse, error) {
 	w.mu.Lock()
+	if h := w.hold; h != nil {
+		leader, epoch := w.leader, w.epoch
+		w.mu.Unlock()
+		<-h
+		return &pb.ClusterStatusResponse{NodeId: "follower", LeaderGrpcAddress: leader, Epoch: epoch}, nil
+	}
 	defer w.mu.Unlock()
 	return &pb.ClusterStatusResponse{NodeId: "follower", LeaderGrpcAddress: w.leader, Epoch: w.epoch}, nil
 }
@@ -110,4 +119,57 @@ func TestFenceWhenANewLeaderCannotReachTheTM(t *testing.T) {
 		ti, _ := findTask(tm, "a")
 		return ti.State == canceled, fmt.Sprintf("%+v checks=%d", ti, tm.fenceChecks.Load())
 	})
+}
+
+// TestNoFenceWhenALeaderReachesTheTMDuringTheCheck: the TM, cut off for FenceTimeout, asks a
+// follower whether a live leader exists; while it waits for the answer a new leader reaches it
+// (its RequestReport). The follower's late answer names the old leader, but the TM has just
+// been reached, so it must not fence. Before the fix it cancelled every task here, right after
+// reporting them to the new leader.
+func TestNoFenceWhenALeaderReachesTheTMDuringTheCheck(t *testing.T) {
+	jm := startJM(t)
+	w := startWitness(t, jm.addr)
+	tm := newTM(t, "tm1", jm, func(c *Config) {
+		c.JobMasters = []string{w.addr}
+		c.FenceTimeout = 2 * time.Second // also bounds the check's wait for the follower
+		c.ShutdownTimeout = 100 * time.Millisecond
+	})
+	cl := client(t, tm)
+	submit(t, cl, 1, source("job", "src", 0, 1, "a", 0, unbounded))
+	jm.waitState(t, "a", running)
+	hold := make(chan struct{})
+	w.mu.Lock()
+	w.hold = hold
+	w.mu.Unlock()
+	jm.srv.Stop()
+	before := tm.fenceChecks.Load()
+	waitFor(t, 10*time.Second, "a fence check asking the follower", func() (bool, string) {
+		return tm.fenceChecks.Load() > before, fmt.Sprintf("%d checks", tm.fenceChecks.Load()-before)
+	})
+	// The new leader reaches the TM while the check waits for the follower.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stream, err := cl.RequestReport(ctx, &pb.RequestReportRequest{Epoch: tm.Epoch() + 1, LeaderId: "jm2", LeaderGrpcAddress: w.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		c, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("report: %v", err)
+		}
+		if c.Last {
+			break
+		}
+	}
+	w.mu.Lock()
+	w.hold, w.leader = nil, "" // later answers: no leader known
+	w.mu.Unlock()
+	close(hold)
+	waitFor(t, 10*time.Second, "two more fence checks", func() (bool, string) {
+		return tm.fenceChecks.Load()-before >= 3, fmt.Sprintf("%d checks", tm.fenceChecks.Load()-before)
+	})
+	if ti, _ := findTask(tm, "a"); ti.State != running {
+		t.Fatalf("the TM fenced although a leader reached it during the check: %+v", ti)
+	}
 }

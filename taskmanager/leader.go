@@ -254,10 +254,19 @@ func (tm *TaskManager) graceLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		tm.mu.Lock()
-		since := time.Since(tm.lastContact)
+		contact := tm.lastContact
 		tm.mu.Unlock()
+		since := time.Since(contact)
 		if f := tm.cfg.FenceTimeout; f > 0 && since > f && since <= tm.cfg.LeaderGrace {
 			if leader := tm.cutOffFrom(ctx); leader != "" {
+				// Asking the JobMasters takes time; a leader may have reached this TM meanwhile
+				// (a new leader's RequestReport), and then it is not cut off.
+				tm.mu.Lock()
+				reached := tm.lastContact.After(contact)
+				tm.mu.Unlock()
+				if reached {
+					continue
+				}
 				why := fmt.Sprintf("cut off from the live leader at %s for %v", leader, since.Round(time.Millisecond))
 				if ts := tm.cancelAll(why); len(ts) > 0 {
 					tm.log.Error("FENCED: cut off from a live leader; cancelling every task", "leader", leader, "tasks", len(ts), "since_contact", since)
