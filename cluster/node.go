@@ -190,8 +190,9 @@ func (n *Node) Leader() (id, raftAddr string) {
 }
 
 // LeaderIsFresh reports whether this node has evidence that the leader it knows is alive now:
-// it is the leader, or it is a follower that heard from the leader within the Raft heartbeat
-// timeout. After a leader dies its followers keep naming it until their heartbeat timeout
+// it is the leader, or it is a follower that heard from the leader within half the Raft
+// heartbeat timeout (a live leader sends a heartbeat every tenth of it, so that is five missed
+// heartbeats). After a leader dies its followers keep naming it until their heartbeat timeout
 // fires (up to twice the timeout, more on a busy host); a TaskManager must not take that name
 // as proof of a live leader it is cut off from.
 func (n *Node) LeaderIsFresh() bool {
@@ -201,7 +202,7 @@ func (n *Node) LeaderIsFresh() bool {
 	if id, _ := n.Leader(); id == "" {
 		return false
 	}
-	return time.Since(n.raft.LastContact()) <= n.cfg.HeartbeatTimeout
+	return time.Since(n.raft.LastContact()) <= n.cfg.HeartbeatTimeout/2
 }
 
 // State is the Raft state: "Follower", "Candidate", "Leader" or "Shutdown".

@@ -181,7 +181,10 @@ func (c *Cluster) StartJM(j *JM) {
 	}
 	cfg := agent.JobMasterConfig{
 		Cluster: cc, GRPCAddr: j.GRPCAddr, Logger: c.Log.Named(j.ID),
-		JobMaster: jobmaster.Config{HeartbeatTimeout: c.Opts.HeartbeatTimeout, TickInterval: 50 * time.Millisecond, RetryAfter: 50 * time.Millisecond},
+		// TMs heartbeat every 200 ms: a TM's fence (half the heartbeat timeout) must outlast a
+		// heartbeat interval plus the time a follower keeps naming a dead leader (half the Raft
+		// heartbeat timeout), or an ordinary failover fences it.
+		JobMaster: jobmaster.Config{HeartbeatInterval: 200 * time.Millisecond, HeartbeatTimeout: c.Opts.HeartbeatTimeout, TickInterval: 50 * time.Millisecond, RetryAfter: 50 * time.Millisecond},
 		Reconcile: reconcile.Config{ReportDeadline: c.Opts.ReportDeadline},
 		Unsafe:    agent.Unsafe{EarlyGate: c.Opts.UnsafeEarlyGate},
 	}

@@ -644,7 +644,7 @@ type ClusterStatusResponse struct {
 	NodeId   string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	LeaderId string                 `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
 	// The established leader's gRPC address, set only while this node has fresh evidence that it
-	// lives (it is the leader, or it heard from it within the Raft heartbeat timeout).
+	// lives (it is the leader, or it heard from it within half the Raft heartbeat timeout).
 	LeaderGrpcAddress string `protobuf:"bytes,3,opt,name=leader_grpc_address,json=leaderGrpcAddress,proto3" json:"leader_grpc_address,omitempty"`
 	Epoch             uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	RaftState         string `protobuf:"bytes,5,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"`
