@@ -55,17 +55,18 @@ func (c *Cluster) Reconciliation(j *JM, epoch uint64, outcome string, timeout ti
 }
 
 // CompletedAfter waits until a live replica holds a completed reconciliation record of an
-// epoch above after, and returns the one of the lowest such epoch: the reconciliation that
-// followed a failover, even if another election (a busy machine) came after it.
+// epoch above after that reconciled at least one execution, and returns the one of the lowest
+// such epoch: the reconciliation that followed a failover, even if another election (a busy
+// machine) came after it and found nothing left to reconcile.
 func (c *Cluster) CompletedAfter(after uint64, timeout time.Duration) *pb.ReconciliationRecord {
 	c.T.Helper()
 	var got *pb.ReconciliationRecord
-	WaitFor(c.T, timeout, fmt.Sprintf("a completed reconciliation record of an epoch above %d", after), func() (bool, string) {
+	WaitFor(c.T, timeout, fmt.Sprintf("a completed reconciliation record of an epoch above %d with executions", after), func() (bool, string) {
 		var seen []string
 		for _, j := range c.Live() {
 			for _, r := range j.A.State.Reconciliations() {
 				seen = append(seen, fmt.Sprintf("%s: epoch %d %s", j.ID, r.Epoch, r.Outcome))
-				if r.Epoch > after && r.Outcome == "completed" && (got == nil || r.Epoch < got.Epoch) {
+				if r.Epoch > after && r.Outcome == "completed" && r.GetCounts().GetExecutions() > 0 && (got == nil || r.Epoch < got.Epoch) {
 					got = r
 				}
 			}
