@@ -36,7 +36,9 @@ func TestSubmitTaskRefusesSinkPathsOutsideTheWorkDir(t *testing.T) {
 	if err := os.Symlink("../../../outside/victim.json", filepath.Join(work, "victim.json")); err != nil {
 		t.Fatal(err)
 	}
-	fileSink := func(p string) *pb.Operator { return &pb.Operator{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: p}}} }
+	fileSink := func(p string) *pb.Operator {
+		return &pb.Operator{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: p}}}
+	}
 	cases := []struct {
 		name, vertex string
 		op           *pb.Operator
