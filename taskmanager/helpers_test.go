@@ -76,7 +76,7 @@ type testJM struct {
 	epoch     uint64
 }
 
-func startJM(t *testing.T) *testJM {
+func startJM(t testing.TB) *testJM {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -177,7 +177,7 @@ func (j *testJM) waitState(t *testing.T, attempt string, want pb.ExecutionState)
 }
 
 // newTM starts a TM registered with jm (via ClusterStatus) with fast test timings.
-func newTM(t *testing.T, id string, jm *testJM, mutate func(*Config)) *TaskManager {
+func newTM(t testing.TB, id string, jm *testJM, mutate func(*Config)) *TaskManager {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ID = id
