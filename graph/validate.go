@@ -164,12 +164,12 @@ func (v *validator) vertices(jg *pb.JobGraph) map[string]int {
 		if jv.Parallelism < 1 || jv.Parallelism > v.lim.MaxParallelism {
 			v.add(f+".parallelism", "%d is out of range [1, %d]", jv.Parallelism, v.lim.MaxParallelism)
 		}
-		v.operator(f+".operator", jv.Operator, jg.Type)
+		v.operator(f+".operator", jv.Operator, jg.Type, jg.JobId, jv.Id)
 	}
 	return ids
 }
 
-func (v *validator) operator(f string, op *pb.Operator, jt pb.JobType) {
+func (v *validator) operator(f string, op *pb.Operator, jt pb.JobType, jobID, vertexID string) {
 	if op == nil {
 		v.add(f, "is missing")
 		return
@@ -209,17 +209,24 @@ func (v *validator) operator(f string, op *pb.Operator, jt pb.JobType) {
 			v.add(f+".filter.remainder", "%d is out of range [0, %d)", m.Remainder, m.Modulus)
 		}
 	case *pb.Operator_FileSink:
-		if k.FileSink.GetPath() == "" {
-			v.add(f+".file_sink.path", "is empty")
-		}
+		v.sinkPath(f+".file_sink.path", k.FileSink.GetPath(), jobID, vertexID)
 	case *pb.Operator_ChecksumSink:
-		if k.ChecksumSink.GetPath() == "" {
-			v.add(f+".checksum_sink.path", "is empty")
-		}
+		v.sinkPath(f+".checksum_sink.path", k.ChecksumSink.GetPath(), jobID, vertexID)
 		if k.ChecksumSink.GetFlushIntervalMs() < 0 {
 			v.add(f+".checksum_sink.flush_interval_ms", "%d is negative", k.ChecksumSink.GetFlushIntervalMs())
 		}
 	case *pb.Operator_Map, *pb.Operator_KeyBySum, *pb.Operator_LogSink:
+	}
+}
+
+// sinkPath refuses a sink path that is empty or could leave the TaskManager's work dir.
+func (v *validator) sinkPath(f, p, jobID, vertexID string) {
+	if p == "" {
+		v.add(f, "is empty")
+		return
+	}
+	if err := checkSinkTemplate(p, jobID, vertexID); err != nil {
+		v.add(f, "%v", err)
 	}
 }
 

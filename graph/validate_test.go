@@ -69,6 +69,20 @@ func TestValidateEveryProblemKind(t *testing.T) {
 		{"checksum sink path", func(jg *pb.JobGraph) {
 			jg.Vertices[2].Operator = &pb.Operator{Kind: &pb.Operator_ChecksumSink{ChecksumSink: &pb.ChecksumSink{}}}
 		}, "vertices[2].operator.checksum_sink.path", "is empty"},
+		{"absolute file sink path", func(jg *pb.JobGraph) {
+			jg.Vertices[2].Operator = &pb.Operator{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: "/some/absolute/path-{subtask}.txt"}}}
+		}, "vertices[2].operator.file_sink.path", "is absolute"},
+		{"escaping file sink path", func(jg *pb.JobGraph) {
+			jg.Vertices[2].Operator = &pb.Operator{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: "../../escaped-{subtask}.txt"}}}
+		}, "vertices[2].operator.file_sink.path", `has a ".." element`},
+		{"unclean checksum sink path", func(jg *pb.JobGraph) {
+			jg.Vertices[2].Operator = &pb.Operator{Kind: &pb.Operator_ChecksumSink{ChecksumSink: &pb.ChecksumSink{Path: "out//x.json"}}}
+		}, "vertices[2].operator.checksum_sink.path", "is not clean"},
+		{"sink path escaping through the vertex id", func(jg *pb.JobGraph) {
+			jg.Vertices[2].Id = ".."
+			jg.Edges[1].Target = ".."
+			jg.Vertices[2].Operator = &pb.Operator{Kind: &pb.Operator_ChecksumSink{ChecksumSink: &pb.ChecksumSink{Path: "{vertex}/x.json"}}}
+		}, "vertices[2].operator.checksum_sink.path", `expands to "../x.json"`},
 		{"unknown edge source", func(jg *pb.JobGraph) { jg.Edges[0].Source = "nope" }, "edges[0].source", "unknown vertex \"nope\""},
 		{"unknown edge target", func(jg *pb.JobGraph) { jg.Edges[1].Target = "nope" }, "edges[1].target", "unknown vertex \"nope\""},
 		{"self edge", func(jg *pb.JobGraph) { jg.Edges = append(jg.Edges, all("map", "map")) }, "edges[2]", "self edge"},
@@ -159,6 +173,37 @@ func TestValidateLimits(t *testing.T) {
 	for _, want := range []string{"vertices: 3 vertices, the limit is 2", "edges: 2 edges, the limit is 1", "out of range [1, 4]"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("want %q in %v", want, err)
+		}
+	}
+}
+
+func TestCheckSinkPath(t *testing.T) {
+	good := []string{"out.txt", "checksum-{job}-{subtask}.json", "checksum/{job}-{vertex}-{subtask}.json", "a/b/c", "..x", "x..", ".hidden"}
+	for _, p := range good {
+		if err := CheckSinkPath(p); err != nil {
+			t.Errorf("CheckSinkPath(%q) = %v, want nil", p, err)
+		}
+	}
+	bad := map[string]string{
+		"":                                  "empty",
+		"/some/absolute/path-{subtask}.txt": "is absolute",
+		"../../escaped-{subtask}.txt":       `".." element`,
+		"a/../../b":                         `".." element`,
+		"a/..":                              `".." element`,
+		"..":                                `".." element`,
+		"./a":                               "not clean",
+		"a/./b":                             "not clean",
+		"a//b":                              "not clean",
+		"a/":                                "not clean",
+		".":                                 "the work dir itself",
+		"a\x00b":                            "NUL",
+		"/":                                 "is absolute",
+		"//server/share":                    "is absolute",
+	}
+	for p, want := range bad {
+		err := CheckSinkPath(p)
+		if !errors.Is(err, ErrSinkPathEscapes) || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckSinkPath(%q) = %v, want ...%s...", p, err, want)
 		}
 	}
 }

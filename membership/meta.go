@@ -99,10 +99,14 @@ func (m Meta) Encode() ([]byte, error) {
 }
 
 // ParseMeta decodes metadata written by Encode. Errors wrap ErrMalformedMeta,
-// ErrUnsupportedMetaVersion, ErrUnknownRole or ErrMissingID.
+// ErrUnsupportedMetaVersion, ErrUnknownRole, ErrMissingID or ErrMetaTooLarge (a document
+// larger than memberlist.MetaMaxSize, which Encode would never write).
 func ParseMeta(b []byte) (Meta, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return Meta{}, fmt.Errorf("%w: empty", ErrMalformedMeta)
+	}
+	if len(b) > memberlist.MetaMaxSize {
+		return Meta{}, fmt.Errorf("parse meta: %w: %d bytes, limit %d", ErrMetaTooLarge, len(b), memberlist.MetaMaxSize)
 	}
 	var w wireMeta
 	if err := json.Unmarshal(b, &w); err != nil {

@@ -83,6 +83,7 @@ func TestParseMetaErrors(t *testing.T) {
 		{"unknown role", `{"v":1,"r":"resourcemanager","id":"j"}`, ErrUnknownRole},
 		{"missing id", `{"v":1,"r":"taskmanager"}`, ErrMissingID},
 		{"negative slots", `{"v":1,"r":"taskmanager","id":"t","s":-2}`, ErrMalformedMeta},
+		{"oversized", `{"v":1,"r":"jobmaster","id":"j","bv":"` + strings.Repeat("v", memberlist.MetaMaxSize) + `"}`, ErrMetaTooLarge},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

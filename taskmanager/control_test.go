@@ -21,6 +21,7 @@ func TestEpochFencing(t *testing.T) {
 	tm := newTM(t, "tm1", jm, nil)
 	c := client(t, tm)
 	ctx := context.Background()
+	jm.setEpoch(5)
 	report(t, c, &pb.RequestReportRequest{Epoch: 5, LeaderId: "jm", LeaderGrpcAddress: jm.addr})
 	if tm.Epoch() != 5 || tm.Leader() != jm.addr {
 		t.Fatalf("epoch %d leader %q after RequestReport(5)", tm.Epoch(), tm.Leader())
@@ -55,12 +56,96 @@ func TestEpochFencing(t *testing.T) {
 	if tm.Epoch() != 5 || tm.FreeSlots() != 3 {
 		t.Fatalf("epoch %d free %d", tm.Epoch(), tm.FreeSlots())
 	}
-	// A higher epoch on any call is adopted.
-	if _, err := c.CancelTask(ctx, &pb.CancelTaskRequest{Epoch: 7, JobId: "job", AttemptId: "a1"}); err != nil {
-		t.Fatal(err)
+	// A higher epoch on a call other than RequestReport is adopted only once a JobMaster names
+	// it as the established leader's epoch; until then the call is refused and changes nothing.
+	_, err = c.CancelTask(ctx, &pb.CancelTaskRequest{Epoch: 7, JobId: "job", AttemptId: "a1"})
+	if status.Code(err) != codes.FailedPrecondition || transport.Reason(err) != transport.ReasonUnannouncedEpoch {
+		t.Fatalf("CancelTask with an unannounced epoch 7: got %v, want FAILED_PRECONDITION/%s", err, transport.ReasonUnannouncedEpoch)
 	}
+	if ti, _ := findTask(tm, "a1"); ti.State != running || tm.Epoch() != 5 {
+		t.Fatalf("after an unannounced epoch: task %+v, epoch %d", ti, tm.Epoch())
+	}
+	jm.setEpoch(7)
+	waitFor(t, 10*time.Second, "CancelTask with epoch 7 once the JobMaster names it", func() (bool, string) {
+		_, err := c.CancelTask(ctx, &pb.CancelTaskRequest{Epoch: 7, JobId: "job", AttemptId: "a1"})
+		return err == nil, fmt.Sprint(err)
+	})
 	if tm.Epoch() != 7 {
 		t.Fatalf("epoch %d, want 7", tm.Epoch())
+	}
+}
+
+// TestRefusedCallsNeverRaiseTheEpoch: a TaskManagerService call that fails validation, with an
+// epoch far above anything seen, is refused with INVALID_ARGUMENT and leaves the epoch alone;
+// so does a well-formed one whose epoch no JobMaster names. No numeric bound is involved: a
+// RequestReport (the new leader's first call) still adopts any higher epoch.
+func TestRefusedCallsNeverRaiseTheEpoch(t *testing.T) {
+	jm := startJM(t)
+	tm := newTM(t, "tm1", jm, nil)
+	c := client(t, tm)
+	ctx := t.Context()
+	submit(t, c, 1, source("job", "src", 0, 1, "a", 0, unbounded))
+	jm.waitState(t, "a", running)
+	const huge = uint64(1) << 62
+	invalid := map[string]func() error{
+		"SubmitTask without a task": func() error {
+			_, err := c.SubmitTask(ctx, &pb.SubmitTaskRequest{Epoch: huge})
+			return err
+		},
+		"SubmitTask with an escaping sink path": func() error {
+			d := deploy("job", "sink", 0, 1, "s", 1, checksumOp("../../escaped-{subtask}.json"), gate("r", pipelined, channel("r", 0, 0, "", "")))
+			_, err := c.SubmitTask(ctx, &pb.SubmitTaskRequest{Epoch: huge, Task: d})
+			return err
+		},
+		"CancelTask without an attempt": func() error {
+			_, err := c.CancelTask(ctx, &pb.CancelTaskRequest{Epoch: huge, JobId: "job"})
+			return err
+		},
+		"UpdatePartitionInfo with a negative partition": func() error {
+			_, err := c.UpdatePartitionInfo(ctx, &pb.UpdatePartitionInfoRequest{Epoch: huge, JobId: "job", ConsumerAttemptId: "a",
+				Channels: []*pb.InputChannelDescriptor{{ResultId: "r", PartitionIndex: -1}}})
+			return err
+		},
+		"AcknowledgeTerminal without attempts": func() error {
+			_, err := c.AcknowledgeTerminal(ctx, &pb.AcknowledgeTerminalRequest{Epoch: huge})
+			return err
+		},
+		"RequestReport with a negative chunk size": func() error {
+			s, err := c.RequestReport(ctx, &pb.RequestReportRequest{Epoch: huge, LeaderId: "x", LeaderGrpcAddress: jm.addr, ChunkSize: -1})
+			if err == nil {
+				_, err = s.Recv()
+			}
+			return err
+		},
+	}
+	for name, call := range invalid {
+		if err := call(); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("%s with epoch 1<<62: got %v, want INVALID_ARGUMENT", name, err)
+		}
+		if e := tm.Epoch(); e != 1 {
+			t.Fatalf("%s raised the epoch to %d", name, e)
+		}
+	}
+	// Well-formed, but the epoch is unannounced: refused, nothing changes.
+	_, err := c.CancelTask(ctx, &pb.CancelTaskRequest{Epoch: huge, JobId: "job", AttemptId: "a"})
+	if transport.Reason(err) != transport.ReasonUnannouncedEpoch {
+		t.Fatalf("CancelTask with an unannounced epoch: %v", err)
+	}
+	if ti, _ := findTask(tm, "a"); ti.State != running || tm.Epoch() != 1 {
+		t.Fatalf("after refused calls: task %+v, epoch %d", ti, tm.Epoch())
+	}
+	// The leader still works with the TM: its calls are accepted and the task reports.
+	if rep := report(t, c, &pb.RequestReportRequest{Epoch: 1, LeaderId: "jm", LeaderGrpcAddress: jm.addr}); len(rep[0].GetExecutions()) != 1 {
+		t.Fatalf("report: %v", rep)
+	}
+	if _, err := c.CancelTask(ctx, &pb.CancelTaskRequest{Epoch: 1, JobId: "job", AttemptId: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	jm.waitState(t, "a", canceled)
+	// No numeric bound: a valid RequestReport adopts any higher epoch.
+	report(t, c, &pb.RequestReportRequest{Epoch: huge, LeaderId: "jm", LeaderGrpcAddress: jm.addr})
+	if e := tm.Epoch(); e != huge {
+		t.Fatalf("epoch %d after RequestReport(1<<62), want %d", e, huge)
 	}
 }
 
@@ -280,7 +365,7 @@ func TestBadInput(t *testing.T) {
 		"num_subpartitions 0": func(d *pb.TaskDeploymentDescriptor) {
 			d.Produced = []*pb.ResultPartitionDeploymentDescriptor{{ResultId: "r"}}
 		},
-		"needs at least one in": func(d *pb.TaskDeploymentDescriptor) { d.Operator = checksumOp("/tmp/x") },
+		"needs at least one in": func(d *pb.TaskDeploymentDescriptor) { d.Operator = checksumOp("x.json") },
 	}
 	for want, mutate := range cases {
 		d := cloneTDD(ok)

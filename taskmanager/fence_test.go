@@ -33,7 +33,7 @@ func startWitness(t *testing.T, leader string) *witness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &witness{addr: l.Addr().String(), leader: leader}
+	w := &witness{addr: l.Addr().String(), leader: leader, epoch: 1} // the leader's committed epoch
 	s := grpc.NewServer()
 	pb.RegisterClientServiceServer(s, w)
 	go func() { _ = s.Serve(l) }()

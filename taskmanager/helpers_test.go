@@ -76,13 +76,14 @@ type testJM struct {
 	epoch     uint64
 }
 
-func startJM(t *testing.T) *testJM {
+func startJM(t testing.TB) *testJM {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	jm := &testJM{addr: l.Addr().String(), srv: grpc.NewServer(), disown: map[string]bool{}}
+	// A leader always has an epoch >= 1, and names it in ClusterStatus.
+	jm := &testJM{addr: l.Addr().String(), srv: grpc.NewServer(), disown: map[string]bool{}, epoch: 1}
 	pb.RegisterJobMasterServiceServer(jm.srv, jm)
 	pb.RegisterClientServiceServer(jm.srv, jm)
 	go func() { _ = jm.srv.Serve(l) }()
@@ -91,7 +92,16 @@ func startJM(t *testing.T) *testJM {
 }
 
 func (j *testJM) ClusterStatus(context.Context, *pb.ClusterStatusRequest) (*pb.ClusterStatusResponse, error) {
-	return &pb.ClusterStatusResponse{NodeId: "jm", LeaderId: "jm", LeaderGrpcAddress: j.addr}, nil
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return &pb.ClusterStatusResponse{NodeId: "jm", LeaderId: "jm", LeaderGrpcAddress: j.addr, Epoch: j.epoch}, nil
+}
+
+// setEpoch changes the epoch the JM names (a new leader term).
+func (j *testJM) setEpoch(e uint64) {
+	j.mu.Lock()
+	j.epoch = e
+	j.mu.Unlock()
 }
 
 func (j *testJM) RegisterTaskManager(_ context.Context, r *pb.RegisterTaskManagerRequest) (*pb.RegisterTaskManagerResponse, error) {
@@ -167,7 +177,7 @@ func (j *testJM) waitState(t *testing.T, attempt string, want pb.ExecutionState)
 }
 
 // newTM starts a TM registered with jm (via ClusterStatus) with fast test timings.
-func newTM(t *testing.T, id string, jm *testJM, mutate func(*Config)) *TaskManager {
+func newTM(t testing.TB, id string, jm *testJM, mutate func(*Config)) *TaskManager {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ID = id
@@ -178,6 +188,7 @@ func newTM(t *testing.T, id string, jm *testJM, mutate func(*Config)) *TaskManag
 	cfg.InputConnectTimeout = 20 * time.Second
 	cfg.ShutdownTimeout = 2 * time.Second
 	cfg.Logger = testLogger(t)
+	cfg.WorkDir = t.TempDir()
 	if jm != nil {
 		cfg.JobMasters = []string{jm.addr}
 	}

@@ -47,12 +47,12 @@ func (s *syncBuffer) events(t *testing.T) []Event {
 func TestPipelineAcrossTwoTMs(t *testing.T) {
 	jm := startJM(t)
 	var log1, log2 syncBuffer
-	tm1 := newTM(t, "tm1", jm, func(c *Config) { c.EventLog = &log1 })
-	tm2 := newTM(t, "tm2", jm, func(c *Config) { c.EventLog = &log2 })
+	dir := t.TempDir() // both TMs' work dir
+	tm1 := newTM(t, "tm1", jm, func(c *Config) { c.EventLog, c.WorkDir = &log1, dir })
+	tm2 := newTM(t, "tm2", jm, func(c *Config) { c.EventLog, c.WorkDir = &log2, dir })
 	c1, c2 := client(t, tm1), client(t, tm2)
-	dir := t.TempDir()
 	const job, count, keys = "job1", 1000, 4
-	sinkPath := filepath.Join(dir, "sink-{subtask}.json")
+	sinkPath := "sink-{subtask}.json"
 	srcCfg := &pb.SequenceSource{Count: count, Keys: keys}
 	mapOp := &pb.Operator{Kind: &pb.Operator_Map{Map: &pb.MapOperator{Multiply: 2, Add: 1}}}
 
@@ -154,9 +154,9 @@ func TestPipelineAcrossTwoTMs(t *testing.T) {
 func TestBlockingExchange(t *testing.T) {
 	jm := startJM(t)
 	tm1 := newTM(t, "tm1", jm, nil)
-	tm2 := newTM(t, "tm2", jm, nil)
-	c1, c2 := client(t, tm1), client(t, tm2)
 	dir := t.TempDir()
+	tm2 := newTM(t, "tm2", jm, func(c *Config) { c.WorkDir = dir })
+	c1, c2 := client(t, tm1), client(t, tm2)
 	submit(t, c1, 1, source("job", "src", 0, 1, "src", 0, &pb.SequenceSource{Start: 10, Count: 700, Keys: 3},
 		produces("src->sink", 0, 1, forward, blocking)))
 	jm.waitState(t, "src", finished)
@@ -167,7 +167,7 @@ func TestBlockingExchange(t *testing.T) {
 	}
 	for i, a := range []string{"sink-a", "sink-b"} {
 		path := filepath.Join(dir, a+".json")
-		d := deploy("job", "sink", 0, 1, a, int32(i), checksumOp(path),
+		d := deploy("job", "sink", 0, 1, a, int32(i), checksumOp(a+".json"),
 			gate("src->sink", blocking, channel("src->sink", 0, 0, "src", tm1.DataAddr())))
 		d.AttemptNumber = int32(i) // a second consumer of the same subtask is its next attempt
 		submit(t, c2, 1, d)
@@ -192,8 +192,7 @@ func TestUpdatePartitionInfo(t *testing.T) {
 	jm := startJM(t)
 	tm := newTM(t, "tm1", jm, nil)
 	c := client(t, tm)
-	path := filepath.Join(t.TempDir(), "sink.json")
-	submit(t, c, 1, deploy("job", "sink", 0, 1, "sink", 0, checksumOp(path),
+	submit(t, c, 1, deploy("job", "sink", 0, 1, "sink", 0, checksumOp("sink.json"),
 		gate("r", pipelined, channel("r", 0, 0, "", ""))))
 	submit(t, c, 1, source("job", "src", 0, 1, "src", 1, &pb.SequenceSource{Count: 100}, produces("r", 0, 1, forward, pipelined)))
 	jm.waitState(t, "sink", running)
@@ -219,10 +218,10 @@ func TestProducerCrashFailsConsumer(t *testing.T) {
 	tm1 := newTM(t, "tm1", jm, nil)
 	tm2 := newTM(t, "tm2", jm, nil)
 	c1, c2 := client(t, tm1), client(t, tm2)
-	path := filepath.Join(t.TempDir(), "sink.json")
+	path := filepath.Join(tm2.cfg.WorkDir, "sink.json")
 	submit(t, c1, 1, source("job", "src", 0, 1, "src-attempt", 0, &pb.SequenceSource{RatePerSecond: 2000},
 		produces("r", 0, 1, forward, pipelined)))
-	submit(t, c2, 1, deploy("job", "sink", 0, 1, "sink", 0, checksumOp(path),
+	submit(t, c2, 1, deploy("job", "sink", 0, 1, "sink", 0, checksumOp("sink.json"),
 		gate("r", pipelined, channel("r", 0, 0, "src-attempt", tm1.DataAddr()))))
 	waitFor(t, 10*time.Second, "records at the sink", func() (bool, string) {
 		cs, err := operators.ReadChecksum(path)

@@ -2,48 +2,36 @@ package taskmanager
 
 import (
 	"context"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-// controlService is the TaskManagerService the leader calls. Every call is fenced first: an
-// epoch lower than the highest seen is refused with STALE_EPOCH and changes nothing.
+// controlService is the TaskManagerService the leader calls. Every call passes admit first
+// (stale epoch, validation, unannounced epoch: refused, nothing changes), then fenceLocked in
+// the critical section of its effect.
 type controlService struct {
 	pb.UnimplementedTaskManagerServiceServer
 	tm *TaskManager
 }
 
-// fenceLocked refuses a stale epoch and adopts a higher one; an accepted call is leader contact.
-func (tm *TaskManager) fenceLocked(epoch uint64, call string) error {
-	if epoch < tm.epoch {
-		if tm.cfg.UnsafeDisableFencing {
-			tm.log.Warn("UNSAFE: accepting a call from a stale leader", "call", call, "epoch", epoch, "seen", tm.epoch)
-			return nil
-		}
-		tm.log.Warn("refusing call from a stale leader", "call", call, "epoch", epoch, "seen", tm.epoch)
-		return transport.StaleEpochError(epoch, tm.epoch)
-	}
-	tm.adoptEpochLocked(epoch, call)
-	tm.lastContact = time.Now()
-	return nil
-}
-
-func (s *controlService) SubmitTask(_ context.Context, req *pb.SubmitTaskRequest) (*pb.SubmitTaskResponse, error) {
+func (s *controlService) SubmitTask(ctx context.Context, req *pb.SubmitTaskRequest) (*pb.SubmitTaskResponse, error) {
 	tm := s.tm
+	d := req.GetTask()
+	invalid := validateTDD(d, tm.cfg.Slots)
+	if invalid == nil {
+		invalid = validateSinkTarget(d, tm.cfg.WorkDir)
+	}
+	if err := tm.admit(ctx, req.GetEpoch(), "SubmitTask", invalid, false); err != nil {
+		return nil, err
+	}
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
 	if err := tm.fenceLocked(req.GetEpoch(), "SubmitTask"); err != nil {
 		return nil, err
-	}
-	d := req.GetTask()
-	if err := validateTDD(d, tm.cfg.Slots); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if _, ok := tm.tasks[d.GetAttemptId()]; ok {
 		return &pb.SubmitTaskResponse{}, nil // idempotent redelivery
@@ -78,16 +66,15 @@ func (tm *TaskManager) newerAttemptLocked(d *pb.TaskDeploymentDescriptor) *task 
 	return nil
 }
 
-func (s *controlService) CancelTask(_ context.Context, req *pb.CancelTaskRequest) (*pb.CancelTaskResponse, error) {
+func (s *controlService) CancelTask(ctx context.Context, req *pb.CancelTaskRequest) (*pb.CancelTaskResponse, error) {
 	tm := s.tm
+	if err := tm.admit(ctx, req.GetEpoch(), "CancelTask", validateCancel(req), false); err != nil {
+		return nil, err
+	}
 	tm.mu.Lock()
 	if err := tm.fenceLocked(req.GetEpoch(), "CancelTask"); err != nil {
 		tm.mu.Unlock()
 		return nil, err
-	}
-	if req.GetJobId() == "" || req.GetAttemptId() == "" {
-		tm.mu.Unlock()
-		return nil, status.Error(codes.InvalidArgument, "cancel: job_id and attempt_id are required")
 	}
 	t := tm.tasks[req.GetAttemptId()]
 	if t == nil {
@@ -118,8 +105,11 @@ func (s *controlService) CancelTask(_ context.Context, req *pb.CancelTaskRequest
 	return &pb.CancelTaskResponse{State: st}, nil
 }
 
-func (s *controlService) UpdatePartitionInfo(_ context.Context, req *pb.UpdatePartitionInfoRequest) (*pb.UpdatePartitionInfoResponse, error) {
+func (s *controlService) UpdatePartitionInfo(ctx context.Context, req *pb.UpdatePartitionInfoRequest) (*pb.UpdatePartitionInfoResponse, error) {
 	tm := s.tm
+	if err := tm.admit(ctx, req.GetEpoch(), "UpdatePartitionInfo", validatePartitionInfo(req), false); err != nil {
+		return nil, err
+	}
 	tm.mu.Lock()
 	if err := tm.fenceLocked(req.GetEpoch(), "UpdatePartitionInfo"); err != nil {
 		tm.mu.Unlock()
@@ -129,6 +119,9 @@ func (s *controlService) UpdatePartitionInfo(_ context.Context, req *pb.UpdatePa
 	tm.mu.Unlock()
 	if t == nil {
 		return nil, status.Errorf(codes.NotFound, "attempt %s is not on %s", req.GetConsumerAttemptId(), tm.cfg.ID)
+	}
+	if j := t.tdd.GetJobId(); j != req.GetJobId() {
+		return nil, status.Errorf(codes.NotFound, "attempt %s on %s belongs to job %s, not %s", req.GetConsumerAttemptId(), tm.cfg.ID, j, req.GetJobId())
 	}
 	chs := make([]*inputChannel, len(req.GetChannels()))
 	for i, c := range req.GetChannels() {
@@ -145,6 +138,9 @@ func (s *controlService) UpdatePartitionInfo(_ context.Context, req *pb.UpdatePa
 
 func (s *controlService) RequestReport(req *pb.RequestReportRequest, stream pb.TaskManagerService_RequestReportServer) error {
 	tm := s.tm
+	if err := tm.admit(stream.Context(), req.GetEpoch(), "RequestReport", validateReport(req), true); err != nil {
+		return err
+	}
 	tm.mu.Lock()
 	if err := tm.fenceLocked(req.GetEpoch(), "RequestReport"); err != nil {
 		tm.mu.Unlock()
@@ -179,8 +175,11 @@ func (s *controlService) RequestReport(req *pb.RequestReportRequest, stream pb.T
 	return nil
 }
 
-func (s *controlService) AcknowledgeTerminal(_ context.Context, req *pb.AcknowledgeTerminalRequest) (*pb.AcknowledgeTerminalResponse, error) {
+func (s *controlService) AcknowledgeTerminal(ctx context.Context, req *pb.AcknowledgeTerminalRequest) (*pb.AcknowledgeTerminalResponse, error) {
 	tm := s.tm
+	if err := tm.admit(ctx, req.GetEpoch(), "AcknowledgeTerminal", validateAck(req), false); err != nil {
+		return nil, err
+	}
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
 	if err := tm.fenceLocked(req.GetEpoch(), "AcknowledgeTerminal"); err != nil {

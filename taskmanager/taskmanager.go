@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,13 @@ type TaskManager struct {
 	// by mu).
 	newLeaderSeen struct {
 		epoch uint64
+		at    time.Time
+	}
+	// witnessMu serialises asking the JobMasters about an unannounced epoch; witness is the
+	// last answer (the highest established epoch named, and when they were last asked).
+	witnessMu sync.Mutex
+	witness   struct {
+		named uint64
 		at    time.Time
 	}
 	cfg Config
@@ -66,6 +74,11 @@ type TaskManager struct {
 func New(cfg Config) (*TaskManager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.WorkDir != "" {
+		if err := os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
+			return nil, fmt.Errorf("taskmanager %s: work dir: %w", cfg.ID, err)
+		}
 	}
 	gl, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {

@@ -1,7 +1,10 @@
 package taskmanager
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 
 	"github.com/jmcluster/jmcluster/taskmanager/operators"
@@ -51,6 +54,11 @@ func validateTDD(d *pb.TaskDeploymentDescriptor, slots int) error {
 		if operators.IsSink(op) && len(d.GetProduced()) > 0 {
 			add("sink %s must produce no result", operators.Kind(op))
 		}
+		if tmpl := operators.SinkTemplate(op); tmpl != "" {
+			if _, err := operators.SinkPath(tmpl, sinkInfo(d, "")); err != nil {
+				add("operator: %v", err)
+			}
+		}
 	}
 	results := map[string]bool{}
 	for i, pd := range d.GetProduced() {
@@ -99,6 +107,46 @@ func validateTDD(d *pb.TaskDeploymentDescriptor, slots int) error {
 	}
 	if len(p) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidTask, strings.Join(p, "; "))
+	}
+	return nil
+}
+
+// sinkInfo is the part of operators.Info a sink path expands.
+func sinkInfo(d *pb.TaskDeploymentDescriptor, workDir string) operators.Info {
+	return operators.Info{Job: d.GetJobId(), Vertex: d.GetVertexId(), Subtask: d.GetSubtaskIndex(), AttemptID: d.GetAttemptId(), WorkDir: workDir}
+}
+
+// validateSinkTarget resolves a sink's final path inside the work directory before the task is
+// accepted, and refuses it when it leads out: through a symlink in the work directory that
+// points outside it (or is absolute), for the file and, for a checksum sink, for its temporary
+// file. It only looks (os.Root.Stat); the sink itself opens the file through an os.Root again,
+// so a symlink planted after this check is refused as well (the task then FAILS at open).
+// validateTDD must have accepted d.
+func validateSinkTarget(d *pb.TaskDeploymentDescriptor, workDir string) error {
+	tmpl := operators.SinkTemplate(d.GetOperator())
+	if tmpl == "" {
+		return nil
+	}
+	p, err := operators.SinkPath(tmpl, sinkInfo(d, workDir))
+	if err != nil {
+		return fmt.Errorf("%w: operator: %v", ErrInvalidTask, err)
+	}
+	if workDir == "" {
+		workDir = "."
+	}
+	root, err := os.OpenRoot(workDir)
+	if err != nil {
+		return fmt.Errorf("%w: work dir: %v", ErrInvalidTask, err)
+	}
+	defer root.Close()
+	check := []string{p}
+	if _, ok := d.GetOperator().GetKind().(*pb.Operator_ChecksumSink); ok {
+		check = append(check, p+".tmp")
+	}
+	for _, c := range check {
+		if _, err := root.Stat(c); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: operator: sink path %q resolves outside the work dir or cannot be used: %v", ErrInvalidTask, c, err)
+		}
 	}
 	return nil
 }

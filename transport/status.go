@@ -30,6 +30,11 @@ const (
 	ReasonNoLeader = "NO_LEADER"
 	// ReasonUnknownTaskManager: the leader does not know the TM; it must register again.
 	ReasonUnknownTaskManager = "UNKNOWN_TASK_MANAGER"
+	// ReasonUnannouncedEpoch: a TM was called with a leader epoch above the one it has seen, on
+	// a call other than RequestReport, and no JobMaster names that epoch as the established
+	// leader's (FAILED_PRECONDITION). Nothing happened; the caller is not deposed: a new
+	// leader announces its epoch with RequestReport first.
+	ReasonUnannouncedEpoch = "UNANNOUNCED_EPOCH"
 )
 
 // ReconcilingError is the status refused RPCs get while the gate is closed.
@@ -46,6 +51,15 @@ func ReconcilingError(retryAfter time.Duration) error {
 func StaleEpochError(got, seen uint64) error {
 	st := status.Newf(codes.FailedPrecondition, "stale leader epoch %d: epoch %d has been seen", got, seen)
 	st, _ = st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonStaleEpoch, Domain: ErrorDomain})
+	return st.Err()
+}
+
+// UnannouncedEpochError is the status a TM returns to a call whose higher epoch it has not
+// seen announced.
+func UnannouncedEpochError(got, seen uint64) error {
+	st := status.Newf(codes.FailedPrecondition,
+		"leader epoch %d is above the %d this TaskManager has seen and no JobMaster names it; a new leader announces its epoch with RequestReport first", got, seen)
+	st, _ = st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonUnannouncedEpoch, Domain: ErrorDomain})
 	return st.Err()
 }
 

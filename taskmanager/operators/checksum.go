@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -50,11 +49,15 @@ type OriginStat struct {
 
 // ReadChecksum reads a checksum sink's file.
 func ReadChecksum(path string) (Checksum, error) {
-	var c Checksum
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return c, err
+		return Checksum{}, err
 	}
+	return parseChecksum(path, b)
+}
+
+func parseChecksum(path string, b []byte) (Checksum, error) {
+	var c Checksum
 	if err := json.Unmarshal(b, &c); err != nil {
 		return c, fmt.Errorf("checksum %s: %w", path, err)
 	}
@@ -103,11 +106,12 @@ func (c *Checksum) clone() Checksum {
 }
 
 // checksumSink keeps a Checksum and writes it atomically (temp file + rename) every flush
-// interval and at the end.
+// interval and at the end, inside the work directory through an os.Root.
 type checksumSink struct {
-	path     string
+	path     string // relative to the work directory, checked by SinkPath
 	interval time.Duration
 	info     Info
+	root     *os.Root // open from Open to Close
 
 	mu      sync.Mutex
 	sum     Checksum
@@ -116,20 +120,30 @@ type checksumSink struct {
 	stopped chan struct{}
 }
 
-func newChecksumSink(cfg *pb.ChecksumSink, info Info) *checksumSink {
+func newChecksumSink(cfg *pb.ChecksumSink, path string, info Info) *checksumSink {
 	iv := time.Duration(cfg.GetFlushIntervalMs()) * time.Millisecond
 	if iv <= 0 {
 		iv = defaultChecksumFlush
 	}
-	return &checksumSink{path: ExpandPath(cfg.GetPath(), info), interval: iv, info: info}
+	return &checksumSink{path: path, interval: iv, info: info}
 }
 
 // Open continues the file of an earlier attempt of the same subtask when there is one.
 func (s *checksumSink) Open(context.Context) error {
-	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
+	root, err := os.OpenRoot(s.info.workDir())
+	if err != nil {
+		return fmt.Errorf("checksum sink: work dir: %w", err)
+	}
+	if err := mkdirParent(root, s.path); err != nil {
+		_ = root.Close()
 		return fmt.Errorf("checksum sink: %w", err)
 	}
-	prev, err := ReadChecksum(s.path)
+	s.root = root
+	var prev Checksum
+	b, err := root.ReadFile(s.path)
+	if err == nil {
+		prev, err = parseChecksum(s.path, b)
+	}
 	if err == nil && prev.Job == s.info.Job && prev.Vertex == s.info.Vertex && prev.Subtask == s.info.Subtask {
 		s.sum = prev
 	} else {
@@ -186,7 +200,12 @@ func (s *checksumSink) Finish(Emit) error {
 
 func (s *checksumSink) Close() error {
 	s.halt()
-	return s.flush()
+	err := s.flush()
+	if s.root != nil {
+		_ = s.root.Close()
+		s.root = nil
+	}
+	return err
 }
 
 func (s *checksumSink) halt() {
@@ -212,11 +231,14 @@ func (s *checksumSink) flush() error {
 	if err != nil {
 		return fmt.Errorf("checksum sink: %w", err)
 	}
+	if s.root == nil {
+		return nil // never opened, or closed
+	}
 	tmp := s.path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := s.root.WriteFile(tmp, b, 0o644); err != nil {
 		return fmt.Errorf("checksum sink: %w", err)
 	}
-	if err := os.Rename(tmp, s.path); err != nil {
+	if err := s.root.Rename(tmp, s.path); err != nil {
 		return fmt.Errorf("checksum sink: %w", err)
 	}
 	return nil

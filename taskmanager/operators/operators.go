@@ -6,12 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"strconv"
-	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -42,7 +40,8 @@ type Info struct {
 	Parallelism   int32
 	AttemptID     string
 	AttemptNumber int32
-	// WorkDir is where relative sink paths are written ("" is the process's directory).
+	// WorkDir is the directory sink paths are relative to ("" is the process's directory);
+	// sinks open their files through an os.Root on it, so nothing is written outside.
 	WorkDir string
 	Logger  hclog.Logger
 }
@@ -119,12 +118,12 @@ func Validate(op *pb.Operator) error {
 			return fmt.Errorf("%w: filter modulus must be > 0", ErrBadConfig)
 		}
 	case *pb.Operator_FileSink:
-		if k.FileSink.GetPath() == "" {
-			return fmt.Errorf("%w: file_sink path is empty", ErrBadConfig)
+		if err := graph.CheckSinkPath(k.FileSink.GetPath()); err != nil {
+			return fmt.Errorf("%w: file_sink path: %v", ErrBadConfig, err)
 		}
 	case *pb.Operator_ChecksumSink:
-		if k.ChecksumSink.GetPath() == "" {
-			return fmt.Errorf("%w: checksum_sink path is empty", ErrBadConfig)
+		if err := graph.CheckSinkPath(k.ChecksumSink.GetPath()); err != nil {
+			return fmt.Errorf("%w: checksum_sink path: %v", ErrBadConfig, err)
 		}
 		if k.ChecksumSink.GetFlushIntervalMs() < 0 {
 			return fmt.Errorf("%w: checksum_sink flush_interval_ms < 0", ErrBadConfig)
@@ -165,26 +164,51 @@ func New(op *pb.Operator, info Info) (Operator, error) {
 	case *pb.Operator_KeyBySum:
 		return &keyBySum{sums: map[int64]int64{}}, nil
 	case *pb.Operator_FileSink:
-		return &fileSink{path: ExpandPath(k.FileSink.GetPath(), info)}, nil
+		p, err := SinkPath(k.FileSink.GetPath(), info)
+		if err != nil {
+			return nil, err
+		}
+		return &fileSink{dir: info.workDir(), path: p}, nil
 	case *pb.Operator_LogSink:
 		return &logSink{log: info.Logger}, nil
 	case *pb.Operator_ChecksumSink:
-		return newChecksumSink(k.ChecksumSink, info), nil
+		p, err := SinkPath(k.ChecksumSink.GetPath(), info)
+		if err != nil {
+			return nil, err
+		}
+		return newChecksumSink(k.ChecksumSink, p, info), nil
 	}
 	return nil, fmt.Errorf("%w: %s is a source", ErrBadConfig, Kind(op))
 }
 
-// ExpandPath replaces {job}, {vertex}, {subtask} and {attempt} in a sink path and places a
-// relative path in the TM's work directory.
-func ExpandPath(path string, info Info) string {
-	p := strings.NewReplacer(
-		"{job}", info.Job,
-		"{vertex}", info.Vertex,
-		"{subtask}", strconv.Itoa(int(info.Subtask)),
-		"{attempt}", info.AttemptID,
-	).Replace(path)
-	if info.WorkDir != "" && !filepath.IsAbs(p) {
-		p = filepath.Join(info.WorkDir, p)
+// SinkTemplate returns the path template of a file or checksum sink, or "" for any other
+// operator.
+func SinkTemplate(op *pb.Operator) string {
+	switch k := op.GetKind().(type) {
+	case *pb.Operator_FileSink:
+		return k.FileSink.GetPath()
+	case *pb.Operator_ChecksumSink:
+		return k.ChecksumSink.GetPath()
 	}
-	return p
+	return ""
+}
+
+// SinkPath expands a sink path template with the task's {job}, {vertex}, {subtask} and
+// {attempt} and checks the result: a clean relative path, to be opened inside the work
+// directory through an os.Root (which refuses symlinks that lead out). The error wraps
+// ErrBadConfig.
+func SinkPath(tmpl string, info Info) (string, error) {
+	p := graph.ExpandSinkPath(tmpl, graph.SinkPathVars{Job: info.Job, Vertex: info.Vertex, Subtask: info.Subtask, Attempt: info.AttemptID})
+	if err := graph.CheckSinkPath(p); err != nil {
+		return "", fmt.Errorf("%w: sink path %q expands to %q: %v", ErrBadConfig, tmpl, p, err)
+	}
+	return p, nil
+}
+
+// workDir is the directory sink paths are relative to.
+func (i Info) workDir() string {
+	if i.WorkDir == "" {
+		return "."
+	}
+	return i.WorkDir
 }

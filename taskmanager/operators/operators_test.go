@@ -2,6 +2,7 @@ package operators
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,6 +70,9 @@ func TestValidate(t *testing.T) {
 		{Kind: &pb.Operator_Filter{Filter: &pb.FilterOperator{}}},
 		{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{}}},
 		{Kind: &pb.Operator_ChecksumSink{ChecksumSink: &pb.ChecksumSink{}}},
+		{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: "/some/absolute/path-{subtask}.txt"}}},
+		{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: "../../escaped-{subtask}.txt"}}},
+		{Kind: &pb.Operator_ChecksumSink{ChecksumSink: &pb.ChecksumSink{Path: "a/./b.json"}}},
 		{Kind: &pb.Operator_SequenceSource{SequenceSource: &pb.SequenceSource{Count: -1}}},
 	}
 	for i, op := range bad {
@@ -113,8 +117,8 @@ func TestSequenceSource(t *testing.T) {
 
 func TestChecksumSink(t *testing.T) {
 	dir := t.TempDir()
-	op := &pb.Operator{Kind: &pb.Operator_ChecksumSink{ChecksumSink: &pb.ChecksumSink{Path: filepath.Join(dir, "{job}-{subtask}.json")}}}
-	info := Info{Job: "j", Vertex: "v", Subtask: 1, AttemptID: "a1"}
+	op := &pb.Operator{Kind: &pb.Operator_ChecksumSink{ChecksumSink: &pb.ChecksumSink{Path: "{job}-{subtask}.json"}}}
+	info := Info{Job: "j", Vertex: "v", Subtask: 1, AttemptID: "a1", WorkDir: dir}
 	s, err := New(op, info)
 	if err != nil {
 		t.Fatal(err)
@@ -146,14 +150,81 @@ func TestChecksumSink(t *testing.T) {
 
 func TestFileSink(t *testing.T) {
 	dir := t.TempDir()
-	op := &pb.Operator{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: filepath.Join(dir, "out-{subtask}-{attempt}.txt")}}}
-	s, err := New(op, Info{Subtask: 3, AttemptID: "x"})
+	op := &pb.Operator{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: "out/{subtask}-{attempt}.txt"}}}
+	s, err := New(op, Info{Subtask: 3, AttemptID: "x", WorkDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	collect(t, s, []Record{{Key: 1, Value: 2}, {Key: 3, Value: 4}})
-	b, err := os.ReadFile(filepath.Join(dir, "out-3-x.txt"))
+	b, err := os.ReadFile(filepath.Join(dir, "out", "3-x.txt"))
 	if err != nil || string(b) != "1 2\n3 4\n" {
 		t.Fatalf("file sink wrote %q (%v)", b, err)
+	}
+}
+
+// TestSinksStayInsideTheWorkDir: a sink never writes outside its work directory, whether the
+// path escapes lexically (refused by New, before anything is opened) or through a symlink in
+// the work directory that leads out (refused by the os.Root the sink opens through).
+func TestSinksStayInsideTheWorkDir(t *testing.T) {
+	base := t.TempDir()
+	work, outside := filepath.Join(base, "work"), filepath.Join(base, "outside")
+	for _, d := range []string{work, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(work, "abs-link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../outside", filepath.Join(work, "rel-link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "victim.txt"), []byte("keep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../outside/victim.txt", filepath.Join(work, "victim.txt")); err != nil {
+		t.Fatal(err)
+	}
+	fileOp := func(p string) *pb.Operator {
+		return &pb.Operator{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: p}}}
+	}
+	sumOp := func(p string) *pb.Operator {
+		return &pb.Operator{Kind: &pb.Operator_ChecksumSink{ChecksumSink: &pb.ChecksumSink{Path: p}}}
+	}
+	info := Info{Job: "j", Vertex: "v", Subtask: 0, AttemptID: "a", WorkDir: work}
+
+	// Refused by New: nothing is opened.
+	for _, op := range []*pb.Operator{fileOp("/some/absolute/path-{subtask}.txt"), fileOp("../../escaped-{subtask}.txt"), sumOp("../x.json")} {
+		if _, err := New(op, info); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("New(%v) = %v, want ErrBadConfig", op, err)
+		}
+	}
+	// A vertex or attempt id that makes the expansion escape is refused too.
+	esc := info
+	esc.Vertex = ".."
+	if _, err := New(fileOp("{vertex}/x.txt"), esc); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), `expands to "../x.txt"`) {
+		t.Errorf("escaping expansion: %v", err)
+	}
+	// Accepted by New (a clean relative path), refused by Open: a symlink leads out.
+	for _, op := range []*pb.Operator{fileOp("abs-link/x-{subtask}.txt"), fileOp("rel-link/x-{subtask}.txt"), fileOp("victim.txt"),
+		sumOp("abs-link/x-{subtask}.json"), sumOp("rel-link/sub/x.json")} {
+		s, err := New(op, info)
+		if err != nil {
+			t.Fatalf("New(%v): %v", op, err)
+		}
+		if err := s.Open(context.Background()); err == nil {
+			t.Errorf("Open(%v) through a symlink that leads out succeeded", op)
+		}
+		_ = s.Close()
+	}
+	ents, err := os.ReadDir(outside)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != "victim.txt" {
+		t.Fatalf("written outside the work dir: %v", ents)
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "victim.txt")); string(b) != "keep\n" {
+		t.Fatalf("victim file changed: %q", b)
 	}
 }

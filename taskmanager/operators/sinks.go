@@ -14,23 +14,37 @@ import (
 // fileFlushEvery bounds how long appended lines stay in the file sink's buffer.
 const fileFlushEvery = 200 * time.Millisecond
 
-// fileSink appends "key value" lines to a file.
+// fileSink appends "key value" lines to a file inside dir.
 type fileSink struct {
-	path      string
+	dir       string // the work directory
+	path      string // relative to dir, checked by SinkPath
 	f         *os.File
 	w         *bufio.Writer
 	lastFlush time.Time
 }
 
 func (s *fileSink) Open(context.Context) error {
-	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
+	root, err := os.OpenRoot(s.dir)
+	if err != nil {
+		return fmt.Errorf("file sink: work dir: %w", err)
+	}
+	defer root.Close() // the file stays open
+	if err := mkdirParent(root, s.path); err != nil {
 		return fmt.Errorf("file sink: %w", err)
 	}
-	f, err := os.OpenFile(s.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	f, err := root.OpenFile(s.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("file sink: %w", err)
 	}
 	s.f, s.w, s.lastFlush = f, bufio.NewWriterSize(f, 64<<10), time.Now()
+	return nil
+}
+
+// mkdirParent creates the parent directories of path inside root.
+func mkdirParent(root *os.Root, path string) error {
+	if d := filepath.Dir(path); d != "." {
+		return root.MkdirAll(d, 0o755)
+	}
 	return nil
 }
 
