@@ -13,6 +13,10 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
+// marshalDelim writes records the way Persist frames them (protodelim's framing), for streams
+// built by hand.
+var marshalDelim = protodelim.MarshalOptions{MarshalOptions: proto.MarshalOptions{Deterministic: true}}
+
 // assertSameState compares two FSMs record by record.
 func assertSameState(t *testing.T, want, got *FSM) {
 	t.Helper()
@@ -36,6 +40,10 @@ func assertSameState(t *testing.T, want, got *FSM) {
 		if !proto.Equal(wr[i], gr[i]) {
 			t.Errorf("reconciliation %d differs", i)
 		}
+	}
+	wn, wa := want.RemovedJobs()
+	if gn, ga := got.RemovedJobs(); gn != wn || ga != wa {
+		t.Errorf("removed jobs %d (last at %d), want %d (last at %d)", gn, ga, wn, wa)
 	}
 	if want.Hash() != got.Hash() {
 		t.Errorf("hash differs after restore")
