@@ -2,13 +2,13 @@ package fsm
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -59,7 +59,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 
 // Persist writes the snapshot stream to the sink, cancelling the sink on error.
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	w := bufio.NewWriterSize(sink, 1<<20)
+	w := bufio.NewWriterSize(sink, 64<<10)
 	err := s.write(w, maxSnapshotRecord)
 	if err == nil {
 		err = w.Flush()
@@ -116,8 +116,8 @@ func (s *snapshot) write(w io.Writer, limit int) error {
 }
 
 // readRecord reads one varint-length-delimited record. A record longer than maxSnapshotRecord
-// is refused, and the buffer grows with the bytes that actually arrive, so a corrupt length
-// costs no more memory than the stream holds.
+// is refused, and a record longer than the reader's buffer is read in growing chunks, so a
+// corrupt length costs no more memory than twice what the stream actually holds (at least 1 MiB).
 func readRecord(r *bufio.Reader, m proto.Message) error {
 	size, err := binary.ReadUvarint(r)
 	if err != nil {
@@ -126,25 +126,33 @@ func readRecord(r *bufio.Reader, m proto.Message) error {
 	if size > maxSnapshotRecord {
 		return fmt.Errorf("a record of %d bytes is over the limit of %d", size, maxSnapshotRecord)
 	}
-	b, err := r.Peek(int(size))
-	if err == nil {
+	if b, err := r.Peek(int(size)); err == nil {
 		defer r.Discard(len(b))
-	} else {
-		var buf bytes.Buffer
-		buf.Grow(int(min(size, 1<<20)))
-		if _, err := io.CopyN(&buf, r, int64(size)); err != nil {
+		return proto.Unmarshal(b, m)
+	}
+	buf := make([]byte, 0, min(size, recordChunk))
+	for uint64(len(buf)) < size {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, int(min(size, 2*uint64(cap(buf))))-len(buf))
+		}
+		n, err := io.ReadFull(r, buf[len(buf):min(uint64(cap(buf)), size)])
+		buf = buf[:len(buf)+n]
+		if err != nil {
 			return io.ErrUnexpectedEOF
 		}
-		b = buf.Bytes()
 	}
-	return proto.Unmarshal(b, m)
+	return proto.Unmarshal(buf, m)
 }
+
+// recordChunk is the first allocation for a record longer than the reader's buffer; it doubles
+// from there.
+const recordChunk = 1 << 20
 
 // Restore decodes a snapshot stream into a fresh state and swaps it in only when the whole
 // stream decoded. On error the current state is unchanged.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	st, err := readStream(bufio.NewReaderSize(rc, 1<<20))
+	st, err := readStream(bufio.NewReaderSize(rc, 64<<10))
 	if err != nil {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
@@ -226,15 +234,17 @@ func (s *state) addJob(rec *pb.JobRecord) error {
 	case s.jobs[id] != nil:
 		return fmt.Errorf("%w: job %q appears twice", ErrSnapshotCorrupt, id)
 	}
+	current := map[string]bool{} // this job's current attempts; s.attempts has the others
 	for _, ejv := range rec.ExecutionGraph.Vertices {
 		for i, ev := range ejv.GetSubtasks() {
 			if ev == nil || ev.VertexId != ejv.VertexId || ev.SubtaskIndex != int32(i) {
 				return fmt.Errorf("%w: job %q: vertex %q subtask %d is out of place", ErrSnapshotCorrupt, id, ejv.GetVertexId(), i)
 			}
 			if a := ev.Current.GetAttemptId(); a != "" {
-				if _, dup := s.attempts[a]; dup {
+				if _, dup := s.attempts[a]; dup || current[a] {
 					return fmt.Errorf("%w: attempt %q is current twice", ErrSnapshotCorrupt, a)
 				}
+				current[a] = true
 			}
 		}
 	}

@@ -238,6 +238,7 @@ func TestRestoreRejectsBadStreams(t *testing.T) {
 	marshalDelim.MarshalTo(&dupJob, &pb.SnapshotRecord{Record: &pb.SnapshotRecord_Job{Job: job}})
 	marshalDelim.MarshalTo(&dupJob, &pb.SnapshotRecord{Record: &pb.SnapshotRecord_Epoch{Epoch: &pb.LeaderEpoch{}}})
 	cases["duplicate job"] = dupJob.Bytes()
+	cases["attempt current twice in one job"] = attemptTwiceInOneJob(t, src.f)
 
 	for name, bad := range cases {
 		err := restore(target.f, bad)
@@ -260,6 +261,24 @@ func TestRestoreRejectsBadStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertSameState(t, src.f, target.f)
+}
+
+// attemptTwiceInOneJob is a snapshot of f whose first job has the current attempt of one
+// subtask copied onto another subtask of the same job.
+func attemptTwiceInOneJob(t testing.TB, f *FSM) []byte {
+	t.Helper()
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := snap.(*snapshot)
+	evs := graph.AllExecutions(s.jobs[0].ExecutionGraph)
+	evs[1].Current = proto.Clone(evs[0].Current).(*pb.Execution)
+	var buf bytes.Buffer
+	if err := s.write(&buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
 
 func lenOfVarint(b []byte) int {
