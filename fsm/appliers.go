@@ -53,6 +53,9 @@ func init() {
 	register(pb.CommandType_COMMAND_TYPE_NOOP, func(_ *state, i uint64, _ []byte) *Result {
 		return &Result{Index: i}
 	})
+	register(pb.CommandType_COMMAND_TYPE_REMOVE_JOBS, func(s *state, i uint64, p []byte) *Result {
+		return errResult(i, s.removeJobs(i, decodePayload(p, &pb.RemoveJobsCommand{})))
+	})
 }
 
 // decodePayload unmarshals a committed payload. A payload that does not decode would make

@@ -105,6 +105,11 @@ func script(h *harness) {
 	h.ok(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: b, LastChunk: true, Status: pb.JobStatus_JOB_STATUS_FAILING, Cause: "lost"})
 	h.ok(endT, &pb.EndReconciliationCommand{Epoch: 1, Timestamp: 70, Counts: &pb.ReconciliationCounts{Missing: 12}})
 	h.ok(cancelT, &pb.CancelJobCommand{JobId: b, Timestamp: 80})
+	// A third job, cancelled before it ran (CANCELED at once), then removed by the retention.
+	c := jobIDN(12)
+	h.submit(forwardJob(c, 2, 2))
+	h.ok(cancelT, &pb.CancelJobCommand{JobId: c, Timestamp: 85})
+	h.ok(removeT, &pb.RemoveJobsCommand{JobIds: []string{c}, Timestamp: 88})
 	h.ok(noopT, &pb.Command{})
 }
 

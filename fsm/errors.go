@@ -9,6 +9,7 @@ var (
 	ErrUnknownJob          = errors.New("unknown job")
 	ErrStatusMismatch      = errors.New("job status does not match the expected status")
 	ErrJobTerminal         = errors.New("job is in a terminal status")
+	ErrJobNotTerminal      = errors.New("job is not in a terminal status")
 	ErrUnknownVertex       = errors.New("unknown execution vertex")
 	ErrAttemptExists       = errors.New("attempt id already used")
 	ErrStaleAttemptNumber  = errors.New("attempt number is not above the current one")

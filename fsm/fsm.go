@@ -172,6 +172,14 @@ func (f *FSM) Reconciliations() []*pb.ReconciliationRecord {
 	return out
 }
 
+// RemovedJobs returns how many terminal jobs REMOVE_JOBS has taken out of the state and the
+// proposer's timestamp (unix milliseconds) of the last removal, 0 before any.
+func (f *FSM) RemovedJobs() (count uint64, lastAt int64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.removed, f.st.removedAt
+}
+
 // AppliedIndex returns the index of the last applied entry. After a restore it is the highest
 // modify index found in the snapshot until the next entry is applied.
 func (f *FSM) AppliedIndex() uint64 {

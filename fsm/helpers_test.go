@@ -33,6 +33,8 @@ type harness struct {
 	t     testing.TB
 	f     *FSM
 	index uint64
+	// entries records every entry applied, for the fuzz targets' seed corpora.
+	entries [][]byte
 }
 
 func newHarness(t testing.TB) *harness {
@@ -46,6 +48,7 @@ func (h *harness) apply(typ pb.CommandType, m proto.Message) *Result {
 		h.t.Fatalf("encode: %v", err)
 	}
 	h.index++
+	h.entries = append(h.entries, data)
 	res, ok := h.f.Apply(&raft.Log{Index: h.index, Term: 1, Type: raft.LogCommand, Data: data}).(*Result)
 	if !ok || res.Index != h.index {
 		h.t.Fatalf("apply %s: result %#v", typ, res)

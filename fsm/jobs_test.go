@@ -19,6 +19,7 @@ const (
 	reconT  = pb.CommandType_COMMAND_TYPE_RECONCILE_JOB
 	endT    = pb.CommandType_COMMAND_TYPE_END_RECONCILIATION
 	noopT   = pb.CommandType_COMMAND_TYPE_NOOP
+	removeT = pb.CommandType_COMMAND_TYPE_REMOVE_JOBS
 )
 
 func TestSubmitJob(t *testing.T) {

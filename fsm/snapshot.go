@@ -3,13 +3,14 @@ package fsm
 import (
 	"bufio"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -18,20 +19,21 @@ import (
 // SnapshotVersion is the version written in every snapshot header.
 const SnapshotVersion = 1
 
-// maxSnapshotRecord bounds one record of a snapshot stream, so a corrupt length cannot ask
-// for an unbounded allocation.
+// maxSnapshotRecord bounds one record of a snapshot stream. Restore refuses a longer record, so
+// a corrupt length cannot ask for an unbounded allocation, and Persist refuses to write one, so
+// a snapshot is never written that Restore would refuse. The replicated size ceiling
+// (graph.CeilingSizeLimits) keeps every admitted job's record well below it.
 const maxSnapshotRecord = 256 << 20
 
-var (
-	marshalDelim   = protodelim.MarshalOptions{MarshalOptions: proto.MarshalOptions{Deterministic: true}}
-	unmarshalDelim = protodelim.UnmarshalOptions{MaxSize: maxSnapshotRecord}
-)
+var marshalRecord = proto.MarshalOptions{Deterministic: true}
 
 // snapshot is an immutable deep copy of the state.
 type snapshot struct {
-	jobs   []*pb.JobRecord
-	epoch  *pb.LeaderEpoch
-	recons []*pb.ReconciliationRecord
+	jobs      []*pb.JobRecord
+	epoch     *pb.LeaderEpoch
+	recons    []*pb.ReconciliationRecord
+	removed   uint64
+	removedAt int64
 }
 
 // Snapshot deep-copies the state under the read lock; Persist then streams the copy while
@@ -40,9 +42,11 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	snap := &snapshot{
-		jobs:   f.st.sortedJobs(),
-		epoch:  proto.Clone(f.st.epoch).(*pb.LeaderEpoch),
-		recons: make([]*pb.ReconciliationRecord, len(f.st.recons)),
+		jobs:      f.st.sortedJobs(),
+		epoch:     proto.Clone(f.st.epoch).(*pb.LeaderEpoch),
+		recons:    make([]*pb.ReconciliationRecord, len(f.st.recons)),
+		removed:   f.st.removed,
+		removedAt: f.st.removedAt,
 	}
 	for i, j := range snap.jobs {
 		snap.jobs[i] = proto.Clone(j).(*pb.JobRecord)
@@ -55,8 +59,8 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 
 // Persist writes the snapshot stream to the sink, cancelling the sink on error.
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	w := bufio.NewWriterSize(sink, 1<<20)
-	err := writeStream(w, s.jobs, s.epoch, s.recons)
+	w := bufio.NewWriterSize(sink, 64<<10)
+	err := s.write(w, maxSnapshotRecord)
 	if err == nil {
 		err = w.Flush()
 	}
@@ -70,36 +74,85 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 // Release does nothing: the snapshot holds only memory.
 func (s *snapshot) Release() {}
 
-// writeStream writes the snapshot format: a header, one record per job (ordered by create
-// index), one per reconciliation record (oldest first), and the leader epoch last. The epoch
-// closes the stream, so a stream cut at a record boundary is detected.
-func writeStream(w io.Writer, jobs []*pb.JobRecord, epoch *pb.LeaderEpoch, recons []*pb.ReconciliationRecord) error {
+// write writes the snapshot format: a header, one record per job (ordered by create index),
+// one per reconciliation record (oldest first), and the leader epoch last. The epoch closes
+// the stream, so a stream cut at a record boundary is detected. Each record is a varint
+// length and the record (protodelim's framing); limit > 0 refuses a record longer than limit.
+func (s *snapshot) write(w io.Writer, limit int) error {
+	var lenBuf [binary.MaxVarintLen64]byte
 	write := func(r *pb.SnapshotRecord) error {
-		_, err := marshalDelim.MarshalTo(w, r)
+		b, err := marshalRecord.Marshal(r)
+		if err != nil {
+			return err
+		}
+		if limit > 0 && len(b) > limit {
+			what := "a record"
+			if j := r.GetJob(); j != nil {
+				what = fmt.Sprintf("the record of job %q", jobID(j))
+			}
+			return fmt.Errorf("%s encodes to %d bytes, over the snapshot record limit of %d", what, len(b), limit)
+		}
+		if _, err := w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(b)))]); err != nil {
+			return err
+		}
+		_, err = w.Write(b)
 		return err
 	}
-	header := &pb.SnapshotHeader{Version: SnapshotVersion, Jobs: uint64(len(jobs))}
+	header := &pb.SnapshotHeader{Version: SnapshotVersion, Jobs: uint64(len(s.jobs)), RemovedJobs: s.removed, LastRemovalAt: s.removedAt}
 	if err := write(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_Header{Header: header}}); err != nil {
 		return err
 	}
-	for _, j := range jobs {
+	for _, j := range s.jobs {
 		if err := write(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_Job{Job: j}}); err != nil {
 			return err
 		}
 	}
-	for _, r := range recons {
+	for _, r := range s.recons {
 		if err := write(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_Reconciliation{Reconciliation: r}}); err != nil {
 			return err
 		}
 	}
-	return write(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_Epoch{Epoch: epoch}})
+	return write(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_Epoch{Epoch: s.epoch}})
 }
+
+// readRecord reads one varint-length-delimited record. A record longer than maxSnapshotRecord
+// is refused, and a record longer than the reader's buffer is read in growing chunks, so a
+// corrupt length costs no more memory than twice what the stream actually holds (at least 1 MiB).
+func readRecord(r *bufio.Reader, m proto.Message) error {
+	size, err := binary.ReadUvarint(r)
+	if err != nil {
+		return err // io.EOF before the first byte: the stream ended between records
+	}
+	if size > maxSnapshotRecord {
+		return fmt.Errorf("a record of %d bytes is over the limit of %d", size, maxSnapshotRecord)
+	}
+	if b, err := r.Peek(int(size)); err == nil {
+		defer r.Discard(len(b))
+		return proto.Unmarshal(b, m)
+	}
+	buf := make([]byte, 0, min(size, recordChunk))
+	for uint64(len(buf)) < size {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, int(min(size, 2*uint64(cap(buf))))-len(buf))
+		}
+		n, err := io.ReadFull(r, buf[len(buf):min(uint64(cap(buf)), size)])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			return io.ErrUnexpectedEOF
+		}
+	}
+	return proto.Unmarshal(buf, m)
+}
+
+// recordChunk is the first allocation for a record longer than the reader's buffer; it doubles
+// from there.
+const recordChunk = 1 << 20
 
 // Restore decodes a snapshot stream into a fresh state and swaps it in only when the whole
 // stream decoded. On error the current state is unchanged.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	st, err := readStream(bufio.NewReaderSize(rc, 1<<20))
+	st, err := readStream(bufio.NewReaderSize(rc, 64<<10))
 	if err != nil {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
@@ -114,7 +167,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 func readStream(r *bufio.Reader) (*state, error) {
 	read := func(what string) (*pb.SnapshotRecord, error) {
 		rec := &pb.SnapshotRecord{}
-		if err := unmarshalDelim.UnmarshalFrom(r, rec); err != nil {
+		if err := readRecord(r, rec); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil, fmt.Errorf("%w: stream ends before the %s", ErrSnapshotCorrupt, what)
 			}
@@ -134,6 +187,7 @@ func readStream(r *bufio.Reader) (*state, error) {
 		return nil, fmt.Errorf("%w: version %d", ErrSnapshotVersion, header.Version)
 	}
 	st := newState()
+	st.removed, st.removedAt = header.RemovedJobs, header.LastRemovalAt
 	for n := uint64(0); n < header.Jobs; n++ {
 		rec, err := read("job record")
 		if err != nil {
@@ -180,15 +234,17 @@ func (s *state) addJob(rec *pb.JobRecord) error {
 	case s.jobs[id] != nil:
 		return fmt.Errorf("%w: job %q appears twice", ErrSnapshotCorrupt, id)
 	}
+	current := map[string]bool{} // this job's current attempts; s.attempts has the others
 	for _, ejv := range rec.ExecutionGraph.Vertices {
 		for i, ev := range ejv.GetSubtasks() {
 			if ev == nil || ev.VertexId != ejv.VertexId || ev.SubtaskIndex != int32(i) {
 				return fmt.Errorf("%w: job %q: vertex %q subtask %d is out of place", ErrSnapshotCorrupt, id, ejv.GetVertexId(), i)
 			}
 			if a := ev.Current.GetAttemptId(); a != "" {
-				if _, dup := s.attempts[a]; dup {
+				if _, dup := s.attempts[a]; dup || current[a] {
 					return fmt.Errorf("%w: attempt %q is current twice", ErrSnapshotCorrupt, a)
 				}
+				current[a] = true
 			}
 		}
 	}
@@ -215,7 +271,8 @@ func (f *FSM) HashAt() (string, uint64) {
 
 func (f *FSM) hashLocked() string {
 	h := sha256.New()
-	if err := writeStream(h, f.st.sortedJobs(), f.st.epoch, f.st.recons); err != nil {
+	view := &snapshot{jobs: f.st.sortedJobs(), epoch: f.st.epoch, recons: f.st.recons, removed: f.st.removed, removedAt: f.st.removedAt}
+	if err := view.write(h, 0); err != nil {
 		panic(fmt.Sprintf("fsm: hash: %v", err)) // a hash.Hash never fails to write
 	}
 	return hex.EncodeToString(h.Sum(nil))

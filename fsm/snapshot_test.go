@@ -13,6 +13,10 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
+// marshalDelim writes records the way Persist frames them (protodelim's framing), for streams
+// built by hand.
+var marshalDelim = protodelim.MarshalOptions{MarshalOptions: proto.MarshalOptions{Deterministic: true}}
+
 // assertSameState compares two FSMs record by record.
 func assertSameState(t *testing.T, want, got *FSM) {
 	t.Helper()
@@ -36,6 +40,10 @@ func assertSameState(t *testing.T, want, got *FSM) {
 		if !proto.Equal(wr[i], gr[i]) {
 			t.Errorf("reconciliation %d differs", i)
 		}
+	}
+	wn, wa := want.RemovedJobs()
+	if gn, ga := got.RemovedJobs(); gn != wn || ga != wa {
+		t.Errorf("removed jobs %d (last at %d), want %d (last at %d)", gn, ga, wn, wa)
 	}
 	if want.Hash() != got.Hash() {
 		t.Errorf("hash differs after restore")
@@ -230,6 +238,7 @@ func TestRestoreRejectsBadStreams(t *testing.T) {
 	marshalDelim.MarshalTo(&dupJob, &pb.SnapshotRecord{Record: &pb.SnapshotRecord_Job{Job: job}})
 	marshalDelim.MarshalTo(&dupJob, &pb.SnapshotRecord{Record: &pb.SnapshotRecord_Epoch{Epoch: &pb.LeaderEpoch{}}})
 	cases["duplicate job"] = dupJob.Bytes()
+	cases["attempt current twice in one job"] = attemptTwiceInOneJob(t, src.f)
 
 	for name, bad := range cases {
 		err := restore(target.f, bad)
@@ -252,6 +261,24 @@ func TestRestoreRejectsBadStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertSameState(t, src.f, target.f)
+}
+
+// attemptTwiceInOneJob is a snapshot of f whose first job has the current attempt of one
+// subtask copied onto another subtask of the same job.
+func attemptTwiceInOneJob(t testing.TB, f *FSM) []byte {
+	t.Helper()
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := snap.(*snapshot)
+	evs := graph.AllExecutions(s.jobs[0].ExecutionGraph)
+	evs[1].Current = proto.Clone(evs[0].Current).(*pb.Execution)
+	var buf bytes.Buffer
+	if err := s.write(&buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
 
 func lenOfVarint(b []byte) int {

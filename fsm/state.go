@@ -36,6 +36,10 @@ type state struct {
 	epoch    *pb.LeaderEpoch
 	recons   []*pb.ReconciliationRecord // oldest first
 	applied  uint64
+	// removed counts the terminal jobs REMOVE_JOBS took out of the state; removedAt is the
+	// proposer's timestamp of the last removal.
+	removed   uint64
+	removedAt int64
 }
 
 func newState() *state {

@@ -19,6 +19,11 @@ func (s *state) submitJob(index uint64, c *pb.SubmitJobCommand) error {
 	if err := graph.Validate(jg, graph.DefaultLimits()); err != nil {
 		return err
 	}
+	// The replicated ceiling, not the leader's configured limits: every replica refuses the
+	// same jobs, and none builds a graph its snapshot could not hold.
+	if err := graph.CheckCeiling(jg); err != nil {
+		return err
+	}
 	eg, err := graph.BuildExecutionGraph(jg)
 	if err != nil {
 		return err
@@ -105,5 +110,40 @@ func (s *state) cancelJob(index uint64, c *pb.CancelJobCommand) error {
 		setJobStatus(rec, pb.JobStatus_JOB_STATUS_CANCELED, c.Timestamp, "")
 	}
 	rec.ModifyIndex = index
+	return nil
+}
+
+// removeJobs deletes terminal jobs and counts them. Every id must name a distinct terminal job,
+// or nothing is removed.
+func (s *state) removeJobs(_ uint64, c *pb.RemoveJobsCommand) error {
+	if len(c.JobIds) == 0 {
+		return wrapf(ErrInvalidCommand, "remove jobs: job_ids is empty")
+	}
+	seen := make(map[string]bool, len(c.JobIds))
+	for i, id := range c.JobIds {
+		if seen[id] {
+			return wrapf(ErrInvalidCommand, "remove jobs: job_ids[%d] %q appears twice", i, id)
+		}
+		seen[id] = true
+		rec, err := s.job(id)
+		if err != nil {
+			return fmt.Errorf("remove jobs: job_ids[%d]: %w", i, err)
+		}
+		if !graph.IsGloballyTerminal(rec.Status) {
+			return wrapf(ErrJobNotTerminal, "remove jobs: job_ids[%d]: job %q is %s", i, id, statusName(rec.Status))
+		}
+	}
+	for _, id := range c.JobIds {
+		for _, ejv := range s.jobs[id].ExecutionGraph.GetVertices() {
+			for _, ev := range ejv.Subtasks {
+				if a := ev.Current.GetAttemptId(); a != "" && s.attempts[a].jobID == id {
+					delete(s.attempts, a)
+				}
+			}
+		}
+		delete(s.jobs, id)
+	}
+	s.removed += uint64(len(c.JobIds))
+	s.removedAt = c.Timestamp
 	return nil
 }

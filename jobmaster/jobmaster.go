@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/fsm"
+	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -58,8 +59,26 @@ type Config struct {
 	TickInterval time.Duration
 	// MaxBatch is the most execution-state updates committed in one Raft entry (default 1000).
 	MaxBatch int
-	Logger   hclog.Logger
+	// SizeLimits bound what a submitted job may expand to, checked on the leader before the
+	// SUBMIT_JOB is committed. Zero fields mean graph.DefaultSizeLimits; a value above
+	// graph.CeilingSizeLimits is lowered to the ceiling (jmnode refuses it at startup).
+	SizeLimits graph.SizeLimits
+	// RetainJobs is how many terminal jobs (FINISHED, CANCELED, FAILED) are kept; the leader
+	// removes the oldest beyond it (default 100).
+	RetainJobs int
+	// RetainJobAge is how long a terminal job is kept after it ended (default 1h).
+	RetainJobAge time.Duration
+	// RetentionInterval is how often the leader looks for terminal jobs to remove (default
+	// RetainJobAge/10, within [1s, 1m]).
+	RetentionInterval time.Duration
+	Logger            hclog.Logger
 }
+
+// Defaults of the terminal-job retention.
+const (
+	DefaultRetainJobs   = 100
+	DefaultRetainJobAge = time.Hour
+)
 
 func (c *Config) setDefaults() {
 	if c.HeartbeatInterval <= 0 {
@@ -82,6 +101,19 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
+	}
+	if err := c.SizeLimits.Validate(); err != nil {
+		c.Logger.Warn("size limit lowered to the replicated ceiling", "error", err)
+	}
+	c.SizeLimits = c.SizeLimits.Clamp()
+	if c.RetainJobs <= 0 {
+		c.RetainJobs = DefaultRetainJobs
+	}
+	if c.RetainJobAge <= 0 {
+		c.RetainJobAge = DefaultRetainJobAge
+	}
+	if c.RetentionInterval <= 0 {
+		c.RetentionInterval = min(max(c.RetainJobAge/10, time.Second), time.Minute)
 	}
 }
 

@@ -276,6 +276,8 @@ func checkPartition(jm *JobMaster, jobID, resultID string, ev *pb.ExecutionVerte
 }
 
 // SubmitJob validates and commits a job on the established leader; the scheduler deploys it.
+// A job whose expanded size is over the configured limits is refused before anything is
+// committed (a *graph.SizeError naming each limit).
 func (jm *JobMaster) SubmitJob(ctx context.Context, jg *pb.JobGraph) (string, uint64, error) {
 	t, err := jm.openTerm()
 	if err != nil {
@@ -285,6 +287,9 @@ func (jm *JobMaster) SubmitJob(ctx context.Context, jg *pb.JobGraph) (string, ui
 		jg.JobId = NewJobID()
 	}
 	if err := graph.Validate(jg, graph.DefaultLimits()); err != nil {
+		return "", 0, err
+	}
+	if err := graph.CheckSize(jg, jm.cfg.SizeLimits); err != nil {
 		return "", 0, err
 	}
 	res, err := jm.Commit(ctx, pb.CommandType_COMMAND_TYPE_SUBMIT_JOB, &pb.SubmitJobCommand{JobGraph: jg, Timestamp: nowMillis()})

@@ -65,8 +65,9 @@ func (t *term) start() {
 				t.jm.tms.Touch(tm.ID)
 			}
 		}
-		t.wg.Add(1)
+		t.wg.Add(2)
 		go func() { defer t.wg.Done(); t.loop() }()
+		go func() { defer t.wg.Done(); t.retain() }()
 		t.kick("")
 	})
 }
@@ -130,7 +131,11 @@ const fullPassTicks = 10
 // cancellation to retry); full drives every job. Reading a job's index does not copy it, so an
 // idle 100k-execution job costs nothing per tick.
 func (t *term) driveStale(full bool) {
-	for _, id := range t.jm.state.JobIDs() {
+	ids := t.jm.state.JobIDs()
+	if full {
+		t.forgetRemoved(ids)
+	}
+	for _, id := range ids {
 		if t.ctx.Err() != nil {
 			return
 		}
@@ -139,6 +144,25 @@ func (t *term) driveStale(full bool) {
 		t.jm.state.WithJob(id, func(rec *pb.JobRecord) { index, status = rec.ModifyIndex, rec.Status })
 		if full || index != t.driven[id] || t.pending(id, status) {
 			t.drive(id)
+		}
+	}
+}
+
+// forgetRemoved drops the loop's bookkeeping of jobs no longer in the state (removed by the
+// retention), so that a long term does not keep one entry per job it ever drove.
+func (t *term) forgetRemoved(ids []string) {
+	live := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		live[id] = true
+	}
+	for id := range t.driven {
+		if !live[id] {
+			delete(t.driven, id)
+		}
+	}
+	for id := range t.waiting {
+		if !live[id] {
+			delete(t.waiting, id)
 		}
 	}
 }

@@ -317,7 +317,13 @@ func jobList(args []string) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", j.JobId, j.Name, strings.TrimPrefix(j.Type.String(), "JOB_TYPE_"),
 			graph.JobStatusName(j.Status), j.Tasks, j.TasksRunning, j.Restarts, fmtTime(j.SubmittedAt))
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if resp.RemovedJobs > 0 {
+		fmt.Printf("%d earlier terminal jobs removed (retention: --retain-jobs, --retain-job-age)\n", resp.RemovedJobs)
+	}
+	return nil
 }
 
 func fmtTime(ms int64) string {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/agent"
 	"github.com/jmcluster/jmcluster/cluster"
+	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/reconcile"
@@ -42,6 +43,16 @@ func runJobMaster(args []string) error {
 	peers := fs.String("peers", "", "explicit initial cluster, id=raftaddr@grpcaddr,... (alternative to --bootstrap-expect)")
 	reportDeadline := fs.Duration("report-deadline", 10*time.Second, "how long a new leader waits for TaskManager reports")
 	hbTimeout := fs.Duration("heartbeat-timeout", 10*time.Second, "a TaskManager silent for this long is declared lost")
+	defSize := graph.DefaultSizeLimits()
+	ceiling := graph.CeilingSizeLimits()
+	maxExecutions := fs.Int64(graph.LimitExecutions, defSize.MaxExecutions,
+		fmt.Sprintf("refuse a job of more executions (sum of the parallelisms); at most %d", ceiling.MaxExecutions))
+	maxChannels := fs.Int64(graph.LimitInputChannels, defSize.MaxInputChannels,
+		fmt.Sprintf("refuse a job of more input channels (FORWARD: one per consumer subtask, ALL_TO_ALL: producer x consumer parallelism); at most %d", ceiling.MaxInputChannels))
+	maxGraphBytes := fs.Int64(graph.LimitGraphBytes, defSize.MaxGraphBytes,
+		fmt.Sprintf("refuse a job whose execution graph, deployed, is estimated larger (bytes); at most %d", ceiling.MaxGraphBytes))
+	retainJobs := fs.Int("retain-jobs", jobmaster.DefaultRetainJobs, "terminal jobs (FINISHED, CANCELED, FAILED) kept; the oldest beyond it are removed (at least 1)")
+	retainAge := fs.Duration("retain-job-age", jobmaster.DefaultRetainJobAge, "a terminal job is removed this long after it ended")
 	fast := fs.Bool("fast-raft", false, "use fast Raft timings (loopback clusters, demos and tests)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	if err := parseFlags(fs, args); err != nil {
@@ -50,6 +61,21 @@ func runJobMaster(args []string) error {
 	if *id == "" || *dataDir == "" {
 		fs.Usage()
 		return errors.New("--id and --data-dir are required")
+	}
+	sizeLimits := graph.SizeLimits{MaxExecutions: *maxExecutions, MaxInputChannels: *maxChannels, MaxGraphBytes: *maxGraphBytes}
+	for _, l := range []struct {
+		name string
+		v    int64
+	}{{graph.LimitExecutions, *maxExecutions}, {graph.LimitInputChannels, *maxChannels}, {graph.LimitGraphBytes, *maxGraphBytes}} {
+		if l.v < 1 {
+			return fmt.Errorf("--%s %d: must be at least 1", l.name, l.v)
+		}
+	}
+	if err := sizeLimits.Validate(); err != nil {
+		return fmt.Errorf("--%w", err)
+	}
+	if *retainJobs < 1 || *retainAge <= 0 {
+		return fmt.Errorf("--retain-jobs %d and --retain-job-age %s: must be at least 1 and above 0", *retainJobs, *retainAge)
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: *id, Level: hclog.LevelFromString(*logLevel), Output: os.Stderr})
 	if *grpcAdv == "" {
@@ -74,7 +100,7 @@ func runJobMaster(args []string) error {
 	}
 	cfg := agent.JobMasterConfig{
 		Cluster: ccfg, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Logger: log,
-		JobMaster: jobmaster.Config{HeartbeatTimeout: *hbTimeout},
+		JobMaster: jobmaster.Config{HeartbeatTimeout: *hbTimeout, SizeLimits: sizeLimits, RetainJobs: *retainJobs, RetainJobAge: *retainAge},
 		Reconcile: reconcile.Config{ReportDeadline: *reportDeadline},
 		Unsafe: agent.Unsafe{
 			EarlyGate:             os.Getenv("JMNODE_UNSAFE_EARLY_GATE") == "1",

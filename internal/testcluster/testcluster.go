@@ -44,6 +44,8 @@ type Options struct {
 	UnsafeEarlyGate bool
 	// Raft edits each replica's Raft configuration (on every start and restart).
 	Raft func(*cluster.Config)
+	// JobMaster edits each replica's JobMaster configuration (on every start and restart).
+	JobMaster func(*jobmaster.Config)
 	// LogLevel of the cluster log (default debug).
 	LogLevel hclog.Level
 }
@@ -179,12 +181,16 @@ func (c *Cluster) StartJM(j *JM) {
 	if c.Opts.Raft != nil {
 		c.Opts.Raft(&cc)
 	}
+	// TMs heartbeat every 200 ms: a TM's fence (half the heartbeat timeout) must outlast a
+	// heartbeat interval plus the time a follower keeps naming a dead leader (half the Raft
+	// heartbeat timeout), or an ordinary failover fences it.
+	jmc := jobmaster.Config{HeartbeatInterval: 200 * time.Millisecond, HeartbeatTimeout: c.Opts.HeartbeatTimeout, TickInterval: 50 * time.Millisecond, RetryAfter: 50 * time.Millisecond}
+	if c.Opts.JobMaster != nil {
+		c.Opts.JobMaster(&jmc)
+	}
 	cfg := agent.JobMasterConfig{
 		Cluster: cc, GRPCAddr: j.GRPCAddr, Logger: c.Log.Named(j.ID),
-		// TMs heartbeat every 200 ms: a TM's fence (half the heartbeat timeout) must outlast a
-		// heartbeat interval plus the time a follower keeps naming a dead leader (half the Raft
-		// heartbeat timeout), or an ordinary failover fences it.
-		JobMaster: jobmaster.Config{HeartbeatInterval: 200 * time.Millisecond, HeartbeatTimeout: c.Opts.HeartbeatTimeout, TickInterval: 50 * time.Millisecond, RetryAfter: 50 * time.Millisecond},
+		JobMaster: jmc,
 		Reconcile: reconcile.Config{ReportDeadline: c.Opts.ReportDeadline},
 		Unsafe:    agent.Unsafe{EarlyGate: c.Opts.UnsafeEarlyGate},
 	}

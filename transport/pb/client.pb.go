@@ -467,9 +467,11 @@ func (x *JobSummary) GetRestarts() int32 {
 }
 
 type ListJobsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Jobs          []*JobSummary          `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
-	ServedBy      string                 `protobuf:"bytes,2,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Jobs     []*JobSummary          `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	ServedBy string                 `protobuf:"bytes,2,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
+	// Terminal jobs removed from the state by the retention so far (not listed).
+	RemovedJobs   uint64 `protobuf:"varint,3,opt,name=removed_jobs,json=removedJobs,proto3" json:"removed_jobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -516,6 +518,13 @@ func (x *ListJobsResponse) GetServedBy() string {
 		return x.ServedBy
 	}
 	return ""
+}
+
+func (x *ListJobsResponse) GetRemovedJobs() uint64 {
+	if x != nil {
+		return x.RemovedJobs
+	}
+	return 0
 }
 
 type ClusterStatusRequest struct {
@@ -923,10 +932,11 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\fsubmitted_at\x18\x05 \x01(\x03R\vsubmittedAt\x12\x14\n" +
 	"\x05tasks\x18\x06 \x01(\x05R\x05tasks\x12#\n" +
 	"\rtasks_running\x18\a \x01(\x05R\ftasksRunning\x12\x1a\n" +
-	"\brestarts\x18\b \x01(\x05R\brestarts\"]\n" +
+	"\brestarts\x18\b \x01(\x05R\brestarts\"\x80\x01\n" +
 	"\x10ListJobsResponse\x12,\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x18.jmcluster.v1.JobSummaryR\x04jobs\x12\x1b\n" +
-	"\tserved_by\x18\x02 \x01(\tR\bservedBy\"\x16\n" +
+	"\tserved_by\x18\x02 \x01(\tR\bservedBy\x12!\n" +
+	"\fremoved_jobs\x18\x03 \x01(\x04R\vremovedJobs\"\x16\n" +
 	"\x14ClusterStatusRequest\"\xb2\x01\n" +
 	"\x0fTaskManagerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +

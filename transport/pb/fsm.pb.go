@@ -38,6 +38,7 @@ const (
 	CommandType_COMMAND_TYPE_RECONCILE_JOB           CommandType = 8
 	CommandType_COMMAND_TYPE_END_RECONCILIATION      CommandType = 9
 	CommandType_COMMAND_TYPE_NOOP                    CommandType = 10
+	CommandType_COMMAND_TYPE_REMOVE_JOBS             CommandType = 11
 )
 
 // Enum value maps for CommandType.
@@ -54,6 +55,7 @@ var (
 		8:  "COMMAND_TYPE_RECONCILE_JOB",
 		9:  "COMMAND_TYPE_END_RECONCILIATION",
 		10: "COMMAND_TYPE_NOOP",
+		11: "COMMAND_TYPE_REMOVE_JOBS",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNSPECIFIED":             0,
@@ -67,6 +69,7 @@ var (
 		"COMMAND_TYPE_RECONCILE_JOB":           8,
 		"COMMAND_TYPE_END_RECONCILIATION":      9,
 		"COMMAND_TYPE_NOOP":                    10,
+		"COMMAND_TYPE_REMOVE_JOBS":             11,
 	}
 )
 
@@ -1248,6 +1251,61 @@ func (x *ReconciledExecution) GetExecution() *Execution {
 	return nil
 }
 
+// Removes terminal jobs (FINISHED, CANCELED, FAILED) past the leader's retention. Every id
+// must name a terminal job, or the whole command is refused.
+type RemoveJobsCommand struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	JobIds []string               `protobuf:"bytes,1,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	// The proposer's clock when it chose the jobs (unix milliseconds).
+	Timestamp     int64 `protobuf:"varint,2,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveJobsCommand) Reset() {
+	*x = RemoveJobsCommand{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveJobsCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveJobsCommand) ProtoMessage() {}
+
+func (x *RemoveJobsCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveJobsCommand.ProtoReflect.Descriptor instead.
+func (*RemoveJobsCommand) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RemoveJobsCommand) GetJobIds() []string {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+func (x *RemoveJobsCommand) GetTimestamp() int64 {
+	if x != nil {
+		return x.Timestamp
+	}
+	return 0
+}
+
 type EndReconciliationCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -1260,7 +1318,7 @@ type EndReconciliationCommand struct {
 
 func (x *EndReconciliationCommand) Reset() {
 	*x = EndReconciliationCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1330,7 @@ func (x *EndReconciliationCommand) String() string {
 func (*EndReconciliationCommand) ProtoMessage() {}
 
 func (x *EndReconciliationCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +1343,7 @@ func (x *EndReconciliationCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndReconciliationCommand.ProtoReflect.Descriptor instead.
 func (*EndReconciliationCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *EndReconciliationCommand) GetEpoch() uint64 {
@@ -1318,16 +1376,21 @@ func (x *EndReconciliationCommand) GetOutcome() string {
 
 // A snapshot is a stream of length-delimited SnapshotRecords: a header, then records.
 type SnapshotHeader struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Jobs          uint64                 `protobuf:"varint,2,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Jobs    uint64                 `protobuf:"varint,2,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	// Terminal jobs removed by REMOVE_JOBS so far, and the timestamp of the last removal. In the
+	// header because a reader that predates them skips unknown fields (a new record type would
+	// make it refuse the snapshot).
+	RemovedJobs   uint64 `protobuf:"varint,3,opt,name=removed_jobs,json=removedJobs,proto3" json:"removed_jobs,omitempty"`
+	LastRemovalAt int64  `protobuf:"varint,4,opt,name=last_removal_at,json=lastRemovalAt,proto3" json:"last_removal_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1402,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1415,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -1365,6 +1428,20 @@ func (x *SnapshotHeader) GetVersion() uint32 {
 func (x *SnapshotHeader) GetJobs() uint64 {
 	if x != nil {
 		return x.Jobs
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetRemovedJobs() uint64 {
+	if x != nil {
+		return x.RemovedJobs
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetLastRemovalAt() int64 {
+	if x != nil {
+		return x.LastRemovalAt
 	}
 	return 0
 }
@@ -1384,7 +1461,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1473,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1486,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -1583,21 +1660,26 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\x13ReconciledExecution\x12\x1b\n" +
 	"\tvertex_id\x18\x01 \x01(\tR\bvertexId\x12#\n" +
 	"\rsubtask_index\x18\x02 \x01(\x05R\fsubtaskIndex\x125\n" +
-	"\texecution\x18\x03 \x01(\v2\x17.jmcluster.v1.ExecutionR\texecution\"\xa4\x01\n" +
+	"\texecution\x18\x03 \x01(\v2\x17.jmcluster.v1.ExecutionR\texecution\"J\n" +
+	"\x11RemoveJobsCommand\x12\x17\n" +
+	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\x12\x1c\n" +
+	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\"\xa4\x01\n" +
 	"\x18EndReconciliationCommand\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12:\n" +
 	"\x06counts\x18\x03 \x01(\v2\".jmcluster.v1.ReconciliationCountsR\x06counts\x12\x18\n" +
-	"\aoutcome\x18\x04 \x01(\tR\aoutcome\">\n" +
+	"\aoutcome\x18\x04 \x01(\tR\aoutcome\"\x89\x01\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
-	"\x04jobs\x18\x02 \x01(\x04R\x04jobs\"\x80\x02\n" +
+	"\x04jobs\x18\x02 \x01(\x04R\x04jobs\x12!\n" +
+	"\fremoved_jobs\x18\x03 \x01(\x04R\vremovedJobs\x12&\n" +
+	"\x0flast_removal_at\x18\x04 \x01(\x03R\rlastRemovalAt\"\x80\x02\n" +
 	"\x0eSnapshotRecord\x126\n" +
 	"\x06header\x18\x01 \x01(\v2\x1c.jmcluster.v1.SnapshotHeaderH\x00R\x06header\x12+\n" +
 	"\x03job\x18\x02 \x01(\v2\x17.jmcluster.v1.JobRecordH\x00R\x03job\x121\n" +
 	"\x05epoch\x18\x03 \x01(\v2\x19.jmcluster.v1.LeaderEpochH\x00R\x05epoch\x12L\n" +
 	"\x0ereconciliation\x18\x04 \x01(\v2\".jmcluster.v1.ReconciliationRecordH\x00R\x0ereconciliationB\b\n" +
-	"\x06record*\xfc\x02\n" +
+	"\x06record*\x9a\x03\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17COMMAND_TYPE_SUBMIT_JOB\x10\x01\x12\x1f\n" +
@@ -1610,7 +1692,8 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\x1aCOMMAND_TYPE_RECONCILE_JOB\x10\b\x12#\n" +
 	"\x1fCOMMAND_TYPE_END_RECONCILIATION\x10\t\x12\x15\n" +
 	"\x11COMMAND_TYPE_NOOP\x10\n" +
-	"B-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
+	"\x12\x1c\n" +
+	"\x18COMMAND_TYPE_REMOVE_JOBS\x10\vB-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
 
 var (
 	file_jmcluster_v1_fsm_proto_rawDescOnce sync.Once
@@ -1625,7 +1708,7 @@ func file_jmcluster_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_jmcluster_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_jmcluster_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_jmcluster_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_jmcluster_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),                     // 0: jmcluster.v1.CommandType
 	(*Command)(nil),                      // 1: jmcluster.v1.Command
@@ -1644,32 +1727,33 @@ var file_jmcluster_v1_fsm_proto_goTypes = []any{
 	(*BeginReconciliationCommand)(nil),   // 14: jmcluster.v1.BeginReconciliationCommand
 	(*ReconcileJobCommand)(nil),          // 15: jmcluster.v1.ReconcileJobCommand
 	(*ReconciledExecution)(nil),          // 16: jmcluster.v1.ReconciledExecution
-	(*EndReconciliationCommand)(nil),     // 17: jmcluster.v1.EndReconciliationCommand
-	(*SnapshotHeader)(nil),               // 18: jmcluster.v1.SnapshotHeader
-	(*SnapshotRecord)(nil),               // 19: jmcluster.v1.SnapshotRecord
-	(*JobGraph)(nil),                     // 20: jmcluster.v1.JobGraph
-	(JobStatus)(0),                       // 21: jmcluster.v1.JobStatus
-	(*SlotID)(nil),                       // 22: jmcluster.v1.SlotID
-	(ExecutionState)(0),                  // 23: jmcluster.v1.ExecutionState
-	(*Execution)(nil),                    // 24: jmcluster.v1.Execution
-	(*JobRecord)(nil),                    // 25: jmcluster.v1.JobRecord
+	(*RemoveJobsCommand)(nil),            // 17: jmcluster.v1.RemoveJobsCommand
+	(*EndReconciliationCommand)(nil),     // 18: jmcluster.v1.EndReconciliationCommand
+	(*SnapshotHeader)(nil),               // 19: jmcluster.v1.SnapshotHeader
+	(*SnapshotRecord)(nil),               // 20: jmcluster.v1.SnapshotRecord
+	(*JobGraph)(nil),                     // 21: jmcluster.v1.JobGraph
+	(JobStatus)(0),                       // 22: jmcluster.v1.JobStatus
+	(*SlotID)(nil),                       // 23: jmcluster.v1.SlotID
+	(ExecutionState)(0),                  // 24: jmcluster.v1.ExecutionState
+	(*Execution)(nil),                    // 25: jmcluster.v1.Execution
+	(*JobRecord)(nil),                    // 26: jmcluster.v1.JobRecord
 }
 var file_jmcluster_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: jmcluster.v1.Command.type:type_name -> jmcluster.v1.CommandType
-	20, // 1: jmcluster.v1.SubmitJobCommand.job_graph:type_name -> jmcluster.v1.JobGraph
-	21, // 2: jmcluster.v1.SetJobStatusCommand.status:type_name -> jmcluster.v1.JobStatus
-	21, // 3: jmcluster.v1.SetJobStatusCommand.expected:type_name -> jmcluster.v1.JobStatus
-	22, // 4: jmcluster.v1.AttemptSpec.slot:type_name -> jmcluster.v1.SlotID
+	21, // 1: jmcluster.v1.SubmitJobCommand.job_graph:type_name -> jmcluster.v1.JobGraph
+	22, // 2: jmcluster.v1.SetJobStatusCommand.status:type_name -> jmcluster.v1.JobStatus
+	22, // 3: jmcluster.v1.SetJobStatusCommand.expected:type_name -> jmcluster.v1.JobStatus
+	23, // 4: jmcluster.v1.AttemptSpec.slot:type_name -> jmcluster.v1.SlotID
 	4,  // 5: jmcluster.v1.CreateAttemptsCommand.attempts:type_name -> jmcluster.v1.AttemptSpec
-	23, // 6: jmcluster.v1.ExecutionStateUpdate.state:type_name -> jmcluster.v1.ExecutionState
+	24, // 6: jmcluster.v1.ExecutionStateUpdate.state:type_name -> jmcluster.v1.ExecutionState
 	6,  // 7: jmcluster.v1.UpdateExecutionStatesCommand.updates:type_name -> jmcluster.v1.ExecutionStateUpdate
 	12, // 8: jmcluster.v1.ReconciliationRecord.counts:type_name -> jmcluster.v1.ReconciliationCounts
 	16, // 9: jmcluster.v1.ReconcileJobCommand.executions:type_name -> jmcluster.v1.ReconciledExecution
-	21, // 10: jmcluster.v1.ReconcileJobCommand.status:type_name -> jmcluster.v1.JobStatus
-	24, // 11: jmcluster.v1.ReconciledExecution.execution:type_name -> jmcluster.v1.Execution
+	22, // 10: jmcluster.v1.ReconcileJobCommand.status:type_name -> jmcluster.v1.JobStatus
+	25, // 11: jmcluster.v1.ReconciledExecution.execution:type_name -> jmcluster.v1.Execution
 	12, // 12: jmcluster.v1.EndReconciliationCommand.counts:type_name -> jmcluster.v1.ReconciliationCounts
-	18, // 13: jmcluster.v1.SnapshotRecord.header:type_name -> jmcluster.v1.SnapshotHeader
-	25, // 14: jmcluster.v1.SnapshotRecord.job:type_name -> jmcluster.v1.JobRecord
+	19, // 13: jmcluster.v1.SnapshotRecord.header:type_name -> jmcluster.v1.SnapshotHeader
+	26, // 14: jmcluster.v1.SnapshotRecord.job:type_name -> jmcluster.v1.JobRecord
 	11, // 15: jmcluster.v1.SnapshotRecord.epoch:type_name -> jmcluster.v1.LeaderEpoch
 	13, // 16: jmcluster.v1.SnapshotRecord.reconciliation:type_name -> jmcluster.v1.ReconciliationRecord
 	17, // [17:17] is the sub-list for method output_type
@@ -1685,7 +1769,7 @@ func file_jmcluster_v1_fsm_proto_init() {
 		return
 	}
 	file_jmcluster_v1_graph_proto_init()
-	file_jmcluster_v1_fsm_proto_msgTypes[18].OneofWrappers = []any{
+	file_jmcluster_v1_fsm_proto_msgTypes[19].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Epoch)(nil),
@@ -1697,7 +1781,7 @@ func file_jmcluster_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_fsm_proto_rawDesc), len(file_jmcluster_v1_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -159,6 +159,7 @@ func (s *ClientService) ListJobs(ctx context.Context, req *pb.ListJobsRequest) (
 		}
 	}
 	out := &pb.ListJobsResponse{ServedBy: s.d.Node.ID()}
+	out.RemovedJobs, _ = s.d.State.RemovedJobs()
 	for _, rec := range s.d.State.Jobs() {
 		out.Jobs = append(out.Jobs, Summary(rec))
 	}
