@@ -45,7 +45,10 @@ type JobMasterConfig struct {
 	// Unsafe breaks safety mechanisms on purpose, so that the fault suite can show its checkers
 	// catch each failure. Never set in production.
 	Unsafe Unsafe
-	// MaxMessageSize bounds received gRPC messages (default 4 MiB).
+	// WriteLimit bounds each client's SubmitJob and CancelJob rate on this replica.
+	WriteLimit server.WriteLimit
+	// MaxMessageSize bounds every gRPC message the replica receives or sends: its server and
+	// its connections to other JMs and to TMs (default transport.DefaultMaxMessageSize).
 	MaxMessageSize int
 	Logger         hclog.Logger
 }
@@ -109,6 +112,8 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	cfg.Reconcile.Logger = log
 	cfg.Reconcile.UnsafeRestartOnFailover = cfg.Unsafe.RestartOnFailover
 	cfg.Reconcile.UnsafeStuck = cfg.Unsafe.StuckReconciling
+	cfg.Cluster.MaxMessageSize = cfg.MaxMessageSize
+	cfg.JobMaster.MaxMessageSize = cfg.MaxMessageSize
 
 	a.State = fsm.New(log)
 	a.JM = jobmaster.New(cfg.JobMaster, nil, a.State)
@@ -124,6 +129,7 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	}
 
 	deps := server.Deps{Node: a.Node, State: a.State, JM: a.JM, UnsafeAckBeforeCommit: cfg.Unsafe.AckBeforeCommit}
+	deps.WriteLimit = cfg.WriteLimit
 	if cfg.Gossip != nil {
 		g := *cfg.Gossip
 		g.Logger = log

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -216,9 +217,11 @@ func (n *Node) requestJoin(ctx context.Context, addr string) error {
 	return err
 }
 
+// dialOptions are the configured options (plaintext by default) with the message size limit.
 func (n *Node) dialOptions() []grpc.DialOption {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if len(n.cfg.DialOptions) > 0 {
-		return n.cfg.DialOptions
+		opts = append([]grpc.DialOption(nil), n.cfg.DialOptions...)
 	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	return append(opts, transport.DialOptions(n.cfg.MaxMessageSize, "JobMaster")...)
 }

@@ -59,6 +59,9 @@ type Config struct {
 	// DialOptions are used for gRPC connections to other JobMasters (leader forwarding,
 	// bootstrap discovery). Empty means plaintext (insecure credentials).
 	DialOptions []grpc.DialOption
+	// MaxMessageSize bounds every message those connections send or receive (default
+	// transport.DefaultMaxMessageSize; --max-message-size).
+	MaxMessageSize int
 
 	Logger hclog.Logger
 }

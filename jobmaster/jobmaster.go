@@ -55,6 +55,9 @@ type Config struct {
 	RetryAfter time.Duration
 	// RPCTimeout bounds every JM -> TM call (default 5s).
 	RPCTimeout time.Duration
+	// MaxMessageSize bounds every message of the JM -> TM connections (default
+	// transport.DefaultMaxMessageSize; --max-message-size).
+	MaxMessageSize int
 	// TickInterval drives timeouts, pending deployments and restarts (default 200ms).
 	TickInterval time.Duration
 	// MaxBatch is the most execution-state updates committed in one Raft entry (default 1000).
@@ -154,7 +157,7 @@ func New(cfg Config, raft Raft, state *fsm.FSM) *JobMaster {
 		state: state,
 		log:   cfg.Logger.Named("jobmaster"),
 	}
-	jm.tms = newRegistry(jm.log, cfg.RPCTimeout)
+	jm.tms = newRegistry(jm.log, cfg.RPCTimeout, cfg.MaxMessageSize)
 	return jm
 }
 

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -34,14 +35,15 @@ type TaskManager struct {
 type Registry struct {
 	log     hclog.Logger
 	timeout time.Duration
+	maxMsg  int // message size limit of the connections to TMs
 
 	mu    sync.Mutex
 	tms   map[string]*TaskManager
 	conns map[string]*grpc.ClientConn // by address
 }
 
-func newRegistry(log hclog.Logger, timeout time.Duration) *Registry {
-	return &Registry{log: log.Named("registry"), timeout: timeout, tms: map[string]*TaskManager{}, conns: map[string]*grpc.ClientConn{}}
+func newRegistry(log hclog.Logger, timeout time.Duration, maxMsg int) *Registry {
+	return &Registry{log: log.Named("registry"), timeout: timeout, maxMsg: maxMsg, tms: map[string]*TaskManager{}, conns: map[string]*grpc.ClientConn{}}
 }
 
 // Upsert records a TM's addresses; seen marks a direct contact (registration or heartbeat).
@@ -163,7 +165,8 @@ func (r *Registry) Client(addr string) (pb.TaskManagerServiceClient, error) {
 	cc := r.conns[addr]
 	if cc == nil {
 		var err error
-		cc, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, transport.DialOptions(r.maxMsg, "JobMaster")...)
+		cc, err = grpc.NewClient(addr, opts...)
 		if err != nil {
 			return nil, err
 		}

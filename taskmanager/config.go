@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/jmcluster/jmcluster/transport"
 )
 
 // Config configures a TaskManager. Zero values mean the defaults of DefaultConfig.
@@ -51,7 +53,9 @@ type Config struct {
 	OutboxBackoffMin, OutboxBackoffMax time.Duration
 	// ReportChunkSize is the executions per report chunk when the leader asks for 0 (default 1000).
 	ReportChunkSize int
-	// MaxMessageSize is the gRPC max receive message size of both servers (default 4 MiB).
+	// MaxMessageSize bounds every gRPC message the TM receives or sends, on both servers and
+	// every client connection (default transport.DefaultMaxMessageSize, 4 MiB;
+	// --max-message-size).
 	MaxMessageSize int
 	// RPCTimeout bounds each TM -> JM call (default 5s).
 	RPCTimeout time.Duration
@@ -96,7 +100,7 @@ func DefaultConfig() Config {
 		OutboxBackoffMin:    50 * time.Millisecond,
 		OutboxBackoffMax:    2 * time.Second,
 		ReportChunkSize:     1000,
-		MaxMessageSize:      4 << 20,
+		MaxMessageSize:      transport.DefaultMaxMessageSize,
 		RPCTimeout:          5 * time.Second,
 		InputConnectTimeout: 2 * time.Minute,
 		CancelWait:          3 * time.Second,

@@ -5,9 +5,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/jmcluster/jmcluster/transport"
 )
 
-// connPool shares one client connection per remote address (JMs and other TMs' DataService).
+// connPool shares one client connection per remote address (JMs and other TMs' DataService);
+// every call on them is bounded by the TM's message size limit both ways.
 type connPool struct {
 	maxMsg int
 	mu     sync.Mutex
@@ -28,10 +31,9 @@ func (p *connPool) get(addr string) (*grpc.ClientConn, error) {
 	if c, ok := p.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(p.maxMsg)),
-	)
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		transport.DialOptions(p.maxMsg, "TaskManager")...)
+	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
 	}

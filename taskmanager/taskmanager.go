@@ -15,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -115,19 +116,23 @@ func New(cfg Config) (*TaskManager, error) {
 		serveErrs:       make(chan error, 2),
 	}
 	tm.outbox = newOutbox(tm)
-	tm.grpcSrv = tm.newServer()
-	pb.RegisterTaskManagerServiceServer(tm.grpcSrv, &controlService{tm: tm})
-	tm.dataSrv = tm.newServer()
-	pb.RegisterDataServiceServer(tm.dataSrv, &dataService{tm: tm})
+	var reg grpc.ServiceRegistrar
+	tm.grpcSrv, reg = tm.newServer()
+	pb.RegisterTaskManagerServiceServer(reg, &controlService{tm: tm})
+	tm.dataSrv, reg = tm.newServer()
+	pb.RegisterDataServiceServer(reg, &dataService{tm: tm})
 	return tm, nil
 }
 
-// newServer builds a gRPC server with the size limit, health and reflection.
-func (tm *TaskManager) newServer() *grpc.Server {
-	s := grpc.NewServer(grpc.MaxRecvMsgSize(tm.cfg.MaxMessageSize))
-	healthpb.RegisterHealthServer(s, tm.health)
+// newServer builds a gRPC server with health and reflection, and the registrar of its services:
+// every message it receives or sends is bounded by MaxMessageSize, and a message over it is
+// refused with a status naming the limit and --max-message-size.
+func (tm *TaskManager) newServer() (*grpc.Server, grpc.ServiceRegistrar) {
+	s := grpc.NewServer(transport.ServerOptions(tm.cfg.MaxMessageSize)...)
+	reg := transport.Registrar(s, tm.cfg.MaxMessageSize, "TaskManager")
+	healthpb.RegisterHealthServer(reg, tm.health)
 	reflection.Register(s)
-	return s
+	return s, reg
 }
 
 // Start serves both services and starts registration, heartbeats, the grace watchdog, the

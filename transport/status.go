@@ -35,6 +35,14 @@ const (
 	// leader's (FAILED_PRECONDITION). Nothing happened; the caller is not deposed: a new
 	// leader announces its epoch with RequestReport first.
 	ReasonUnannouncedEpoch = "UNANNOUNCED_EPOCH"
+	// ReasonMessageTooLarge: a request or reply is over a message size limit
+	// (RESOURCE_EXHAUSTED); metadata "limit", "size" (when known), "message" (request or
+	// reply) and "setting" (--max-message-size). Final: the same message is refused again.
+	ReasonMessageTooLarge = "MESSAGE_TOO_LARGE"
+	// ReasonRateLimited: the client is over its write rate limit on the JobMaster it called
+	// (RESOURCE_EXHAUSTED, with a RetryInfo detail); metadata "client", "rate", "burst".
+	// Nothing was proposed; retry after the given delay.
+	ReasonRateLimited = "RATE_LIMITED"
 )
 
 // ReconcilingError is the status refused RPCs get while the gate is closed.
@@ -42,6 +50,17 @@ func ReconcilingError(retryAfter time.Duration) error {
 	st := status.New(codes.Unavailable, "leader is reconciling; retry after "+retryAfter.String())
 	st, _ = st.WithDetails(
 		&errdetails.ErrorInfo{Reason: ReasonReconciling, Domain: ErrorDomain},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)},
+	)
+	return st.Err()
+}
+
+// RateLimitedError is the refusal of a write from a client over its rate limit: msg names the
+// limit, md describes it, retryAfter is when the client's next write will be admitted.
+func RateLimitedError(msg string, md map[string]string, retryAfter time.Duration) error {
+	st := status.New(codes.ResourceExhausted, msg)
+	st, _ = st.WithDetails(
+		&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain, Metadata: md},
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)},
 	)
 	return st.Err()
@@ -127,14 +146,18 @@ func LeaderHint(err error) string {
 // IsReconciling reports whether err is the gate's refusal.
 func IsReconciling(err error) bool { return Reason(err) == ReasonReconciling }
 
+// IsRateLimited reports whether err is a refusal of a client over its write rate limit.
+func IsRateLimited(err error) bool { return Reason(err) == ReasonRateLimited }
+
 // IsStaleEpoch reports whether err is a TM's refusal of an older epoch.
 func IsStaleEpoch(err error) bool { return Reason(err) == ReasonStaleEpoch }
 
 // Retryable reports whether a TM -> JM message refused with err should stay in the outbox and
 // be retried: the gate is closed, the node is not (or no longer) the leader, or the network
-// failed. Validation errors (InvalidArgument, NotFound, FailedPrecondition) are final.
+// failed. Validation errors (InvalidArgument, NotFound, FailedPrecondition) and a message over
+// a size limit (MESSAGE_TOO_LARGE: the same message would be refused again) are final.
 func Retryable(err error) bool {
-	if err == nil {
+	if err == nil || IsMessageTooLarge(err) {
 		return false
 	}
 	st, ok := status.FromError(err)

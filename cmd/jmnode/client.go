@@ -29,6 +29,7 @@ type cliFlags struct {
 	addr    *string
 	json    *bool
 	timeout *time.Duration
+	maxMsg  *int
 }
 
 func newCLIFlags(fs *flag.FlagSet, read bool) cliFlags {
@@ -38,7 +39,8 @@ func newCLIFlags(fs *flag.FlagSet, read bool) cliFlags {
 	}
 	c := cliFlags{
 		addr:    fs.String("addr", def, "gRPC address of any JobMaster (env JMNODE_ADDR)"),
-		timeout: fs.Duration("timeout", 15*time.Second, "give up after this long (retries while there is no leader or it reconciles)"),
+		timeout: fs.Duration("timeout", 15*time.Second, "give up after this long (retries while there is no leader, it reconciles or this client is over its write rate limit)"),
+		maxMsg:  fs.Int("max-message-size", transport.DefaultMaxMessageSize, "bound in bytes on every gRPC message this client sends or receives (the JobMasters have their own)"),
 	}
 	if read {
 		c.json = fs.Bool("json", false, "print JSON")
@@ -53,8 +55,12 @@ type conn struct {
 	cc   *grpc.ClientConn
 }
 
-func dial(addr string) (*conn, error) {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// dial connects to a JobMaster; every message is bounded by maxMsg (0: the default), and a
+// message over that limit or the JobMaster's is refused with an error naming the limit.
+func dial(addr string, maxMsg int) (*conn, error) {
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		transport.DialOptions(maxMsg, "jmnode client")...)
+	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("JobMaster address %q: %w", addr, err)
 	}
@@ -65,7 +71,8 @@ func (c *conn) client() pb.ClientServiceClient     { return pb.NewClientServiceC
 func (c *conn) operator() pb.OperatorServiceClient { return pb.NewOperatorServiceClient(c.cc) }
 
 // call runs fn, retrying while the cluster has no leader, the call reached a follower that
-// could not forward, or the leader is reconciling, until the timeout. Errors name the address.
+// could not forward, the leader is reconciling, or this client is over its write rate limit
+// (after the RetryInfo delay), until the timeout. Errors name the address.
 func (c *conn) call(timeout time.Duration, fn func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -78,7 +85,7 @@ func (c *conn) call(timeout time.Duration, fn func(ctx context.Context) error) e
 			return nil
 		}
 		st, _ := status.FromError(err)
-		retry := st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded
+		retry := st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded || transport.IsRateLimited(err)
 		if !retry || ctx.Err() != nil {
 			return c.explain(err)
 		}
@@ -111,7 +118,7 @@ func (c *conn) explain(err error) error {
 // ask dials the JobMaster the flags name and makes one call with the CLI's retries.
 func ask[T any](cf cliFlags, rpc func(context.Context, *conn) (T, error)) (T, error) {
 	var resp T
-	c, err := dial(*cf.addr)
+	c, err := dial(*cf.addr, *cf.maxMsg)
 	if err != nil {
 		return resp, err
 	}
@@ -190,7 +197,7 @@ func jobSubmit(args []string) error {
 	if jg.JobId == "" {
 		jg.JobId = newJobID() // chosen here so that a retried submit is recognised
 	}
-	c, err := dial(*cf.addr)
+	c, err := dial(*cf.addr, *cf.maxMsg)
 	if err != nil {
 		return err
 	}

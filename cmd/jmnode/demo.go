@@ -193,7 +193,7 @@ func (d *demo) run(ctx context.Context, jobFile string, reportDeadline time.Dura
 		}
 	}
 	d.say("started jm1, jm2, jm3 (Raft bootstrap-expect 3, gossip, fast Raft timings)")
-	c, err := dial(strings.Join(joins, ","))
+	c, err := dial(strings.Join(joins, ","), 0)
 	if err != nil {
 		return err
 	}
@@ -333,7 +333,7 @@ func (d *demo) run(ctx context.Context, jobFile string, reportDeadline time.Dura
 }
 
 func (d *demo) client(addr string) *conn {
-	c, _ := dial(addr)
+	c, _ := dial(addr, 0)
 	return c
 }
 

@@ -20,6 +20,8 @@ import (
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/reconcile"
+	"github.com/jmcluster/jmcluster/transport"
+	"github.com/jmcluster/jmcluster/transport/server"
 )
 
 func runJobMaster(args []string) error {
@@ -34,6 +36,9 @@ func runJobMaster(args []string) error {
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:7100", "gRPC listen address (clients, operators, TaskManagers)")
 	grpcAdv := fs.String("grpc-advertise", "", "gRPC address other nodes dial (default: --grpc-addr)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:7200", "HTTP address for /metrics, /healthz, /readyz, /api/v1 and the web UI (empty: off)")
+	maxMsg := fs.Int("max-message-size", transport.DefaultMaxMessageSize, "bound in bytes on every gRPC message this JobMaster receives or sends (its server, its connections to JobMasters and TaskManagers)")
+	writeRate := fs.Float64("client-write-rate", server.DefaultWriteRate, "SubmitJob and CancelJob calls per second each client (by IP address) may make on this JobMaster; negative: no limit")
+	writeBurst := fs.Int("client-write-burst", server.DefaultWriteBurst, "SubmitJob and CancelJob calls a client may make at once on this JobMaster")
 	gossipAddr := fs.String("gossip-addr", "", "gossip bind address host:port (empty: gossip off)")
 	gossipJoin := fs.String("gossip-join", "", "comma-separated gossip addresses to join")
 	gossipKey := fs.String("gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip")
@@ -110,6 +115,11 @@ func runJobMaster(args []string) error {
 			StuckReconciling:      os.Getenv("JMNODE_UNSAFE_STUCK_RECONCILING") == "1",
 		},
 	}
+	if *maxMsg <= 0 || *writeBurst <= 0 {
+		return fmt.Errorf("--max-message-size %d and --client-write-burst %d must be positive", *maxMsg, *writeBurst)
+	}
+	cfg.MaxMessageSize = *maxMsg
+	cfg.WriteLimit = server.WriteLimit{Rate: *writeRate, Burst: *writeBurst}
 	if *gossipAddr != "" {
 		g, err := gossipConfig(*gossipAddr, *gossipJoin, *gossipKey, *gossipProfile)
 		if err != nil {

@@ -27,6 +27,7 @@ func runTaskManager(args []string) error {
 	dataAddr := fs.String("data-addr", "127.0.0.1:7500", "DataService (record exchange) listen address")
 	grpcAdv := fs.String("grpc-advertise", "", "TaskManagerService address others dial (default: bound address)")
 	dataAdv := fs.String("data-advertise", "", "DataService address others dial (default: bound address)")
+	maxMsg := fs.Int("max-message-size", def.MaxMessageSize, "bound in bytes on every gRPC message this TaskManager receives or sends (both servers, its connections to JobMasters and TaskManagers)")
 	jms := fs.String("jm", "", "comma-separated JobMaster gRPC addresses (asked for the leader when gossip does not know it)")
 	gossipAddr := fs.String("gossip-addr", "", "gossip bind address host:port (empty: gossip off)")
 	gossipJoin := fs.String("gossip-join", "", "comma-separated gossip addresses to join")
@@ -58,6 +59,7 @@ func runTaskManager(args []string) error {
 	cfg.JobMasters, cfg.LeaderGrace, cfg.RetainTerminal, cfg.HeartbeatInterval = splitList(*jms), *grace, *retain, *hb
 	cfg.Logger, cfg.WorkDir = log, *workDir
 	cfg.FenceTimeout = *fence
+	cfg.MaxMessageSize = *maxMsg
 	cfg.UnsafeDisableFencing = os.Getenv("JMNODE_UNSAFE_DISABLE_FENCING") == "1"
 	if *eventLog != "" {
 		f, err := os.OpenFile(*eventLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

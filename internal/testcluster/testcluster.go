@@ -46,6 +46,8 @@ type Options struct {
 	Raft func(*cluster.Config)
 	// JobMaster edits each replica's JobMaster configuration (on every start and restart).
 	JobMaster func(*jobmaster.Config)
+	// JM edits each replica's whole configuration (on every start and restart), after Raft.
+	JM func(*agent.JobMasterConfig)
 	// LogLevel of the cluster log (default debug).
 	LogLevel hclog.Level
 }
@@ -199,6 +201,9 @@ func (c *Cluster) StartJM(j *JM) {
 		g.Join = c.gossipSeeds()
 		cfg.Gossip = &g
 	}
+	if c.Opts.JM != nil {
+		c.Opts.JM(&cfg)
+	}
 	a, err := agent.StartJobMaster(cfg)
 	if err != nil {
 		c.T.Fatalf("start %s: %v", j.ID, err)
@@ -319,7 +324,8 @@ func (c *Cluster) WaitTMs(n int) {
 	})
 }
 
-// Conn returns a cached client connection to addr.
+// Conn returns a cached client connection to addr. It has no send limit of its own (gRPC's
+// client default), so that tests can show the servers refuse oversized messages.
 func (c *Cluster) Conn(addr string) *grpc.ClientConn {
 	c.mu.Lock()
 	defer c.mu.Unlock()

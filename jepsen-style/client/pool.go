@@ -43,7 +43,8 @@ func NewPool(addrs map[string]string, dial DialFunc) (*Pool, error) {
 		return nil, ErrNoJM
 	}
 	for _, node := range p.nodes {
-		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+			transport.DialOptions(transport.DefaultMaxMessageSize, "jepsen client")...)
 		if dial != nil {
 			opts = append(opts, grpc.WithContextDialer(dial))
 		}

@@ -34,17 +34,22 @@ type Deps struct {
 	// UnsafeAckBeforeCommit acknowledges submissions and cancellations before they commit
 	// (JMNODE_UNSAFE_ACK_BEFORE_COMMIT; the fault suite's self-test only).
 	UnsafeAckBeforeCommit bool
+	// WriteLimit bounds each client's SubmitJob and CancelJob rate on this JM.
+	WriteLimit WriteLimit
 }
 
 // ClientService implements pb.ClientServiceServer. Writes go to the established leader:
 // a follower forwards them; reads are served locally unless they ask to be consistent.
 type ClientService struct {
 	pb.UnimplementedClientServiceServer
-	d Deps
+	d     Deps
+	limit *writeLimiter
 }
 
 // NewClientService returns the client-facing service.
-func NewClientService(d Deps) *ClientService { return &ClientService{d: d} }
+func NewClientService(d Deps) *ClientService {
+	return &ClientService{d: d, limit: newWriteLimiter(d.WriteLimit)}
+}
 
 func isForwarded(ctx context.Context) bool {
 	md, ok := metadata.FromIncomingContext(ctx)
@@ -71,6 +76,9 @@ func forward[T any](ctx context.Context, d Deps, call func(context.Context, pb.C
 func (s *ClientService) leaderHere() bool { return s.d.Node.IsLeader() }
 
 func (s *ClientService) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
+	if err := s.admitWrite(ctx); err != nil {
+		return nil, err
+	}
 	if req.JobGraph == nil {
 		return nil, status.Error(codes.InvalidArgument, "job_graph is required")
 	}
@@ -91,6 +99,9 @@ func (s *ClientService) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest)
 }
 
 func (s *ClientService) CancelJob(ctx context.Context, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error) {
+	if err := s.admitWrite(ctx); err != nil {
+		return nil, err
+	}
 	if req.JobId == "" {
 		return nil, status.Error(codes.InvalidArgument, "job_id is required")
 	}

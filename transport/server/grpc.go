@@ -7,24 +7,26 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/jmcluster/jmcluster/jobmaster"
+	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-// DefaultMaxMessageSize bounds every gRPC message a JM receives (4 MiB).
-const DefaultMaxMessageSize = 4 << 20
+// DefaultMaxMessageSize bounds every gRPC message a JM receives or sends (4 MiB); it is
+// transport.DefaultMaxMessageSize, the one source of the limit.
+const DefaultMaxMessageSize = transport.DefaultMaxMessageSize
 
 // NewGRPCServer builds a JM's gRPC server: ClientService, OperatorService, JobMasterService,
-// health and reflection. The health server is returned so the caller can flip serving states.
+// health and reflection. Every message it receives or sends is bounded by maxMsg (0: the
+// default), and a message over it is refused with a status naming the limit and
+// --max-message-size. The health server is returned so the caller can flip serving states.
 func NewGRPCServer(d Deps, maxMsg int) (*grpc.Server, *health.Server) {
-	if maxMsg <= 0 {
-		maxMsg = DefaultMaxMessageSize
-	}
-	s := grpc.NewServer(grpc.MaxRecvMsgSize(maxMsg))
-	pb.RegisterClientServiceServer(s, NewClientService(d))
-	pb.RegisterOperatorServiceServer(s, NewOperatorService(d))
-	pb.RegisterJobMasterServiceServer(s, jobmaster.NewService(d.JM))
+	s := grpc.NewServer(transport.ServerOptions(maxMsg)...)
+	reg := transport.Registrar(s, maxMsg, "JobMaster")
+	pb.RegisterClientServiceServer(reg, NewClientService(d))
+	pb.RegisterOperatorServiceServer(reg, NewOperatorService(d))
+	pb.RegisterJobMasterServiceServer(reg, jobmaster.NewService(d.JM))
 	hs := health.NewServer()
-	healthpb.RegisterHealthServer(s, hs)
+	healthpb.RegisterHealthServer(reg, hs)
 	reflection.Register(s)
 	return s, hs
 }
