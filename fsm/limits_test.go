@@ -101,8 +101,9 @@ func TestJobsAtTheCeilingSnapshotAndRestore(t *testing.T) {
 		{graph.LimitGraphBytes, wideJob(jobIDN(3), 1024, q, 64)},
 	}
 	if raceEnabled {
-		// The race detector makes a 100 MB record take minutes and gigabytes; the executions
-		// case still runs at the ceiling, the others at a quarter of it.
+		// The race detector makes a 100 MB record take minutes and gigabytes; under it the
+		// cases run at a quarter of the ceiling.
+		cases[0].jg = forwardJob(jobIDN(1), int(ceil.MaxExecutions/4096), 1024)
 		cases[1].jg = wideJob(jobIDN(2), 512, 512, 3)
 		cases[2].jg = wideJob(jobIDN(3), 512, q/2, 64)
 	}
@@ -170,5 +171,25 @@ func TestRestoreOfACorruptLengthAllocatesLittle(t *testing.T) {
 	}
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16<<20 {
 		t.Errorf("restoring 110 bytes allocated %d bytes", alloc)
+	}
+}
+
+// TestAttemptHistoryShrinksWithTheJob: a job keeps ten earlier attempts per execution up to
+// 16,384 executions and fewer (at least one) beyond, so its earlier attempts stay bounded in
+// all and a record at the execution ceiling still fits the snapshot's record limit.
+func TestAttemptHistoryShrinksWithTheJob(t *testing.T) {
+	for _, c := range []struct{ vertices, p, want int }{
+		{3, 3, 10}, {16, 1024, 10}, {32, 1024, 5}, {100, 1000, 1}, {128, 1024, 1},
+	} {
+		eg := &pb.ExecutionGraph{}
+		for v := 0; v < c.vertices; v++ {
+			eg.Vertices = append(eg.Vertices, &pb.ExecutionJobVertex{Subtasks: make([]*pb.ExecutionVertex, c.p)})
+		}
+		if got := attemptHistory(eg); got != c.want {
+			t.Errorf("%d x %d executions keep %d earlier attempts each, want %d", c.vertices, c.p, got, c.want)
+		}
+		if c.vertices*c.p*attemptHistory(eg) > maxJobAttemptHistory && attemptHistory(eg) > 1 {
+			t.Errorf("%d x %d: %d earlier attempts in all, over %d", c.vertices, c.p, c.vertices*c.p*attemptHistory(eg), maxJobAttemptHistory)
+		}
 	}
 }

@@ -11,6 +11,10 @@ import (
 const (
 	// maxAttemptHistory bounds ExecutionVertex.history; the oldest attempts are dropped.
 	maxAttemptHistory = 10
+	// maxJobAttemptHistory bounds the earlier attempts one job keeps in all: a job of more than
+	// 16,384 executions keeps fewer than maxAttemptHistory each (at least one), so its record
+	// stays under the snapshot's record limit (docs/fsm.md).
+	maxJobAttemptHistory = 16384 * maxAttemptHistory
 	// maxStatusHistory bounds JobRecord.history; the oldest changes are dropped.
 	maxStatusHistory = 100
 	// maxReconciliations bounds the reconciliation records kept; the oldest are dropped.
@@ -111,10 +115,19 @@ func setExecutionState(ex *pb.Execution, st pb.ExecutionState, ts int64, cause s
 	}
 }
 
-// retire moves an execution into a vertex's bounded history.
-func retire(ev *pb.ExecutionVertex, old *pb.Execution) {
+// attemptHistory is how many earlier attempts each execution of the graph keeps.
+func attemptHistory(eg *pb.ExecutionGraph) int {
+	n := 0
+	for _, v := range eg.GetVertices() {
+		n += len(v.GetSubtasks())
+	}
+	return min(maxAttemptHistory, max(1, maxJobAttemptHistory/max(n, 1)))
+}
+
+// retire moves an execution into a vertex's history, keeping the newest keep attempts.
+func retire(ev *pb.ExecutionVertex, old *pb.Execution, keep int) {
 	ev.History = append(ev.History, old)
-	if n := len(ev.History) - maxAttemptHistory; n > 0 {
+	if n := len(ev.History) - keep; n > 0 {
 		ev.History = slices.Delete(ev.History, 0, n)
 	}
 }

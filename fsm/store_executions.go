@@ -65,11 +65,12 @@ func (s *state) createAttempts(index uint64, c *pb.CreateAttemptsCommand) error 
 		return err
 	}
 	scheduled := pb.ExecutionState_EXECUTION_STATE_SCHEDULED
+	keep := attemptHistory(eg)
 	for i, a := range c.Attempts {
 		ev := targets[i]
 		if old := ev.Current; old != nil {
 			delete(s.attempts, old.AttemptId)
-			retire(ev, old)
+			retire(ev, old, keep)
 		}
 		ev.Current = &pb.Execution{
 			AttemptId:      a.AttemptId,

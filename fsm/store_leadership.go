@@ -142,12 +142,13 @@ func (s *state) reconcileJob(index uint64, c *pb.ReconcileJobCommand) error {
 	// reconciled execution normally keeps both).
 	produced := resultsByProducer(eg)
 	refresh := false
+	keep := attemptHistory(eg)
 	for i, re := range c.Executions {
 		ev := targets[i]
 		if old := ev.Current; old != nil {
 			delete(s.attempts, old.AttemptId)
 			if old.AttemptId != re.Execution.AttemptId {
-				retire(ev, old)
+				retire(ev, old, keep)
 			}
 			refresh = refresh || old.AttemptId != re.Execution.AttemptId || old.TmDataAddress != re.Execution.TmDataAddress
 		} else {

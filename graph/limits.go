@@ -31,10 +31,11 @@ type SizeLimits struct {
 
 // DefaultSizeLimits are the limits a JobMaster applies unless configured otherwise. They admit
 // a 512 -> 512 ALL_TO_ALL job (1,024 executions, 262,144 input channels, about 17 MB deployed)
-// with room to spare, and refuse a 4-vertex ALL_TO_ALL chain at parallelism 1,024 (3,145,728
+// with room to spare and a job of 100,000 executions (a 100 x 1,000 FORWARD chain is about
+// 31 MB deployed), and refuse a 4-vertex ALL_TO_ALL chain at parallelism 1,024 (3,145,728
 // input channels).
 func DefaultSizeLimits() SizeLimits {
-	return SizeLimits{MaxExecutions: 8192, MaxInputChannels: 512 << 10, MaxGraphBytes: 64 << 20}
+	return SizeLimits{MaxExecutions: 100_000, MaxInputChannels: 512 << 10, MaxGraphBytes: 64 << 20}
 }
 
 // CeilingSizeLimits are the replicated hard ceiling: the FSM refuses a SUBMIT_JOB above them
@@ -44,7 +45,7 @@ func DefaultSizeLimits() SizeLimits {
 // room for 10 earlier attempts per subtask, longer addresses and the status history (see
 // docs/fsm.md).
 func CeilingSizeLimits() SizeLimits {
-	return SizeLimits{MaxExecutions: 16384, MaxInputChannels: 1 << 20, MaxGraphBytes: 96 << 20}
+	return SizeLimits{MaxExecutions: 128 << 10, MaxInputChannels: 1 << 20, MaxGraphBytes: 96 << 20}
 }
 
 func (l SizeLimits) withDefaults() SizeLimits {

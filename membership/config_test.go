@@ -67,7 +67,7 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Logger == nil || c.RejoinMin == 0 || c.RejoinMax == 0 || c.BroadcastTimeout == 0 || c.GoneRetention == 0 {
 		t.Fatalf("defaults not set: %+v", c)
 	}
-	if p := profileConfig(ProfileTest); p.ProbeInterval != 100*time.Millisecond || p.SuspicionMult != 2 {
+	if p := profileConfig(ProfileTest); p.ProbeInterval != 200*time.Millisecond || p.ProbeTimeout != 150*time.Millisecond || p.SuspicionMult != 3 {
 		t.Fatalf("test profile timings: probe %s suspicion %d", p.ProbeInterval, p.SuspicionMult)
 	}
 }

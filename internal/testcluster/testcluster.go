@@ -7,12 +7,14 @@ package testcluster
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -204,10 +206,18 @@ func (c *Cluster) StartJM(j *JM) {
 	if c.Opts.JM != nil {
 		c.Opts.JM(&cfg)
 	}
-	a, err := agent.StartJobMaster(cfg)
-	if err != nil {
-		c.T.Fatalf("start %s: %v", j.ID, err)
-	}
+	// A replica comes back at its fixed addresses; while it was down the kernel may have lent
+	// one of its ports to another socket as an ephemeral source port. Such a socket is short
+	// lived, so the bind is retried for a while.
+	var a *agent.JobMaster
+	var err error
+	WaitFor(c.T, 15*time.Second, "the addresses of "+j.ID+" free to bind", func() (bool, string) {
+		a, err = agent.StartJobMaster(cfg)
+		if err != nil && !errors.Is(err, syscall.EADDRINUSE) {
+			c.T.Fatalf("start %s: %v", j.ID, err)
+		}
+		return err == nil, fmt.Sprint(err)
+	})
 	j.A = a
 }
 
