@@ -107,10 +107,12 @@ func serverRole(method string) string {
 // explain turns gRPC's own ResourceExhausted size refusal, seen by a client that called method
 // and last sent the message sent, into MessageTooLargeError naming whose limit it was. Every
 // other error, and a refusal that already names its limit (it carries a reason), is returned
-// as it is. gRPC refuses three ways: the client will not send a request over its limit
-// ("trying to send"); the server will not read a request over its own ("received message",
-// sent back to the client; N is then the request's size); the client will not read a reply
-// over its limit ("received message", with the client's limit as M).
+// as it is. gRPC refuses four ways, each "(N vs. M)": the client will not send a request over
+// its limit ("trying to send", N the request's size); the server will not read a request over
+// its own ("received message", sent back; N the request's size, M the server's limit); the
+// client will not read a reply over its limit ("received message", N the reply's size, M the
+// client's limit); a server that does not measure its replies first will not send one over its
+// limit ("trying to send", sent back; N the reply's size).
 func (l sizeLimit) explain(method string, sent any, err error) error {
 	st, ok := status.FromError(err)
 	if !ok || st.Code() != codes.ResourceExhausted || Reason(err) != "" || !strings.Contains(st.Message(), "larger than max") {
@@ -121,10 +123,13 @@ func (l sizeLimit) explain(method string, sent any, err error) error {
 		size, _ = strconv.Atoi(m[1])
 		max, _ = strconv.Atoi(m[2])
 	}
+	ours := size < 0 || size == messageSize(sent) // the refused message is the one this client sent
 	switch {
-	case strings.Contains(st.Message(), "trying to send"):
+	case strings.Contains(st.Message(), "trying to send") && ours:
 		return MessageTooLargeError("request", size, l.who, l.limit, st.Message())
-	case max > 0 && (max != l.limit || size == messageSize(sent)):
+	case strings.Contains(st.Message(), "trying to send"): // a server that does not name its limit
+		return MessageTooLargeError("reply", size, serverRole(method), max, st.Message())
+	case max > 0 && (max != l.limit || ours):
 		return MessageTooLargeError("request", size, serverRole(method), max, st.Message())
 	}
 	return MessageTooLargeError("reply", size, l.who, l.limit, st.Message())

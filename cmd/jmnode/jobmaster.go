@@ -115,8 +115,11 @@ func runJobMaster(args []string) error {
 			StuckReconciling:      os.Getenv("JMNODE_UNSAFE_STUCK_RECONCILING") == "1",
 		},
 	}
-	if *maxMsg <= 0 || *writeBurst <= 0 {
-		return fmt.Errorf("--max-message-size %d and --client-write-burst %d must be positive", *maxMsg, *writeBurst)
+	if *maxMsg <= 0 {
+		return fmt.Errorf("--max-message-size %d: must be a positive number of bytes", *maxMsg)
+	}
+	if *writeBurst <= 0 {
+		return fmt.Errorf("--client-write-burst %d: must be positive", *writeBurst)
 	}
 	cfg.MaxMessageSize = *maxMsg
 	cfg.WriteLimit = server.WriteLimit{Rate: *writeRate, Burst: *writeBurst}
