@@ -31,20 +31,21 @@ type SizeLimits struct {
 
 // DefaultSizeLimits are the limits a JobMaster applies unless configured otherwise. They admit
 // a 512 -> 512 ALL_TO_ALL job (1,024 executions, 262,144 input channels, about 17 MB deployed)
-// with room to spare, and refuse a 4-vertex ALL_TO_ALL chain at parallelism 1,024 (3,145,728
-// input channels).
+// and a 100 x 1,000 FORWARD chain (100,000 executions, about 18 MB deployed) with room to
+// spare, and refuse a 4-vertex ALL_TO_ALL chain at parallelism 1,024 (3,145,728 input channels).
 func DefaultSizeLimits() SizeLimits {
-	return SizeLimits{MaxExecutions: 8192, MaxInputChannels: 512 << 10, MaxGraphBytes: 64 << 20}
+	return SizeLimits{MaxExecutions: 128 << 10, MaxInputChannels: 512 << 10, MaxGraphBytes: 64 << 20}
 }
 
 // CeilingSizeLimits are the replicated hard ceiling: the FSM refuses a SUBMIT_JOB above them
 // whatever the JobMasters are configured with, and no configured limit may exceed them. They
 // are constants of the code, not of a replica, so every replica decides alike. At the ceiling
-// a deployed record stays far enough below the snapshot's record limit (256 MiB) to leave
-// room for 10 earlier attempts per subtask, longer addresses and the status history (see
-// docs/fsm.md).
+// a job's record stays below two thirds of the snapshot's record limit (1 GiB) even with 10
+// earlier attempts of every subtask, longer addresses and the status history (docs/fsm.md).
+// The execution ceiling is also the default: executions cost most once every subtask has
+// restarted ten times.
 func CeilingSizeLimits() SizeLimits {
-	return SizeLimits{MaxExecutions: 16384, MaxInputChannels: 1 << 20, MaxGraphBytes: 96 << 20}
+	return SizeLimits{MaxExecutions: 128 << 10, MaxInputChannels: 1 << 20, MaxGraphBytes: 96 << 20}
 }
 
 func (l SizeLimits) withDefaults() SizeLimits {
