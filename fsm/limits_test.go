@@ -84,7 +84,10 @@ func TestSubmitOverTheCeilingRefused(t *testing.T) {
 
 // TestJobsAtTheCeilingSnapshotAndRestore: for each limit, a job just under the replicated
 // ceiling is accepted, runs (every subtask with an attempt, producers refreshed), and its state
-// snapshots and restores equal, with its record well under the snapshot's record limit.
+// snapshots and restores equal. Its record, grown by what the estimate leaves out (the earlier
+// attempts every subtask may keep, each with a failure cause and two failovers' state changes,
+// 64-byte instead of 20-byte addresses in every partition and channel, a full status history),
+// stays under two thirds of the snapshot's record limit.
 func TestJobsAtTheCeilingSnapshotAndRestore(t *testing.T) {
 	ceil := graph.CeilingSizeLimits()
 	// The widest 1024 -> q job with 64-character ids under the byte ceiling.
@@ -101,9 +104,9 @@ func TestJobsAtTheCeilingSnapshotAndRestore(t *testing.T) {
 		{graph.LimitGraphBytes, wideJob(jobIDN(3), 1024, q, 64)},
 	}
 	if raceEnabled {
-		// The race detector makes a 100 MB record take minutes and gigabytes; under it the
-		// cases run at a quarter of the ceiling.
-		cases[0].jg = forwardJob(jobIDN(1), int(ceil.MaxExecutions/4096), 1024)
+		// The race detector makes a 100 MB record take minutes and gigabytes: an eighth of the
+		// executions and a quarter of the channels and bytes.
+		cases[0].jg = forwardJob(jobIDN(1), int(ceil.MaxExecutions/1024/8), 1024)
 		cases[1].jg = wideJob(jobIDN(2), 512, 512, 3)
 		cases[2].jg = wideJob(jobIDN(3), 512, q/2, 64)
 	}
@@ -124,18 +127,29 @@ func TestJobsAtTheCeilingSnapshotAndRestore(t *testing.T) {
 			h.submit(c.jg)
 			deployAll(h, c.jg.JobId)
 			rec := h.job(c.jg.JobId)
-			recordBytes := proto.Size(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_Job{Job: rec}})
-			if recordBytes > maxSnapshotRecord/2 {
-				t.Errorf("the record has %d bytes, more than half the snapshot record limit %d", recordBytes, maxSnapshotRecord)
-			}
+			recordBytes := int64(proto.Size(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_Job{Job: rec}}))
 			data := persist(t, h.f)
 			restored := New(testLogger(t))
 			if err := restore(restored, data); err != nil {
 				t.Fatal(err)
 			}
 			assertSameState(t, h.f, restored)
-			t.Logf("%+v: deployed graph %d bytes (estimate %d), record %d bytes, snapshot %d bytes, %s",
-				s, proto.Size(rec.ExecutionGraph), s.DeployedBytes, recordBytes, len(data), time.Since(start).Round(time.Millisecond))
+
+			// What the record can grow by while the job runs.
+			retired := proto.Clone(rec.ExecutionGraph.Vertices[0].Subtasks[0].Current).(*pb.Execution)
+			retired.FailureCause = strings.Repeat("c", 200)
+			for i := 0; i < 4; i++ {
+				retired.StateTimestamps = append(retired.StateTimestamps, &pb.StateTimestamp{State: pb.ExecutionState_EXECUTION_STATE_RECONCILING, Timestamp: 1_767_000_000_000})
+			}
+			history := s.Executions * int64(attemptHistory(rec.ExecutionGraph)) * int64(proto.Size(&pb.ExecutionVertex{History: []*pb.Execution{retired}}))
+			addresses := (s.InputChannels + s.Partitions) * (64 - graph.EstimatedAddressLen)
+			statuses := int64(100 * proto.Size(&pb.JobRecord{History: []*pb.JobStatusChange{{Status: 4, Timestamp: 1_767_000_000_000, Cause: strings.Repeat("c", 200)}}}))
+			worst := recordBytes + history + addresses + statuses
+			if !raceEnabled && worst > maxSnapshotRecord*2/3 {
+				t.Errorf("the record can grow to %d bytes, more than two thirds of the snapshot record limit %d", worst, maxSnapshotRecord)
+			}
+			t.Logf("%+v: deployed graph %d bytes (estimate %d), record %d bytes (can grow to %d), snapshot %d bytes, %s",
+				s, proto.Size(rec.ExecutionGraph), s.DeployedBytes, recordBytes, worst, len(data), time.Since(start).Round(time.Millisecond))
 		})
 	}
 }

@@ -19,10 +19,11 @@ import (
 // SnapshotVersion is the version written in every snapshot header.
 const SnapshotVersion = 1
 
-// maxSnapshotRecord bounds one record of a snapshot stream. Restore refuses a longer record, so
-// a corrupt length cannot ask for an unbounded allocation, and Persist refuses to write one, so
-// a snapshot is never written that Restore would refuse. The replicated size ceiling
-// (graph.CeilingSizeLimits) keeps every admitted job's record well below it.
+// maxSnapshotRecord bounds one record of a snapshot stream. Restore refuses a longer record and
+// Persist refuses to write one, so a snapshot is never written that Restore would refuse. It
+// does not guard memory: Restore allocates in step with the bytes that arrive (readRecord). The
+// replicated size ceiling (graph.CeilingSizeLimits) and the per-job bound on earlier attempts
+// (attemptHistory) keep every admitted job's record below two thirds of it.
 const maxSnapshotRecord = 256 << 20
 
 var marshalRecord = proto.MarshalOptions{Deterministic: true}

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
@@ -43,9 +46,13 @@ func submitAndCancel(t *testing.T, c *testcluster.Cluster, prefix string, n int,
 	t.Helper()
 	var ids []string
 	for i := 0; i < n; i++ {
-		id := c.Submit(sizedJob(fmt.Sprintf("%s-%d", prefix, i), 3, p, p, forward, 0))
+		id, _ := submitRetry(t, c, sizedJob(fmt.Sprintf("%s-%d", prefix, i), 3, p, p, forward, 0))
 		c.WaitJob(id, "job running", 10*time.Second, func(r *pb.JobRecord) bool { return r.Status == jobRunning })
-		if _, err := c.Client(c.Follower()).CancelJob(ctxT(t), &pb.CancelJobRequest{JobId: id}); err != nil {
+		err := retryUnavailable(t, "cancel "+id, func() error {
+			_, err := c.Client(c.Follower()).CancelJob(ctxT(t), &pb.CancelJobRequest{JobId: id})
+			return err
+		})
+		if err != nil && status.Code(err) != codes.FailedPrecondition { // FailedPrecondition: a retry found it CANCELED
 			t.Fatal(err)
 		}
 		c.WaitJob(id, "job cancelled", 10*time.Second, func(r *pb.JobRecord) bool { return r.Status == pb.JobStatus_JOB_STATUS_CANCELED })
@@ -86,7 +93,7 @@ func TestTerminalJobsRemovedAfterRetentionCount(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{JMs: 3, JobMaster: func(cfg *jobmaster.Config) {
 		cfg.RetainJobs, cfg.RetainJobAge, cfg.RetentionInterval = 3, time.Hour, 50*time.Millisecond
 	}})
-	running := c.Submit(sizedJob("running", 3, 20, 20, forward, 0))
+	running, _ := submitRetry(t, c, sizedJob("running", 3, 20, 20, forward, 0))
 	c.WaitJob(running, "job running", 10*time.Second, func(r *pb.JobRecord) bool { return r.Status == jobRunning })
 	first := submitAndCancel(t, c, "first", 3, 100)
 	jobsEverywhere(t, c, "three terminal jobs kept", append([]string{running}, first...), 0)
@@ -106,7 +113,12 @@ func TestTerminalJobsRemovedAfterRetentionCount(t *testing.T) {
 			t.Errorf("%s: the running job is gone or ended: %v", j.ID, ok)
 		}
 	}
-	resp, err := c.Client(c.Follower()).ListJobs(ctxT(t), &pb.ListJobsRequest{})
+	var resp *pb.ListJobsResponse
+	err := retryUnavailable(t, "ListJobs", func() error {
+		var err error
+		resp, err = c.Client(c.Follower()).ListJobs(ctxT(t), &pb.ListJobsRequest{Consistent: true})
+		return err
+	})
 	if err != nil || resp.RemovedJobs != 3 || len(resp.Jobs) != 4 {
 		t.Fatalf("ListJobs: %d jobs, %d removed, %v", len(resp.GetJobs()), resp.GetRemovedJobs(), err)
 	}
@@ -120,7 +132,7 @@ func TestTerminalJobsRemovedAfterRetentionAge(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{JMs: 3, JobMaster: func(cfg *jobmaster.Config) {
 		cfg.RetainJobs, cfg.RetainJobAge, cfg.RetentionInterval = 100, age, 50*time.Millisecond
 	}})
-	running := c.Submit(sizedJob("running", 2, 2, 2, forward, 0))
+	running, _ := submitRetry(t, c, sizedJob("running", 2, 2, 2, forward, 0))
 	c.WaitJob(running, "job running", 10*time.Second, func(r *pb.JobRecord) bool { return r.Status == jobRunning })
 	ended := submitAndCancel(t, c, "ended", 2, 2)
 	var lastEnd int64
