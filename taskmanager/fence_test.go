@@ -173,3 +173,30 @@ func TestNoFenceWhenALeaderReachesTheTMDuringTheCheck(t *testing.T) {
 		t.Fatalf("the TM fenced although a leader reached it during the check: %+v", ti)
 	}
 }
+
+// TestNoFenceWhileTheNamedLeaderAnswers: the leader this TM met refuses its heartbeats (it lost
+// and regained Raft leadership and has not established its new term yet) while it is still
+// named with the TM's epoch. The TM can reach it, so it is not cut off and must not fence; the
+// leader reaches it with RequestReport once established. Before the fix the TM cancelled every
+// task when this window outlasted its fence timeout on a busy machine.
+func TestNoFenceWhileTheNamedLeaderAnswers(t *testing.T) {
+	jm := startJM(t)
+	tm := newTM(t, "tm1", jm, func(c *Config) {
+		c.JobMasters = []string{jm.addr}
+		c.FenceTimeout = 200 * time.Millisecond
+		c.ShutdownTimeout = 100 * time.Millisecond
+	})
+	submit(t, client(t, tm), 1, source("job", "src", 0, 1, "a", 0, unbounded))
+	jm.waitState(t, "a", running)
+	jm.mu.Lock()
+	jm.notLeader = true
+	jm.mu.Unlock()
+	before := tm.fenceChecks.Load()
+	waitFor(t, 10*time.Second, "three fence checks while the named leader refuses heartbeats", func() (bool, string) {
+		n := tm.fenceChecks.Load() - before
+		return n >= 3, fmt.Sprintf("%d checks", n)
+	})
+	if ti, _ := findTask(tm, "a"); ti.State != running {
+		t.Fatalf("the TM fenced although the named leader answers it: %+v", ti)
+	}
+}

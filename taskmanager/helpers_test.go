@@ -74,6 +74,9 @@ type testJM struct {
 	registers []*pb.RegisterTaskManagerRequest
 	beats     []*pb.HeartbeatRequest
 	epoch     uint64
+	// notLeader makes registration and heartbeats answer NOT_LEADER while ClusterStatus still
+	// names this JM (a leader between winning an election and establishing its term).
+	notLeader bool
 }
 
 func startJM(t testing.TB) *testJM {
@@ -108,6 +111,9 @@ func (j *testJM) RegisterTaskManager(_ context.Context, r *pb.RegisterTaskManage
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.registers = append(j.registers, r)
+	if j.notLeader {
+		return nil, transport.NotLeaderError("")
+	}
 	return &pb.RegisterTaskManagerResponse{Epoch: j.epoch, LeaderId: "jm", HeartbeatIntervalMs: 20}, nil
 }
 
@@ -115,6 +121,9 @@ func (j *testJM) Heartbeat(_ context.Context, r *pb.HeartbeatRequest) (*pb.Heart
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.beats = append(j.beats, r)
+	if j.notLeader {
+		return nil, transport.NotLeaderError("")
+	}
 	return &pb.HeartbeatResponse{Epoch: j.epoch}, nil
 }
 

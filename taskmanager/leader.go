@@ -88,6 +88,18 @@ func (tm *TaskManager) cutOffFrom(ctx context.Context) string {
 	return ""
 }
 
+// probe asks the JobMaster at addr for its status, bounded like the fence check.
+func (tm *TaskManager) probe(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, min(tm.cfg.RPCTimeout, tm.cfg.FenceTimeout))
+	defer cancel()
+	conn, err := tm.conns.get(addr)
+	if err != nil {
+		return err
+	}
+	_, err = pb.NewClientServiceClient(conn).ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+	return err
+}
+
 // establishedLeader asks the JobMasters for the established leader and its epoch.
 func (tm *TaskManager) establishedLeader(ctx context.Context) (string, uint64) {
 	ctx, cancel := context.WithTimeout(ctx, min(tm.cfg.RPCTimeout, tm.cfg.FenceTimeout))
@@ -265,6 +277,13 @@ func (tm *TaskManager) graceLoop(ctx context.Context) {
 				reached := tm.lastContact.After(contact)
 				tm.mu.Unlock()
 				if reached {
+					continue
+				}
+				// Cut off means unreachable: a named leader that answers this TM is not (it may be
+				// between winning an election and establishing its term, when it refuses the
+				// heartbeats, and will reach the TM once established).
+				if err := tm.probe(ctx, leader); err == nil {
+					tm.log.Debug("named leader answers; not fencing", "leader", leader, "since_contact", since)
 					continue
 				}
 				why := fmt.Sprintf("cut off from the live leader at %s for %v", leader, since.Round(time.Millisecond))
