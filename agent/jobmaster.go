@@ -21,6 +21,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/fsm"
+	"github.com/jmcluster/jmcluster/internal/version"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/reconcile"
@@ -133,7 +134,7 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	if cfg.Gossip != nil {
 		g := *cfg.Gossip
 		g.Logger = log
-		g.Meta = membership.Meta{Role: membership.RoleJobMaster, ID: cfg.Cluster.ID, GRPCAddr: cfg.Cluster.GRPCAddr, Version: Version}
+		g.Meta = membership.Meta{Role: membership.RoleJobMaster, ID: cfg.Cluster.ID, GRPCAddr: cfg.Cluster.GRPCAddr, Version: version.Version}
 		if a.Gossip, err = membership.New(g); err != nil {
 			return nil, fmt.Errorf("gossip: %w", err)
 		}
@@ -165,9 +166,6 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	log.Info("jobmaster started", "grpc", a.GRPCAddr(), "raft", a.Node.RaftAddr(), "http", a.httpAddr)
 	return a, nil
 }
-
-// Version is the jmcluster version carried in gossip metadata.
-const Version = "0.1.0"
 
 // GRPCAddr is the bound gRPC address.
 func (a *JobMaster) GRPCAddr() string { return a.grpcLis.Addr().String() }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/jmcluster/jmcluster/internal/version"
 	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/taskmanager"
 )
@@ -47,7 +48,7 @@ func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 		g := *cfg.Gossip
 		g.Logger = cfg.Logger
 		g.Meta = membership.Meta{Role: membership.RoleTaskManager, ID: cfg.TM.ID, GRPCAddr: tm.GRPCAddr(), DataAddr: tm.DataAddr(),
-			Slots: int32(cfg.TM.Slots), Version: Version}
+			Slots: int32(cfg.TM.Slots), Version: version.Version}
 		if g.Meta.Slots == 0 {
 			g.Meta.Slots = int32(taskmanager.DefaultConfig().Slots)
 		}

@@ -10,8 +10,8 @@ import (
 )
 
 // fuzzMaxChannels bounds the expanded size of a graph the fuzz target builds: Validate does not
-// bound it yet (the expanded-size limits of issue 9 do), and a valid 1024 x 1024 ALL_TO_ALL
-// edge alone is a million input channels, which would only make the fuzzer slow.
+// bound it (CheckSize in limits.go does, on the leader before commit), and a valid 1024 x 1024
+// ALL_TO_ALL edge alone is a million input channels, which would only make the fuzzer slow.
 const fuzzMaxChannels = 1 << 16
 
 // FuzzJobSpec parses bytes the way `jmnode job submit` reads a job file (protojson into a

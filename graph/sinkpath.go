@@ -64,20 +64,3 @@ func hasDotDot(p string) bool {
 	}
 	return false
 }
-
-// checkSinkTemplate checks a sink path template as validation sees it: the template itself,
-// and its expansion with this vertex's id (a vertex id may be "..") and the shape of the job,
-// subtask and attempt ids the JobMaster generates.
-func checkSinkTemplate(tmpl, jobID, vertexID string) error {
-	if err := CheckSinkPath(tmpl); err != nil {
-		return err
-	}
-	if jobID == "" {
-		jobID = strings.Repeat("0", 32)
-	}
-	exp := ExpandSinkPath(tmpl, SinkPathVars{Job: jobID, Vertex: vertexID, Subtask: 0, Attempt: strings.Repeat("0", 32)})
-	if err := CheckSinkPath(exp); err != nil {
-		return fmt.Errorf("%q expands to %q: %w", tmpl, exp, err)
-	}
-	return nil
-}

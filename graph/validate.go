@@ -2,7 +2,6 @@ package graph
 
 import (
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -169,64 +168,14 @@ func (v *validator) vertices(jg *pb.JobGraph) map[string]int {
 	return ids
 }
 
+// operator checks a vertex's operator against the catalogue (ValidateOperator).
 func (v *validator) operator(f string, op *pb.Operator, jt pb.JobType, jobID, vertexID string) {
-	if op == nil {
-		v.add(f, "is missing")
-		return
-	}
-	switch k := op.Kind.(type) {
-	case nil:
-		if len(op.ProtoReflect().GetUnknown()) > 0 {
-			v.add(f, "unknown operator kind")
-		} else {
-			v.add(f, "is missing")
+	for _, p := range ValidateOperator(op, OperatorEnv{JobType: jt, JobID: jobID, VertexID: vertexID}) {
+		field := f
+		if p.Field != "" {
+			field += "." + p.Field
 		}
-	case *pb.Operator_SequenceSource:
-		s := k.SequenceSource
-		if s == nil {
-			s = &pb.SequenceSource{}
-		}
-		if s.Count < 0 {
-			v.add(f+".sequence_source.count", "%d is negative", s.Count)
-		}
-		if s.RatePerSecond < 0 || math.IsNaN(s.RatePerSecond) || math.IsInf(s.RatePerSecond, 0) {
-			v.add(f+".sequence_source.rate_per_second", "%v must be a finite number >= 0", s.RatePerSecond)
-		}
-		if s.Keys < 0 {
-			v.add(f+".sequence_source.keys", "%d is negative", s.Keys)
-		}
-		if jt == pb.JobType_JOB_TYPE_BATCH && s.Count <= 0 {
-			v.add(f+".sequence_source.count", "a BATCH job needs bounded sources (count > 0)")
-		}
-	case *pb.Operator_Filter:
-		m := k.Filter
-		if m == nil {
-			m = &pb.FilterOperator{}
-		}
-		if m.Modulus <= 0 {
-			v.add(f+".filter.modulus", "%d must be > 0", m.Modulus)
-		} else if m.Remainder < 0 || m.Remainder >= m.Modulus {
-			v.add(f+".filter.remainder", "%d is out of range [0, %d)", m.Remainder, m.Modulus)
-		}
-	case *pb.Operator_FileSink:
-		v.sinkPath(f+".file_sink.path", k.FileSink.GetPath(), jobID, vertexID)
-	case *pb.Operator_ChecksumSink:
-		v.sinkPath(f+".checksum_sink.path", k.ChecksumSink.GetPath(), jobID, vertexID)
-		if k.ChecksumSink.GetFlushIntervalMs() < 0 {
-			v.add(f+".checksum_sink.flush_interval_ms", "%d is negative", k.ChecksumSink.GetFlushIntervalMs())
-		}
-	case *pb.Operator_Map, *pb.Operator_KeyBySum, *pb.Operator_LogSink:
-	}
-}
-
-// sinkPath refuses a sink path that is empty or could leave the TaskManager's work dir.
-func (v *validator) sinkPath(f, p, jobID, vertexID string) {
-	if p == "" {
-		v.add(f, "is empty")
-		return
-	}
-	if err := checkSinkTemplate(p, jobID, vertexID); err != nil {
-		v.add(f, "%v", err)
+		v.add(field, "%s", p.Message)
 	}
 }
 
@@ -296,14 +245,8 @@ func (v *validator) edges(jg *pb.JobGraph, ids map[string]int) {
 			continue
 		}
 		f := fmt.Sprintf("vertices[%d]", i)
-		switch {
-		case isSource(jv.Operator) && inputs[i] > 0:
-			v.add(f, "source vertex %q must have no inputs", jv.Id)
-		case !isSource(jv.Operator) && jv.Operator.GetKind() != nil && inputs[i] == 0:
-			v.add(f, "vertex %q has no inputs", jv.Id)
-		}
-		if isSink(jv.Operator) && outputs[i] > 0 {
-			v.add(f, "sink vertex %q must have no outgoing edges", jv.Id)
+		for _, p := range WiringProblems(jv.Id, OperatorRoleOf(jv.Operator), inputs[i], outputs[i]) {
+			v.add(f, "%s", p)
 		}
 	}
 	for _, c := range findCycles(jg, ids, valid) {
@@ -325,19 +268,6 @@ func (v *validator) restart(jg *pb.JobGraph) {
 	if rs.DelayMs < 0 {
 		v.add("restart_strategy.delay_ms", "%d is negative", rs.DelayMs)
 	}
-}
-
-func isSource(op *pb.Operator) bool {
-	_, ok := op.GetKind().(*pb.Operator_SequenceSource)
-	return ok
-}
-
-func isSink(op *pb.Operator) bool {
-	switch op.GetKind().(type) {
-	case *pb.Operator_FileSink, *pb.Operator_LogSink, *pb.Operator_ChecksumSink:
-		return true
-	}
-	return false
 }
 
 func isJobID(s string) bool {

@@ -358,14 +358,14 @@ func TestBadInput(t *testing.T) {
 	c := client(t, tm)
 	ok := source("job", "src", 0, 1, "a", 0, unbounded)
 	cases := map[string]func(d *pb.TaskDeploymentDescriptor){
-		"attempt_id is empty": func(d *pb.TaskDeploymentDescriptor) { d.AttemptId = "" },
-		"unknown operator":    func(d *pb.TaskDeploymentDescriptor) { d.Operator = nil },
-		"slot_index 9":        func(d *pb.TaskDeploymentDescriptor) { d.SlotIndex = 9 },
-		"must have no inputs": func(d *pb.TaskDeploymentDescriptor) { d.Inputs = gate("r", pipelined, channel("r", 0, 0, "", "")) },
+		"attempt_id is empty":  func(d *pb.TaskDeploymentDescriptor) { d.AttemptId = "" },
+		"operator: is missing": func(d *pb.TaskDeploymentDescriptor) { d.Operator = nil },
+		"slot_index 9":         func(d *pb.TaskDeploymentDescriptor) { d.SlotIndex = 9 },
+		"must have no inputs":  func(d *pb.TaskDeploymentDescriptor) { d.Inputs = gate("r", pipelined, channel("r", 0, 0, "", "")) },
 		"num_subpartitions 0": func(d *pb.TaskDeploymentDescriptor) {
 			d.Produced = []*pb.ResultPartitionDeploymentDescriptor{{ResultId: "r"}}
 		},
-		"needs at least one in": func(d *pb.TaskDeploymentDescriptor) { d.Operator = checksumOp("x.json") },
+		`vertex "src" has no inputs`: func(d *pb.TaskDeploymentDescriptor) { d.Operator = checksumOp("x.json") },
 	}
 	for want, mutate := range cases {
 		d := cloneTDD(ok)

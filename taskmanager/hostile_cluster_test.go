@@ -46,7 +46,8 @@ func quiet(t *testing.T, c *testcluster.Cluster) map[string]uint64 {
 	return out
 }
 
-// TestHostileSinkPathsRefusedByTheCluster: the two jobs of the issue, submitted through a real
+// TestHostileSinkPathsRefusedByTheCluster: jobs whose file sink path is absolute (anywhere, or
+// into the cluster's own directory) or climbs out with "..", submitted through a real
 // cluster (to a follower, which forwards, and to the leader), are refused with INVALID_ARGUMENT
 // naming vertices[2].operator.file_sink.path; nothing is committed on any replica and no file
 // appears anywhere.

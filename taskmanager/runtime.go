@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/taskmanager/operators"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -49,17 +50,13 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	if !tm.setState(t, pb.ExecutionState_EXECUTION_STATE_INITIALIZING) {
 		return false, t.ctx.Err()
 	}
-	info := operators.Info{
-		Job: d.GetJobId(), Vertex: d.GetVertexId(), Subtask: d.GetSubtaskIndex(),
-		Parallelism: d.GetParallelism(), AttemptID: d.GetAttemptId(), AttemptNumber: d.GetAttemptNumber(),
-		WorkDir: tm.cfg.WorkDir,
-		Logger:  tm.log.Named("operator").With("job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex()),
-	}
+	info := taskInfo(d, tm.cfg.WorkDir)
+	info.Logger = tm.log.Named("operator").With("job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex())
 	var (
 		src operators.Source
 		op  operators.Operator
 	)
-	if operators.IsSource(d.GetOperator()) {
+	if graph.OperatorRoleOf(d.GetOperator()) == graph.RoleSource {
 		if src, err = operators.NewSource(d.GetOperator(), info); err != nil {
 			return false, err
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/taskmanager/operators"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -18,6 +19,15 @@ func validateTDD(d *pb.TaskDeploymentDescriptor, slots int) error {
 	if d == nil {
 		return fmt.Errorf("%w: task is missing", ErrInvalidTask)
 	}
+	if p := tddProblems(d, slots); len(p) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidTask, strings.Join(p, "; "))
+	}
+	return nil
+}
+
+// tddProblems lists every problem of a descriptor, in the "field: message" form of
+// graph.Problem where a field is named.
+func tddProblems(d *pb.TaskDeploymentDescriptor, slots int) []string {
 	var p []string
 	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
 	if d.GetJobId() == "" {
@@ -41,24 +51,14 @@ func validateTDD(d *pb.TaskDeploymentDescriptor, slots int) error {
 	if s := d.GetSlotIndex(); s < 0 || int(s) >= slots {
 		add("slot_index %d out of range [0,%d)", s, slots)
 	}
+	// The operator: the catalogue's checks, the same JobGraph validation makes (graph).
 	op := d.GetOperator()
-	if err := operators.Validate(op); err != nil {
-		add("operator: %v", err)
-	} else {
-		switch {
-		case operators.IsSource(op) && len(d.GetInputs()) > 0:
-			add("source %s must have no inputs", operators.Kind(op))
-		case !operators.IsSource(op) && len(d.GetInputs()) == 0:
-			add("operator %s needs at least one input", operators.Kind(op))
-		}
-		if operators.IsSink(op) && len(d.GetProduced()) > 0 {
-			add("sink %s must produce no result", operators.Kind(op))
-		}
-		if tmpl := operators.SinkTemplate(op); tmpl != "" {
-			if _, err := operators.SinkPath(tmpl, sinkInfo(d, "")); err != nil {
-				add("operator: %v", err)
-			}
-		}
+	for _, pr := range graph.ValidateOperator(op, taskInfo(d, "").Env()) {
+		pr.Field = strings.TrimSuffix("operator."+pr.Field, ".")
+		add("%s", pr)
+	}
+	for _, w := range graph.WiringProblems(d.GetVertexId(), graph.OperatorRoleOf(op), len(d.GetInputs()), len(d.GetProduced())) {
+		add("%s", w)
 	}
 	results := map[string]bool{}
 	for i, pd := range d.GetProduced() {
@@ -105,15 +105,16 @@ func validateTDD(d *pb.TaskDeploymentDescriptor, slots int) error {
 			}
 		}
 	}
-	if len(p) > 0 {
-		return fmt.Errorf("%w: %s", ErrInvalidTask, strings.Join(p, "; "))
-	}
-	return nil
+	return p
 }
 
-// sinkInfo is the part of operators.Info a sink path expands.
-func sinkInfo(d *pb.TaskDeploymentDescriptor, workDir string) operators.Info {
-	return operators.Info{Job: d.GetJobId(), Vertex: d.GetVertexId(), Subtask: d.GetSubtaskIndex(), AttemptID: d.GetAttemptId(), WorkDir: workDir}
+// taskInfo is the operators.Info of a descriptor's task (without its logger).
+func taskInfo(d *pb.TaskDeploymentDescriptor, workDir string) operators.Info {
+	return operators.Info{
+		Job: d.GetJobId(), Vertex: d.GetVertexId(), Subtask: d.GetSubtaskIndex(),
+		Parallelism: d.GetParallelism(), AttemptID: d.GetAttemptId(), AttemptNumber: d.GetAttemptNumber(),
+		JobType: d.GetJobType(), WorkDir: workDir,
+	}
 }
 
 // validateSinkTarget resolves a sink's final path inside the work directory before the task is
@@ -123,13 +124,12 @@ func sinkInfo(d *pb.TaskDeploymentDescriptor, workDir string) operators.Info {
 // so a symlink planted after this check is refused as well (the task then FAILS at open).
 // validateTDD must have accepted d.
 func validateSinkTarget(d *pb.TaskDeploymentDescriptor, workDir string) error {
-	tmpl := operators.SinkTemplate(d.GetOperator())
-	if tmpl == "" {
-		return nil
-	}
-	p, err := operators.SinkPath(tmpl, sinkInfo(d, workDir))
+	files, err := operators.SinkFiles(d.GetOperator(), taskInfo(d, workDir))
 	if err != nil {
 		return fmt.Errorf("%w: operator: %v", ErrInvalidTask, err)
+	}
+	if len(files) == 0 {
+		return nil
 	}
 	if workDir == "" {
 		workDir = "."
@@ -139,11 +139,7 @@ func validateSinkTarget(d *pb.TaskDeploymentDescriptor, workDir string) error {
 		return fmt.Errorf("%w: work dir: %v", ErrInvalidTask, err)
 	}
 	defer root.Close()
-	check := []string{p}
-	if _, ok := d.GetOperator().GetKind().(*pb.Operator_ChecksumSink); ok {
-		check = append(check, p+".tmp")
-	}
-	for _, c := range check {
+	for _, c := range files {
 		if _, err := root.Stat(c); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%w: operator: sink path %q resolves outside the work dir or cannot be used: %v", ErrInvalidTask, c, err)
 		}

@@ -7,9 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-)
 
-const version = "0.1.0"
+	"github.com/jmcluster/jmcluster/internal/version"
+)
 
 const usage = `jmnode — a Raft-replicated, highly available JobMaster cluster
 
@@ -65,7 +65,7 @@ func run(args []string) error {
 	case "members":
 		return runMembers(rest)
 	case "version":
-		fmt.Println("jmnode", version)
+		fmt.Println("jmnode", version.Version)
 		return nil
 	case "help", "-h", "--help":
 		fmt.Print(usage)

@@ -12,6 +12,9 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
+// checksumTmpSuffix names the temporary file a checksum sink writes before it renames it.
+const checksumTmpSuffix = ".tmp"
+
 // defaultChecksumFlush is the flush interval when flush_interval_ms is 0.
 const defaultChecksumFlush = 200 * time.Millisecond
 
@@ -234,7 +237,7 @@ func (s *checksumSink) flush() error {
 	if s.root == nil {
 		return nil // never opened, or closed
 	}
-	tmp := s.path + ".tmp"
+	tmp := s.path + checksumTmpSuffix
 	if err := s.root.WriteFile(tmp, b, 0o644); err != nil {
 		return fmt.Errorf("checksum sink: %w", err)
 	}

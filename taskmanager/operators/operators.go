@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -40,6 +41,8 @@ type Info struct {
 	Parallelism   int32
 	AttemptID     string
 	AttemptNumber int32
+	// JobType is the job's type (a BATCH job needs bounded sources).
+	JobType pb.JobType
 	// WorkDir is the directory sink paths are relative to ("" is the process's directory);
 	// sinks open their files through an os.Root on it, so nothing is written outside.
 	WorkDir string
@@ -63,134 +66,136 @@ type Operator interface {
 	Close() error
 }
 
-// Kind names the operator of op ("sequence_source", "map", ...), or "" when unset.
-func Kind(op *pb.Operator) string {
-	switch op.GetKind().(type) {
-	case *pb.Operator_SequenceSource:
-		return "sequence_source"
-	case *pb.Operator_Map:
-		return "map"
-	case *pb.Operator_Filter:
-		return "filter"
-	case *pb.Operator_KeyBySum:
-		return "key_by_sum"
-	case *pb.Operator_FileSink:
-		return "file_sink"
-	case *pb.Operator_LogSink:
-		return "log_sink"
-	case *pb.Operator_ChecksumSink:
-		return "checksum_sink"
-	}
-	return ""
+// runtime is what the TaskManager needs to run one catalogue kind (graph.OperatorKinds): a
+// constructor, source for a source kind and operator for the others, both given a
+// configuration graph.ValidateOperator has accepted; and, for a kind that writes a file, the
+// files it writes for the expanded path p, which the TaskManager checks before it accepts the
+// task.
+type runtime struct {
+	source   func(op *pb.Operator, info Info) Source
+	operator func(op *pb.Operator, info Info, path string) Operator
+	files    func(p string) []string
 }
 
-// IsSource reports whether op produces records without inputs.
-func IsSource(op *pb.Operator) bool { return Kind(op) == "sequence_source" }
-
-// IsSink reports whether op consumes records without producing any.
-func IsSink(op *pb.Operator) bool {
-	switch Kind(op) {
-	case "file_sink", "log_sink", "checksum_sink":
-		return true
-	}
-	return false
+// runtimes registers a runtime for every kind of the catalogue, by its name
+// (TestEveryKindHasARuntime). Adding an operator: docs/checklists.md.
+var runtimes = map[string]runtime{
+	"sequence_source": {source: func(op *pb.Operator, info Info) Source { return newSequenceSource(op.GetSequenceSource(), info) }},
+	"map": {operator: func(op *pb.Operator, _ Info, _ string) Operator {
+		m := op.GetMap().GetMultiply()
+		if m == 0 {
+			m = 1
+		}
+		return &mapOp{multiply: m, add: op.GetMap().GetAdd()}
+	}},
+	"filter": {operator: func(op *pb.Operator, _ Info, _ string) Operator {
+		return &filterOp{modulus: op.GetFilter().GetModulus(), remainder: op.GetFilter().GetRemainder()}
+	}},
+	"key_by_sum": {operator: func(*pb.Operator, Info, string) Operator { return &keyBySum{sums: map[int64]int64{}} }},
+	"file_sink": {
+		operator: func(_ *pb.Operator, info Info, p string) Operator { return &fileSink{dir: info.workDir(), path: p} },
+		files:    func(p string) []string { return []string{p} },
+	},
+	"log_sink": {operator: func(_ *pb.Operator, info Info, _ string) Operator { return &logSink{log: info.Logger} }},
+	"checksum_sink": {
+		operator: func(op *pb.Operator, info Info, p string) Operator {
+			return newChecksumSink(op.GetChecksumSink(), p, info)
+		},
+		files: func(p string) []string { return []string{p, p + checksumTmpSuffix} },
+	},
 }
 
-// Validate checks an operator and its configuration.
-func Validate(op *pb.Operator) error {
-	if op == nil || Kind(op) == "" {
-		return ErrUnknownOperator
+// Env is what graph.ValidateOperator needs to know about the task.
+func (i Info) Env() graph.OperatorEnv {
+	return graph.OperatorEnv{JobType: i.JobType, JobID: i.Job, VertexID: i.Vertex, Subtask: i.Subtask, AttemptID: i.AttemptID}
+}
+
+// Validate checks op with the catalogue (graph.ValidateOperator) for the task info describes.
+// The error wraps ErrUnknownOperator when op names no kind this build knows, else
+// ErrBadConfig, and lists every problem with its field.
+func Validate(op *pb.Operator, info Info) error {
+	ps := graph.ValidateOperator(op, info.Env())
+	if len(ps) == 0 {
+		return nil
 	}
-	switch k := op.GetKind().(type) {
-	case *pb.Operator_SequenceSource:
-		s := k.SequenceSource
-		if s.GetCount() < 0 {
-			return fmt.Errorf("%w: sequence_source count %d < 0", ErrBadConfig, s.GetCount())
-		}
-		if s.GetKeys() < 0 {
-			return fmt.Errorf("%w: sequence_source keys %d < 0", ErrBadConfig, s.GetKeys())
-		}
-		if s.GetRatePerSecond() < 0 {
-			return fmt.Errorf("%w: sequence_source rate_per_second %v < 0", ErrBadConfig, s.GetRatePerSecond())
-		}
-	case *pb.Operator_Filter:
-		if k.Filter.GetModulus() <= 0 {
-			return fmt.Errorf("%w: filter modulus must be > 0", ErrBadConfig)
-		}
-	case *pb.Operator_FileSink:
-		if err := graph.CheckSinkPath(k.FileSink.GetPath()); err != nil {
-			return fmt.Errorf("%w: file_sink path: %v", ErrBadConfig, err)
-		}
-	case *pb.Operator_ChecksumSink:
-		if err := graph.CheckSinkPath(k.ChecksumSink.GetPath()); err != nil {
-			return fmt.Errorf("%w: checksum_sink path: %v", ErrBadConfig, err)
-		}
-		if k.ChecksumSink.GetFlushIntervalMs() < 0 {
-			return fmt.Errorf("%w: checksum_sink flush_interval_ms < 0", ErrBadConfig)
-		}
+	msgs := make([]string, len(ps))
+	for i, p := range ps {
+		msgs[i] = p.String()
 	}
-	return nil
+	sentinel := ErrBadConfig
+	if _, ok := graph.OperatorKindOf(op); !ok {
+		sentinel = ErrUnknownOperator
+	}
+	return fmt.Errorf("%w: %s", sentinel, strings.Join(msgs, "; "))
+}
+
+// lookup validates op and returns its kind and runtime.
+func lookup(op *pb.Operator, info Info) (graph.OperatorKind, runtime, error) {
+	if err := Validate(op, info); err != nil {
+		return graph.OperatorKind{}, runtime{}, err
+	}
+	k, _ := graph.OperatorKindOf(op)
+	rt, ok := runtimes[k.Name]
+	if !ok {
+		return k, rt, fmt.Errorf("%w: kind %q has no runtime in this TaskManager", ErrUnknownOperator, k.Name)
+	}
+	return k, rt, nil
 }
 
 // NewSource builds the source operator of op.
 func NewSource(op *pb.Operator, info Info) (Source, error) {
-	if err := Validate(op); err != nil {
+	k, rt, err := lookup(op, info)
+	if err != nil {
 		return nil, err
 	}
-	s, ok := op.GetKind().(*pb.Operator_SequenceSource)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s is not a source", ErrBadConfig, Kind(op))
+	if k.Role != graph.RoleSource || rt.source == nil {
+		return nil, fmt.Errorf("%w: %s is not a source", ErrBadConfig, k.Name)
 	}
-	return newSequenceSource(s.SequenceSource, info), nil
+	return rt.source(op, info), nil
 }
 
-// New builds a non-source operator of op.
+// New builds a non-source operator of op; a sink's path is expanded and checked first
+// (SinkPath).
 func New(op *pb.Operator, info Info) (Operator, error) {
-	if err := Validate(op); err != nil {
+	k, rt, err := lookup(op, info)
+	if err != nil {
 		return nil, err
+	}
+	if k.Role == graph.RoleSource || rt.operator == nil {
+		return nil, fmt.Errorf("%w: %s is a source", ErrBadConfig, k.Name)
 	}
 	if info.Logger == nil {
 		info.Logger = hclog.NewNullLogger()
 	}
-	switch k := op.GetKind().(type) {
-	case *pb.Operator_Map:
-		m := k.Map.GetMultiply()
-		if m == 0 {
-			m = 1
-		}
-		return &mapOp{multiply: m, add: k.Map.GetAdd()}, nil
-	case *pb.Operator_Filter:
-		return &filterOp{modulus: k.Filter.GetModulus(), remainder: k.Filter.GetRemainder()}, nil
-	case *pb.Operator_KeyBySum:
-		return &keyBySum{sums: map[int64]int64{}}, nil
-	case *pb.Operator_FileSink:
-		p, err := SinkPath(k.FileSink.GetPath(), info)
-		if err != nil {
+	var p string
+	if tmpl, ok := k.SinkTemplate(op); ok {
+		if p, err = SinkPath(tmpl, info); err != nil {
 			return nil, err
 		}
-		return &fileSink{dir: info.workDir(), path: p}, nil
-	case *pb.Operator_LogSink:
-		return &logSink{log: info.Logger}, nil
-	case *pb.Operator_ChecksumSink:
-		p, err := SinkPath(k.ChecksumSink.GetPath(), info)
-		if err != nil {
-			return nil, err
-		}
-		return newChecksumSink(k.ChecksumSink, p, info), nil
 	}
-	return nil, fmt.Errorf("%w: %s is a source", ErrBadConfig, Kind(op))
+	return rt.operator(op, info, p), nil
 }
 
-// SinkTemplate returns the path template of a file or checksum sink, or "" for any other
-// operator.
-func SinkTemplate(op *pb.Operator) string {
-	switch k := op.GetKind().(type) {
-	case *pb.Operator_FileSink:
-		return k.FileSink.GetPath()
-	case *pb.Operator_ChecksumSink:
-		return k.ChecksumSink.GetPath()
+// SinkFiles returns the files a sink of op writes inside the work dir, its path expanded with
+// info's ids (and, for a checksum sink, its temporary file), or nil for an operator that
+// writes no file. The error wraps ErrBadConfig.
+func SinkFiles(op *pb.Operator, info Info) ([]string, error) {
+	k, ok := graph.OperatorKindOf(op)
+	if !ok {
+		return nil, nil
 	}
-	return ""
+	tmpl, ok := k.SinkTemplate(op)
+	if !ok {
+		return nil, nil
+	}
+	p, err := SinkPath(tmpl, info)
+	if err != nil {
+		return nil, err
+	}
+	if rt := runtimes[k.Name]; rt.files != nil {
+		return rt.files(p), nil
+	}
+	return []string{p}, nil
 }
 
 // SinkPath expands a sink path template with the task's {job}, {vertex}, {subtask} and

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/operatorcases"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -64,9 +66,13 @@ func TestTransforms(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
+	unknown := []*pb.Operator{nil, {}}
+	for i, op := range unknown {
+		if err := Validate(op, Info{}); !errors.Is(err, ErrUnknownOperator) {
+			t.Errorf("unknown case %d: %v, want ErrUnknownOperator", i, err)
+		}
+	}
 	bad := []*pb.Operator{
-		nil,
-		{},
 		{Kind: &pb.Operator_Filter{Filter: &pb.FilterOperator{}}},
 		{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{}}},
 		{Kind: &pb.Operator_ChecksumSink{ChecksumSink: &pb.ChecksumSink{}}},
@@ -76,8 +82,53 @@ func TestValidate(t *testing.T) {
 		{Kind: &pb.Operator_SequenceSource{SequenceSource: &pb.SequenceSource{Count: -1}}},
 	}
 	for i, op := range bad {
-		if err := Validate(op); err == nil {
-			t.Fatalf("case %d accepted", i)
+		if err := Validate(op, Info{}); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("bad case %d: %v, want ErrBadConfig", i, err)
+		}
+	}
+}
+
+// TestEveryKindHasARuntime: every kind of the catalogue (graph.OperatorKinds) has a runtime
+// of its role's shape, and every runtime belongs to a kind.
+func TestEveryKindHasARuntime(t *testing.T) {
+	for _, k := range graph.OperatorKinds() {
+		rt, ok := runtimes[k.Name]
+		switch {
+		case !ok:
+			t.Errorf("kind %q has no runtime", k.Name)
+		case k.Role == graph.RoleSource && (rt.source == nil || rt.operator != nil):
+			t.Errorf("source kind %q needs a source constructor only", k.Name)
+		case k.Role != graph.RoleSource && (rt.operator == nil || rt.source != nil):
+			t.Errorf("%s kind %q needs an operator constructor only", k.Role, k.Name)
+		}
+		if _, writes := k.SinkTemplate(&pb.Operator{}); writes != (rt.files != nil) {
+			t.Errorf("kind %q: writes a file %v, runtime lists its files %v", k.Name, writes, rt.files != nil)
+		}
+	}
+	for name := range runtimes {
+		if _, ok := graph.LookupOperatorKind(name); !ok {
+			t.Errorf("runtime %q has no kind in the catalogue", name)
+		}
+	}
+}
+
+// TestEveryGoodCaseBuilds: every configuration the catalogue's table accepts
+// (internal/operatorcases) gets its runtime from NewSource or New.
+func TestEveryGoodCaseBuilds(t *testing.T) {
+	for _, c := range operatorcases.All() {
+		if !c.Good() {
+			continue
+		}
+		d := c.Descriptor(strings.Repeat("a", 32), 0)
+		info := Info{Job: d.JobId, Vertex: d.VertexId, AttemptID: d.AttemptId, JobType: d.JobType, WorkDir: t.TempDir()}
+		var err error
+		if k, _ := graph.OperatorKindOf(c.Op); k.Role == graph.RoleSource {
+			_, err = NewSource(c.Op, info)
+		} else {
+			_, err = New(c.Op, info)
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.Name, err)
 		}
 	}
 }
