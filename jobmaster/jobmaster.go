@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/fsm"
+	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -58,7 +59,16 @@ type Config struct {
 	TickInterval time.Duration
 	// MaxBatch is the most execution-state updates committed in one Raft entry (default 1000).
 	MaxBatch int
-	Logger   hclog.Logger
+	// SubmitBatchTasks is the most tasks one SubmitTasks call carries (default 512).
+	SubmitBatchTasks int
+	// SubmitBatchBytes bounds the encoded SubmitTasks request (default transport.ChunkBudget(0):
+	// the 4 MiB message limit minus a 256 KiB margin). A single descriptor above it is failed
+	// with an error naming the limit.
+	SubmitBatchBytes int
+	// SubmitAttempts is how many times a batch is sent when the call fails transiently
+	// (UNAVAILABLE, DEADLINE_EXCEEDED) before its tasks are failed (default 3).
+	SubmitAttempts int
+	Logger         hclog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -79,6 +89,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 1000
+	}
+	if c.SubmitBatchTasks <= 0 {
+		c.SubmitBatchTasks = 512
+	}
+	if c.SubmitBatchBytes <= 0 {
+		c.SubmitBatchBytes = transport.ChunkBudget(0)
+	}
+	if c.SubmitAttempts <= 0 {
+		c.SubmitAttempts = 3
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"errors"
-	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ type collector struct {
 
 	mu       sync.Mutex
 	reports  map[string]*Report
+	refused  map[string]error // TMs whose report passed a bound: not waited for, not asked again
 	asked    map[string]target
 	closed   bool // past the deadline: further reports are late
 	late     []*Report
@@ -35,7 +35,7 @@ type collector struct {
 }
 
 func newCollector(r *Reconciler, epoch uint64) *collector {
-	return &collector{r: r, epoch: epoch, reports: map[string]*Report{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+	return &collector{r: r, epoch: epoch, reports: map[string]*Report{}, refused: map[string]error{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 }
 
 func (c *collector) collect(ctx context.Context, initial []target) (map[string]*Report, error) {
@@ -85,7 +85,7 @@ func (c *collector) collect(ctx context.Context, initial []target) (map[string]*
 func (c *collector) waitingLocked() []string {
 	var out []string
 	for id := range c.asked {
-		if c.reports[id] != nil {
+		if c.reports[id] != nil || c.refused[id] != nil {
 			continue
 		}
 		if tm, ok := c.r.jm.Registry().Get(id); ok && (tm.Gossip == "dead" || tm.Gossip == "left") {
@@ -122,6 +122,10 @@ func (c *collector) ask(ctx context.Context, t target, deadline time.Time) {
 				c.mu.Unlock()
 				return
 			}
+			if errors.Is(err, ErrReportTooLarge) {
+				c.refuse(t.id, err)
+				return
+			}
 			c.r.log.Debug("report request failed; retrying", "tm", t.id, "error", err)
 			select {
 			case <-ctx.Done():
@@ -129,35 +133,6 @@ func (c *collector) ask(ctx context.Context, t target, deadline time.Time) {
 			}
 		}
 	}()
-}
-
-func (c *collector) fetch(ctx context.Context, t target) (*Report, error) {
-	rep := &Report{TMID: t.id, Addr: t.addr}
-	err := c.r.jm.Registry().Stream(ctx, t.addr, func(ctx context.Context, cl pb.TaskManagerServiceClient) error {
-		stream, err := cl.RequestReport(ctx, &pb.RequestReportRequest{
-			Epoch: c.epoch, LeaderId: c.r.jm.NodeID(), LeaderGrpcAddress: c.r.jm.GRPCAddr(), ChunkSize: c.r.cfg.ReportChunk,
-		})
-		if err != nil {
-			return err
-		}
-		for {
-			chunk, err := stream.Recv()
-			if err == io.EOF {
-				return errors.New("report stream ended without its last chunk")
-			}
-			if err != nil {
-				return err
-			}
-			if chunk.TmId != "" && chunk.TmId != t.id {
-				return errors.New("report from " + chunk.TmId + " at the address of " + t.id)
-			}
-			rep.Executions = append(rep.Executions, chunk.Executions...)
-			if chunk.Last {
-				return nil
-			}
-		}
-	})
-	return rep, err
 }
 
 func (c *collector) deliver(rep *Report) {
@@ -177,6 +152,19 @@ func (c *collector) deliver(rep *Report) {
 	default:
 	}
 	c.r.step(c.epoch, "report", "%s reported %d executions", rep.TMID, len(rep.Executions))
+}
+
+// refuse records that a TM's report passed a bound: the TM counts as not reported.
+func (c *collector) refuse(id string, err error) {
+	c.mu.Lock()
+	c.refused[id] = err
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	c.mu.Unlock()
+	c.r.log.Error("report refused", "tm", id, "error", err)
+	c.r.step(c.epoch, "report-refused", "%v; %s counts as not reported", err, id)
 }
 
 // handleLate cancels, on TMs whose report came after the deadline, every attempt the

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/jmcluster/jmcluster/transport"
 )
 
 // Config configures a TaskManager. Zero values mean the defaults of DefaultConfig.
@@ -51,6 +53,10 @@ type Config struct {
 	OutboxBackoffMin, OutboxBackoffMax time.Duration
 	// ReportChunkSize is the executions per report chunk when the leader asks for 0 (default 1000).
 	ReportChunkSize int
+	// ReportChunkBytes bounds the encoded bytes of one report chunk (default
+	// transport.ChunkBudget(0): the 4 MiB message limit minus a 256 KiB margin). A leader
+	// that asks for less (RequestReportRequest.max_chunk_bytes) gets less.
+	ReportChunkBytes int
 	// MaxMessageSize is the gRPC max receive message size of both servers (default 4 MiB).
 	MaxMessageSize int
 	// RPCTimeout bounds each TM -> JM call (default 5s).
@@ -96,6 +102,7 @@ func DefaultConfig() Config {
 		OutboxBackoffMin:    50 * time.Millisecond,
 		OutboxBackoffMax:    2 * time.Second,
 		ReportChunkSize:     1000,
+		ReportChunkBytes:    transport.ChunkBudget(0),
 		MaxMessageSize:      4 << 20,
 		RPCTimeout:          5 * time.Second,
 		InputConnectTimeout: 2 * time.Minute,
@@ -131,6 +138,7 @@ func (c *Config) Validate() error {
 	for _, f := range []error{
 		setInt(&c.Slots, d.Slots, "Slots"),
 		setInt(&c.ReportChunkSize, d.ReportChunkSize, "ReportChunkSize"),
+		setInt(&c.ReportChunkBytes, d.ReportChunkBytes, "ReportChunkBytes"),
 		setInt(&c.MaxMessageSize, d.MaxMessageSize, "MaxMessageSize"),
 		setDur(&c.HeartbeatInterval, d.HeartbeatInterval, "HeartbeatInterval"),
 		setDur(&c.LeaderGrace, d.LeaderGrace, "LeaderGrace"),

@@ -388,12 +388,10 @@ func (d *demo) getJob(id string) (*pb.JobRecord, string, error) {
 			continue
 		}
 		c := d.client(p.grpc)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		r, err := c.client().GetJob(ctx, &pb.GetJobRequest{JobId: id})
-		cancel()
+		rec, err := readJob(c, time.Second, id, false)
 		c.cc.Close()
 		if err == nil {
-			return r.Job, p.name, nil
+			return rec, p.name, nil
 		}
 		lastErr = err
 	}

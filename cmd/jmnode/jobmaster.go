@@ -44,6 +44,7 @@ func runJobMaster(args []string) error {
 	hbTimeout := fs.Duration("heartbeat-timeout", 10*time.Second, "a TaskManager silent for this long is declared lost")
 	fast := fs.Bool("fast-raft", false, "use fast Raft timings (loopback clusters, demos and tests)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (empty: off; for profiling only)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -52,6 +53,9 @@ func runJobMaster(args []string) error {
 		return errors.New("--id and --data-dir are required")
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: *id, Level: hclog.LevelFromString(*logLevel), Output: os.Stderr})
+	if err := servePprof(*pprofAddr, log); err != nil {
+		return err
+	}
 	if *grpcAdv == "" {
 		*grpcAdv = *grpcAddr
 	}

@@ -151,12 +151,8 @@ func TestPausedLeaderIsFencedByEveryTM(t *testing.T) {
 	}
 	nc := d.client(now.LeaderGrpcAddress)
 	defer nc.cc.Close()
-	var after *pb.JobRecord
-	if err := nc.call(10*time.Second, func(ctx context.Context) error {
-		r, err := nc.client().GetJob(ctx, &pb.GetJobRequest{JobId: jg.JobId, Consistent: true})
-		after = r.GetJob()
-		return err
-	}); err != nil {
+	after, err := readJob(nc, 10*time.Second, jg.JobId, true)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if !allRunning(after) || after.Restarts != 0 {

@@ -1,0 +1,21 @@
+package transport
+
+// ChunkedMessageLimit is the message limit that chunked streams (TaskManager reports), paged
+// answers (GetJob's executions) and batched calls (SubmitTasks) are sized against: the
+// default gRPC receive limit of every jmcluster server and client, 4 MiB. It must stay equal
+// to the servers' limit (server.DefaultMaxMessageSize).
+const ChunkedMessageLimit = 4 << 20
+
+// ChunkMargin is what a chunk, page or batch leaves free under the message limit: room for
+// gRPC framing and the few fields that are not counted exactly. 256 KiB.
+const ChunkMargin = 256 << 10
+
+// ChunkBudget returns the bytes one chunk, page or batch may fill under a message limit: the
+// limit minus ChunkMargin, and never less than half the limit. A limit of 0 means
+// ChunkedMessageLimit.
+func ChunkBudget(limit int) int {
+	if limit <= 0 {
+		limit = ChunkedMessageLimit
+	}
+	return max(limit-ChunkMargin, limit/2)
+}
