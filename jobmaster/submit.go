@@ -51,7 +51,7 @@ func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
 			continue
 		}
 		if n := proto.Size(tdd); n > budget {
-			t.failAsync(jobID, a.AttemptId, fmt.Sprintf("deployment descriptor of %s[%d] is %d bytes, over SubmitBatchBytes (%d bytes: the %d-byte message limit minus its margin)",
+			t.failAsync(jobID, a.AttemptId, fmt.Sprintf("deployment descriptor of %s[%d] is %d bytes, over SubmitBatchBytes (%d bytes; by default the %d-byte message limit minus its margin)",
 				a.VertexId, a.SubtaskIndex, n, budget, transport.ChunkedMessageLimit))
 			continue
 		}

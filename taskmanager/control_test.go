@@ -248,7 +248,7 @@ func TestChunkReport(t *testing.T) {
 		execs[i] = &pb.ExecutionReport{AttemptId: fmt.Sprint(i)}
 	}
 	base := &pb.TaskManagerReport{TmId: "tm", Slots: 4}
-	chunks := chunkReport(base, execs, 1000, 0)
+	chunks := ChunkReport(base, execs, 1000, 0)
 	if len(chunks) != 3 {
 		t.Fatalf("%d chunks", len(chunks))
 	}
@@ -261,7 +261,7 @@ func TestChunkReport(t *testing.T) {
 	if chunks[2].GetExecutions()[499].GetAttemptId() != "2499" {
 		t.Fatal("executions out of order")
 	}
-	empty := chunkReport(base, nil, 1000, 0)
+	empty := ChunkReport(base, nil, 1000, 0)
 	if len(empty) != 1 || !empty[0].GetLast() || len(empty[0].GetExecutions()) != 0 {
 		t.Fatalf("empty report: %v", empty)
 	}

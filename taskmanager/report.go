@@ -44,14 +44,15 @@ func (tm *TaskManager) executionReportLocked(t *task) *pb.ExecutionReport {
 	return r
 }
 
-// chunkReport splits executions into chunks of at most maxExecs executions and at most
+// ChunkReport splits executions into chunks of at most maxExecs executions and at most
 // maxBytes encoded bytes each (the whole TaskManagerReport message, exactly as proto sizes it).
 // Each chunk is a copy of base with its chunk_index; the last is flagged, and there is always
 // at least one chunk. An execution too large for maxBytes on its own travels alone in its
 // chunk: its report is smaller than the deployment descriptor that reached this TM under the
 // same message limit (one consumed entry per input channel, each smaller than the channel's
-// descriptor), so it still fits the limit when the budget leaves the usual margin.
-func chunkReport(base *pb.TaskManagerReport, execs []*pb.ExecutionReport, maxExecs, maxBytes int) []*pb.TaskManagerReport {
+// descriptor), so it still fits the limit when the budget leaves the usual margin. Exported
+// so that simulated TaskManagers in tests chunk exactly as a TM does.
+func ChunkReport(base *pb.TaskManagerReport, execs []*pb.ExecutionReport, maxExecs, maxBytes int) []*pb.TaskManagerReport {
 	if maxExecs <= 0 {
 		maxExecs = DefaultConfig().ReportChunkSize
 	}
