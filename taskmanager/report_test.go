@@ -127,7 +127,7 @@ func TestSubmitTasksBatch(t *testing.T) {
 	a := source("job", "src", 0, 2, "a", 0, unbounded)
 	b := source("job", "src", 1, 2, "b", 1, unbounded)
 	busy := source("job", "other", 0, 1, "c", 0, unbounded) // slot 0 is a's
-	bad := source("job", "src", 2, 2, "", 2, unbounded)    // no attempt id
+	bad := source("job", "src", 2, 2, "", 2, unbounded)     // no attempt id
 	resp, err := c.SubmitTasks(t.Context(), &pb.SubmitTasksRequest{Epoch: 3, Tasks: []*pb.TaskDeploymentDescriptor{a, b, busy, bad}})
 	if err != nil {
 		t.Fatal(err)
