@@ -238,26 +238,29 @@ func (s *Service) RequestPartitionState(ctx context.Context, req *pb.RequestPart
 	if _, err := s.jm.openTerm(); err != nil {
 		return nil, s.gateErr(ctx, err)
 	}
-	rec, ok := s.jm.state.Job(req.JobId)
-	if !ok {
+	var resp *pb.RequestPartitionStateResponse
+	err := status.Errorf(codes.NotFound, "unknown result %s of job %s", req.ResultId, req.JobId)
+	if !s.jm.state.WithJob(req.JobId, func(rec *pb.JobRecord) {
+		for _, res := range rec.ExecutionGraph.Results {
+			if res.ResultId != req.ResultId {
+				continue
+			}
+			if req.PartitionIndex < 0 || int(req.PartitionIndex) >= len(res.Partitions) {
+				err = status.Errorf(codes.InvalidArgument, "result %s has %d partitions, not %d", req.ResultId, len(res.Partitions), req.PartitionIndex+1)
+				return
+			}
+			producer := graph.FindVertex(rec.ExecutionGraph, res.ProducerVertexId, req.PartitionIndex)
+			resp, err = &pb.RequestPartitionStateResponse{
+				CurrentProducerAttemptId: producer.GetCurrent().GetAttemptId(),
+				ProducerDataAddress:      producer.GetCurrent().GetTmDataAddress(),
+				ProducerState:            producer.GetCurrent().GetState(),
+			}, nil
+			return
+		}
+	}) {
 		return nil, status.Errorf(codes.NotFound, "unknown job %s", req.JobId)
 	}
-	for _, res := range rec.ExecutionGraph.Results {
-		if res.ResultId != req.ResultId {
-			continue
-		}
-		if req.PartitionIndex < 0 || int(req.PartitionIndex) >= len(res.Partitions) {
-			return nil, status.Errorf(codes.InvalidArgument, "result %s has %d partitions, not %d", req.ResultId, len(res.Partitions), req.PartitionIndex+1)
-		}
-		producer := graph.FindVertex(rec.ExecutionGraph, res.ProducerVertexId, req.PartitionIndex)
-		resp := &pb.RequestPartitionStateResponse{
-			CurrentProducerAttemptId: producer.GetCurrent().GetAttemptId(),
-			ProducerDataAddress:      producer.GetCurrent().GetTmDataAddress(),
-			ProducerState:            producer.GetCurrent().GetState(),
-		}
-		return resp, nil
-	}
-	return nil, status.Errorf(codes.NotFound, "unknown result %s of job %s", req.ResultId, req.JobId)
+	return resp, err
 }
 
 func checkPartition(jm *JobMaster, jobID, resultID string, ev *pb.ExecutionVertex, index int32) error {
@@ -305,9 +308,9 @@ func (jm *JobMaster) CancelJob(ctx context.Context, jobID string) (pb.JobStatus,
 		return 0, err
 	}
 	t.kick(jobID)
-	rec, ok := jm.state.Job(jobID)
-	if !ok {
+	var st pb.JobStatus
+	if !jm.state.WithJob(jobID, func(rec *pb.JobRecord) { st = rec.Status }) {
 		return 0, fmt.Errorf("job %s vanished", jobID)
 	}
-	return rec.Status, nil
+	return st, nil
 }

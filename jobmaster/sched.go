@@ -51,7 +51,7 @@ func forEachExecution(rec *pb.JobRecord, fn func(ev *pb.ExecutionVertex)) {
 // called after any change and on every tick, it derives what to do from the state alone, so a
 // new leader simply drives every job.
 func (t *term) drive(jobID string) {
-	rec, ok := t.jm.state.Job(jobID)
+	rec, ok := t.jm.schedulingView(jobID)
 	if !ok || t.ctx.Err() != nil {
 		return
 	}
@@ -446,7 +446,7 @@ func TaskDeploymentDescriptor(rec *pb.JobRecord, vertexID string, subtask int32)
 	tdd := &pb.TaskDeploymentDescriptor{
 		JobId: jg.JobId, VertexId: vertexID, SubtaskIndex: subtask, Parallelism: jv.Parallelism,
 		AttemptId: e.AttemptId, AttemptNumber: e.AttemptNumber, StartTimestamp: e.StartTimestamp,
-		SlotIndex: e.GetSlot().GetIndex(), Operator: jv.Operator, JobType: jg.Type,
+		SlotIndex: e.GetSlot().GetIndex(), Operator: proto.CloneOf(jv.Operator), JobType: jg.Type,
 	}
 	for _, res := range eg.Results {
 		if res.ProducerVertexId == vertexID {

@@ -28,10 +28,6 @@ const submitEachParallel = 8
 // SubmitTasks batches, bounded by SubmitBatchTasks and SubmitBatchBytes, sent one after the
 // other per TM (TMs in parallel), so each call's deadline covers only its own batch.
 func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
-	committed, ok := t.jm.state.Job(jobID)
-	if !ok {
-		return fmt.Errorf("job %s vanished", jobID)
-	}
 	names := make([]string, 0, min(len(attempts), submitLogNames))
 	for _, a := range attempts[:min(len(attempts), submitLogNames)] {
 		names = append(names, fmt.Sprintf("%s[%d]#%d@%s/%d", a.VertexId, a.SubtaskIndex, a.AttemptNumber, a.Slot.GetTmId(), a.Slot.GetIndex()))
@@ -41,13 +37,29 @@ func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
 	}
 	t.jm.log.Info("deploying", "job", jobID, "tasks", len(attempts), "attempts", strings.Join(names, " "))
 
+	// Descriptors are built under the FSM's read lock from the committed record (each copies
+	// what it takes), sparing a copy of the whole job.
+	type built struct {
+		a   *pb.AttemptSpec
+		tdd *pb.TaskDeploymentDescriptor
+		err error
+	}
+	descs := make([]built, len(attempts))
+	if !t.jm.state.WithJob(jobID, func(committed *pb.JobRecord) {
+		for i, a := range attempts {
+			tdd, err := TaskDeploymentDescriptor(committed, a.VertexId, a.SubtaskIndex)
+			descs[i] = built{a, tdd, err}
+		}
+	}) {
+		return fmt.Errorf("job %s vanished", jobID)
+	}
 	budget := t.jm.cfg.SubmitBatchBytes
 	byTM := map[string][]*pb.TaskDeploymentDescriptor{}
 	var order []string
-	for _, a := range attempts {
-		tdd, err := TaskDeploymentDescriptor(committed, a.VertexId, a.SubtaskIndex)
-		if err != nil {
-			t.failAsync(jobID, a.AttemptId, "deployment descriptor: "+err.Error())
+	for _, b := range descs {
+		a, tdd := b.a, b.tdd
+		if b.err != nil {
+			t.failAsync(jobID, a.AttemptId, "deployment descriptor: "+b.err.Error())
 			continue
 		}
 		if n := proto.Size(tdd); n > budget {
