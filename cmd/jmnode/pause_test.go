@@ -171,7 +171,7 @@ func newProcessCluster(t *testing.T, o procOptions) *demo {
 	d := &demo{bin: bin, dir: dir, start: time.Now()}
 	t.Cleanup(func() {
 		for _, p := range append(append([]*proc{}, d.jms...), d.tms...) {
-			if p.cmd != nil && p.cmd.ProcessState == nil {
+			if p.alive() {
 				_ = p.cmd.Process.Signal(syscall.SIGCONT)
 				_ = p.cmd.Process.Kill()
 			}
