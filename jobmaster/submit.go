@@ -37,6 +37,13 @@ func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
 	}
 	t.jm.log.Info("deploying", "job", jobID, "tasks", len(attempts), "attempts", strings.Join(names, " "))
 
+	// In flight from now on: a heartbeat while the descriptors are built does not count them
+	// missing (they are unmarked as their batches are answered, or failed).
+	t.mu.Lock()
+	for _, a := range attempts {
+		t.submitting[a.AttemptId] = true
+	}
+	t.mu.Unlock()
 	// Descriptors are built under the FSM's read lock from the committed record (each copies
 	// what it takes), sparing a copy of the whole job.
 	type built struct {
@@ -59,10 +66,12 @@ func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
 	for _, b := range descs {
 		a, tdd := b.a, b.tdd
 		if b.err != nil {
+			t.notSubmitting(a.AttemptId)
 			t.failAsync(jobID, a.AttemptId, "deployment descriptor: "+b.err.Error())
 			continue
 		}
 		if n := proto.Size(tdd); n > budget {
+			t.notSubmitting(a.AttemptId)
 			t.failAsync(jobID, a.AttemptId, fmt.Sprintf("deployment descriptor of %s[%d] is %d bytes, over SubmitBatchBytes (%d bytes; by default the %d-byte message limit minus its margin)",
 				a.VertexId, a.SubtaskIndex, n, budget, transport.ChunkedMessageLimit))
 			continue
@@ -72,13 +81,6 @@ func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
 		}
 		byTM[a.TmGrpcAddress] = append(byTM[a.TmGrpcAddress], tdd)
 	}
-	t.mu.Lock()
-	for _, tdds := range byTM {
-		for _, d := range tdds {
-			t.submitting[d.AttemptId] = true
-		}
-	}
-	t.mu.Unlock()
 	for _, addr := range order {
 		tdds := byTM[addr]
 		t.wg.Add(1)
@@ -201,10 +203,21 @@ func (t *term) submitEach(jobID, addr string, batch []*pb.TaskDeploymentDescript
 	wg.Wait()
 }
 
+// notSubmitting ends the in-flight mark of an attempt that is failed instead of sent.
+func (t *term) notSubmitting(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.submitting, id)
+}
+
+// doneSubmitting ends the in-flight mark of a batch's attempts and records when the TM
+// answered (checkDeployment's grace).
 func (t *term) doneSubmitting(batch []*pb.TaskDeploymentDescriptor) {
+	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, d := range batch {
 		delete(t.submitting, d.AttemptId)
+		t.acked[d.AttemptId] = now
 	}
 }
