@@ -88,6 +88,15 @@ func TestWideJobSurvivesLeaderKill(t *testing.T) {
 	if len(attempts) != 1024 || !allRunning(before) {
 		t.Fatalf("before the kill: %s, %d attempts", testcluster.Describe(before), len(attempts))
 	}
+	if before.Restarts > 0 {
+		// Not what the test is about (a loaded machine can cost a leader, or a TM, during the
+		// deployment), but worth reading: what restarted the job's one region.
+		for _, h := range before.History {
+			if h.Cause != "" {
+				t.Logf("before the kill: %s: %s", graph.JobStatusName(h.Status), h.Cause)
+			}
+		}
+	}
 
 	// `jmnode job status` and the REST view read it.
 	out, err = exec.Command(d.bin, "job", "status", jg.JobId, "--addr", leader.LeaderGrpcAddress).CombinedOutput()
@@ -136,8 +145,8 @@ func TestWideJobSurvivesLeaderKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if changed := testcluster.Changed(attempts, testcluster.Attempts(after)); len(changed) != 0 || after.Restarts != 0 {
-		t.Fatalf("after the kill: %d attempts changed (%v), restarts %d", len(changed), changed[:min(len(changed), 5)], after.Restarts)
+	if changed := testcluster.Changed(attempts, testcluster.Attempts(after)); len(changed) != 0 || after.Restarts != before.Restarts {
+		t.Fatalf("after the kill: %d attempts changed (%v), restarts %d -> %d", len(changed), changed[:min(len(changed), 5)], before.Restarts, after.Restarts)
 	}
 	if after.Status != pb.JobStatus_JOB_STATUS_RUNNING || !allRunning(after) {
 		t.Fatalf("after the kill: %s", testcluster.Describe(after))
