@@ -115,3 +115,67 @@ func TestSubmitBatchesBoundedByBytes(t *testing.T) {
 		t.Fatalf("%d descriptors in %d batches", n, len(batches))
 	}
 }
+
+// TestFreshSubmissionIsNotMissing: a heartbeat that arrives within a heartbeat interval of the
+// TM's acknowledgement (it may have been built before the TM took the batch) does not count
+// the attempts missing; two later heartbeats without them fail them.
+func TestFreshSubmissionIsNotMissing(t *testing.T) {
+	tm := &recordingTM{}
+	jm, f := startLocalJM(t, tm, Config{HeartbeatInterval: 30 * time.Second})
+	// The restart the failures cause must not hide them: no restart strategy.
+	jg := chainJob()
+	jg.RestartStrategy = &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_NONE}
+	id, _, err := jm.SubmitJob(context.Background(), jg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "three submitted tasks", func() (bool, string) {
+		s, _ := tm.view()
+		return len(s) == 3, fmt.Sprintf("submitted %v", s)
+	})
+	term, err := jm.currentTerm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the batch acknowledged", func() (bool, string) {
+		term.mu.Lock()
+		defer term.mu.Unlock()
+		return len(term.acked) == 3 && len(term.submitting) == 0, fmt.Sprintf("acked %d, submitting %d", len(term.acked), len(term.submitting))
+	})
+	failedCount := func() int {
+		n := 0
+		rec, _ := f.Job(id)
+		forEachExecution(rec, func(ev *pb.ExecutionVertex) {
+			for _, e := range append([]*pb.Execution{ev.GetCurrent()}, ev.GetHistory()...) {
+				if strings.Contains(e.GetFailureCause(), "missing from the deployment report") {
+					n++
+				}
+			}
+		})
+		return n
+	}
+	counted := func() int {
+		term.mu.Lock()
+		defer term.mu.Unlock()
+		return len(term.missing)
+	}
+	empty := &pb.HeartbeatRequest{TmId: "tm1"}
+	for range 2 {
+		term.checkDeployment(empty)
+		if n := counted(); n != 0 {
+			t.Fatalf("%d attempts counted missing by a heartbeat that came right after their submission", n)
+		}
+	}
+	// The acknowledgements age past the grace: the next reports are fresh.
+	term.mu.Lock()
+	for id := range term.acked {
+		term.acked[id] = time.Now().Add(-time.Minute)
+	}
+	term.mu.Unlock()
+	term.checkDeployment(empty)
+	term.checkDeployment(empty)
+	waitFor(t, 10*time.Second, "the attempts failed as missing", func() (bool, string) {
+		n := failedCount()
+		return n == 3, fmt.Sprintf("%d failed", n)
+	})
+}
