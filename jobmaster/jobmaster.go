@@ -17,6 +17,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -74,7 +75,16 @@ type Config struct {
 	// RetentionInterval is how often the leader looks for terminal jobs to remove (default
 	// RetainJobAge/10, within [1s, 1m]).
 	RetentionInterval time.Duration
-	Logger            hclog.Logger
+	// SubmitBatchTasks is the most tasks one SubmitTasks call carries (default 512).
+	SubmitBatchTasks int
+	// SubmitBatchBytes bounds the encoded SubmitTasks request (default transport.ChunkBudget(0):
+	// the 4 MiB message limit minus a 256 KiB margin). A single descriptor above it is failed
+	// with an error naming the limit.
+	SubmitBatchBytes int
+	// SubmitAttempts is how many times a batch is sent when the call fails transiently
+	// (UNAVAILABLE, DEADLINE_EXCEEDED) before its tasks are failed (default 3).
+	SubmitAttempts int
+	Logger         hclog.Logger
 }
 
 // Defaults of the terminal-job retention.
@@ -101,6 +111,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 1000
+	}
+	if c.SubmitBatchTasks <= 0 {
+		c.SubmitBatchTasks = 512
+	}
+	if c.SubmitBatchBytes <= 0 {
+		c.SubmitBatchBytes = transport.ChunkBudget(0)
+	}
+	if c.SubmitAttempts <= 0 {
+		c.SubmitAttempts = 3
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

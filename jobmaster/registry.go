@@ -205,12 +205,17 @@ func (r *Registry) close() {
 	}
 }
 
-// Stream runs fn against the TM at addr without the per-call timeout (for streamed reports,
-// bounded by ctx).
-func (r *Registry) Stream(ctx context.Context, addr string, fn func(context.Context, pb.TaskManagerServiceClient) error) error {
+// Stream runs fn against the TM at addr for a streamed call (a report) with its own deadline:
+// timeout bounds the whole stream, however many messages it carries; 0 leaves it to ctx.
+func (r *Registry) Stream(ctx context.Context, addr string, timeout time.Duration, fn func(context.Context, pb.TaskManagerServiceClient) error) error {
 	c, err := r.Client(addr)
 	if err != nil {
 		return err
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
 	return fn(ctx, c)
 }

@@ -84,65 +84,6 @@ func (s *Service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 	return &pb.HeartbeatResponse{Epoch: t.epoch}, nil
 }
 
-// checkDeployment compares a TM's deployment report with the graph (Flink's
-// ExecutionDeploymentReconciler): an attempt the graph does not place on this TM is cancelled
-// there; an attempt the graph places there but the TM has not reported in two consecutive
-// heartbeats is failed.
-func (t *term) checkDeployment(req *pb.HeartbeatRequest) {
-	tm, ok := t.jm.tms.Get(req.TmId)
-	if !ok {
-		return
-	}
-	reported := map[string]bool{}
-	for _, d := range req.Deployed {
-		reported[d.AttemptId] = true
-		owned := false
-		t.jm.state.WithJob(d.JobId, func(rec *pb.JobRecord) {
-			ev := graph.FindAttempt(rec.ExecutionGraph, d.AttemptId)
-			owned = ev != nil && ev.Current.GetSlot().GetTmId() == req.TmId && !isTerminal(ev.Current.State)
-		})
-		if !owned {
-			t.jm.log.Info("cancelling attempt the graph does not own", "tm", req.TmId, "job", d.JobId, "attempt", d.AttemptId)
-			t.cancelOnTM(tm.GRPCAddr, d.JobId, d.AttemptId)
-		}
-	}
-	var failed []*pb.ExecutionStateUpdate
-	for _, jobID := range t.jm.state.JobIDs() {
-		t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
-			forEachExecution(rec, func(ev *pb.ExecutionVertex) {
-				e := ev.GetCurrent()
-				if e == nil || e.GetSlot().GetTmId() != req.TmId {
-					return
-				}
-				switch e.State {
-				case stDeploying, pb.ExecutionState_EXECUTION_STATE_INITIALIZING, stRunning:
-				default:
-					return
-				}
-				t.mu.Lock()
-				defer t.mu.Unlock()
-				if t.submitting[e.AttemptId] || reported[e.AttemptId] {
-					delete(t.missing, e.AttemptId)
-					return
-				}
-				t.missing[e.AttemptId]++
-				if t.missing[e.AttemptId] >= 2 {
-					delete(t.missing, e.AttemptId)
-					failed = append(failed, &pb.ExecutionStateUpdate{
-						JobId: jobID, AttemptId: e.AttemptId, State: stFailed, Timestamp: nowMillis(),
-						FailureCause: "attempt missing from the deployment report of " + req.TmId,
-					})
-				}
-			})
-		})
-	}
-	if len(failed) > 0 {
-		t.jm.log.Warn("attempts missing on task manager", "tm", req.TmId, "count", len(failed))
-		t.wg.Add(1)
-		go func() { defer t.wg.Done(); t.batch.commit(t.ctx, failed) }()
-	}
-}
-
 // lookup validates that an attempt is the current attempt of a job's ExecutionVertex on the
 // calling TM, with clear errors for every way it is not.
 func (s *Service) lookup(jobID, attemptID, tmID string) (*pb.ExecutionVertex, error) {
@@ -238,26 +179,29 @@ func (s *Service) RequestPartitionState(ctx context.Context, req *pb.RequestPart
 	if _, err := s.jm.openTerm(); err != nil {
 		return nil, s.gateErr(ctx, err)
 	}
-	rec, ok := s.jm.state.Job(req.JobId)
-	if !ok {
+	var resp *pb.RequestPartitionStateResponse
+	err := status.Errorf(codes.NotFound, "unknown result %s of job %s", req.ResultId, req.JobId)
+	if !s.jm.state.WithJob(req.JobId, func(rec *pb.JobRecord) {
+		for _, res := range rec.ExecutionGraph.Results {
+			if res.ResultId != req.ResultId {
+				continue
+			}
+			if req.PartitionIndex < 0 || int(req.PartitionIndex) >= len(res.Partitions) {
+				err = status.Errorf(codes.InvalidArgument, "result %s has %d partitions, not %d", req.ResultId, len(res.Partitions), req.PartitionIndex+1)
+				return
+			}
+			producer := graph.FindVertex(rec.ExecutionGraph, res.ProducerVertexId, req.PartitionIndex)
+			resp, err = &pb.RequestPartitionStateResponse{
+				CurrentProducerAttemptId: producer.GetCurrent().GetAttemptId(),
+				ProducerDataAddress:      producer.GetCurrent().GetTmDataAddress(),
+				ProducerState:            producer.GetCurrent().GetState(),
+			}, nil
+			return
+		}
+	}) {
 		return nil, status.Errorf(codes.NotFound, "unknown job %s", req.JobId)
 	}
-	for _, res := range rec.ExecutionGraph.Results {
-		if res.ResultId != req.ResultId {
-			continue
-		}
-		if req.PartitionIndex < 0 || int(req.PartitionIndex) >= len(res.Partitions) {
-			return nil, status.Errorf(codes.InvalidArgument, "result %s has %d partitions, not %d", req.ResultId, len(res.Partitions), req.PartitionIndex+1)
-		}
-		producer := graph.FindVertex(rec.ExecutionGraph, res.ProducerVertexId, req.PartitionIndex)
-		resp := &pb.RequestPartitionStateResponse{
-			CurrentProducerAttemptId: producer.GetCurrent().GetAttemptId(),
-			ProducerDataAddress:      producer.GetCurrent().GetTmDataAddress(),
-			ProducerState:            producer.GetCurrent().GetState(),
-		}
-		return resp, nil
-	}
-	return nil, status.Errorf(codes.NotFound, "unknown result %s of job %s", req.ResultId, req.JobId)
+	return resp, err
 }
 
 func checkPartition(jm *JobMaster, jobID, resultID string, ev *pb.ExecutionVertex, index int32) error {
@@ -310,9 +254,9 @@ func (jm *JobMaster) CancelJob(ctx context.Context, jobID string) (pb.JobStatus,
 		return 0, err
 	}
 	t.kick(jobID)
-	rec, ok := jm.state.Job(jobID)
-	if !ok {
+	var st pb.JobStatus
+	if !jm.state.WithJob(jobID, func(rec *pb.JobRecord) { st = rec.Status }) {
 		return 0, fmt.Errorf("job %s vanished", jobID)
 	}
-	return rec.Status, nil
+	return st, nil
 }

@@ -1,11 +1,9 @@
 package jobmaster
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -53,7 +51,7 @@ func forEachExecution(rec *pb.JobRecord, fn func(ev *pb.ExecutionVertex)) {
 // called after any change and on every tick, it derives what to do from the state alone, so a
 // new leader simply drives every job.
 func (t *term) drive(jobID string) {
-	rec, ok := t.jm.state.Job(jobID)
+	rec, ok := t.jm.schedulingView(jobID)
 	if !ok || t.ctx.Err() != nil {
 		return
 	}
@@ -382,29 +380,6 @@ func (t *term) deploy(rec *pb.JobRecord, evs []*pb.ExecutionVertex, restart bool
 	return t.submitCommitted(jobID, cmd.Attempts)
 }
 
-// submitCommitted sends SubmitTask for attempts whose creation and DEPLOYING state are
-// committed, with descriptors built from the committed state.
-func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
-	committed, ok := t.jm.state.Job(jobID)
-	if !ok {
-		return fmt.Errorf("job %s vanished", jobID)
-	}
-	names := make([]string, 0, len(attempts))
-	for _, a := range attempts {
-		names = append(names, fmt.Sprintf("%s[%d]#%d@%s/%d", a.VertexId, a.SubtaskIndex, a.AttemptNumber, a.Slot.GetTmId(), a.Slot.GetIndex()))
-	}
-	t.jm.log.Info("deploying", "job", jobID, "tasks", len(names), "attempts", strings.Join(names, " "))
-	for _, a := range attempts {
-		tdd, err := TaskDeploymentDescriptor(committed, a.VertexId, a.SubtaskIndex)
-		if err != nil {
-			t.failAsync(jobID, a.AttemptId, "deployment descriptor: "+err.Error())
-			continue
-		}
-		t.submitAsync(a.TmGrpcAddress, tdd)
-	}
-	return nil
-}
-
 // resumeScheduled finishes deployments of this term whose attempts were committed but whose
 // DEPLOYING commit failed (a SCHEDULED attempt: nothing was submitted for it). Reconciliation
 // resolves SCHEDULED attempts of earlier terms before the scheduler runs, so every SCHEDULED
@@ -438,27 +413,6 @@ func (t *term) resumeScheduled(rec *pb.JobRecord) bool {
 	return true
 }
 
-func (t *term) submitAsync(addr string, tdd *pb.TaskDeploymentDescriptor) {
-	t.mu.Lock()
-	t.submitting[tdd.AttemptId] = true
-	t.mu.Unlock()
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		err := t.jm.tms.Call(t.ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
-			_, err := c.SubmitTask(ctx, &pb.SubmitTaskRequest{Epoch: t.epoch, Task: tdd})
-			return err
-		})
-		t.mu.Lock()
-		delete(t.submitting, tdd.AttemptId)
-		t.mu.Unlock()
-		if err != nil && t.ctx.Err() == nil {
-			t.jm.log.Warn("submit failed", "job", tdd.JobId, "vertex", tdd.VertexId, "subtask", tdd.SubtaskIndex, "tm", addr, "error", err)
-			t.fail(tdd.JobId, tdd.AttemptId, "deploy to "+addr+" failed: "+err.Error())
-		}
-	}()
-}
-
 func (t *term) failAsync(jobID, attemptID, cause string) {
 	t.wg.Add(1)
 	go func() { defer t.wg.Done(); t.fail(jobID, attemptID, cause) }()
@@ -468,110 +422,6 @@ func (t *term) fail(jobID, attemptID, cause string) {
 	t.batch.commit(t.ctx, []*pb.ExecutionStateUpdate{{
 		JobId: jobID, AttemptId: attemptID, State: stFailed, FailureCause: cause, Timestamp: nowMillis(),
 	}})
-}
-
-// cancelAll moves every non-terminal execution of the job towards CANCELED and reports
-// whether all of them are terminal already.
-func (t *term) cancelAll(rec *pb.JobRecord) bool {
-	var live []*pb.ExecutionVertex
-	forEachExecution(rec, func(ev *pb.ExecutionVertex) {
-		if e := ev.GetCurrent(); e != nil && !isTerminal(e.State) {
-			live = append(live, ev)
-		}
-	})
-	if len(live) == 0 {
-		return true
-	}
-	t.cancelExecutions(rec, live, "job "+graph.JobStatusName(rec.Status))
-	return false
-}
-
-// cancelExecutions commits CANCELING (write-ahead) for the given executions and sends
-// CancelTask for each once; the TM's answer (or report) commits the terminal state.
-func (t *term) cancelExecutions(rec *pb.JobRecord, evs []*pb.ExecutionVertex, cause string) {
-	jobID := rec.JobGraph.JobId
-	var toCanceling []*pb.ExecutionStateUpdate
-	var send []*pb.Execution
-	for _, ev := range evs {
-		e := ev.GetCurrent()
-		switch e.State {
-		case stCreated:
-			toCanceling = append(toCanceling, &pb.ExecutionStateUpdate{JobId: jobID, AttemptId: e.AttemptId, State: stCanceled, Timestamp: nowMillis(), FailureCause: cause})
-		case stReconciling:
-			// Reconciliation owns these; nothing to do until it commits.
-		case stCanceling:
-			send = append(send, e)
-		default:
-			toCanceling = append(toCanceling, &pb.ExecutionStateUpdate{JobId: jobID, AttemptId: e.AttemptId, State: stCanceling, Timestamp: nowMillis(), FailureCause: cause})
-			send = append(send, e)
-		}
-	}
-	if len(toCanceling) > 0 {
-		if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_UPDATE_EXECUTION_STATES, &pb.UpdateExecutionStatesCommand{Updates: toCanceling}); err != nil {
-			t.jm.log.Warn("commit canceling", "job", jobID, "error", err)
-			return
-		}
-	}
-	for _, e := range send {
-		t.cancelAsync(jobID, proto.Clone(e).(*pb.Execution))
-	}
-}
-
-func (t *term) cancelAsync(jobID string, e *pb.Execution) {
-	t.sendCancel(jobID, e.AttemptId, e.TmGrpcAddress, true)
-}
-
-// sendCancel sends CancelTask once per attempt and term (again after a failed call). For an
-// attempt of the graph (owned), a terminal answer is committed; for an attempt the graph does
-// not own on that TM, nothing is committed: the attempt id may be the graph's current attempt
-// on another TM, whose state a false report must not change.
-func (t *term) sendCancel(jobID, attemptID, addr string, owned bool) {
-	key := attemptID + "@" + addr
-	t.mu.Lock()
-	if t.cancelSent[key] {
-		t.mu.Unlock()
-		return
-	}
-	t.cancelSent[key] = true
-	t.mu.Unlock()
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		var state pb.ExecutionState
-		err := t.jm.tms.Call(t.ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
-			resp, err := c.CancelTask(ctx, &pb.CancelTaskRequest{Epoch: t.epoch, JobId: jobID, AttemptId: attemptID})
-			if err == nil {
-				state = resp.State
-			}
-			return err
-		})
-		if err != nil {
-			// Try again on a later pass; a lost TM fails the execution instead.
-			t.mu.Lock()
-			delete(t.cancelSent, key)
-			if owned {
-				t.retryCancel[jobID] = true
-			}
-			t.mu.Unlock()
-			if t.ctx.Err() == nil {
-				t.jm.log.Debug("cancel failed; will retry", "attempt", attemptID, "tm", addr, "error", err)
-			}
-			return
-		}
-		if !owned {
-			t.jm.foreignCancels.Add(1)
-			return
-		}
-		if isTerminal(state) {
-			t.batch.commit(t.ctx, []*pb.ExecutionStateUpdate{{JobId: jobID, AttemptId: attemptID, State: state, Timestamp: nowMillis()}})
-		}
-	}()
-}
-
-// cancelOnTM cancels an attempt the graph does not own on that TM (reported by it); nothing is
-// committed because there is nothing in the graph to change.
-func (t *term) cancelOnTM(addr, jobID, attemptID string) {
-	t.sendCancel(jobID, attemptID, addr, false)
 }
 
 // TaskDeploymentDescriptor builds the descriptor of one ExecutionVertex's current attempt from
@@ -596,7 +446,7 @@ func TaskDeploymentDescriptor(rec *pb.JobRecord, vertexID string, subtask int32)
 	tdd := &pb.TaskDeploymentDescriptor{
 		JobId: jg.JobId, VertexId: vertexID, SubtaskIndex: subtask, Parallelism: jv.Parallelism,
 		AttemptId: e.AttemptId, AttemptNumber: e.AttemptNumber, StartTimestamp: e.StartTimestamp,
-		SlotIndex: e.GetSlot().GetIndex(), Operator: jv.Operator, JobType: jg.Type,
+		SlotIndex: e.GetSlot().GetIndex(), Operator: proto.CloneOf(jv.Operator), JobType: jg.Type,
 	}
 	for _, res := range eg.Results {
 		if res.ProducerVertexId == vertexID {

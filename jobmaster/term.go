@@ -33,6 +33,7 @@ type term struct {
 	waiting     map[string]string    // job id -> why a deployment waits (logged once)
 	driven      map[string]uint64    // job id -> modify index when last driven (loop goroutine only)
 	retryCancel map[string]bool      // job ids with a CancelTask to retry
+	acked       map[string]time.Time // attempt id -> when its TM acknowledged the submission
 }
 
 func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
@@ -47,6 +48,7 @@ func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
 		waiting:     map[string]string{},
 		driven:      map[string]uint64{},
 		retryCancel: map[string]bool{},
+		acked:       map[string]time.Time{},
 	}
 	t.batch = newBatcher(t)
 	// The batcher serves reconciliation too, so it runs from the start of the term.
@@ -117,6 +119,7 @@ func (t *term) loop() {
 			}
 		case <-tick.C:
 			t.checkTaskManagers()
+			t.pruneAcked(time.Now())
 			ticks++
 			t.driveStale(ticks%fullPassTicks == 0)
 		}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
@@ -52,13 +54,41 @@ type recordingTM struct {
 	pb.UnimplementedTaskManagerServiceServer
 	state *fsm.FSM
 
+	// noBatch makes it a TaskManager without SubmitTasks (UNIMPLEMENTED), as an older one.
+	noBatch bool
+
 	mu         sync.Mutex
 	submitted  []string
 	violations []string
+	batches    int
+	single     int
 }
 
 func (s *recordingTM) SubmitTask(_ context.Context, req *pb.SubmitTaskRequest) (*pb.SubmitTaskResponse, error) {
-	d := req.GetTask()
+	s.mu.Lock()
+	s.single++
+	s.mu.Unlock()
+	s.check(req.GetTask())
+	return &pb.SubmitTaskResponse{}, nil
+}
+
+func (s *recordingTM) SubmitTasks(_ context.Context, req *pb.SubmitTasksRequest) (*pb.SubmitTasksResponse, error) {
+	if s.noBatch {
+		return nil, status.Error(codes.Unimplemented, "method SubmitTasks not implemented")
+	}
+	s.mu.Lock()
+	s.batches++
+	s.mu.Unlock()
+	resp := &pb.SubmitTasksResponse{}
+	for _, d := range req.GetTasks() {
+		s.check(d)
+		resp.Results = append(resp.Results, &pb.SubmitTaskResult{AttemptId: d.AttemptId})
+	}
+	return resp, nil
+}
+
+// check records a submitted task and whether it was the committed attempt in DEPLOYING.
+func (s *recordingTM) check(d *pb.TaskDeploymentDescriptor) {
 	var problem string
 	found := s.state.WithJob(d.JobId, func(rec *pb.JobRecord) {
 		ev := graph.FindAttempt(rec.ExecutionGraph, d.AttemptId)
@@ -78,7 +108,12 @@ func (s *recordingTM) SubmitTask(_ context.Context, req *pb.SubmitTaskRequest) (
 		s.violations = append(s.violations, fmt.Sprintf("%s[%d] %s: %s", d.VertexId, d.SubtaskIndex, d.AttemptId, problem))
 	}
 	s.submitted = append(s.submitted, d.AttemptId)
-	return &pb.SubmitTaskResponse{}, nil
+}
+
+func (s *recordingTM) calls() (batches, single int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.batches, s.single
 }
 
 func (s *recordingTM) view() (submitted, violations []string) {
@@ -147,6 +182,9 @@ func TestDeployingCommitFailureIsResumed(t *testing.T) {
 	})
 	if rec.Restarts != 0 {
 		t.Fatalf("restarts = %d, want 0", rec.Restarts)
+	}
+	if b, single := tm.calls(); b != 1 || single != 0 {
+		t.Fatalf("%d SubmitTasks batches and %d SubmitTask calls, want the 3 tasks in 1 batch", b, single)
 	}
 }
 

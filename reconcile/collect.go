@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"errors"
-	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -24,9 +23,10 @@ type collector struct {
 
 	mu       sync.Mutex
 	reports  map[string]*Report
+	refused  map[string]error // TMs whose report passed a bound: not waited for, not asked again
+	failed   map[string]bool  // TMs a report request has failed for
 	asked    map[string]target
-	failed   map[string]bool // TMs a report request has failed for
-	closed   bool            // past the deadline: further reports are late
+	closed   bool // past the deadline: further reports are late
 	late     []*Report
 	lateCh   chan struct{}
 	wake     chan struct{} // a report arrived: look again without waiting for the tick
@@ -36,7 +36,7 @@ type collector struct {
 }
 
 func newCollector(r *Reconciler, epoch uint64) *collector {
-	return &collector{r: r, epoch: epoch, reports: map[string]*Report{}, asked: map[string]target{}, failed: map[string]bool{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+	return &collector{r: r, epoch: epoch, reports: map[string]*Report{}, refused: map[string]error{}, failed: map[string]bool{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 }
 
 func (c *collector) collect(ctx context.Context, initial []target) (map[string]*Report, error) {
@@ -82,16 +82,17 @@ func (c *collector) collect(ctx context.Context, initial []target) (map[string]*
 	}
 }
 
-// waitingLocked lists the asked TMs that have not reported, leaving out those that gossip
-// reports dead and that failed a report request: gossip alone is not enough (it marks a busy
-// live member dead now and then, and such a TM's report would be lost with its tasks), but
-// gossip's verdict together with a failed request is.
+// waitingLocked lists the asked TMs that have not reported or been refused, leaving out those
+// that gossip reports dead and that failed a report request.
 func (c *collector) waitingLocked() []string {
 	var out []string
 	for id := range c.asked {
-		if c.reports[id] != nil {
+		if c.reports[id] != nil || c.refused[id] != nil {
 			continue
 		}
+		// Gossip alone is not enough (it marks a busy live member dead now and then, and such a
+		// TM's report would be lost with its tasks), but gossip's verdict together with a failed
+		// report request is.
 		if tm, ok := c.r.jm.Registry().Get(id); ok && tm.GoneByGossip() && c.failed[id] {
 			continue
 		}
@@ -126,6 +127,10 @@ func (c *collector) ask(ctx context.Context, t target, deadline time.Time) {
 				c.mu.Unlock()
 				return
 			}
+			if errors.Is(err, ErrReportTooLarge) {
+				c.refuse(t.id, err)
+				return
+			}
 			c.r.log.Debug("report request failed; retrying", "tm", t.id, "error", err)
 			c.mu.Lock()
 			c.failed[t.id] = true
@@ -137,43 +142,6 @@ func (c *collector) ask(ctx context.Context, t target, deadline time.Time) {
 			}
 		}
 	}()
-}
-
-func (c *collector) fetch(ctx context.Context, t target) (*Report, error) {
-	rep := &Report{TMID: t.id, Addr: t.addr}
-	err := c.r.jm.Registry().Stream(ctx, t.addr, func(ctx context.Context, cl pb.TaskManagerServiceClient) error {
-		stream, err := cl.RequestReport(ctx, &pb.RequestReportRequest{
-			Epoch: c.epoch, LeaderId: c.r.jm.NodeID(), LeaderGrpcAddress: c.r.jm.GRPCAddr(), ChunkSize: c.r.cfg.ReportChunk,
-		})
-		if err != nil {
-			return err
-		}
-		for {
-			chunk, err := stream.Recv()
-			if err == io.EOF {
-				return errors.New("report stream ended without its last chunk")
-			}
-			if err != nil {
-				return err
-			}
-			if chunk.TmId != "" && chunk.TmId != t.id {
-				return errors.New("report from " + chunk.TmId + " at the address of " + t.id)
-			}
-			rep.Executions = append(rep.Executions, chunk.Executions...)
-			if chunk.Last {
-				return nil
-			}
-		}
-	})
-	return rep, err
-}
-
-// poke wakes the collect loop without waiting for its tick.
-func (c *collector) poke() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
 }
 
 func (c *collector) deliver(rep *Report) {
@@ -188,8 +156,24 @@ func (c *collector) deliver(rep *Report) {
 		return
 	}
 	c.reports[rep.TMID] = rep
-	c.poke()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 	c.r.step(c.epoch, "report", "%s reported %d executions", rep.TMID, len(rep.Executions))
+}
+
+// refuse records that a TM's report passed a bound: the TM counts as not reported.
+func (c *collector) refuse(id string, err error) {
+	c.mu.Lock()
+	c.refused[id] = err
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	c.mu.Unlock()
+	c.r.log.Error("report refused", "tm", id, "error", err)
+	c.r.step(c.epoch, "report-refused", "%v; %s counts as not reported", err, id)
 }
 
 // handleLate cancels, on TMs whose report came after the deadline, every attempt the
@@ -237,4 +221,12 @@ func (c *collector) owned(tmID string, e *pb.ExecutionReport) bool {
 		owned = ev != nil && ev.Current.GetSlot().GetTmId() == tmID && !graph.IsTerminalExecution(ev.Current.State)
 	})
 	return owned
+}
+
+// poke wakes the collect loop without waiting for its tick.
+func (c *collector) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }

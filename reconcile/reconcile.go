@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/jmcluster/jmcluster/jobmaster"
+	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -27,6 +28,17 @@ type Config struct {
 	CommitChunk int
 	// ReportChunk is the executions per report chunk asked of TMs (default 1000).
 	ReportChunk int32
+	// ReportChunkBytes is the most encoded bytes per report chunk asked of TMs (default
+	// transport.ChunkBudget(0): the 4 MiB message limit minus a 256 KiB margin).
+	ReportChunkBytes int
+	// ReportStreamTimeout bounds one report stream, from the request to its last chunk
+	// (default: ReportDeadline). A stream cut by it is asked again within the window.
+	ReportStreamTimeout time.Duration
+	// MaxReportBytes bounds what one TM's report stream may accumulate (default 256 MiB), and
+	// MaxReportExecutions its executions (default 100,000). A report past either is refused
+	// (ErrReportTooLarge, naming the bound): the TM counts as not reported.
+	MaxReportBytes      int64
+	MaxReportExecutions int
 	// RetryInterval between attempts to reach a TM within the deadline (default 100ms).
 	RetryInterval time.Duration
 	Logger        hclog.Logger
@@ -45,7 +57,19 @@ func (c *Config) setDefaults() {
 		c.CommitChunk = 5000
 	}
 	if c.ReportChunk <= 0 {
-		c.ReportChunk = 1000
+		c.ReportChunk = DefaultReportChunk
+	}
+	if c.ReportChunkBytes <= 0 {
+		c.ReportChunkBytes = transport.ChunkBudget(0)
+	}
+	if c.ReportStreamTimeout <= 0 {
+		c.ReportStreamTimeout = c.ReportDeadline
+	}
+	if c.MaxReportBytes <= 0 {
+		c.MaxReportBytes = DefaultMaxReportBytes
+	}
+	if c.MaxReportExecutions <= 0 {
+		c.MaxReportExecutions = DefaultMaxReportExecutions
 	}
 	if c.RetryInterval <= 0 {
 		c.RetryInterval = 100 * time.Millisecond
@@ -54,6 +78,13 @@ func (c *Config) setDefaults() {
 		c.Logger = hclog.NewNullLogger()
 	}
 }
+
+// Defaults of the report bounds (Config).
+const (
+	DefaultReportChunk         = 1000
+	DefaultMaxReportBytes      = 256 << 20
+	DefaultMaxReportExecutions = 100_000
+)
 
 // ErrDeposed: a TM has seen a higher epoch than ours; another leader exists.
 var ErrDeposed = errors.New("reconcile: a TaskManager has seen a newer leader epoch")

@@ -53,6 +53,10 @@ type Config struct {
 	OutboxBackoffMin, OutboxBackoffMax time.Duration
 	// ReportChunkSize is the executions per report chunk when the leader asks for 0 (default 1000).
 	ReportChunkSize int
+	// ReportChunkBytes bounds the encoded bytes of one report chunk (default
+	// transport.ChunkBudget(0): the message limit minus a 256 KiB margin). A leader that asks
+	// for less (RequestReportRequest.max_chunk_bytes) gets less.
+	ReportChunkBytes int
 	// MaxMessageSize bounds every gRPC message the TM receives or sends, on both servers and
 	// every client connection (default transport.DefaultMaxMessageSize, 4 MiB;
 	// --max-message-size).
@@ -100,6 +104,7 @@ func DefaultConfig() Config {
 		OutboxBackoffMin:    50 * time.Millisecond,
 		OutboxBackoffMax:    2 * time.Second,
 		ReportChunkSize:     1000,
+		ReportChunkBytes:    transport.ChunkBudget(0),
 		MaxMessageSize:      transport.DefaultMaxMessageSize,
 		RPCTimeout:          5 * time.Second,
 		InputConnectTimeout: 2 * time.Minute,
@@ -135,6 +140,7 @@ func (c *Config) Validate() error {
 	for _, f := range []error{
 		setInt(&c.Slots, d.Slots, "Slots"),
 		setInt(&c.ReportChunkSize, d.ReportChunkSize, "ReportChunkSize"),
+		setInt(&c.ReportChunkBytes, d.ReportChunkBytes, "ReportChunkBytes"),
 		setInt(&c.MaxMessageSize, d.MaxMessageSize, "MaxMessageSize"),
 		setDur(&c.HeartbeatInterval, d.HeartbeatInterval, "HeartbeatInterval"),
 		setDur(&c.LeaderGrace, d.LeaderGrace, "LeaderGrace"),

@@ -131,6 +131,14 @@ func TestRefusedCallsNeverRaiseTheEpoch(t *testing.T) {
 	if transport.Reason(err) != transport.ReasonUnannouncedEpoch {
 		t.Fatalf("CancelTask with an unannounced epoch: %v", err)
 	}
+	// A well-formed SubmitTasks batch with an unannounced epoch: refused whole, nothing starts.
+	d := source("job", "src2", 0, 1, "b", 1, unbounded)
+	if _, err := c.SubmitTasks(ctx, &pb.SubmitTasksRequest{Epoch: huge, Tasks: []*pb.TaskDeploymentDescriptor{d}}); transport.Reason(err) != transport.ReasonUnannouncedEpoch {
+		t.Fatalf("SubmitTasks with an unannounced epoch: %v", err)
+	}
+	if _, ok := findTask(tm, "b"); ok {
+		t.Fatal("a task of a refused SubmitTasks batch is on the TM")
+	}
 	if ti, _ := findTask(tm, "a"); ti.State != running || tm.Epoch() != 1 {
 		t.Fatalf("after refused calls: task %+v, epoch %d", ti, tm.Epoch())
 	}
@@ -333,7 +341,7 @@ func TestChunkReport(t *testing.T) {
 		execs[i] = &pb.ExecutionReport{AttemptId: fmt.Sprint(i)}
 	}
 	base := &pb.TaskManagerReport{TmId: "tm", Slots: 4}
-	chunks := chunkReport(base, execs, 1000)
+	chunks := ChunkReport(base, execs, 1000, 0)
 	if len(chunks) != 3 {
 		t.Fatalf("%d chunks", len(chunks))
 	}
@@ -346,7 +354,7 @@ func TestChunkReport(t *testing.T) {
 	if chunks[2].GetExecutions()[499].GetAttemptId() != "2499" {
 		t.Fatal("executions out of order")
 	}
-	empty := chunkReport(base, nil, 1000)
+	empty := ChunkReport(base, nil, 1000, 0)
 	if len(empty) != 1 || !empty[0].GetLast() || len(empty[0].GetExecutions()) != 0 {
 		t.Fatalf("empty report: %v", empty)
 	}

@@ -93,7 +93,10 @@ func (s *dataService) readPipelined(p *resultPartition, sp *subpartition, consum
 	ctx := stream.Context()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	batch := make([]operators.Record, 0, batchRecords)
+	// A reader of a wide partition's small subpartition rarely fills a whole batch: start at
+	// the subpartition's capacity (append grows it), which keeps 87,000 idle readers of a
+	// 512-wide ALL_TO_ALL job on one TM from holding 8 KiB each.
+	batch := make([]operators.Record, 0, min(batchRecords, max(cap(sp.ch), 1)))
 	for {
 		batch = batch[:0]
 		eop := false

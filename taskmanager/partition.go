@@ -13,6 +13,24 @@ import (
 // blocks (backpressure) when its consumer is slow or not yet connected.
 const pipelinedBuffer = 1024
 
+// pipelinedPartitionBuffer bounds the records one PIPELINED partition buffers over all its
+// subpartitions, and minSubpartitionBuffer is the least one subpartition gets. A wide
+// ALL_TO_ALL partition divides the budget: 512 subpartitions get 32 records each instead of
+// 1024 (a channel's buffer is allocated whole when it is made, so 512 x 512 subpartitions of
+// 1024 records would be 8.6 GB across the cluster before a record flows).
+const (
+	pipelinedPartitionBuffer = 16384
+	minSubpartitionBuffer    = 16
+)
+
+// subpartitionBuffer is the capacity of each of n PIPELINED subpartitions.
+func subpartitionBuffer(n int) int {
+	if n <= 0 {
+		return pipelinedBuffer
+	}
+	return min(pipelinedBuffer, max(minSubpartitionBuffer, pipelinedPartitionBuffer/n))
+}
+
 // RouteKey returns the subpartition of key among n: Fibonacci hashing, the high 32 bits of
 // uint64(key) * 0x9E3779B97F4A7C15, modulo n. It is part of the data-exchange contract.
 func RouteKey(key int64, n int) int {
@@ -67,10 +85,11 @@ func newResultPartition(key partitionKey, d *pb.ResultPartitionDeploymentDescrip
 		finished: make(chan struct{}),
 		released: make(chan struct{}),
 	}
+	buf := subpartitionBuffer(n)
 	for i := range p.subs {
 		p.subs[i] = &subpartition{}
 		if p.typ == pb.ResultType_RESULT_TYPE_PIPELINED {
-			p.subs[i].ch = make(chan operators.Record, pipelinedBuffer)
+			p.subs[i].ch = make(chan operators.Record, buf)
 		}
 	}
 	return p

@@ -2,10 +2,13 @@ package taskmanager
 
 import (
 	"context"
+	"math"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -41,21 +44,61 @@ func (tm *TaskManager) executionReportLocked(t *task) *pb.ExecutionReport {
 	return r
 }
 
-// chunkReport splits executions into chunks of at most size, each a copy of base with its
-// chunk_index; the last is flagged, and there is always at least one chunk.
-func chunkReport(base *pb.TaskManagerReport, execs []*pb.ExecutionReport, size int) []*pb.TaskManagerReport {
-	if size <= 0 {
-		size = 1000
+// ChunkReport splits executions into chunks of at most maxExecs executions and at most
+// maxBytes encoded bytes each (the whole TaskManagerReport message, exactly as proto sizes it).
+// Each chunk is a copy of base with its chunk_index; the last is flagged, and there is always
+// at least one chunk. An execution too large for maxBytes on its own travels alone in its
+// chunk: its report is smaller than the deployment descriptor that reached this TM under the
+// same message limit (one consumed entry per input channel, each smaller than the channel's
+// descriptor), so it still fits the limit when the budget leaves the usual margin. Exported
+// so that simulated TaskManagers in tests chunk exactly as a TM does.
+func ChunkReport(base *pb.TaskManagerReport, execs []*pb.ExecutionReport, maxExecs, maxBytes int) []*pb.TaskManagerReport {
+	if maxExecs <= 0 {
+		maxExecs = DefaultConfig().ReportChunkSize
 	}
+	if maxBytes <= 0 {
+		maxBytes = transport.ChunkBudget(0)
+	}
+	// Every chunk carries base's fields, a chunk_index (at most a 5-byte varint and its tag)
+	// and the last flag (2 bytes).
+	overhead := proto.Size(base) + 1 + protowire.SizeVarint(math.MaxUint32) + 2
 	var out []*pb.TaskManagerReport
-	for i := 0; i == 0 || i < len(execs); i += size {
-		c := proto.Clone(base).(*pb.TaskManagerReport)
-		c.Executions = execs[i:min(i+size, len(execs))]
+	emit := func(part []*pb.ExecutionReport) {
+		c := proto.CloneOf(base)
+		c.Executions = part
 		c.ChunkIndex = int32(len(out))
 		out = append(out, c)
 	}
+	start, size := 0, overhead
+	for i, e := range execs {
+		n := executionFieldSize(e)
+		if i > start && (i-start >= maxExecs || size+n > maxBytes) {
+			emit(execs[start:i])
+			start, size = i, overhead
+		}
+		size += n
+	}
+	if start < len(execs) || len(out) == 0 {
+		emit(execs[start:])
+	}
 	out[len(out)-1].Last = true
 	return out
+}
+
+// executionFieldSize is the encoded size of one element of TaskManagerReport.executions: its
+// tag, its length and the message.
+func executionFieldSize(e *pb.ExecutionReport) int {
+	n := proto.Size(e)
+	return protowire.SizeTag(5) + protowire.SizeBytes(n)
+}
+
+// reportChunkBytes is the byte bound of one report chunk: the TM's ReportChunkBytes, or what
+// the leader asked for when that is smaller.
+func (tm *TaskManager) reportChunkBytes(asked int64) int {
+	if asked > 0 && asked < int64(tm.cfg.ReportChunkBytes) {
+		return int(asked)
+	}
+	return tm.cfg.ReportChunkBytes
 }
 
 // reapLoop drops terminal tasks and finished BLOCKING partitions older than RetainTerminal.

@@ -12,8 +12,16 @@ import (
 
 // startTaskLocked registers a validated task in its slot and starts its goroutine.
 func (tm *TaskManager) startTaskLocked(tdd *pb.TaskDeploymentDescriptor) *task {
+	t := tm.newTask(tdd)
+	tm.launchLocked(t)
+	return t
+}
+
+// newTask prepares a task for a validated descriptor (its context and input gates). It needs
+// no TM state, so a batch prepares its tasks before it takes the TM's lock.
+func (tm *TaskManager) newTask(tdd *pb.TaskDeploymentDescriptor) *task {
 	ctx, cancel := context.WithCancel(tm.ctx)
-	t := &task{
+	return &task{
 		tdd:    tdd,
 		ctx:    ctx,
 		cancel: cancel,
@@ -21,10 +29,14 @@ func (tm *TaskManager) startTaskLocked(tdd *pb.TaskDeploymentDescriptor) *task {
 		gates:  buildGates(tdd),
 		state:  pb.ExecutionState_EXECUTION_STATE_DEPLOYING,
 	}
-	tm.tasks[tdd.GetAttemptId()] = t
-	tm.slots[tdd.GetSlotIndex()] = t
+}
+
+// launchLocked puts a prepared task in its slot and starts its goroutine; the task's start-up
+// (operators, partitions, input connections) happens there, after the caller has answered.
+func (tm *TaskManager) launchLocked(t *task) {
+	tm.tasks[t.attempt()] = t
+	tm.slots[t.tdd.GetSlotIndex()] = t
 	go tm.runTask(t)
-	return t
 }
 
 func (tm *TaskManager) runTask(t *task) {

@@ -167,7 +167,7 @@ func (s *controlService) RequestReport(req *pb.RequestReportRequest, stream pb.T
 	if size <= 0 {
 		size = tm.cfg.ReportChunkSize
 	}
-	for _, c := range chunkReport(base, execs, size) {
+	for _, c := range ChunkReport(base, execs, size, tm.reportChunkBytes(req.GetMaxChunkBytes())) {
 		if err := stream.Send(c); err != nil {
 			return err
 		}

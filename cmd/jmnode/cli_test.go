@@ -84,11 +84,26 @@ func TestCLIAgainstACluster(t *testing.T) {
 		t.Fatalf("submit --wait output:\n%s", out)
 	}
 	id := strings.Fields(strings.SplitN(out, "submitted job ", 2)[1])[0]
+	// By default a row per vertex; subtasks with --vertex (an id or a name) or --all.
 	out = captureStdout(t, func() error { return run([]string{"job", "status", id, "--consistent", "--addr", addr}) })
-	for _, want := range []string{"VERTEX", "ATTEMPT ID", "source", "sink", "FINISHED", "tm"} {
+	for _, want := range []string{"VERTEX", "PARALLELISM", "STATES", "source", "sink", "FINISHED 2", "attempts changed"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("job status lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "ATTEMPT ID") {
+		t.Fatalf("job status lists subtasks without --vertex or --all:\n%s", out)
+	}
+	out = captureStdout(t, func() error { return run([]string{"job", "status", id, "--vertex", "checksum sink", "--addr", addr}) })
+	if rows := subtaskRows(out); len(rows) != 2 || !strings.HasPrefix(rows[0], "sink ") || !strings.Contains(rows[1], "FINISHED") || !strings.Contains(rows[1], "tm") {
+		t.Fatalf("job status --vertex 'checksum sink': rows %q\n%s", rows, out)
+	}
+	out = captureStdout(t, func() error { return run([]string{"job", "status", id, "--all", "--addr", addr}) })
+	if rows := subtaskRows(out); len(rows) != 6 || !strings.HasPrefix(rows[0], "source ") || !strings.HasPrefix(rows[5], "sink ") {
+		t.Fatalf("job status --all: rows %q\n%s", rows, out)
+	}
+	if err := run([]string{"job", "status", id, "--vertex", "nope", "--addr", addr}); err == nil || !strings.Contains(err.Error(), `no vertex "nope"`) {
+		t.Fatalf("job status --vertex nope: %v", err)
 	}
 	out = captureStdout(t, func() error { return run([]string{"job", "list", "--json", "--consistent", "--addr", addr}) })
 	if !strings.Contains(out, id) || !strings.Contains(out, "JOB_STATUS_FINISHED") {
@@ -127,6 +142,22 @@ func TestCLIAgainstACluster(t *testing.T) {
 		t.Fatalf("cancel: %s", out)
 	}
 	c.WaitJob(resp.JobId, "job canceled", 20*time.Second, func(r *pb.JobRecord) bool { return r.Status == pb.JobStatus_JOB_STATUS_CANCELED })
+}
+
+// subtaskRows returns the rows of the subtask table of `job status --vertex/--all`.
+func subtaskRows(out string) []string {
+	_, table, ok := strings.Cut(out, "ATTEMPT ID")
+	if !ok {
+		return nil
+	}
+	var rows []string
+	for _, l := range strings.Split(table, "\n")[1:] {
+		if l == "" || strings.HasPrefix(l, "(served by") {
+			break
+		}
+		rows = append(rows, l)
+	}
+	return rows
 }
 
 func captureStdout(t *testing.T, fn func() error) string {

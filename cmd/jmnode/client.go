@@ -220,55 +220,6 @@ func jobSubmit(args []string) error {
 	return waitJob(c, resp.JobId, jg.Type, 10*time.Minute)
 }
 
-func waitJob(c *conn, id string, typ pb.JobType, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	last := ""
-	for time.Now().Before(deadline) {
-		var rec *pb.JobRecord
-		err := c.call(10*time.Second, func(ctx context.Context) error {
-			r, err := c.client().GetJob(ctx, &pb.GetJobRequest{JobId: id, Consistent: true})
-			if err == nil {
-				rec = r.Job
-			}
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		s := pbSummary(rec)
-		line := fmt.Sprintf("job %s: %s, %d/%d tasks running", id, graph.JobStatusName(rec.Status), s.running, s.total)
-		if line != last {
-			fmt.Println(line)
-			last = line
-		}
-		switch {
-		case rec.Status == pb.JobStatus_JOB_STATUS_FINISHED:
-			return nil
-		case graph.IsGloballyTerminal(rec.Status):
-			return fmt.Errorf("job %s ended %s: %s", id, graph.JobStatusName(rec.Status), rec.FailureCause)
-		case typ == pb.JobType_JOB_TYPE_STREAMING && rec.Status == pb.JobStatus_JOB_STATUS_RUNNING && s.running == s.total:
-			return nil
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return fmt.Errorf("job %s: still not done after %s", id, limit)
-}
-
-type counts struct{ total, running int }
-
-func pbSummary(rec *pb.JobRecord) counts {
-	var c counts
-	for _, v := range rec.GetExecutionGraph().GetVertices() {
-		for _, ev := range v.Subtasks {
-			c.total++
-			if ev.GetCurrent().GetState() == pb.ExecutionState_EXECUTION_STATE_RUNNING {
-				c.running++
-			}
-		}
-	}
-	return c
-}
-
 // reorder moves flags after positional arguments to the front, so "job submit FILE --wait"
 // works as well as "job submit --wait FILE". Whether a flag takes a value is asked of fs.
 func reorder(fs *flag.FlagSet, args []string) []string {
@@ -338,55 +289,6 @@ func fmtTime(ms int64) string {
 		return "-"
 	}
 	return time.UnixMilli(ms).Format("15:04:05.000")
-}
-
-func jobStatus(args []string) error {
-	fs := flag.NewFlagSet("job status", flag.ContinueOnError)
-	usageFor(fs, "jmnode job status ID [--json]", "Shows a job and every execution: vertex, subtask, attempt, state, TaskManager, start time.")
-	cf := newCLIFlags(fs, true)
-	consistent := fs.Bool("consistent", false, "read from the leader, which confirms its leadership first")
-	if err := parseFlags(fs, reorder(fs, args)); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errors.New("job status needs exactly one job ID")
-	}
-	resp, err := ask(cf, func(ctx context.Context, c *conn) (*pb.GetJobResponse, error) {
-		return c.client().GetJob(ctx, &pb.GetJobRequest{JobId: fs.Arg(0), Consistent: *consistent})
-	})
-	if err != nil {
-		return err
-	}
-	if *cf.json {
-		return printJSON(resp)
-	}
-	printJob(os.Stdout, resp.Job)
-	fmt.Printf("(served by %s at applied index %d)\n", resp.ServedBy, resp.AppliedIndex)
-	return nil
-}
-
-func printJob(out *os.File, rec *pb.JobRecord) {
-	jg := rec.JobGraph
-	fmt.Fprintf(out, "job %s  %q  %s  status %s  restarts %d\n", jg.JobId, jg.Name, strings.TrimPrefix(jg.Type.String(), "JOB_TYPE_"),
-		graph.JobStatusName(rec.Status), rec.Restarts)
-	if rec.FailureCause != "" {
-		fmt.Fprintf(out, "cause: %s\n", rec.FailureCause)
-	}
-	w := tabwriter.NewWriter(out, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(w, "VERTEX\tSUBTASK\tATTEMPT ID\tATTEMPT\tSTATE\tTM\tSLOT\tSTARTED")
-	for _, v := range rec.GetExecutionGraph().GetVertices() {
-		for _, ev := range v.Subtasks {
-			e := ev.GetCurrent()
-			if e == nil {
-				fmt.Fprintf(w, "%s\t%d\t-\t-\tCREATED\t-\t-\t-\n", ev.VertexId, ev.SubtaskIndex)
-				continue
-			}
-			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\t%d\t%s\n", ev.VertexId, ev.SubtaskIndex, e.AttemptId, e.AttemptNumber,
-				graph.ExecutionStateName(e.State), e.GetSlot().GetTmId(), e.GetSlot().GetIndex(), fmtTime(e.StartTimestamp))
-		}
-	}
-	_ = w.Flush()
 }
 
 func jobCancel(args []string) error {

@@ -28,10 +28,25 @@ type proc struct {
 	name    string
 	args    []string
 	cmd     *exec.Cmd
+	exited  chan struct{} // closed once the process has been waited for
 	grpc    string
 	http    string
 	workDir string
 	logPath string
+}
+
+// alive reports whether the process was started and has not exited. It reads the exited
+// channel, not cmd.ProcessState, which the waiting goroutine writes.
+func (p *proc) alive() bool {
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
 }
 
 type demo struct {
@@ -136,22 +151,24 @@ func (d *demo) spawn(p *proc) error {
 		return err
 	}
 	p.cmd = cmd
-	go func() { _ = cmd.Wait(); f.Close() }()
+	exited := make(chan struct{})
+	p.exited = exited
+	go func() { _ = cmd.Wait(); f.Close(); close(exited) }()
 	return nil
 }
 
 func (d *demo) stopAll() {
 	for _, p := range append(append([]*proc{}, d.tms...), d.jms...) {
-		if p.cmd != nil && p.cmd.ProcessState == nil {
+		if p.alive() {
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for _, p := range append(append([]*proc{}, d.tms...), d.jms...) {
-		for p.cmd != nil && p.cmd.ProcessState == nil && time.Now().Before(deadline) {
+		for p.alive() && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
-		if p.cmd != nil && p.cmd.ProcessState == nil {
+		if p.alive() {
 			_ = p.cmd.Process.Kill()
 		}
 	}
@@ -159,7 +176,7 @@ func (d *demo) stopAll() {
 
 func (d *demo) liveJM() *proc {
 	for _, p := range d.jms {
-		if p.cmd != nil && p.cmd.ProcessState == nil {
+		if p.alive() {
 			return p
 		}
 	}
@@ -272,7 +289,7 @@ func (d *demo) run(ctx context.Context, jobFile string, reportDeadline time.Dura
 	killAt := time.Now()
 	_ = old.cmd.Process.Kill()
 	d.say("KILLED the leader %s (SIGKILL, pid %d)", old.name, old.cmd.Process.Pid)
-	for old.cmd.ProcessState == nil {
+	for old.alive() {
 		time.Sleep(10 * time.Millisecond)
 	}
 
@@ -351,7 +368,7 @@ func (d *demo) waitFor(ctx context.Context, limit time.Duration, what string, co
 	var last string
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		for _, p := range d.jms {
-			if p.cmd == nil || p.cmd.ProcessState != nil {
+			if !p.alive() {
 				continue
 			}
 			cs, err := d.status(p.grpc)
@@ -384,16 +401,14 @@ func (d *demo) waitLeader(ctx context.Context, not string, limit time.Duration) 
 func (d *demo) getJob(id string) (*pb.JobRecord, string, error) {
 	var lastErr error
 	for _, p := range d.jms {
-		if p.cmd == nil || p.cmd.ProcessState != nil {
+		if !p.alive() {
 			continue
 		}
 		c := d.client(p.grpc)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		r, err := c.client().GetJob(ctx, &pb.GetJobRequest{JobId: id})
-		cancel()
+		rec, err := readJob(c, time.Second, id, false)
 		c.cc.Close()
 		if err == nil {
-			return r.Job, p.name, nil
+			return rec, p.name, nil
 		}
 		lastErr = err
 	}
@@ -430,7 +445,7 @@ func (d *demo) watchFailover(ctx context.Context, jobID, oldLeader string, oldEp
 			printed = d.printReconcileSteps(newLeader, oldEpoch, printed, killAt)
 		}
 		for _, p := range d.jms {
-			if p.cmd == nil || p.cmd.ProcessState != nil {
+			if !p.alive() {
 				continue
 			}
 			cs, err := d.status(p.grpc)

@@ -60,6 +60,7 @@ func runJobMaster(args []string) error {
 	retainAge := fs.Duration("retain-job-age", jobmaster.DefaultRetainJobAge, "a terminal job is removed this long after it ended")
 	fast := fs.Bool("fast-raft", false, "use fast Raft timings (loopback clusters, demos and tests)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (empty: off; for profiling only)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -83,6 +84,9 @@ func runJobMaster(args []string) error {
 		return fmt.Errorf("--retain-jobs %d and --retain-job-age %s: must be at least 1 and above 0", *retainJobs, *retainAge)
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: *id, Level: hclog.LevelFromString(*logLevel), Output: os.Stderr})
+	if err := servePprof(*pprofAddr, log); err != nil {
+		return err
+	}
 	if *grpcAdv == "" {
 		*grpcAdv = *grpcAddr
 	}

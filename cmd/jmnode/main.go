@@ -23,7 +23,7 @@ processes:
 operator CLI (talks gRPC to any JobMaster: --addr or JMNODE_ADDR, default 127.0.0.1:7100):
   job submit FILE [--wait]   submit a job spec (JSON, see examples/)
   job list                   list jobs
-  job status ID              a job with every execution
+  job status ID              a job, a row per vertex (--vertex NAME, --all: subtasks)
   job cancel ID              cancel a job
   status                     the cluster: leader, epoch, reconciliation, TaskManagers
   raft peers | join | remove the Raft configuration

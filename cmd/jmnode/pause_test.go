@@ -26,30 +26,8 @@ import (
 // leader is resumed with SIGCONT. Every TM refuses the old epoch with STALE_EPOCH, and nothing
 // the old leader could do changed the job: the same attempts, still RUNNING, no task stopped.
 func TestPausedLeaderIsFencedByEveryTM(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "jmnode")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	d := &demo{bin: bin, dir: dir, start: time.Now()}
-	t.Cleanup(func() {
-		for _, p := range append(append([]*proc{}, d.jms...), d.tms...) {
-			if p.cmd != nil && p.cmd.ProcessState == nil {
-				_ = p.cmd.Process.Signal(syscall.SIGCONT)
-				_ = p.cmd.Process.Kill()
-			}
-		}
-		if t.Failed() {
-			for _, p := range d.jms {
-				if b, err := os.ReadFile(p.logPath); err == nil {
-					lines := strings.Split(string(b), "\n")
-					t.Logf("last lines of %s:\n%s", p.name, strings.Join(lines[max(0, len(lines)-60):], "\n"))
-				}
-			}
-		}
-	})
-	startProcesses(t, d)
+	d := newProcessCluster(t, fastProcs)
+	dir := d.dir
 	ctx := context.Background()
 
 	leader, err := d.waitLeader(ctx, "", 30*time.Second)
@@ -151,12 +129,8 @@ func TestPausedLeaderIsFencedByEveryTM(t *testing.T) {
 	}
 	nc := d.client(now.LeaderGrpcAddress)
 	defer nc.cc.Close()
-	var after *pb.JobRecord
-	if err := nc.call(10*time.Second, func(ctx context.Context) error {
-		r, err := nc.client().GetJob(ctx, &pb.GetJobRequest{JobId: jg.JobId, Consistent: true})
-		after = r.GetJob()
-		return err
-	}); err != nil {
+	after, err := readJob(nc, 10*time.Second, jg.JobId, true)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if !allRunning(after) || after.Restarts != 0 {
@@ -183,8 +157,54 @@ func (d *demo) proc(name string) *proc {
 	return nil
 }
 
+// newProcessCluster builds jmnode into a temporary directory and starts three JobMasters and
+// three TaskManagers from it. Every process is killed when the test ends; a failed test
+// prints the last lines of each JobMaster's log.
+func newProcessCluster(t *testing.T, o procOptions) *demo {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "jmnode")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	d := &demo{bin: bin, dir: dir, start: time.Now()}
+	t.Cleanup(func() {
+		for _, p := range append(append([]*proc{}, d.jms...), d.tms...) {
+			if p.alive() {
+				_ = p.cmd.Process.Signal(syscall.SIGCONT)
+				_ = p.cmd.Process.Kill()
+			}
+		}
+		if t.Failed() {
+			for _, p := range d.jms {
+				if b, err := os.ReadFile(p.logPath); err == nil {
+					lines := strings.Split(string(b), "\n")
+					t.Logf("last lines of %s:\n%s", p.name, strings.Join(lines[max(0, len(lines)-60):], "\n"))
+				}
+			}
+		}
+	})
+	startProcesses(t, d, o)
+	return d
+}
+
+// procOptions shape the test cluster: the TMs' slots and any extra flags per role.
+type procOptions struct {
+	slots   int
+	jmFlags []string
+	tmFlags []string
+}
+
+// fastProcs are the timings of the small-job process tests: fast Raft, short deadlines.
+var fastProcs = procOptions{
+	slots:   4,
+	jmFlags: []string{"--gossip-profile", "local", "--fast-raft", "--report-deadline", "3s", "--heartbeat-timeout", "5s"},
+	tmFlags: []string{"--gossip-profile", "local", "--heartbeat-interval", "500ms"},
+}
+
 // startProcesses spawns three JobMasters and three TaskManagers as the demo does.
-func startProcesses(t *testing.T, d *demo) {
+func startProcesses(t *testing.T, d *demo, o procOptions) {
 	t.Helper()
 	ports, err := freePorts(3*4 + 3*3)
 	if err != nil {
@@ -197,10 +217,9 @@ func startProcesses(t *testing.T, d *demo) {
 		raft, grpcAddr, http, gossip := next(), next(), next(), next()
 		p.grpc, p.http = grpcAddr, "http://"+http
 		joins, gossips = append(joins, grpcAddr), append(gossips, gossip)
-		p.args = []string{"jobmaster", "--id", p.name, "--data-dir", filepath.Join(d.dir, p.name),
+		p.args = append([]string{"jobmaster", "--id", p.name, "--data-dir", filepath.Join(d.dir, p.name),
 			"--raft-addr", raft, "--grpc-addr", grpcAddr, "--http-addr", http, "--gossip-addr", gossip,
-			"--gossip-profile", "local", "--bootstrap-expect", "3", "--fast-raft",
-			"--report-deadline", "3s", "--heartbeat-timeout", "5s"}
+			"--bootstrap-expect", "3"}, o.jmFlags...)
 		p.logPath = filepath.Join(d.dir, p.name+".log")
 		d.jms = append(d.jms, p)
 	}
@@ -215,10 +234,9 @@ func startProcesses(t *testing.T, d *demo) {
 		grpcAddr, data, gossip := next(), next(), next()
 		p.grpc, p.workDir = grpcAddr, filepath.Join(d.dir, p.name)
 		p.logPath = filepath.Join(d.dir, p.name+".log")
-		p.args = []string{"taskmanager", "--id", p.name, "--slots", "4", "--grpc-addr", grpcAddr, "--data-addr", data,
-			"--gossip-addr", gossip, "--gossip-join", strings.Join(gossips, ","), "--gossip-profile", "local",
-			"--jm", strings.Join(joins, ","), "--work-dir", p.workDir, "--event-log", filepath.Join(d.dir, p.name+"-events.jsonl"),
-			"--heartbeat-interval", "500ms"}
+		p.args = append([]string{"taskmanager", "--id", p.name, "--slots", fmt.Sprint(o.slots), "--grpc-addr", grpcAddr, "--data-addr", data,
+			"--gossip-addr", gossip, "--gossip-join", strings.Join(gossips, ","),
+			"--jm", strings.Join(joins, ","), "--work-dir", p.workDir, "--event-log", filepath.Join(d.dir, p.name+"-events.jsonl")}, o.tmFlags...)
 		d.tms = append(d.tms, p)
 		if err := d.spawn(p); err != nil {
 			t.Fatal(err)

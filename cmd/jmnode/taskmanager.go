@@ -40,6 +40,7 @@ func runTaskManager(args []string) error {
 	retain := fs.Duration("retain-terminal", def.RetainTerminal, "keep terminal task states for reports this long (or until acknowledged)")
 	hb := fs.Duration("heartbeat-interval", def.HeartbeatInterval, "heartbeat interval (the leader may override it)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (empty: off; for profiling only)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -48,6 +49,9 @@ func runTaskManager(args []string) error {
 		return errors.New("--id is required")
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: *id, Level: hclog.LevelFromString(*logLevel), Output: os.Stderr})
+	if err := servePprof(*pprofAddr, log); err != nil {
+		return err
+	}
 	if *workDir != "" {
 		if err := os.MkdirAll(*workDir, 0o755); err != nil {
 			return fmt.Errorf("work dir: %w", err)

@@ -31,6 +31,21 @@ func StreamingChain(name string, parallelism int32, rate float64, count int64) *
 	}
 }
 
+// WideAllToAll is an unbounded source -> log sink job whose one edge is ALL_TO_ALL and
+// PIPELINED, both vertices with the given parallelism: p x p input channels, one failover
+// region (the whole job). At p = 512 it is the wide job the expanded-size limits must admit.
+func WideAllToAll(name string, parallelism int32, rate float64) *pb.JobGraph {
+	return &pb.JobGraph{
+		Name: name, Type: pb.JobType_JOB_TYPE_STREAMING,
+		Vertices: []*pb.JobVertex{
+			{Id: "src", Name: "source", Parallelism: parallelism, Operator: &pb.Operator{Kind: &pb.Operator_SequenceSource{SequenceSource: &pb.SequenceSource{RatePerSecond: rate, Keys: 4096}}}},
+			{Id: "sink", Name: "sink", Parallelism: parallelism, Operator: &pb.Operator{Kind: &pb.Operator_LogSink{LogSink: &pb.LogSink{}}}},
+		},
+		Edges:           []*pb.JobEdge{{Source: "src", Target: "sink", Distribution: pb.Distribution_DISTRIBUTION_ALL_TO_ALL, ResultType: pb.ResultType_RESULT_TYPE_PIPELINED}},
+		RestartStrategy: &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_FIXED_DELAY, Attempts: 3, DelayMs: 1000},
+	}
+}
+
 // BatchKeyedSum is a bounded source (count records per subtask, keys keys) -> filter (odd
 // values) -> ALL_TO_ALL BLOCKING -> checksum sink: two failover regions, scheduled by stage.
 func BatchKeyedSum(name string, parallelism int32, count, keys int64) *pb.JobGraph {

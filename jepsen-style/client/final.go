@@ -44,7 +44,7 @@ func ConsistentRead(ctx context.Context, p *Pool, id string) (*pb.JobRecord, che
 	for i := 0; ctx.Err() == nil; i++ {
 		node := p.nodes[i%len(p.nodes)]
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		resp, err := p.Client(node).GetJob(cctx, &pb.GetJobRequest{JobId: id, Consistent: true})
+		resp, err := p.Client(node).GetJob(cctx, &pb.GetJobRequest{JobId: id, Consistent: true, View: pb.JobView_JOB_VIEW_FULL})
 		cancel()
 		switch {
 		case err == nil:

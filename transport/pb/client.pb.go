@@ -24,6 +24,66 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// What GetJob and WatchJob answer.
+type JobView int32
+
+const (
+	// The summary (the default).
+	JobView_JOB_VIEW_UNSPECIFIED JobView = 0
+	// `job` is the record without its executions (job graph, status and history, restarts,
+	// cause; the execution graph's vertices without subtasks, its results without partitions)
+	// and `summary` has the counts per vertex and state. Small for any job.
+	JobView_JOB_VIEW_SUMMARY JobView = 1
+	// `job` is the whole record, when it fits in one message; RESOURCE_EXHAUSTED naming the
+	// limit otherwise (read such a job with EXECUTIONS).
+	JobView_JOB_VIEW_FULL JobView = 2
+	// As SUMMARY, plus one page of ExecutionVertices in `executions`.
+	JobView_JOB_VIEW_EXECUTIONS JobView = 3
+)
+
+// Enum value maps for JobView.
+var (
+	JobView_name = map[int32]string{
+		0: "JOB_VIEW_UNSPECIFIED",
+		1: "JOB_VIEW_SUMMARY",
+		2: "JOB_VIEW_FULL",
+		3: "JOB_VIEW_EXECUTIONS",
+	}
+	JobView_value = map[string]int32{
+		"JOB_VIEW_UNSPECIFIED": 0,
+		"JOB_VIEW_SUMMARY":     1,
+		"JOB_VIEW_FULL":        2,
+		"JOB_VIEW_EXECUTIONS":  3,
+	}
+)
+
+func (x JobView) Enum() *JobView {
+	p := new(JobView)
+	*p = x
+	return p
+}
+
+func (x JobView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (JobView) Descriptor() protoreflect.EnumDescriptor {
+	return file_jmcluster_v1_client_proto_enumTypes[0].Descriptor()
+}
+
+func (JobView) Type() protoreflect.EnumType {
+	return &file_jmcluster_v1_client_proto_enumTypes[0]
+}
+
+func (x JobView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use JobView.Descriptor instead.
+func (JobView) EnumDescriptor() ([]byte, []int) {
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{0}
+}
+
 type SubmitJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobGraph      *JobGraph              `protobuf:"bytes,1,opt,name=job_graph,json=jobGraph,proto3" json:"job_graph,omitempty"`
@@ -212,7 +272,18 @@ type GetJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// When true the request goes to the leader, which confirms leadership before answering.
-	Consistent    bool `protobuf:"varint,2,opt,name=consistent,proto3" json:"consistent,omitempty"`
+	Consistent bool    `protobuf:"varint,2,opt,name=consistent,proto3" json:"consistent,omitempty"`
+	View       JobView `protobuf:"varint,3,opt,name=view,proto3,enum=jmcluster.v1.JobView" json:"view,omitempty"`
+	// EXECUTIONS: only this vertex's subtasks (empty: every vertex, in topological order).
+	VertexId string `protobuf:"bytes,4,opt,name=vertex_id,json=vertexId,proto3" json:"vertex_id,omitempty"`
+	// EXECUTIONS: the most subtasks per page; 0 means 1000. A page also stops before it would
+	// pass the message limit minus the page margin.
+	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// EXECUTIONS: where to continue: the next_page_token of the previous page (empty: start).
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// EXECUTIONS: leave ExecutionVertex.inputs out (the input channel descriptors are most of a
+	// wide job's bytes; a status listing does not need them).
+	OmitInputs    bool `protobuf:"varint,7,opt,name=omit_inputs,json=omitInputs,proto3" json:"omit_inputs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -261,12 +332,53 @@ func (x *GetJobRequest) GetConsistent() bool {
 	return false
 }
 
+func (x *GetJobRequest) GetView() JobView {
+	if x != nil {
+		return x.View
+	}
+	return JobView_JOB_VIEW_UNSPECIFIED
+}
+
+func (x *GetJobRequest) GetVertexId() string {
+	if x != nil {
+		return x.VertexId
+	}
+	return ""
+}
+
+func (x *GetJobRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *GetJobRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *GetJobRequest) GetOmitInputs() bool {
+	if x != nil {
+		return x.OmitInputs
+	}
+	return false
+}
+
 type GetJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Job   *JobRecord             `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	// The node that answered and its applied index.
-	ServedBy      string `protobuf:"bytes,2,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
-	AppliedIndex  uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	ServedBy     string `protobuf:"bytes,2,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// SUMMARY and EXECUTIONS: the job's counts, with a row per vertex.
+	Summary *JobSummary `protobuf:"bytes,4,opt,name=summary,proto3" json:"summary,omitempty"`
+	// EXECUTIONS: one page of ExecutionVertices (vertex order, then subtask order).
+	Executions []*ExecutionVertex `protobuf:"bytes,5,rep,name=executions,proto3" json:"executions,omitempty"`
+	// EXECUTIONS: the page_token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,6,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -322,6 +434,27 @@ func (x *GetJobResponse) GetAppliedIndex() uint64 {
 	return 0
 }
 
+func (x *GetJobResponse) GetSummary() *JobSummary {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
+func (x *GetJobResponse) GetExecutions() []*ExecutionVertex {
+	if x != nil {
+		return x.Executions
+	}
+	return nil
+}
+
+func (x *GetJobResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type ListJobsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Consistent    bool                   `protobuf:"varint,1,opt,name=consistent,proto3" json:"consistent,omitempty"`
@@ -367,17 +500,24 @@ func (x *ListJobsRequest) GetConsistent() bool {
 }
 
 type JobSummary struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Type          JobType                `protobuf:"varint,3,opt,name=type,proto3,enum=jmcluster.v1.JobType" json:"type,omitempty"`
-	Status        JobStatus              `protobuf:"varint,4,opt,name=status,proto3,enum=jmcluster.v1.JobStatus" json:"status,omitempty"`
-	SubmittedAt   int64                  `protobuf:"varint,5,opt,name=submitted_at,json=submittedAt,proto3" json:"submitted_at,omitempty"`
-	Tasks         int32                  `protobuf:"varint,6,opt,name=tasks,proto3" json:"tasks,omitempty"`
-	TasksRunning  int32                  `protobuf:"varint,7,opt,name=tasks_running,json=tasksRunning,proto3" json:"tasks_running,omitempty"`
-	Restarts      int32                  `protobuf:"varint,8,opt,name=restarts,proto3" json:"restarts,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	JobId        string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Name         string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Type         JobType                `protobuf:"varint,3,opt,name=type,proto3,enum=jmcluster.v1.JobType" json:"type,omitempty"`
+	Status       JobStatus              `protobuf:"varint,4,opt,name=status,proto3,enum=jmcluster.v1.JobStatus" json:"status,omitempty"`
+	SubmittedAt  int64                  `protobuf:"varint,5,opt,name=submitted_at,json=submittedAt,proto3" json:"submitted_at,omitempty"`
+	Tasks        int32                  `protobuf:"varint,6,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	TasksRunning int32                  `protobuf:"varint,7,opt,name=tasks_running,json=tasksRunning,proto3" json:"tasks_running,omitempty"`
+	Restarts     int32                  `protobuf:"varint,8,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	// GetJob only (empty in ListJobs): one row per vertex, in topological order.
+	Vertices []*VertexSummary `protobuf:"bytes,9,rep,name=vertices,proto3" json:"vertices,omitempty"`
+	// Current executions by state, over the whole job (ascending state).
+	States []*StateCount `protobuf:"bytes,10,rep,name=states,proto3" json:"states,omitempty"`
+	// Subtasks whose current attempt is not their first (attempt number > 0).
+	AttemptsChanged int32  `protobuf:"varint,11,opt,name=attempts_changed,json=attemptsChanged,proto3" json:"attempts_changed,omitempty"`
+	FailureCause    string `protobuf:"bytes,12,opt,name=failure_cause,json=failureCause,proto3" json:"failure_cause,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *JobSummary) Reset() {
@@ -466,6 +606,174 @@ func (x *JobSummary) GetRestarts() int32 {
 	return 0
 }
 
+func (x *JobSummary) GetVertices() []*VertexSummary {
+	if x != nil {
+		return x.Vertices
+	}
+	return nil
+}
+
+func (x *JobSummary) GetStates() []*StateCount {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *JobSummary) GetAttemptsChanged() int32 {
+	if x != nil {
+		return x.AttemptsChanged
+	}
+	return 0
+}
+
+func (x *JobSummary) GetFailureCause() string {
+	if x != nil {
+		return x.FailureCause
+	}
+	return ""
+}
+
+type StateCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         ExecutionState         `protobuf:"varint,1,opt,name=state,proto3,enum=jmcluster.v1.ExecutionState" json:"state,omitempty"`
+	Count         int32                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateCount) Reset() {
+	*x = StateCount{}
+	mi := &file_jmcluster_v1_client_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateCount) ProtoMessage() {}
+
+func (x *StateCount) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_client_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateCount.ProtoReflect.Descriptor instead.
+func (*StateCount) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *StateCount) GetState() ExecutionState {
+	if x != nil {
+		return x.State
+	}
+	return ExecutionState_EXECUTION_STATE_UNSPECIFIED
+}
+
+func (x *StateCount) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// One vertex of a job: its subtasks' current executions counted by state.
+type VertexSummary struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	VertexId    string                 `protobuf:"bytes,1,opt,name=vertex_id,json=vertexId,proto3" json:"vertex_id,omitempty"`
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Parallelism int32                  `protobuf:"varint,3,opt,name=parallelism,proto3" json:"parallelism,omitempty"`
+	// By state, ascending; subtasks never deployed count as CREATED.
+	States []*StateCount `protobuf:"bytes,4,rep,name=states,proto3" json:"states,omitempty"`
+	// Subtasks whose current attempt is not their first (attempt number > 0).
+	AttemptsChanged int32 `protobuf:"varint,5,opt,name=attempts_changed,json=attemptsChanged,proto3" json:"attempts_changed,omitempty"`
+	// The highest current attempt number of the vertex's subtasks.
+	MaxAttemptNumber int32 `protobuf:"varint,6,opt,name=max_attempt_number,json=maxAttemptNumber,proto3" json:"max_attempt_number,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *VertexSummary) Reset() {
+	*x = VertexSummary{}
+	mi := &file_jmcluster_v1_client_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VertexSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VertexSummary) ProtoMessage() {}
+
+func (x *VertexSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_client_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VertexSummary.ProtoReflect.Descriptor instead.
+func (*VertexSummary) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *VertexSummary) GetVertexId() string {
+	if x != nil {
+		return x.VertexId
+	}
+	return ""
+}
+
+func (x *VertexSummary) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *VertexSummary) GetParallelism() int32 {
+	if x != nil {
+		return x.Parallelism
+	}
+	return 0
+}
+
+func (x *VertexSummary) GetStates() []*StateCount {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *VertexSummary) GetAttemptsChanged() int32 {
+	if x != nil {
+		return x.AttemptsChanged
+	}
+	return 0
+}
+
+func (x *VertexSummary) GetMaxAttemptNumber() int32 {
+	if x != nil {
+		return x.MaxAttemptNumber
+	}
+	return 0
+}
+
 type ListJobsResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Jobs     []*JobSummary          `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
@@ -478,7 +786,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +798,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +811,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{8}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListJobsResponse) GetJobs() []*JobSummary {
@@ -535,7 +843,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +855,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +868,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{9}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{11}
 }
 
 type TaskManagerInfo struct {
@@ -578,7 +886,7 @@ type TaskManagerInfo struct {
 
 func (x *TaskManagerInfo) Reset() {
 	*x = TaskManagerInfo{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +898,7 @@ func (x *TaskManagerInfo) String() string {
 func (*TaskManagerInfo) ProtoMessage() {}
 
 func (x *TaskManagerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +911,7 @@ func (x *TaskManagerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskManagerInfo.ProtoReflect.Descriptor instead.
 func (*TaskManagerInfo) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{10}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TaskManagerInfo) GetId() string {
@@ -670,7 +978,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +990,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +1003,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{11}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClusterStatusResponse) GetNodeId() string {
@@ -789,7 +1097,7 @@ type RaftPeer struct {
 
 func (x *RaftPeer) Reset() {
 	*x = RaftPeer{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +1109,7 @@ func (x *RaftPeer) String() string {
 func (*RaftPeer) ProtoMessage() {}
 
 func (x *RaftPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +1122,7 @@ func (x *RaftPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeer.ProtoReflect.Descriptor instead.
 func (*RaftPeer) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RaftPeer) GetId() string {
@@ -853,15 +1161,17 @@ func (x *RaftPeer) GetGrpcAddress() string {
 }
 
 type WatchJobRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// SUMMARY (default) or FULL; each change is sent as GetJob would answer it.
+	View          JobView `protobuf:"varint,2,opt,name=view,proto3,enum=jmcluster.v1.JobView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +1183,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +1196,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{13}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchJobRequest) GetJobId() string {
@@ -894,6 +1204,13 @@ func (x *WatchJobRequest) GetJobId() string {
 		return x.JobId
 	}
 	return ""
+}
+
+func (x *WatchJobRequest) GetView() JobView {
+	if x != nil {
+		return x.View
+	}
+	return JobView_JOB_VIEW_UNSPECIFIED
 }
 
 var File_jmcluster_v1_client_proto protoreflect.FileDescriptor
@@ -909,20 +1226,32 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\x10CancelJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"D\n" +
 	"\x11CancelJobResponse\x12/\n" +
-	"\x06status\x18\x01 \x01(\x0e2\x17.jmcluster.v1.JobStatusR\x06status\"F\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x17.jmcluster.v1.JobStatusR\x06status\"\xeb\x01\n" +
 	"\rGetJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
 	"consistent\x18\x02 \x01(\bR\n" +
-	"consistent\"}\n" +
+	"consistent\x12)\n" +
+	"\x04view\x18\x03 \x01(\x0e2\x15.jmcluster.v1.JobViewR\x04view\x12\x1b\n" +
+	"\tvertex_id\x18\x04 \x01(\tR\bvertexId\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x1f\n" +
+	"\vomit_inputs\x18\a \x01(\bR\n" +
+	"omitInputs\"\x98\x02\n" +
 	"\x0eGetJobResponse\x12)\n" +
 	"\x03job\x18\x01 \x01(\v2\x17.jmcluster.v1.JobRecordR\x03job\x12\x1b\n" +
 	"\tserved_by\x18\x02 \x01(\tR\bservedBy\x12#\n" +
-	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"1\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x122\n" +
+	"\asummary\x18\x04 \x01(\v2\x18.jmcluster.v1.JobSummaryR\asummary\x12=\n" +
+	"\n" +
+	"executions\x18\x05 \x03(\v2\x1d.jmcluster.v1.ExecutionVertexR\n" +
+	"executions\x12&\n" +
+	"\x0fnext_page_token\x18\x06 \x01(\tR\rnextPageToken\"1\n" +
 	"\x0fListJobsRequest\x12\x1e\n" +
 	"\n" +
 	"consistent\x18\x01 \x01(\bR\n" +
-	"consistent\"\x8d\x02\n" +
+	"consistent\"\xc8\x03\n" +
 	"\n" +
 	"JobSummary\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
@@ -932,7 +1261,23 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\fsubmitted_at\x18\x05 \x01(\x03R\vsubmittedAt\x12\x14\n" +
 	"\x05tasks\x18\x06 \x01(\x05R\x05tasks\x12#\n" +
 	"\rtasks_running\x18\a \x01(\x05R\ftasksRunning\x12\x1a\n" +
-	"\brestarts\x18\b \x01(\x05R\brestarts\"\x80\x01\n" +
+	"\brestarts\x18\b \x01(\x05R\brestarts\x127\n" +
+	"\bvertices\x18\t \x03(\v2\x1b.jmcluster.v1.VertexSummaryR\bvertices\x120\n" +
+	"\x06states\x18\n" +
+	" \x03(\v2\x18.jmcluster.v1.StateCountR\x06states\x12)\n" +
+	"\x10attempts_changed\x18\v \x01(\x05R\x0fattemptsChanged\x12#\n" +
+	"\rfailure_cause\x18\f \x01(\tR\ffailureCause\"V\n" +
+	"\n" +
+	"StateCount\x122\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x1c.jmcluster.v1.ExecutionStateR\x05state\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\"\xed\x01\n" +
+	"\rVertexSummary\x12\x1b\n" +
+	"\tvertex_id\x18\x01 \x01(\tR\bvertexId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vparallelism\x18\x03 \x01(\x05R\vparallelism\x120\n" +
+	"\x06states\x18\x04 \x03(\v2\x18.jmcluster.v1.StateCountR\x06states\x12)\n" +
+	"\x10attempts_changed\x18\x05 \x01(\x05R\x0fattemptsChanged\x12,\n" +
+	"\x12max_attempt_number\x18\x06 \x01(\x05R\x10maxAttemptNumber\"\x80\x01\n" +
 	"\x10ListJobsResponse\x12,\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x18.jmcluster.v1.JobSummaryR\x04jobs\x12\x1b\n" +
 	"\tserved_by\x18\x02 \x01(\tR\bservedBy\x12!\n" +
@@ -965,9 +1310,15 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
 	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\x12\x16\n" +
 	"\x06leader\x18\x04 \x01(\bR\x06leader\x12!\n" +
-	"\fgrpc_address\x18\x05 \x01(\tR\vgrpcAddress\"(\n" +
+	"\fgrpc_address\x18\x05 \x01(\tR\vgrpcAddress\"S\n" +
 	"\x0fWatchJobRequest\x12\x15\n" +
-	"\x06job_id\x18\x01 \x01(\tR\x05jobId2\xe0\x03\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12)\n" +
+	"\x04view\x18\x02 \x01(\x0e2\x15.jmcluster.v1.JobViewR\x04view*e\n" +
+	"\aJobView\x12\x18\n" +
+	"\x14JOB_VIEW_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10JOB_VIEW_SUMMARY\x10\x01\x12\x11\n" +
+	"\rJOB_VIEW_FULL\x10\x02\x12\x17\n" +
+	"\x13JOB_VIEW_EXECUTIONS\x10\x032\xe0\x03\n" +
 	"\rClientService\x12L\n" +
 	"\tSubmitJob\x12\x1e.jmcluster.v1.SubmitJobRequest\x1a\x1f.jmcluster.v1.SubmitJobResponse\x12L\n" +
 	"\tCancelJob\x12\x1e.jmcluster.v1.CancelJobRequest\x1a\x1f.jmcluster.v1.CancelJobResponse\x12C\n" +
@@ -988,55 +1339,69 @@ func file_jmcluster_v1_client_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_client_proto_rawDescData
 }
 
-var file_jmcluster_v1_client_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_jmcluster_v1_client_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_jmcluster_v1_client_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_jmcluster_v1_client_proto_goTypes = []any{
-	(*SubmitJobRequest)(nil),      // 0: jmcluster.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),     // 1: jmcluster.v1.SubmitJobResponse
-	(*CancelJobRequest)(nil),      // 2: jmcluster.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),     // 3: jmcluster.v1.CancelJobResponse
-	(*GetJobRequest)(nil),         // 4: jmcluster.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 5: jmcluster.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 6: jmcluster.v1.ListJobsRequest
-	(*JobSummary)(nil),            // 7: jmcluster.v1.JobSummary
-	(*ListJobsResponse)(nil),      // 8: jmcluster.v1.ListJobsResponse
-	(*ClusterStatusRequest)(nil),  // 9: jmcluster.v1.ClusterStatusRequest
-	(*TaskManagerInfo)(nil),       // 10: jmcluster.v1.TaskManagerInfo
-	(*ClusterStatusResponse)(nil), // 11: jmcluster.v1.ClusterStatusResponse
-	(*RaftPeer)(nil),              // 12: jmcluster.v1.RaftPeer
-	(*WatchJobRequest)(nil),       // 13: jmcluster.v1.WatchJobRequest
-	(*JobGraph)(nil),              // 14: jmcluster.v1.JobGraph
-	(JobStatus)(0),                // 15: jmcluster.v1.JobStatus
-	(*JobRecord)(nil),             // 16: jmcluster.v1.JobRecord
-	(JobType)(0),                  // 17: jmcluster.v1.JobType
-	(*ReconciliationRecord)(nil),  // 18: jmcluster.v1.ReconciliationRecord
+	(JobView)(0),                  // 0: jmcluster.v1.JobView
+	(*SubmitJobRequest)(nil),      // 1: jmcluster.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),     // 2: jmcluster.v1.SubmitJobResponse
+	(*CancelJobRequest)(nil),      // 3: jmcluster.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 4: jmcluster.v1.CancelJobResponse
+	(*GetJobRequest)(nil),         // 5: jmcluster.v1.GetJobRequest
+	(*GetJobResponse)(nil),        // 6: jmcluster.v1.GetJobResponse
+	(*ListJobsRequest)(nil),       // 7: jmcluster.v1.ListJobsRequest
+	(*JobSummary)(nil),            // 8: jmcluster.v1.JobSummary
+	(*StateCount)(nil),            // 9: jmcluster.v1.StateCount
+	(*VertexSummary)(nil),         // 10: jmcluster.v1.VertexSummary
+	(*ListJobsResponse)(nil),      // 11: jmcluster.v1.ListJobsResponse
+	(*ClusterStatusRequest)(nil),  // 12: jmcluster.v1.ClusterStatusRequest
+	(*TaskManagerInfo)(nil),       // 13: jmcluster.v1.TaskManagerInfo
+	(*ClusterStatusResponse)(nil), // 14: jmcluster.v1.ClusterStatusResponse
+	(*RaftPeer)(nil),              // 15: jmcluster.v1.RaftPeer
+	(*WatchJobRequest)(nil),       // 16: jmcluster.v1.WatchJobRequest
+	(*JobGraph)(nil),              // 17: jmcluster.v1.JobGraph
+	(JobStatus)(0),                // 18: jmcluster.v1.JobStatus
+	(*JobRecord)(nil),             // 19: jmcluster.v1.JobRecord
+	(*ExecutionVertex)(nil),       // 20: jmcluster.v1.ExecutionVertex
+	(JobType)(0),                  // 21: jmcluster.v1.JobType
+	(ExecutionState)(0),           // 22: jmcluster.v1.ExecutionState
+	(*ReconciliationRecord)(nil),  // 23: jmcluster.v1.ReconciliationRecord
 }
 var file_jmcluster_v1_client_proto_depIdxs = []int32{
-	14, // 0: jmcluster.v1.SubmitJobRequest.job_graph:type_name -> jmcluster.v1.JobGraph
-	15, // 1: jmcluster.v1.CancelJobResponse.status:type_name -> jmcluster.v1.JobStatus
-	16, // 2: jmcluster.v1.GetJobResponse.job:type_name -> jmcluster.v1.JobRecord
-	17, // 3: jmcluster.v1.JobSummary.type:type_name -> jmcluster.v1.JobType
-	15, // 4: jmcluster.v1.JobSummary.status:type_name -> jmcluster.v1.JobStatus
-	7,  // 5: jmcluster.v1.ListJobsResponse.jobs:type_name -> jmcluster.v1.JobSummary
-	12, // 6: jmcluster.v1.ClusterStatusResponse.peers:type_name -> jmcluster.v1.RaftPeer
-	10, // 7: jmcluster.v1.ClusterStatusResponse.task_managers:type_name -> jmcluster.v1.TaskManagerInfo
-	18, // 8: jmcluster.v1.ClusterStatusResponse.reconciliations:type_name -> jmcluster.v1.ReconciliationRecord
-	0,  // 9: jmcluster.v1.ClientService.SubmitJob:input_type -> jmcluster.v1.SubmitJobRequest
-	2,  // 10: jmcluster.v1.ClientService.CancelJob:input_type -> jmcluster.v1.CancelJobRequest
-	4,  // 11: jmcluster.v1.ClientService.GetJob:input_type -> jmcluster.v1.GetJobRequest
-	6,  // 12: jmcluster.v1.ClientService.ListJobs:input_type -> jmcluster.v1.ListJobsRequest
-	13, // 13: jmcluster.v1.ClientService.WatchJob:input_type -> jmcluster.v1.WatchJobRequest
-	9,  // 14: jmcluster.v1.ClientService.ClusterStatus:input_type -> jmcluster.v1.ClusterStatusRequest
-	1,  // 15: jmcluster.v1.ClientService.SubmitJob:output_type -> jmcluster.v1.SubmitJobResponse
-	3,  // 16: jmcluster.v1.ClientService.CancelJob:output_type -> jmcluster.v1.CancelJobResponse
-	5,  // 17: jmcluster.v1.ClientService.GetJob:output_type -> jmcluster.v1.GetJobResponse
-	8,  // 18: jmcluster.v1.ClientService.ListJobs:output_type -> jmcluster.v1.ListJobsResponse
-	5,  // 19: jmcluster.v1.ClientService.WatchJob:output_type -> jmcluster.v1.GetJobResponse
-	11, // 20: jmcluster.v1.ClientService.ClusterStatus:output_type -> jmcluster.v1.ClusterStatusResponse
-	15, // [15:21] is the sub-list for method output_type
-	9,  // [9:15] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	17, // 0: jmcluster.v1.SubmitJobRequest.job_graph:type_name -> jmcluster.v1.JobGraph
+	18, // 1: jmcluster.v1.CancelJobResponse.status:type_name -> jmcluster.v1.JobStatus
+	0,  // 2: jmcluster.v1.GetJobRequest.view:type_name -> jmcluster.v1.JobView
+	19, // 3: jmcluster.v1.GetJobResponse.job:type_name -> jmcluster.v1.JobRecord
+	8,  // 4: jmcluster.v1.GetJobResponse.summary:type_name -> jmcluster.v1.JobSummary
+	20, // 5: jmcluster.v1.GetJobResponse.executions:type_name -> jmcluster.v1.ExecutionVertex
+	21, // 6: jmcluster.v1.JobSummary.type:type_name -> jmcluster.v1.JobType
+	18, // 7: jmcluster.v1.JobSummary.status:type_name -> jmcluster.v1.JobStatus
+	10, // 8: jmcluster.v1.JobSummary.vertices:type_name -> jmcluster.v1.VertexSummary
+	9,  // 9: jmcluster.v1.JobSummary.states:type_name -> jmcluster.v1.StateCount
+	22, // 10: jmcluster.v1.StateCount.state:type_name -> jmcluster.v1.ExecutionState
+	9,  // 11: jmcluster.v1.VertexSummary.states:type_name -> jmcluster.v1.StateCount
+	8,  // 12: jmcluster.v1.ListJobsResponse.jobs:type_name -> jmcluster.v1.JobSummary
+	15, // 13: jmcluster.v1.ClusterStatusResponse.peers:type_name -> jmcluster.v1.RaftPeer
+	13, // 14: jmcluster.v1.ClusterStatusResponse.task_managers:type_name -> jmcluster.v1.TaskManagerInfo
+	23, // 15: jmcluster.v1.ClusterStatusResponse.reconciliations:type_name -> jmcluster.v1.ReconciliationRecord
+	0,  // 16: jmcluster.v1.WatchJobRequest.view:type_name -> jmcluster.v1.JobView
+	1,  // 17: jmcluster.v1.ClientService.SubmitJob:input_type -> jmcluster.v1.SubmitJobRequest
+	3,  // 18: jmcluster.v1.ClientService.CancelJob:input_type -> jmcluster.v1.CancelJobRequest
+	5,  // 19: jmcluster.v1.ClientService.GetJob:input_type -> jmcluster.v1.GetJobRequest
+	7,  // 20: jmcluster.v1.ClientService.ListJobs:input_type -> jmcluster.v1.ListJobsRequest
+	16, // 21: jmcluster.v1.ClientService.WatchJob:input_type -> jmcluster.v1.WatchJobRequest
+	12, // 22: jmcluster.v1.ClientService.ClusterStatus:input_type -> jmcluster.v1.ClusterStatusRequest
+	2,  // 23: jmcluster.v1.ClientService.SubmitJob:output_type -> jmcluster.v1.SubmitJobResponse
+	4,  // 24: jmcluster.v1.ClientService.CancelJob:output_type -> jmcluster.v1.CancelJobResponse
+	6,  // 25: jmcluster.v1.ClientService.GetJob:output_type -> jmcluster.v1.GetJobResponse
+	11, // 26: jmcluster.v1.ClientService.ListJobs:output_type -> jmcluster.v1.ListJobsResponse
+	6,  // 27: jmcluster.v1.ClientService.WatchJob:output_type -> jmcluster.v1.GetJobResponse
+	14, // 28: jmcluster.v1.ClientService.ClusterStatus:output_type -> jmcluster.v1.ClusterStatusResponse
+	23, // [23:29] is the sub-list for method output_type
+	17, // [17:23] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_client_proto_init() }
@@ -1051,13 +1416,14 @@ func file_jmcluster_v1_client_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_client_proto_rawDesc), len(file_jmcluster_v1_client_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   14,
+			NumEnums:      1,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_jmcluster_v1_client_proto_goTypes,
 		DependencyIndexes: file_jmcluster_v1_client_proto_depIdxs,
+		EnumInfos:         file_jmcluster_v1_client_proto_enumTypes,
 		MessageInfos:      file_jmcluster_v1_client_proto_msgTypes,
 	}.Build()
 	File_jmcluster_v1_client_proto = out.File

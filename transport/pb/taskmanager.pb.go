@@ -604,7 +604,10 @@ type RequestReportRequest struct {
 	LeaderId          string                 `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
 	LeaderGrpcAddress string                 `protobuf:"bytes,3,opt,name=leader_grpc_address,json=leaderGrpcAddress,proto3" json:"leader_grpc_address,omitempty"`
 	// Executions per chunk; 0 means the TM's default (1000).
-	ChunkSize     int32 `protobuf:"varint,4,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
+	ChunkSize int32 `protobuf:"varint,4,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
+	// Bytes per chunk (the encoded TaskManagerReport) the leader accepts; 0 means the TM's
+	// default (the message limit minus the chunk margin). The TM uses the smaller of the two.
+	MaxChunkBytes int64 `protobuf:"varint,5,opt,name=max_chunk_bytes,json=maxChunkBytes,proto3" json:"max_chunk_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -663,6 +666,13 @@ func (x *RequestReportRequest) GetLeaderGrpcAddress() string {
 func (x *RequestReportRequest) GetChunkSize() int32 {
 	if x != nil {
 		return x.ChunkSize
+	}
+	return 0
+}
+
+func (x *RequestReportRequest) GetMaxChunkBytes() int64 {
+	if x != nil {
+		return x.MaxChunkBytes
 	}
 	return 0
 }
@@ -1092,6 +1102,167 @@ func (*AcknowledgeTerminalResponse) Descriptor() ([]byte, []int) {
 	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{15}
 }
 
+type SubmitTasksRequest struct {
+	state         protoimpl.MessageState      `protogen:"open.v1"`
+	Epoch         uint64                      `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Tasks         []*TaskDeploymentDescriptor `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitTasksRequest) Reset() {
+	*x = SubmitTasksRequest{}
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitTasksRequest) ProtoMessage() {}
+
+func (x *SubmitTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitTasksRequest.ProtoReflect.Descriptor instead.
+func (*SubmitTasksRequest) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SubmitTasksRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *SubmitTasksRequest) GetTasks() []*TaskDeploymentDescriptor {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+// The outcome of one task of a SubmitTasks batch.
+type SubmitTaskResult struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AttemptId string                 `protobuf:"bytes,1,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
+	// A google.rpc.Code: 0 (OK) when the task was accepted (or was already there), otherwise
+	// what SubmitTask would have answered: INVALID_ARGUMENT, FAILED_PRECONDITION (stale attempt
+	// number), RESOURCE_EXHAUSTED (slot busy), UNAVAILABLE (the TM is stopping).
+	Code          int32  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitTaskResult) Reset() {
+	*x = SubmitTaskResult{}
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitTaskResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitTaskResult) ProtoMessage() {}
+
+func (x *SubmitTaskResult) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitTaskResult.ProtoReflect.Descriptor instead.
+func (*SubmitTaskResult) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SubmitTaskResult) GetAttemptId() string {
+	if x != nil {
+		return x.AttemptId
+	}
+	return ""
+}
+
+func (x *SubmitTaskResult) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *SubmitTaskResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type SubmitTasksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per task, in the order of the request.
+	Results       []*SubmitTaskResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitTasksResponse) Reset() {
+	*x = SubmitTasksResponse{}
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitTasksResponse) ProtoMessage() {}
+
+func (x *SubmitTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitTasksResponse.ProtoReflect.Descriptor instead.
+func (*SubmitTasksResponse) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SubmitTasksResponse) GetResults() []*SubmitTaskResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_jmcluster_v1_taskmanager_proto protoreflect.FileDescriptor
 
 const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
@@ -1142,13 +1313,14 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12.\n" +
 	"\x13consumer_attempt_id\x18\x03 \x01(\tR\x11consumerAttemptId\x12@\n" +
 	"\bchannels\x18\x04 \x03(\v2$.jmcluster.v1.InputChannelDescriptorR\bchannels\"\x1d\n" +
-	"\x1bUpdatePartitionInfoResponse\"\x98\x01\n" +
+	"\x1bUpdatePartitionInfoResponse\"\xc0\x01\n" +
 	"\x14RequestReportRequest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12.\n" +
 	"\x13leader_grpc_address\x18\x03 \x01(\tR\x11leaderGrpcAddress\x12\x1d\n" +
 	"\n" +
-	"chunk_size\x18\x04 \x01(\x05R\tchunkSize\"\x7f\n" +
+	"chunk_size\x18\x04 \x01(\x05R\tchunkSize\x12&\n" +
+	"\x0fmax_chunk_bytes\x18\x05 \x01(\x03R\rmaxChunkBytes\"\x7f\n" +
 	"\x17ProducedPartitionReport\x12\x1b\n" +
 	"\tresult_id\x18\x01 \x01(\tR\bresultId\x12'\n" +
 	"\x0fpartition_index\x18\x02 \x01(\x05R\x0epartitionIndex\x12\x1e\n" +
@@ -1189,7 +1361,17 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1f\n" +
 	"\vattempt_ids\x18\x02 \x03(\tR\n" +
 	"attemptIds\"\x1d\n" +
-	"\x1bAcknowledgeTerminalResponse2\xe6\x03\n" +
+	"\x1bAcknowledgeTerminalResponse\"h\n" +
+	"\x12SubmitTasksRequest\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12<\n" +
+	"\x05tasks\x18\x02 \x03(\v2&.jmcluster.v1.TaskDeploymentDescriptorR\x05tasks\"_\n" +
+	"\x10SubmitTaskResult\x12\x1d\n" +
+	"\n" +
+	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"O\n" +
+	"\x13SubmitTasksResponse\x128\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.jmcluster.v1.SubmitTaskResultR\aresults2\xba\x04\n" +
 	"\x12TaskManagerService\x12O\n" +
 	"\n" +
 	"SubmitTask\x12\x1f.jmcluster.v1.SubmitTaskRequest\x1a .jmcluster.v1.SubmitTaskResponse\x12O\n" +
@@ -1197,7 +1379,8 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"CancelTask\x12\x1f.jmcluster.v1.CancelTaskRequest\x1a .jmcluster.v1.CancelTaskResponse\x12j\n" +
 	"\x13UpdatePartitionInfo\x12(.jmcluster.v1.UpdatePartitionInfoRequest\x1a).jmcluster.v1.UpdatePartitionInfoResponse\x12V\n" +
 	"\rRequestReport\x12\".jmcluster.v1.RequestReportRequest\x1a\x1f.jmcluster.v1.TaskManagerReport0\x01\x12j\n" +
-	"\x13AcknowledgeTerminal\x12(.jmcluster.v1.AcknowledgeTerminalRequest\x1a).jmcluster.v1.AcknowledgeTerminalResponseB-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
+	"\x13AcknowledgeTerminal\x12(.jmcluster.v1.AcknowledgeTerminalRequest\x1a).jmcluster.v1.AcknowledgeTerminalResponse\x12R\n" +
+	"\vSubmitTasks\x12 .jmcluster.v1.SubmitTasksRequest\x1a!.jmcluster.v1.SubmitTasksResponseB-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
 
 var (
 	file_jmcluster_v1_taskmanager_proto_rawDescOnce sync.Once
@@ -1211,7 +1394,7 @@ func file_jmcluster_v1_taskmanager_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_taskmanager_proto_rawDescData
 }
 
-var file_jmcluster_v1_taskmanager_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_jmcluster_v1_taskmanager_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_jmcluster_v1_taskmanager_proto_goTypes = []any{
 	(*ResultPartitionDeploymentDescriptor)(nil), // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor
 	(*InputGateDeploymentDescriptor)(nil),       // 1: jmcluster.v1.InputGateDeploymentDescriptor
@@ -1229,45 +1412,52 @@ var file_jmcluster_v1_taskmanager_proto_goTypes = []any{
 	(*TaskManagerReport)(nil),                   // 13: jmcluster.v1.TaskManagerReport
 	(*AcknowledgeTerminalRequest)(nil),          // 14: jmcluster.v1.AcknowledgeTerminalRequest
 	(*AcknowledgeTerminalResponse)(nil),         // 15: jmcluster.v1.AcknowledgeTerminalResponse
-	(Distribution)(0),                           // 16: jmcluster.v1.Distribution
-	(ResultType)(0),                             // 17: jmcluster.v1.ResultType
-	(*InputChannelDescriptor)(nil),              // 18: jmcluster.v1.InputChannelDescriptor
-	(*Operator)(nil),                            // 19: jmcluster.v1.Operator
-	(JobType)(0),                                // 20: jmcluster.v1.JobType
-	(ExecutionState)(0),                         // 21: jmcluster.v1.ExecutionState
+	(*SubmitTasksRequest)(nil),                  // 16: jmcluster.v1.SubmitTasksRequest
+	(*SubmitTaskResult)(nil),                    // 17: jmcluster.v1.SubmitTaskResult
+	(*SubmitTasksResponse)(nil),                 // 18: jmcluster.v1.SubmitTasksResponse
+	(Distribution)(0),                           // 19: jmcluster.v1.Distribution
+	(ResultType)(0),                             // 20: jmcluster.v1.ResultType
+	(*InputChannelDescriptor)(nil),              // 21: jmcluster.v1.InputChannelDescriptor
+	(*Operator)(nil),                            // 22: jmcluster.v1.Operator
+	(JobType)(0),                                // 23: jmcluster.v1.JobType
+	(ExecutionState)(0),                         // 24: jmcluster.v1.ExecutionState
 }
 var file_jmcluster_v1_taskmanager_proto_depIdxs = []int32{
-	16, // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
-	17, // 1: jmcluster.v1.ResultPartitionDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
-	16, // 2: jmcluster.v1.InputGateDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
-	17, // 3: jmcluster.v1.InputGateDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
-	18, // 4: jmcluster.v1.InputGateDeploymentDescriptor.channels:type_name -> jmcluster.v1.InputChannelDescriptor
-	19, // 5: jmcluster.v1.TaskDeploymentDescriptor.operator:type_name -> jmcluster.v1.Operator
+	19, // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
+	20, // 1: jmcluster.v1.ResultPartitionDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
+	19, // 2: jmcluster.v1.InputGateDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
+	20, // 3: jmcluster.v1.InputGateDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
+	21, // 4: jmcluster.v1.InputGateDeploymentDescriptor.channels:type_name -> jmcluster.v1.InputChannelDescriptor
+	22, // 5: jmcluster.v1.TaskDeploymentDescriptor.operator:type_name -> jmcluster.v1.Operator
 	0,  // 6: jmcluster.v1.TaskDeploymentDescriptor.produced:type_name -> jmcluster.v1.ResultPartitionDeploymentDescriptor
 	1,  // 7: jmcluster.v1.TaskDeploymentDescriptor.inputs:type_name -> jmcluster.v1.InputGateDeploymentDescriptor
-	20, // 8: jmcluster.v1.TaskDeploymentDescriptor.job_type:type_name -> jmcluster.v1.JobType
+	23, // 8: jmcluster.v1.TaskDeploymentDescriptor.job_type:type_name -> jmcluster.v1.JobType
 	2,  // 9: jmcluster.v1.SubmitTaskRequest.task:type_name -> jmcluster.v1.TaskDeploymentDescriptor
-	21, // 10: jmcluster.v1.CancelTaskResponse.state:type_name -> jmcluster.v1.ExecutionState
-	18, // 11: jmcluster.v1.UpdatePartitionInfoRequest.channels:type_name -> jmcluster.v1.InputChannelDescriptor
-	21, // 12: jmcluster.v1.ExecutionReport.state:type_name -> jmcluster.v1.ExecutionState
+	24, // 10: jmcluster.v1.CancelTaskResponse.state:type_name -> jmcluster.v1.ExecutionState
+	21, // 11: jmcluster.v1.UpdatePartitionInfoRequest.channels:type_name -> jmcluster.v1.InputChannelDescriptor
+	24, // 12: jmcluster.v1.ExecutionReport.state:type_name -> jmcluster.v1.ExecutionState
 	10, // 13: jmcluster.v1.ExecutionReport.produced:type_name -> jmcluster.v1.ProducedPartitionReport
 	11, // 14: jmcluster.v1.ExecutionReport.consumed:type_name -> jmcluster.v1.ConsumedPartitionReport
 	12, // 15: jmcluster.v1.TaskManagerReport.executions:type_name -> jmcluster.v1.ExecutionReport
-	3,  // 16: jmcluster.v1.TaskManagerService.SubmitTask:input_type -> jmcluster.v1.SubmitTaskRequest
-	5,  // 17: jmcluster.v1.TaskManagerService.CancelTask:input_type -> jmcluster.v1.CancelTaskRequest
-	7,  // 18: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:input_type -> jmcluster.v1.UpdatePartitionInfoRequest
-	9,  // 19: jmcluster.v1.TaskManagerService.RequestReport:input_type -> jmcluster.v1.RequestReportRequest
-	14, // 20: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:input_type -> jmcluster.v1.AcknowledgeTerminalRequest
-	4,  // 21: jmcluster.v1.TaskManagerService.SubmitTask:output_type -> jmcluster.v1.SubmitTaskResponse
-	6,  // 22: jmcluster.v1.TaskManagerService.CancelTask:output_type -> jmcluster.v1.CancelTaskResponse
-	8,  // 23: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:output_type -> jmcluster.v1.UpdatePartitionInfoResponse
-	13, // 24: jmcluster.v1.TaskManagerService.RequestReport:output_type -> jmcluster.v1.TaskManagerReport
-	15, // 25: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:output_type -> jmcluster.v1.AcknowledgeTerminalResponse
-	21, // [21:26] is the sub-list for method output_type
-	16, // [16:21] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	2,  // 16: jmcluster.v1.SubmitTasksRequest.tasks:type_name -> jmcluster.v1.TaskDeploymentDescriptor
+	17, // 17: jmcluster.v1.SubmitTasksResponse.results:type_name -> jmcluster.v1.SubmitTaskResult
+	3,  // 18: jmcluster.v1.TaskManagerService.SubmitTask:input_type -> jmcluster.v1.SubmitTaskRequest
+	5,  // 19: jmcluster.v1.TaskManagerService.CancelTask:input_type -> jmcluster.v1.CancelTaskRequest
+	7,  // 20: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:input_type -> jmcluster.v1.UpdatePartitionInfoRequest
+	9,  // 21: jmcluster.v1.TaskManagerService.RequestReport:input_type -> jmcluster.v1.RequestReportRequest
+	14, // 22: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:input_type -> jmcluster.v1.AcknowledgeTerminalRequest
+	16, // 23: jmcluster.v1.TaskManagerService.SubmitTasks:input_type -> jmcluster.v1.SubmitTasksRequest
+	4,  // 24: jmcluster.v1.TaskManagerService.SubmitTask:output_type -> jmcluster.v1.SubmitTaskResponse
+	6,  // 25: jmcluster.v1.TaskManagerService.CancelTask:output_type -> jmcluster.v1.CancelTaskResponse
+	8,  // 26: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:output_type -> jmcluster.v1.UpdatePartitionInfoResponse
+	13, // 27: jmcluster.v1.TaskManagerService.RequestReport:output_type -> jmcluster.v1.TaskManagerReport
+	15, // 28: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:output_type -> jmcluster.v1.AcknowledgeTerminalResponse
+	18, // 29: jmcluster.v1.TaskManagerService.SubmitTasks:output_type -> jmcluster.v1.SubmitTasksResponse
+	24, // [24:30] is the sub-list for method output_type
+	18, // [18:24] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_taskmanager_proto_init() }
@@ -1282,7 +1472,7 @@ func file_jmcluster_v1_taskmanager_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_taskmanager_proto_rawDesc), len(file_jmcluster_v1_taskmanager_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	TaskManagerService_UpdatePartitionInfo_FullMethodName = "/jmcluster.v1.TaskManagerService/UpdatePartitionInfo"
 	TaskManagerService_RequestReport_FullMethodName       = "/jmcluster.v1.TaskManagerService/RequestReport"
 	TaskManagerService_AcknowledgeTerminal_FullMethodName = "/jmcluster.v1.TaskManagerService/AcknowledgeTerminal"
+	TaskManagerService_SubmitTasks_FullMethodName         = "/jmcluster.v1.TaskManagerService/SubmitTasks"
 )
 
 // TaskManagerServiceClient is the client API for TaskManagerService service.
@@ -41,6 +42,11 @@ type TaskManagerServiceClient interface {
 	RequestReport(ctx context.Context, in *RequestReportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TaskManagerReport], error)
 	// Lets the TM drop retained terminal states the leader has committed.
 	AcknowledgeTerminal(ctx context.Context, in *AcknowledgeTerminalRequest, opts ...grpc.CallOption) (*AcknowledgeTerminalResponse, error)
+	// Deploys a batch of tasks (the subtasks of a region that go to this TM) in one call. The
+	// epoch is checked once for the batch; each task is accepted or refused on its own, and the
+	// answer comes as soon as every accepted task is registered in its slot: the TM starts them
+	// afterwards, so the call never waits for a task to run.
+	SubmitTasks(ctx context.Context, in *SubmitTasksRequest, opts ...grpc.CallOption) (*SubmitTasksResponse, error)
 }
 
 type taskManagerServiceClient struct {
@@ -110,6 +116,16 @@ func (c *taskManagerServiceClient) AcknowledgeTerminal(ctx context.Context, in *
 	return out, nil
 }
 
+func (c *taskManagerServiceClient) SubmitTasks(ctx context.Context, in *SubmitTasksRequest, opts ...grpc.CallOption) (*SubmitTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SubmitTasksResponse)
+	err := c.cc.Invoke(ctx, TaskManagerService_SubmitTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TaskManagerServiceServer is the server API for TaskManagerService service.
 // All implementations must embed UnimplementedTaskManagerServiceServer
 // for forward compatibility.
@@ -121,6 +137,11 @@ type TaskManagerServiceServer interface {
 	RequestReport(*RequestReportRequest, grpc.ServerStreamingServer[TaskManagerReport]) error
 	// Lets the TM drop retained terminal states the leader has committed.
 	AcknowledgeTerminal(context.Context, *AcknowledgeTerminalRequest) (*AcknowledgeTerminalResponse, error)
+	// Deploys a batch of tasks (the subtasks of a region that go to this TM) in one call. The
+	// epoch is checked once for the batch; each task is accepted or refused on its own, and the
+	// answer comes as soon as every accepted task is registered in its slot: the TM starts them
+	// afterwards, so the call never waits for a task to run.
+	SubmitTasks(context.Context, *SubmitTasksRequest) (*SubmitTasksResponse, error)
 	mustEmbedUnimplementedTaskManagerServiceServer()
 }
 
@@ -145,6 +166,9 @@ func (UnimplementedTaskManagerServiceServer) RequestReport(*RequestReportRequest
 }
 func (UnimplementedTaskManagerServiceServer) AcknowledgeTerminal(context.Context, *AcknowledgeTerminalRequest) (*AcknowledgeTerminalResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AcknowledgeTerminal not implemented")
+}
+func (UnimplementedTaskManagerServiceServer) SubmitTasks(context.Context, *SubmitTasksRequest) (*SubmitTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SubmitTasks not implemented")
 }
 func (UnimplementedTaskManagerServiceServer) mustEmbedUnimplementedTaskManagerServiceServer() {}
 func (UnimplementedTaskManagerServiceServer) testEmbeddedByValue()                            {}
@@ -250,6 +274,24 @@ func _TaskManagerService_AcknowledgeTerminal_Handler(srv interface{}, ctx contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskManagerService_SubmitTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SubmitTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskManagerServiceServer).SubmitTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskManagerService_SubmitTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskManagerServiceServer).SubmitTasks(ctx, req.(*SubmitTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TaskManagerService_ServiceDesc is the grpc.ServiceDesc for TaskManagerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -272,6 +314,10 @@ var TaskManagerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AcknowledgeTerminal",
 			Handler:    _TaskManagerService_AcknowledgeTerminal_Handler,
+		},
+		{
+			MethodName: "SubmitTasks",
+			Handler:    _TaskManagerService_SubmitTasks_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -150,11 +150,7 @@ func (s *ClientService) GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.
 			})
 		}
 	}
-	rec, ok := s.d.State.Job(req.JobId)
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "unknown job %s", req.JobId)
-	}
-	return &pb.GetJobResponse{Job: rec, ServedBy: s.d.Node.ID(), AppliedIndex: s.d.State.AppliedIndex()}, nil
+	return JobView(s.d, req)
 }
 
 func (s *ClientService) ListJobs(ctx context.Context, req *pb.ListJobsRequest) (*pb.ListJobsResponse, error) {
@@ -169,50 +165,45 @@ func (s *ClientService) ListJobs(ctx context.Context, req *pb.ListJobsRequest) (
 			})
 		}
 	}
-	out := &pb.ListJobsResponse{ServedBy: s.d.Node.ID()}
+	out := &pb.ListJobsResponse{ServedBy: s.d.Node.ID(), Jobs: jobSummaries(s.d)}
 	out.RemovedJobs, _ = s.d.State.RemovedJobs()
-	for _, rec := range s.d.State.Jobs() {
-		out.Jobs = append(out.Jobs, Summary(rec))
-	}
 	return out, nil
 }
 
-// Summary condenses a job record for listings.
-func Summary(rec *pb.JobRecord) *pb.JobSummary {
-	s := &pb.JobSummary{
-		JobId: rec.JobGraph.GetJobId(), Name: rec.JobGraph.GetName(), Type: rec.JobGraph.GetType(),
-		Status: rec.Status, SubmittedAt: rec.SubmittedAt, Restarts: rec.Restarts,
-	}
-	for _, ejv := range rec.GetExecutionGraph().GetVertices() {
-		for _, ev := range ejv.Subtasks {
-			s.Tasks++
-			if ev.GetCurrent().GetState() == pb.ExecutionState_EXECUTION_STATE_RUNNING {
-				s.TasksRunning++
-			}
-		}
-	}
-	return s
-}
+// Summary condenses a job record for listings: the job's counts, without per-vertex rows.
+func Summary(rec *pb.JobRecord) *pb.JobSummary { return summarize(rec, false) }
 
+// WatchJob sends the job, in the view asked for (the summary by default), at the start and
+// whenever its record changes, until the job is globally terminal.
 func (s *ClientService) WatchJob(req *pb.WatchJobRequest, stream pb.ClientService_WatchJobServer) error {
 	if req.JobId == "" {
 		return status.Error(codes.InvalidArgument, "job_id is required")
+	}
+	if v := req.GetView(); v == pb.JobView_JOB_VIEW_EXECUTIONS {
+		return status.Error(codes.InvalidArgument, "view: WatchJob sends the summary or the full record, not pages")
 	}
 	var last uint64
 	first := true
 	for {
 		changed := s.d.State.Changed()
-		rec, ok := s.d.State.Job(req.JobId)
-		if !ok {
+		var index uint64
+		var terminal bool
+		if !s.d.State.WithJob(req.JobId, func(rec *pb.JobRecord) {
+			index, terminal = rec.ModifyIndex, graph.IsGloballyTerminal(rec.Status)
+		}) {
 			return status.Errorf(codes.NotFound, "unknown job %s", req.JobId)
 		}
-		if first || rec.ModifyIndex != last {
+		if first || index != last {
 			first = false
-			last = rec.ModifyIndex
-			if err := stream.Send(&pb.GetJobResponse{Job: rec, ServedBy: s.d.Node.ID(), AppliedIndex: s.d.State.AppliedIndex()}); err != nil {
+			last = index
+			resp, err := JobView(s.d, &pb.GetJobRequest{JobId: req.JobId, View: req.GetView()})
+			if err != nil {
 				return err
 			}
-			if graph.IsGloballyTerminal(rec.Status) {
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+			if terminal {
 				return nil
 			}
 		}
@@ -292,16 +283,7 @@ func taskManagers(d Deps) []*pb.TaskManagerInfo {
 			}
 		}
 	}
-	used := map[string]int32{}
-	for _, rec := range d.State.Jobs() {
-		for _, ejv := range rec.GetExecutionGraph().GetVertices() {
-			for _, ev := range ejv.Subtasks {
-				if e := ev.GetCurrent(); e != nil && !graph.IsTerminalExecution(e.State) {
-					used[e.GetSlot().GetTmId()]++
-				}
-			}
-		}
-	}
+	used := slotsUsed(d)
 	out := make([]*pb.TaskManagerInfo, 0, len(byID))
 	for id, info := range byID {
 		info.SlotsUsed = used[id]

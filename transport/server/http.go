@@ -18,8 +18,8 @@ var uiHTML []byte
 
 // NewHTTPHandler serves a JM's HTTP views: /healthz (the process is up), /readyz (this node
 // knows an established leader and, if it is the leader, its gate is open), /metrics
-// (Prometheus text format), /api/v1/cluster, /api/v1/jobs, /api/v1/jobs/{id} (JSON) and the
-// web UI at /.
+// (Prometheus text format), /api/v1/cluster, /api/v1/jobs, /api/v1/jobs/{id} (JSON: the job
+// views of GetJob, see serveJobView) and the web UI at /.
 func NewHTTPHandler(d Deps) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -44,19 +44,10 @@ func NewHTTPHandler(d Deps) http.Handler {
 		writeJSON(w, ClusterStatus(d))
 	})
 	mux.HandleFunc("GET /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
-		out := &pb.ListJobsResponse{ServedBy: d.Node.ID()}
-		for _, rec := range d.State.Jobs() {
-			out.Jobs = append(out.Jobs, Summary(rec))
-		}
-		writeJSON(w, out)
+		writeJSON(w, &pb.ListJobsResponse{ServedBy: d.Node.ID(), Jobs: jobSummaries(d)})
 	})
 	mux.HandleFunc("GET /api/v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		rec, ok := d.State.Job(r.PathValue("id"))
-		if !ok {
-			http.Error(w, "unknown job "+r.PathValue("id"), http.StatusNotFound)
-			return
-		}
-		writeJSON(w, rec)
+		serveJobView(w, r, d)
 	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -110,16 +101,18 @@ func writeMetrics(w http.ResponseWriter, d Deps) {
 	jobs := map[string]int{}
 	execs := map[string]int{}
 	restarts := 0
-	for _, rec := range d.State.Jobs() {
-		jobs[graph.JobStatusName(rec.Status)]++
-		restarts += int(rec.Restarts)
-		for _, ejv := range rec.GetExecutionGraph().GetVertices() {
-			for _, ev := range ejv.Subtasks {
-				if e := ev.GetCurrent(); e != nil {
-					execs[graph.ExecutionStateName(e.State)]++
+	for _, id := range d.State.JobIDs() {
+		d.State.WithJob(id, func(rec *pb.JobRecord) {
+			jobs[graph.JobStatusName(rec.Status)]++
+			restarts += int(rec.Restarts)
+			for _, ejv := range rec.GetExecutionGraph().GetVertices() {
+				for _, ev := range ejv.Subtasks {
+					if e := ev.GetCurrent(); e != nil {
+						execs[graph.ExecutionStateName(e.State)]++
+					}
 				}
 			}
-		}
+		})
 	}
 	gauge("jmcluster_jobs", "Jobs by status.")
 	for _, k := range sortedKeys(jobs) {

@@ -1,0 +1,102 @@
+package jobmaster
+
+import (
+	"time"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// ackedRetention is how long the time a TM acknowledged a submission is kept: far longer than
+// the grace it serves (one heartbeat interval), so stale entries of attempts whose TM went
+// quiet are dropped on a tick.
+const ackedRetention = time.Minute
+
+// checkDeployment compares a TM's deployment report with the graph (Flink's
+// ExecutionDeploymentReconciler): an attempt the graph does not place on this TM is cancelled
+// there; an attempt the graph places there but the TM has not reported in two consecutive
+// heartbeats is failed. A heartbeat only counts against an attempt whose submission the TM
+// acknowledged at least one heartbeat interval before the heartbeat arrived: a report built
+// before the TM took a batch (and delayed behind a slow call) does not show it yet. The graph
+// is read once per job (an index of its current attempts), not once per reported attempt.
+func (t *term) checkDeployment(req *pb.HeartbeatRequest) {
+	arrived := time.Now()
+	tm, ok := t.jm.tms.Get(req.TmId)
+	if !ok {
+		return
+	}
+	reported := make(map[string]bool, len(req.Deployed))
+	byJob := map[string][]*pb.DeployedExecution{}
+	for _, d := range req.Deployed {
+		reported[d.AttemptId] = true
+		byJob[d.JobId] = append(byJob[d.JobId], d)
+	}
+	for jobID, ds := range byJob {
+		owned := map[string]bool{}
+		t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
+			forEachExecution(rec, func(ev *pb.ExecutionVertex) {
+				if e := ev.GetCurrent(); e != nil && e.GetSlot().GetTmId() == req.TmId && !isTerminal(e.State) {
+					owned[e.AttemptId] = true
+				}
+			})
+		})
+		for _, d := range ds {
+			if !owned[d.AttemptId] {
+				t.jm.log.Info("cancelling attempt the graph does not own", "tm", req.TmId, "job", d.JobId, "attempt", d.AttemptId)
+				t.cancelOnTM(tm.GRPCAddr, d.JobId, d.AttemptId)
+			}
+		}
+	}
+	grace := t.jm.cfg.HeartbeatInterval
+	var failed []*pb.ExecutionStateUpdate
+	for _, jobID := range t.jm.state.JobIDs() {
+		t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			forEachExecution(rec, func(ev *pb.ExecutionVertex) {
+				e := ev.GetCurrent()
+				if e == nil || e.GetSlot().GetTmId() != req.TmId {
+					return
+				}
+				switch e.State {
+				case stDeploying, pb.ExecutionState_EXECUTION_STATE_INITIALIZING, stRunning:
+				default:
+					return
+				}
+				id := e.AttemptId
+				if t.submitting[id] || reported[id] {
+					delete(t.missing, id)
+					delete(t.acked, id)
+					return
+				}
+				if at, ok := t.acked[id]; ok && at.After(arrived.Add(-grace)) {
+					return // acknowledged too recently for this report to show it
+				}
+				t.missing[id]++
+				if t.missing[id] >= 2 {
+					delete(t.missing, id)
+					delete(t.acked, id)
+					failed = append(failed, &pb.ExecutionStateUpdate{
+						JobId: jobID, AttemptId: id, State: stFailed, Timestamp: nowMillis(),
+						FailureCause: "attempt missing from the deployment report of " + req.TmId,
+					})
+				}
+			})
+		})
+	}
+	if len(failed) > 0 {
+		t.jm.log.Warn("attempts missing on task manager", "tm", req.TmId, "count", len(failed))
+		t.wg.Add(1)
+		go func() { defer t.wg.Done(); t.batch.commit(t.ctx, failed) }()
+	}
+}
+
+// pruneAcked drops acknowledgement times older than ackedRetention.
+func (t *term) pruneAcked(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, at := range t.acked {
+		if now.Sub(at) > ackedRetention {
+			delete(t.acked, id)
+		}
+	}
+}

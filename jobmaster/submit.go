@@ -1,0 +1,223 @@
+package jobmaster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/jmcluster/jmcluster/transport"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// submitLogNames is how many attempts the "deploying" log line names (the rest are counted).
+const submitLogNames = 16
+
+// submitEachParallel bounds the SubmitTask calls in flight per TM when a TM does not serve
+// SubmitTasks (an older TaskManager).
+const submitEachParallel = 8
+
+// submitCommitted sends the attempts whose creation and DEPLOYING state are committed, with
+// descriptors built from the committed state. The attempts going to one TM travel in
+// SubmitTasks batches, bounded by SubmitBatchTasks and SubmitBatchBytes, sent one after the
+// other per TM (TMs in parallel), so each call's deadline covers only its own batch.
+func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
+	names := make([]string, 0, min(len(attempts), submitLogNames))
+	for _, a := range attempts[:min(len(attempts), submitLogNames)] {
+		names = append(names, fmt.Sprintf("%s[%d]#%d@%s/%d", a.VertexId, a.SubtaskIndex, a.AttemptNumber, a.Slot.GetTmId(), a.Slot.GetIndex()))
+	}
+	if n := len(attempts) - len(names); n > 0 {
+		names = append(names, fmt.Sprintf("and %d more", n))
+	}
+	t.jm.log.Info("deploying", "job", jobID, "tasks", len(attempts), "attempts", strings.Join(names, " "))
+
+	// In flight from now on: a heartbeat while the descriptors are built does not count them
+	// missing (they are unmarked as their batches are answered, or failed).
+	t.mu.Lock()
+	for _, a := range attempts {
+		t.submitting[a.AttemptId] = true
+	}
+	t.mu.Unlock()
+	// Descriptors are built under the FSM's read lock from the committed record (each copies
+	// what it takes), sparing a copy of the whole job.
+	type built struct {
+		a   *pb.AttemptSpec
+		tdd *pb.TaskDeploymentDescriptor
+		err error
+	}
+	descs := make([]built, len(attempts))
+	if !t.jm.state.WithJob(jobID, func(committed *pb.JobRecord) {
+		for i, a := range attempts {
+			tdd, err := TaskDeploymentDescriptor(committed, a.VertexId, a.SubtaskIndex)
+			descs[i] = built{a, tdd, err}
+		}
+	}) {
+		return fmt.Errorf("job %s vanished", jobID)
+	}
+	budget := t.jm.cfg.SubmitBatchBytes
+	byTM := map[string][]*pb.TaskDeploymentDescriptor{}
+	var order []string
+	for _, b := range descs {
+		a, tdd := b.a, b.tdd
+		if b.err != nil {
+			t.notSubmitting(a.AttemptId)
+			t.failAsync(jobID, a.AttemptId, "deployment descriptor: "+b.err.Error())
+			continue
+		}
+		if n := proto.Size(tdd); n > budget {
+			t.notSubmitting(a.AttemptId)
+			t.failAsync(jobID, a.AttemptId, fmt.Sprintf("deployment descriptor of %s[%d] is %d bytes, over SubmitBatchBytes (%d bytes; by default the %d-byte message limit minus its margin)",
+				a.VertexId, a.SubtaskIndex, n, budget, transport.ChunkedMessageLimit))
+			continue
+		}
+		if byTM[a.TmGrpcAddress] == nil {
+			order = append(order, a.TmGrpcAddress)
+		}
+		byTM[a.TmGrpcAddress] = append(byTM[a.TmGrpcAddress], tdd)
+	}
+	for _, addr := range order {
+		tdds := byTM[addr]
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			for _, b := range submitBatches(tdds, t.jm.cfg.SubmitBatchTasks, budget) {
+				t.sendBatch(jobID, addr, b)
+			}
+		}()
+	}
+	return nil
+}
+
+// submitBatches splits descriptors into batches of at most maxTasks tasks whose encoded
+// SubmitTasksRequest stays within maxBytes. Every descriptor fits alone (submitCommitted
+// fails the ones that do not).
+func submitBatches(tdds []*pb.TaskDeploymentDescriptor, maxTasks, maxBytes int) [][]*pb.TaskDeploymentDescriptor {
+	overhead := protowire.SizeTag(1) + protowire.SizeVarint(^uint64(0)) // the epoch
+	var out [][]*pb.TaskDeploymentDescriptor
+	start, size := 0, overhead
+	for i, d := range tdds {
+		n := protowire.SizeTag(2) + protowire.SizeBytes(proto.Size(d))
+		if i > start && (i-start >= maxTasks || size+n > maxBytes) {
+			out = append(out, tdds[start:i])
+			start, size = i, overhead
+		}
+		size += n
+	}
+	if start < len(tdds) {
+		out = append(out, tdds[start:])
+	}
+	return out
+}
+
+// submitRetryable: a batch whose call failed this way may have reached the TM or not; sending
+// it again is safe (a redelivered attempt id is accepted as it is).
+func submitRetryable(err error) bool {
+	if transport.IsStaleEpoch(err) {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// sendBatch submits one batch, retrying a transient failure up to SubmitAttempts calls. Tasks
+// the TM refused, and every task of a batch that could not be delivered, are committed FAILED
+// (their region restarts under the restart strategy).
+func (t *term) sendBatch(jobID, addr string, batch []*pb.TaskDeploymentDescriptor) {
+	var resp *pb.SubmitTasksResponse
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = t.jm.tms.Call(t.ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
+			var err error
+			resp, err = c.SubmitTasks(ctx, &pb.SubmitTasksRequest{Epoch: t.epoch, Tasks: batch})
+			return err
+		})
+		if err == nil || attempt >= t.jm.cfg.SubmitAttempts || !submitRetryable(err) || t.ctx.Err() != nil {
+			break
+		}
+		t.jm.log.Info("submit batch failed; sending it again", "job", jobID, "tm", addr, "tasks", len(batch), "attempt", attempt, "error", err)
+		select {
+		case <-t.ctx.Done():
+		case <-time.After(t.jm.cfg.RetryAfter):
+		}
+	}
+	if status.Code(err) == codes.Unimplemented {
+		t.submitEach(jobID, addr, batch)
+		return
+	}
+	t.doneSubmitting(batch)
+	if t.ctx.Err() != nil {
+		return
+	}
+	var failed []*pb.ExecutionStateUpdate
+	for i, d := range batch {
+		cause := ""
+		switch {
+		case err != nil:
+			cause = "deploy to " + addr + " failed: " + err.Error()
+		case i >= len(resp.GetResults()):
+			cause = fmt.Sprintf("deploy to %s failed: the TM answered %d results for %d tasks", addr, len(resp.GetResults()), len(batch))
+		case resp.Results[i].GetCode() != int32(codes.OK):
+			r := resp.Results[i]
+			cause = fmt.Sprintf("deploy to %s failed: %s: %s", addr, codes.Code(r.GetCode()), r.GetMessage())
+		default:
+			continue
+		}
+		failed = append(failed, &pb.ExecutionStateUpdate{JobId: jobID, AttemptId: d.AttemptId, State: stFailed, FailureCause: cause, Timestamp: nowMillis()})
+	}
+	if len(failed) > 0 {
+		t.jm.log.Warn("submit failed", "job", jobID, "tm", addr, "tasks", len(failed), "of", len(batch), "first_cause", failed[0].FailureCause)
+		t.batch.commit(t.ctx, failed)
+	}
+}
+
+// submitEach deploys a batch with one SubmitTask call per task, at most submitEachParallel at
+// once (a TM without SubmitTasks).
+func (t *term) submitEach(jobID, addr string, batch []*pb.TaskDeploymentDescriptor) {
+	sem := make(chan struct{}, submitEachParallel)
+	var wg sync.WaitGroup
+	for _, d := range batch {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := t.jm.tms.Call(t.ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
+				_, err := c.SubmitTask(ctx, &pb.SubmitTaskRequest{Epoch: t.epoch, Task: d})
+				return err
+			})
+			t.doneSubmitting([]*pb.TaskDeploymentDescriptor{d})
+			if err != nil && t.ctx.Err() == nil {
+				t.jm.log.Warn("submit failed", "job", jobID, "vertex", d.VertexId, "subtask", d.SubtaskIndex, "tm", addr, "error", err)
+				t.fail(jobID, d.AttemptId, "deploy to "+addr+" failed: "+err.Error())
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// notSubmitting ends the in-flight mark of an attempt that is failed instead of sent.
+func (t *term) notSubmitting(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.submitting, id)
+}
+
+// doneSubmitting ends the in-flight mark of a batch's attempts and records when the TM
+// answered (checkDeployment's grace).
+func (t *term) doneSubmitting(batch []*pb.TaskDeploymentDescriptor) {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, d := range batch {
+		delete(t.submitting, d.AttemptId)
+		t.acked[d.AttemptId] = now
+	}
+}

@@ -1,0 +1,112 @@
+package taskmanager
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// SubmitTasks deploys a batch of tasks. Descriptors are validated and their tasks prepared
+// before the TM's lock is taken; under the lock the epoch is checked once for the batch and
+// each task is accepted on its own (the rules of SubmitTask: a redelivered attempt is OK, a
+// stale attempt number FAILED_PRECONDITION, a busy slot RESOURCE_EXHAUSTED). Accepted tasks are
+// placed in their slots and their goroutines started; the answer does not wait for any of
+// them to run, so the TM's own start-up work cannot hold the leader's call past its deadline.
+func (s *controlService) SubmitTasks(ctx context.Context, req *pb.SubmitTasksRequest) (*pb.SubmitTasksResponse, error) {
+	tm := s.tm
+	tasks := req.GetTasks()
+	if len(tasks) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "submit tasks: tasks is empty")
+	}
+	results := make([]*pb.SubmitTaskResult, len(tasks))
+	prepared := make([]*task, len(tasks))
+	var problems []string
+	for i, d := range tasks {
+		results[i] = &pb.SubmitTaskResult{AttemptId: d.GetAttemptId()}
+		if err := validateTDD(d, tm.cfg.Slots); err != nil {
+			results[i].Code, results[i].Message = int32(codes.InvalidArgument), err.Error()
+			problems = append(problems, fmt.Sprintf("tasks[%d]: %v", i, err))
+			continue
+		}
+		prepared[i] = tm.newTask(d)
+	}
+	if len(problems) == len(tasks) {
+		// Nothing in the batch is deployable: refuse it whole, changing nothing (no epoch
+		// adopted, no leader contact).
+		return nil, status.Error(codes.InvalidArgument, "submit tasks: "+strings.Join(problems, "; "))
+	}
+
+	// The epoch rule of every call (epoch.go): a higher epoch only when a JobMaster names it.
+	if err := tm.admit(ctx, req.GetEpoch(), "SubmitTasks", nil, false); err != nil {
+		cancelPrepared(prepared)
+		return nil, err
+	}
+	tm.mu.Lock()
+	if err := tm.fenceLocked(req.GetEpoch(), "SubmitTasks"); err != nil {
+		tm.mu.Unlock()
+		cancelPrepared(prepared)
+		return nil, err
+	}
+	if tm.stopping.Load() {
+		tm.mu.Unlock()
+		cancelPrepared(prepared)
+		return nil, status.Error(codes.Unavailable, ErrStopped.Error())
+	}
+	accepted := 0
+	var started []*pb.TaskDeploymentDescriptor
+	for i, t := range prepared {
+		if t == nil {
+			continue
+		}
+		code, msg := tm.admitLocked(t.tdd)
+		results[i].Code, results[i].Message = int32(code), msg
+		if code != codes.OK || msg != "" {
+			t.cancel()
+			if code == codes.OK {
+				accepted++ // a redelivered attempt: already there
+			}
+			continue
+		}
+		tm.launchLocked(t)
+		started = append(started, t.tdd)
+		accepted++
+	}
+	tm.mu.Unlock()
+	if len(started) > 0 {
+		d := started[0]
+		tm.log.Info("tasks submitted", "job", d.GetJobId(), "tasks", len(started), "accepted", accepted, "batch", len(tasks),
+			"first", fmt.Sprintf("%s[%d]", d.GetVertexId(), d.GetSubtaskIndex()))
+	}
+	return &pb.SubmitTasksResponse{Results: results}, nil
+}
+
+// admitLocked decides whether a validated descriptor may start now: codes.OK with an empty
+// message to start it, codes.OK with a message for a redelivered attempt, or the refusal.
+func (tm *TaskManager) admitLocked(d *pb.TaskDeploymentDescriptor) (codes.Code, string) {
+	if _, ok := tm.tasks[d.GetAttemptId()]; ok {
+		return codes.OK, "already submitted"
+	}
+	if o := tm.newerAttemptLocked(d); o != nil {
+		return codes.FailedPrecondition, fmt.Sprintf("stale attempt number %d of %s[%d]: attempt %s (number %d, %s) is already on %s",
+			d.GetAttemptNumber(), d.GetVertexId(), d.GetSubtaskIndex(), o.attempt(), o.tdd.GetAttemptNumber(), o.state, tm.cfg.ID)
+	}
+	if o := tm.slots[d.GetSlotIndex()]; o != nil {
+		return codes.ResourceExhausted, fmt.Sprintf("slot %d of %s is busy with attempt %s (%s/%d, %s)",
+			d.GetSlotIndex(), tm.cfg.ID, o.attempt(), o.tdd.GetVertexId(), o.tdd.GetSubtaskIndex(), o.state)
+	}
+	return codes.OK, ""
+}
+
+// cancelPrepared releases the contexts of tasks that were prepared but never launched.
+func cancelPrepared(ts []*task) {
+	for _, t := range ts {
+		if t != nil {
+			t.cancel()
+		}
+	}
+}
