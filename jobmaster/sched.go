@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -445,6 +446,7 @@ func (t *term) submitAsync(addr string, tdd *pb.TaskDeploymentDescriptor) {
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
+		failpoint.Inject(t.ctx, failpoint.BeforeSubmitTask)
 		err := t.jm.tms.Call(t.ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
 			_, err := c.SubmitTask(ctx, &pb.SubmitTaskRequest{Epoch: t.epoch, Task: tdd})
 			return err
@@ -538,6 +540,7 @@ func (t *term) sendCancel(jobID, attemptID, addr string, owned bool) {
 	go func() {
 		defer t.wg.Done()
 		var state pb.ExecutionState
+		failpoint.Inject(t.ctx, failpoint.BeforeCancelTask)
 		err := t.jm.tms.Call(t.ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
 			resp, err := c.CancelTask(ctx, &pb.CancelTaskRequest{Epoch: t.epoch, JobId: jobID, AttemptId: attemptID})
 			if err == nil {

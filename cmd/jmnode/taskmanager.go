@@ -48,6 +48,9 @@ func runTaskManager(args []string) error {
 		return errors.New("--id is required")
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: *id, Level: hclog.LevelFromString(*logLevel), Output: os.Stderr})
+	if err := setFailpoints(log); err != nil {
+		return err
+	}
 	if *workDir != "" {
 		if err := os.MkdirAll(*workDir, 0o755); err != nil {
 			return fmt.Errorf("work dir: %w", err)
@@ -60,7 +63,6 @@ func runTaskManager(args []string) error {
 	cfg.Logger, cfg.WorkDir = log, *workDir
 	cfg.FenceTimeout = *fence
 	cfg.MaxMessageSize = *maxMsg
-	cfg.UnsafeDisableFencing = os.Getenv("JMNODE_UNSAFE_DISABLE_FENCING") == "1"
 	if *eventLog != "" {
 		f, err := os.OpenFile(*eventLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
