@@ -43,29 +43,12 @@ type JobMasterConfig struct {
 	// JobMaster and Reconcile tune the active JobMaster and the reconciliation.
 	JobMaster jobmaster.Config
 	Reconcile reconcile.Config
-	// Unsafe breaks safety mechanisms on purpose, so that the fault suite can show its checkers
-	// catch each failure. Never set in production.
-	Unsafe Unsafe
 	// WriteLimit bounds each client's SubmitJob and CancelJob rate on this replica.
 	WriteLimit server.WriteLimit
 	// MaxMessageSize bounds every gRPC message the replica receives or sends: its server and
 	// its connections to other JMs and to TMs (default transport.DefaultMaxMessageSize).
 	MaxMessageSize int
 	Logger         hclog.Logger
-}
-
-// Unsafe lists the deliberately broken behaviours (JMNODE_UNSAFE_* in jmnode's environment).
-type Unsafe struct {
-	// EarlyGate opens the RPC gate and starts scheduling before reconciliation commits.
-	EarlyGate bool
-	// RestartOnFailover makes a new leader fail every execution instead of reconciling.
-	RestartOnFailover bool
-	// AckBeforeCommit acknowledges submissions and cancellations before they are committed.
-	AckBeforeCommit bool
-	// NondeterministicApply stamps submitted jobs with this replica's clock inside Apply.
-	NondeterministicApply bool
-	// StuckReconciling never finishes a reconciliation (the gate stays closed).
-	StuckReconciling bool
 }
 
 // JobMaster is a running JM replica.
@@ -111,8 +94,6 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	cfg.Cluster.Logger = log
 	cfg.JobMaster.Logger = log
 	cfg.Reconcile.Logger = log
-	cfg.Reconcile.UnsafeRestartOnFailover = cfg.Unsafe.RestartOnFailover
-	cfg.Reconcile.UnsafeStuck = cfg.Unsafe.StuckReconciling
 	cfg.Cluster.MaxMessageSize = cfg.MaxMessageSize
 	cfg.JobMaster.MaxMessageSize = cfg.MaxMessageSize
 
@@ -124,12 +105,8 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	a.JM.SetRaft(a.Node)
 	a.Recon = reconcile.New(cfg.Reconcile, a.JM)
 	a.JM.SetReconciler(a.Recon)
-	a.JM.SetUnsafeEarlyGate(cfg.Unsafe.EarlyGate)
-	if cfg.Unsafe.NondeterministicApply {
-		a.State.SetUnsafeSubmitHook(func(rec *pb.JobRecord) { rec.SubmittedAt = time.Now().UnixNano() })
-	}
 
-	deps := server.Deps{Node: a.Node, State: a.State, JM: a.JM, UnsafeAckBeforeCommit: cfg.Unsafe.AckBeforeCommit}
+	deps := server.Deps{Node: a.Node, State: a.State, JM: a.JM}
 	deps.WriteLimit = cfg.WriteLimit
 	if cfg.Gossip != nil {
 		g := *cfg.Gossip

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -21,20 +22,6 @@ type FSM struct {
 	mu      sync.RWMutex
 	st      *state
 	changed chan struct{}
-
-	// unsafeSubmitHook, when set, changes every newly submitted job record after its applier
-	// ran: a deliberately non-deterministic replica for the fault suite's self-test.
-	unsafeSubmitHook func(*pb.JobRecord)
-}
-
-// SetUnsafeSubmitHook installs a function that changes every newly submitted job record on
-// this replica only. It breaks determinism on purpose (JMNODE_UNSAFE_NONDETERMINISTIC_APPLY),
-// so that the fault suite can show its state-hash checker catches diverging replicas. Never
-// set it otherwise.
-func (f *FSM) SetUnsafeSubmitHook(fn func(*pb.JobRecord)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.unsafeSubmitHook = fn
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -76,10 +63,12 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	}
 	if res.Err != nil {
 		f.logger.Debug("command rejected", "index", l.Index, "type", cmd.Type.String(), "error", res.Err)
-	} else if f.unsafeSubmitHook != nil && cmd.Type == pb.CommandType_COMMAND_TYPE_SUBMIT_JOB {
+	} else if cmd.Type == pb.CommandType_COMMAND_TYPE_SUBMIT_JOB && failpoint.Enabled(failpoint.NondeterministicApply) {
+		// Broken on purpose: this replica's clock in the replicated state, so that the fault
+		// suite can show its state-hash checker catches replicas that diverge.
 		c := decodePayload(cmd.Payload, &pb.SubmitJobCommand{})
 		if rec := f.st.jobs[c.GetJobGraph().GetJobId()]; rec != nil {
-			f.unsafeSubmitHook(rec)
+			rec.SubmittedAt = failpoint.Now().UnixNano()
 		}
 	}
 	f.st.applied = l.Index

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"time"
+
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 )
 
 // Errors of a run.
@@ -35,8 +36,10 @@ type Config struct {
 	JMNode         string // path of the jmnode binary
 	RunsDir        string // runs/<runid>/ is created inside
 	RunID          string // generated when empty
-	Unsafe         []string
-	Clients        int
+	// Failpoints is set in every jmnode's environment as JMNODE_FAILPOINTS (the syntax of
+	// failpoint.Parse): a deliberately broken build, or pauses between commits and RPCs.
+	Failpoints string
+	Clients    int
 	// Progress receives one line per step; nil means silent.
 	Progress func(format string, args ...any)
 }
@@ -77,11 +80,11 @@ func (c *Config) Validate() error {
 	if _, err := LookupScenario(c.Scenario); err != nil {
 		return err
 	}
-	for _, u := range c.Unsafe {
-		if _, ok := UnsafeSwitches[u]; !ok {
-			return fmt.Errorf("jepsen: unknown unsafe switch %q (known: %v)", u, unsafeNames())
-		}
+	fp, err := failpoint.Parse(c.Failpoints)
+	if err != nil {
+		return fmt.Errorf("jepsen: --failpoints: %w", err)
 	}
+	c.Failpoints = fp.String()
 	path, err := filepath.Abs(c.JMNode)
 	if err != nil {
 		return err
@@ -96,15 +99,6 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-func unsafeNames() []string {
-	var out []string
-	for k := range UnsafeSwitches {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // shortName keeps run ids short: the scenario name cut to 12 characters.
 func shortName(s string) string {
 	if len(s) > 12 {
@@ -114,9 +108,8 @@ func shortName(s string) string {
 }
 
 func (c Config) env() []string {
-	var out []string
-	for _, u := range c.Unsafe {
-		out = append(out, UnsafeSwitches[u]+"=1")
+	if c.Failpoints == "" {
+		return nil
 	}
-	return out
+	return []string{failpoint.EnvVar + "=" + c.Failpoints}
 }

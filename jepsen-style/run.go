@@ -189,7 +189,7 @@ func (r *run) workload(ctx context.Context) (*report.Report, error) {
 	writeJSON(filepath.Join(r.dir, "schedule.json"), schedule)
 	p("schedule: %d faults from seed %d", len(schedule), r.cfg.Seed)
 
-	r.rep = &report.Report{RunID: r.cfg.RunID, Scenario: r.cfg.Scenario, Seed: r.cfg.Seed, Unsafe: r.cfg.Unsafe, Start: time.Now()}
+	r.rep = &report.Report{RunID: r.cfg.RunID, Scenario: r.cfg.Scenario, Seed: r.cfg.Seed, Failpoints: r.cfg.Failpoints, Start: time.Now()}
 	rec := history.NewRecorder(histFile)
 	r.monitor = client.NewMonitor(r.pool, r.streamID, 0, monFile)
 	monCtx, stopMon := context.WithCancel(ctx)

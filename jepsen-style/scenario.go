@@ -67,14 +67,3 @@ func LookupScenario(name string) (Scenario, error) {
 	sort.Strings(names)
 	return Scenario{}, fmt.Errorf("%w %q (known: %v)", ErrUnknownScenario, name, names)
 }
-
-// UnsafeSwitches maps the names accepted by --unsafe to the environment of deliberately
-// broken builds.
-var UnsafeSwitches = map[string]string{
-	"no-fencing":          "JMNODE_UNSAFE_DISABLE_FENCING",
-	"early-gate":          "JMNODE_UNSAFE_EARLY_GATE",
-	"restart-on-failover": "JMNODE_UNSAFE_RESTART_ON_FAILOVER",
-	"ack-before-commit":   "JMNODE_UNSAFE_ACK_BEFORE_COMMIT",
-	"nondeterministic":    "JMNODE_UNSAFE_NONDETERMINISTIC_APPLY",
-	"stuck-reconciling":   "JMNODE_UNSAFE_STUCK_RECONCILING",
-}

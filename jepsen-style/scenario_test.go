@@ -2,6 +2,7 @@ package jepsen
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jmcluster/jmcluster/jepsen-style/nemesis"
@@ -40,15 +41,22 @@ func TestValidate(t *testing.T) {
 	if cfg.Duration <= 0 || cfg.Grace <= 0 || cfg.RunID == "" || cfg.Progress == nil {
 		t.Fatalf("defaults not filled: %+v", cfg)
 	}
-	bad := Config{Scenario: "kill-leader", JMNode: "scenario.go", Unsafe: []string{"nope"}}
-	if err := bad.Validate(); err == nil {
-		t.Fatal("unknown unsafe switch accepted")
+	bad := Config{Scenario: "kill-leader", JMNode: "scenario.go", Failpoints: "early-gate,nope"}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `unknown failpoint "nope"`) {
+		t.Fatalf("unknown failpoint: got %v, want an error naming it", err)
 	}
 	missing := Config{Scenario: "kill-leader", JMNode: "no-such-binary"}
 	if err := missing.Validate(); err == nil {
 		t.Fatal("missing binary accepted")
 	}
-	if env := (Config{Unsafe: []string{"early-gate"}}).env(); len(env) != 1 || env[0] != "JMNODE_UNSAFE_EARLY_GATE=1" {
+	fp := Config{Scenario: "kill-leader", JMNode: "scenario.go", Failpoints: " early-gate , pause(before-submit-task)=2000ms"}
+	if err := fp.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if env := fp.env(); len(env) != 1 || env[0] != "JMNODE_FAILPOINTS=early-gate,pause(before-submit-task)=2s" {
 		t.Fatalf("env = %v", env)
+	}
+	if env := (Config{}).env(); len(env) != 0 {
+		t.Fatalf("env of an intact build = %v", env)
 	}
 }

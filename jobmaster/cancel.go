@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -77,6 +78,7 @@ func (t *term) sendCancel(jobID, attemptID, addr string, owned bool) {
 	go func() {
 		defer t.wg.Done()
 		var state pb.ExecutionState
+		failpoint.Inject(t.ctx, failpoint.BeforeCancelTask)
 		err := t.jm.tms.Call(t.ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
 			resp, err := c.CancelTask(ctx, &pb.CancelTaskRequest{Epoch: t.epoch, JobId: jobID, AttemptId: attemptID})
 			if err == nil {

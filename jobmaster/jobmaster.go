@@ -18,6 +18,7 @@ import (
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/transport"
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -150,9 +151,6 @@ type JobMaster struct {
 
 	reconciler Reconciler
 	gateOpen   atomic.Bool
-	// earlyGate opens the gate before reconciliation commits (JMNODE_UNSAFE_EARLY_GATE, for
-	// the checkers' self-tests only).
-	earlyGate atomic.Bool
 
 	// deployFailures counts deployments whose write-ahead commit failed; deployWaits those that
 	// waited for free slots (observability and the write-ahead tests).
@@ -185,10 +183,6 @@ func (jm *JobMaster) SetRaft(r Raft) { jm.raft = r }
 
 // SetReconciler installs the reconciliation run at the start of every term.
 func (jm *JobMaster) SetReconciler(r Reconciler) { jm.reconciler = r }
-
-// SetUnsafeEarlyGate opens the gate before reconciliation commits. Only for proving that the
-// fault-injection checkers catch it; never set in production.
-func (jm *JobMaster) SetUnsafeEarlyGate(on bool) { jm.earlyGate.Store(on) }
 
 // DeployFailures is the number of deployments abandoned because their write-ahead commit (the
 // attempts, their DEPLOYING state or the restart count) failed; no SubmitTask was sent for them.
@@ -241,8 +235,9 @@ func (jm *JobMaster) EstablishLeadership(ctx context.Context, epoch uint64) erro
 	jm.mu.Unlock()
 	jm.log.Info("leadership established; gate closed", "epoch", epoch)
 
-	if jm.earlyGate.Load() {
-		jm.log.Warn("UNSAFE: gate opened before reconciliation commits", "epoch", epoch)
+	early := failpoint.Enabled(failpoint.EarlyGate)
+	if early {
+		jm.log.Warn("failpoint early-gate: gate opened before reconciliation commits", "epoch", epoch)
 		jm.gateOpen.Store(true)
 		t.start()
 	}
@@ -252,7 +247,7 @@ func (jm *JobMaster) EstablishLeadership(ctx context.Context, epoch uint64) erro
 			return fmt.Errorf("reconciliation at epoch %d: %w", epoch, err)
 		}
 	}
-	if !jm.earlyGate.Load() {
+	if !early {
 		jm.gateOpen.Store(true)
 		t.start()
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -134,6 +135,7 @@ func submitRetryable(err error) bool {
 func (t *term) sendBatch(jobID, addr string, batch []*pb.TaskDeploymentDescriptor) {
 	var resp *pb.SubmitTasksResponse
 	var err error
+	failpoint.Inject(t.ctx, failpoint.BeforeSubmitTask)
 	for attempt := 1; ; attempt++ {
 		err = t.jm.tms.Call(t.ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
 			var err error

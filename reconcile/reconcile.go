@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -42,11 +43,6 @@ type Config struct {
 	// RetryInterval between attempts to reach a TM within the deadline (default 100ms).
 	RetryInterval time.Duration
 	Logger        hclog.Logger
-	// UnsafeRestartOnFailover fails every execution instead of keeping what the reports show
-	// (what Flink does today), and UnsafeStuck never finishes; both exist only so the fault
-	// suite can show its checkers catch them (JMNODE_UNSAFE_*).
-	UnsafeRestartOnFailover bool
-	UnsafeStuck             bool
 }
 
 func (c *Config) setDefaults() {
@@ -131,8 +127,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, epoch uint64) error {
 	}
 	jobs := r.reconcilingJobs()
 	r.step(epoch, "begin", "%d jobs RECONCILING", len(jobs))
-	if r.cfg.UnsafeStuck && len(jobs) > 0 {
-		r.log.Warn("UNSAFE: reconciliation never finishes", "epoch", epoch)
+	if failpoint.Enabled(failpoint.StuckReconciling) && len(jobs) > 0 {
+		r.log.Warn("failpoint stuck-reconciling: reconciliation never finishes", "epoch", epoch)
 		<-ctx.Done()
 		return ctx.Err()
 	}
@@ -145,8 +141,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, epoch uint64) error {
 	}
 	plan := Merge(jobs, reports, time.Now().UnixMilli())
 	plan.Counts.Reports = int64(len(reports))
-	if r.cfg.UnsafeRestartOnFailover {
-		unsafeRestartAll(plan)
+	if failpoint.Enabled(failpoint.RestartOnFailover) {
+		restartAll(plan)
 	}
 	r.step(epoch, "merged", "%s", plan.Summary())
 
@@ -265,19 +261,19 @@ func (r *Reconciler) act(ctx context.Context, epoch uint64, plan *Plan) {
 	}
 }
 
-// unsafeRestartAll turns a plan into "restart everything": every execution FAILED, every job
+// restartAll turns a plan into "restart everything": every execution FAILED, every job
 // FAILING, and nothing cancelled on the TMs (the old attempts keep running until heartbeats
-// reveal them). Only for the fault suite's self-test.
-func unsafeRestartAll(plan *Plan) {
+// reveal them). Only for the fault suite's self-test (failpoint restart-on-failover).
+func restartAll(plan *Plan) {
 	for _, jp := range plan.Jobs {
 		for _, re := range jp.Executions {
 			if re.Execution.State != pb.ExecutionState_EXECUTION_STATE_FINISHED {
 				re.Execution.State = pb.ExecutionState_EXECUTION_STATE_FAILED
-				re.Execution.FailureCause = "UNSAFE: restart on failover"
+				re.Execution.FailureCause = "failpoint restart-on-failover"
 			}
 		}
 		if jp.Status == pb.JobStatus_JOB_STATUS_RUNNING {
-			jp.Status, jp.Cause = pb.JobStatus_JOB_STATUS_FAILING, "UNSAFE: restart on failover"
+			jp.Status, jp.Cause = pb.JobStatus_JOB_STATUS_FAILING, "failpoint restart-on-failover"
 		}
 	}
 	plan.Cancels = nil

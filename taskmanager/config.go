@@ -70,9 +70,6 @@ type Config struct {
 	CancelWait time.Duration
 	// ShutdownTimeout bounds Stop's wait for tasks and the outbox to drain (default 5s).
 	ShutdownTimeout time.Duration
-	// UnsafeDisableFencing accepts calls with a stale leader epoch. It exists only so the fault
-	// suite can show that its checkers catch a broken build (JMNODE_UNSAFE_DISABLE_FENCING).
-	UnsafeDisableFencing bool
 	// WorkDir is where relative sink paths are written (default: the process's directory).
 	WorkDir string
 	// EventLog receives JSON lines of task lifecycle events; optional.

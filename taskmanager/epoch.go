@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -60,8 +61,8 @@ func (tm *TaskManager) staleLocked(epoch uint64, call string) error {
 	if epoch >= tm.epoch {
 		return nil
 	}
-	if tm.cfg.UnsafeDisableFencing {
-		tm.log.Warn("UNSAFE: accepting a call from a stale leader", "call", call, "epoch", epoch, "seen", tm.epoch)
+	if failpoint.Enabled(failpoint.DisableFencing) {
+		tm.log.Warn("failpoint disable-fencing: accepting a call from a stale leader", "call", call, "epoch", epoch, "seen", tm.epoch)
 		return nil
 	}
 	tm.log.Warn("refusing call from a stale leader", "call", call, "epoch", epoch, "seen", tm.epoch)

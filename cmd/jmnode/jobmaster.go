@@ -87,6 +87,9 @@ func runJobMaster(args []string) error {
 	if err := servePprof(*pprofAddr, log); err != nil {
 		return err
 	}
+	if err := setFailpoints(log); err != nil {
+		return err
+	}
 	if *grpcAdv == "" {
 		*grpcAdv = *grpcAddr
 	}
@@ -111,13 +114,6 @@ func runJobMaster(args []string) error {
 		Cluster: ccfg, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Logger: log,
 		JobMaster: jobmaster.Config{HeartbeatTimeout: *hbTimeout, SizeLimits: sizeLimits, RetainJobs: *retainJobs, RetainJobAge: *retainAge},
 		Reconcile: reconcile.Config{ReportDeadline: *reportDeadline},
-		Unsafe: agent.Unsafe{
-			EarlyGate:             os.Getenv("JMNODE_UNSAFE_EARLY_GATE") == "1",
-			RestartOnFailover:     os.Getenv("JMNODE_UNSAFE_RESTART_ON_FAILOVER") == "1",
-			AckBeforeCommit:       os.Getenv("JMNODE_UNSAFE_ACK_BEFORE_COMMIT") == "1",
-			NondeterministicApply: os.Getenv("JMNODE_UNSAFE_NONDETERMINISTIC_APPLY") == "1",
-			StuckReconciling:      os.Getenv("JMNODE_UNSAFE_STUCK_RECONCILING") == "1",
-		},
 	}
 	if *maxMsg <= 0 {
 		return fmt.Errorf("--max-message-size %d: must be a positive number of bytes", *maxMsg)

@@ -29,6 +29,7 @@ operator CLI (talks gRPC to any JobMaster: --addr or JMNODE_ADDR, default 127.0.
   raft peers | join | remove the Raft configuration
   members                    the gossip pool
   version                    print the version
+  failpoints                 the failpoints JMNODE_FAILPOINTS can set (fault-suite builds only)
 
 Read commands take --json. Run 'jmnode <command> --help' for a command's flags.
 `
@@ -64,6 +65,8 @@ func run(args []string) error {
 		return runRaft(rest)
 	case "members":
 		return runMembers(rest)
+	case "failpoints":
+		return runFailpoints(rest)
 	case "version":
 		fmt.Println("jmnode", version.Version)
 		return nil

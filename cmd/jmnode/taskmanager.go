@@ -52,6 +52,9 @@ func runTaskManager(args []string) error {
 	if err := servePprof(*pprofAddr, log); err != nil {
 		return err
 	}
+	if err := setFailpoints(log); err != nil {
+		return err
+	}
 	if *workDir != "" {
 		if err := os.MkdirAll(*workDir, 0o755); err != nil {
 			return fmt.Errorf("work dir: %w", err)
@@ -64,7 +67,6 @@ func runTaskManager(args []string) error {
 	cfg.Logger, cfg.WorkDir = log, *workDir
 	cfg.FenceTimeout = *fence
 	cfg.MaxMessageSize = *maxMsg
-	cfg.UnsafeDisableFencing = os.Getenv("JMNODE_UNSAFE_DISABLE_FENCING") == "1"
 	if *eventLog != "" {
 		f, err := os.OpenFile(*eventLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {

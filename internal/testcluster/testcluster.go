@@ -42,8 +42,6 @@ type Options struct {
 	NoGossip bool
 	// TM edits each TaskManager's config before it starts.
 	TM func(*taskmanager.Config)
-	// UnsafeEarlyGate starts the JMs with the gate opened before reconciliation commits.
-	UnsafeEarlyGate bool
 	// Raft edits each replica's Raft configuration (on every start and restart).
 	Raft func(*cluster.Config)
 	// JobMaster edits each replica's JobMaster configuration (on every start and restart).
@@ -196,7 +194,6 @@ func (c *Cluster) StartJM(j *JM) {
 		Cluster: cc, GRPCAddr: j.GRPCAddr, Logger: c.Log.Named(j.ID),
 		JobMaster: jmc,
 		Reconcile: reconcile.Config{ReportDeadline: c.Opts.ReportDeadline},
-		Unsafe:    agent.Unsafe{EarlyGate: c.Opts.UnsafeEarlyGate},
 	}
 	if !c.Opts.NoGossip {
 		g := membership.TestConfig(membership.Meta{})

@@ -187,7 +187,7 @@ h1 .pass,h1 .fail{padding:2px 10px;border-radius:4px}
 svg text{font-size:11px;font-family:system-ui,sans-serif}
 </style></head><body>
 <h1>{{.R.Scenario}} · seed {{.R.Seed}} · {{if .R.Valid}}<span class="pass">valid</span>{{else}}<span class="fail">INVALID</span>{{end}}</h1>
-<p>run <code>{{.R.RunID}}</code> from {{clock .R.Start}} to {{clock .R.End}} ({{since .R.Start .R.End}}){{if .R.Unsafe}} · unsafe switches: <b>{{.R.Unsafe}}</b>{{end}} · faults touched {{if .R.JMOnly}}only JMs{{else}}TMs too{{end}}</p>
+<p>run <code>{{.R.RunID}}</code> from {{clock .R.Start}} to {{clock .R.End}} ({{since .R.Start .R.End}}){{if .R.Failpoints}} · failpoints: <b>{{.R.Failpoints}}</b>{{end}} · faults touched {{if .R.JMOnly}}only JMs{{else}}TMs too{{end}}</p>
 <table><tr><th>elections</th><td>{{len .R.Elections}}</td><th>longest unavailability</th><td>{{ms .R.LongestUnavailability.Ms}}</td><th>time to healthy</th><td>{{ms .R.TimeToHealthyMs}}</td></tr></table>
 <h2>Checkers</h2>
 <table><tr><th>checker</th><th>verdict</th><th>summary</th><th>counts</th><th>problems</th></tr>

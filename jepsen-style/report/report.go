@@ -51,14 +51,15 @@ type Window struct {
 
 // Report is everything a run produced.
 type Report struct {
-	RunID    string    `json:"run_id"`
-	Scenario string    `json:"scenario"`
-	Seed     int64     `json:"seed"`
-	Unsafe   []string  `json:"unsafe,omitempty"`
-	Start    time.Time `json:"start"`
-	End      time.Time `json:"end"`
-	HealAt   time.Time `json:"heal_at"`
-	JMOnly   bool      `json:"jm_only"`
+	RunID    string `json:"run_id"`
+	Scenario string `json:"scenario"`
+	Seed     int64  `json:"seed"`
+	// Failpoints is the JMNODE_FAILPOINTS every jmnode ran with ("" for an intact build).
+	Failpoints string    `json:"failpoints,omitempty"`
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end"`
+	HealAt     time.Time `json:"heal_at"`
+	JMOnly     bool      `json:"jm_only"`
 
 	Faults       []FaultRecord             `json:"faults"`
 	FaultsByKind map[string]int            `json:"faults_by_kind"`

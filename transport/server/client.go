@@ -14,6 +14,7 @@ import (
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -31,9 +32,6 @@ type Deps struct {
 	JM    *jobmaster.JobMaster
 	// Members lists the gossip pool (nil when gossip is off).
 	Members func() []*pb.Member
-	// UnsafeAckBeforeCommit acknowledges submissions and cancellations before they commit
-	// (JMNODE_UNSAFE_ACK_BEFORE_COMMIT; the fault suite's self-test only).
-	UnsafeAckBeforeCommit bool
 	// WriteLimit bounds each client's SubmitJob and CancelJob rate on this JM.
 	WriteLimit WriteLimit
 }
@@ -88,7 +86,7 @@ func (s *ClientService) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest)
 		})
 	}
 	jg := proto.Clone(req.JobGraph).(*pb.JobGraph)
-	if s.d.UnsafeAckBeforeCommit {
+	if failpoint.Enabled(failpoint.AckBeforeCommit) {
 		return s.unsafeSubmit(jg)
 	}
 	id, index, err := s.d.JM.SubmitJob(ctx, jg)
@@ -110,7 +108,7 @@ func (s *ClientService) CancelJob(ctx context.Context, req *pb.CancelJobRequest)
 			return c.CancelJob(ctx, req)
 		})
 	}
-	if s.d.UnsafeAckBeforeCommit {
+	if failpoint.Enabled(failpoint.AckBeforeCommit) {
 		go func() {
 			time.Sleep(unsafeCommitDelay)
 			_, _ = s.d.JM.CancelJob(context.Background(), req.JobId)

@@ -99,14 +99,7 @@ func common(fs *flag.FlagSet) *jepsen.Config {
 	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "the streaming job must be RUNNING this long after heal")
 	fs.DurationVar(&cfg.ReportDeadline, "report-deadline", cfg.ReportDeadline, "--report-deadline passed to the JMs")
 	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "concurrent client processes")
-	fs.Func("unsafe", "comma list of deliberately broken switches: no-fencing, early-gate, restart-on-failover, ack-before-commit, nondeterministic, stuck-reconciling", func(s string) error {
-		for _, u := range strings.Split(s, ",") {
-			if u = strings.TrimSpace(u); u != "" {
-				cfg.Unsafe = append(cfg.Unsafe, u)
-			}
-		}
-		return nil
-	})
+	fs.StringVar(&cfg.Failpoints, "failpoints", "", "JMNODE_FAILPOINTS for every jmnode, e.g. early-gate or pause(before-submit-task)=2s (jmnode failpoints lists them)")
 	cfg.Progress = progress
 	return &cfg
 }
@@ -206,16 +199,16 @@ func matrixCmd(ctx context.Context, args []string, short bool) error {
 // brokenBuild is a deliberately broken jmnode and the checkers that must catch it: at least
 // one of anyOf must fail (timing decides which of several possible symptoms shows first).
 type brokenBuild struct {
-	unsafe string
-	anyOf  []string
-	why    string
+	failpoints string
+	anyOf      []string
+	why        string
 }
 
 var brokenBuilds = []brokenBuild{
 	{"restart-on-failover", []string{"restarts"}, "a new leader restarts every task instead of reconciling"},
 	{"restart-on-failover", []string{"sink-continuity"}, "restarted sinks and sources break the sink's sequence"},
 	{"ack-before-commit", []string{"linearizable", "no-lost-submissions"}, "submissions acknowledged before they commit"},
-	{"nondeterministic", []string{"state-hash"}, "Apply reads the replica's own clock"},
+	{"nondeterministic-apply", []string{"state-hash"}, "Apply reads the replica's own clock"},
 	{"stuck-reconciling", []string{"running-after-heal"}, "reconciliation never commits; the job stays RECONCILING"},
 }
 
@@ -226,20 +219,20 @@ func selftestCmd(ctx context.Context, args []string) error {
 	cfg := common(fs)
 	cfg.Duration, cfg.Quiet, cfg.Grace = 20*time.Second, 5*time.Second, 15*time.Second
 	_ = fs.Parse(args)
-	runs := map[string]map[string]string{} // unsafe switch -> checker -> verdict
+	runs := map[string]map[string]string{} // failpoints -> checker -> verdict
 	missed := 0
 	for _, b := range brokenBuilds {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		verdicts, ok := runs[b.unsafe]
+		verdicts, ok := runs[b.failpoints]
 		if !ok {
 			c := *cfg
-			c.Scenario, c.Seed, c.RunID, c.Unsafe = "kill-leader", 1, "", []string{b.unsafe}
-			progress("selftest: broken build %q (%s)", b.unsafe, b.why)
+			c.Scenario, c.Seed, c.RunID, c.Failpoints = "kill-leader", 1, "", b.failpoints
+			progress("selftest: broken build %q (%s)", b.failpoints, b.why)
 			rep, err := jepsen.Run(ctx, c)
 			if err != nil && !errors.Is(err, jepsen.ErrInvalid) {
-				return fmt.Errorf("selftest %s: %w", b.unsafe, err)
+				return fmt.Errorf("selftest %s: %w", b.failpoints, err)
 			}
 			verdicts = map[string]string{}
 			if rep != nil {
@@ -247,7 +240,7 @@ func selftestCmd(ctx context.Context, args []string) error {
 					verdicts[r.Name] = string(r.Verdict)
 				}
 			}
-			runs[b.unsafe] = verdicts
+			runs[b.failpoints] = verdicts
 		}
 		caught := ""
 		for _, name := range b.anyOf {
@@ -257,10 +250,10 @@ func selftestCmd(ctx context.Context, args []string) error {
 		}
 		if caught == "" {
 			missed++
-			progress("selftest: MISSED %q: none of %v failed (%v)", b.unsafe, b.anyOf, verdicts)
+			progress("selftest: MISSED %q: none of %v failed (%v)", b.failpoints, b.anyOf, verdicts)
 			continue
 		}
-		progress("selftest: %-20s caught by %s", b.unsafe, caught)
+		progress("selftest: %-20s caught by %s", b.failpoints, caught)
 	}
 	if missed > 0 {
 		return fmt.Errorf("%d broken builds were not caught", missed)

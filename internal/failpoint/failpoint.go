@@ -1,0 +1,258 @@
+// Package failpoint holds jmcluster's named failpoints, in the spirit of etcd's gofail. A
+// switch breaks a safety mechanism on purpose, so that the fault suite can show its checkers
+// catch the failure (failpoint.Enabled); a hook is a point between a commit and the RPC it
+// guards where a pass can be paused or delayed, so that a fault can land in that window
+// (failpoint.Inject). Every failpoint is a row of the table in table.go.
+//
+// They are set once at start-up from the JMNODE_FAILPOINTS environment variable (FromEnv), or
+// by a test (Set, which resets them in t.Cleanup). The setting is process-wide: every replica
+// in a test process sees it. With nothing set, a check is one atomic load.
+package failpoint
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Kind says how a failpoint is checked and written in a spec.
+type Kind int
+
+const (
+	// KindSwitch is on or off: written as its bare name, checked with Enabled.
+	KindSwitch Kind = iota + 1
+	// KindHook pauses each pass: written pause(name) or pause(name)=DUR, run with Inject.
+	KindHook
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindSwitch:
+		return "switch"
+	case KindHook:
+		return "hook"
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// point is one row of the table.
+type point struct {
+	name, desc string
+	kind       Kind
+
+	on      atomic.Bool           // a switch
+	pause   atomic.Pointer[pause] // a hook; nil when off
+	waiting atomic.Int64          // passes blocked in Inject now
+	hits    atomic.Int64          // passes that met the pause since it was set
+}
+
+// Switch is a failpoint checked with Enabled.
+type Switch struct{ point }
+
+// Hook is a failpoint run with Inject.
+type Hook struct{ point }
+
+// Name is the failpoint's name in a spec.
+func (s *Switch) Name() string { return s.name }
+
+// Name is the failpoint's name in a spec.
+func (h *Hook) Name() string { return h.name }
+
+// pause is a hook's setting: each pass blocks until release is closed, the bound (if any)
+// passes, or the caller's context ends.
+type pause struct {
+	bound   time.Duration
+	release chan struct{}
+}
+
+var (
+	// registry holds the table's rows in declaration order; byName indexes it.
+	registry []*point
+	byName   = map[string]*point{}
+
+	// mu serialises Configure, Reset and Release; checks read atomics only.
+	mu sync.Mutex
+	// current is the spec in force (canonical form), "" when nothing is set.
+	current string
+)
+
+func register(p *point) {
+	if !validName(p.name) {
+		panic(fmt.Sprintf("failpoint: name %q: want lower-case words joined by '-'", p.name))
+	}
+	if _, dup := byName[p.name]; dup {
+		panic(fmt.Sprintf("failpoint: %q registered twice", p.name))
+	}
+	registry = append(registry, p)
+	byName[p.name] = p
+}
+
+func newSwitch(name, desc string) *Switch {
+	s := &Switch{point{name: name, desc: desc, kind: KindSwitch}}
+	register(&s.point)
+	return s
+}
+
+func newHook(name, desc string) *Hook {
+	h := &Hook{point{name: name, desc: desc, kind: KindHook}}
+	register(&h.point)
+	return h
+}
+
+func validName(s string) bool {
+	if s == "" || s[0] == '-' || s[len(s)-1] == '-' || strings.Contains(s, "--") {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// Enabled reports whether the switch is on.
+func Enabled(s *Switch) bool { return s.on.Load() }
+
+// Inject runs one pass through the hook: when it is set, the pass blocks until the hook is
+// released (Release, Reset or a new configuration), its bound passes, or ctx ends. Callers go
+// on with what they were doing either way; a cancelled ctx makes their RPC fail as usual.
+func Inject(ctx context.Context, h *Hook) {
+	p := h.pause.Load()
+	if p == nil {
+		return
+	}
+	h.hits.Add(1)
+	h.waiting.Add(1)
+	defer h.waiting.Add(-1)
+	var bound <-chan time.Time
+	if p.bound > 0 {
+		t := time.NewTimer(p.bound)
+		defer t.Stop()
+		bound = t.C
+	}
+	select {
+	case <-p.release:
+	case <-bound:
+	case <-ctx.Done():
+	}
+}
+
+// Waiting is the number of passes blocked in the hook now (tests wait for it).
+func Waiting(h *Hook) int64 { return h.waiting.Load() }
+
+// Hits is the number of passes that met the hook's pause since it was last set.
+func Hits(h *Hook) int64 { return h.hits.Load() }
+
+// Release turns the hook off and lets every pass blocked in it go on.
+func Release(h *Hook) {
+	mu.Lock()
+	defer mu.Unlock()
+	releaseLocked(&h.point)
+	current = specLocked()
+}
+
+func releaseLocked(p *point) {
+	if old := p.pause.Swap(nil); old != nil {
+		close(old.release)
+	}
+}
+
+// Now is the wall clock, for the failpoint that breaks determinism on purpose
+// (nondeterministic-apply): fsm/ reads no clock of its own.
+func Now() time.Time { return time.Now() }
+
+// Configure parses spec (the syntax of JMNODE_FAILPOINTS, see Parse) and makes it the whole
+// setting: every failpoint it does not name is turned off, and passes blocked in a hook are
+// released. On an error nothing changes.
+func Configure(spec string) error {
+	s, err := Parse(spec)
+	if err != nil {
+		return err
+	}
+	Apply(s)
+	return nil
+}
+
+// Apply makes a parsed spec the whole setting (see Configure).
+func Apply(s Spec) {
+	mu.Lock()
+	defer mu.Unlock()
+	resetLocked()
+	for _, t := range s.terms {
+		switch t.p.kind {
+		case KindSwitch:
+			t.p.on.Store(true)
+		case KindHook:
+			t.p.hits.Store(0)
+			t.p.pause.Store(&pause{bound: t.bound, release: make(chan struct{})})
+		}
+	}
+	current = specLocked()
+}
+
+// Reset turns every failpoint off and releases every blocked pass.
+func Reset() {
+	mu.Lock()
+	defer mu.Unlock()
+	resetLocked()
+	current = ""
+}
+
+func resetLocked() {
+	for _, p := range registry {
+		p.on.Store(false)
+		releaseLocked(p)
+	}
+}
+
+// Current is the setting in force in canonical form ("" when nothing is set).
+func Current() string {
+	mu.Lock()
+	defer mu.Unlock()
+	return current
+}
+
+// specLocked renders the setting in force, in table order.
+func specLocked() string {
+	var terms []string
+	for _, p := range registry {
+		if p.on.Load() {
+			terms = append(terms, p.name)
+		}
+		if ps := p.pause.Load(); ps != nil {
+			terms = append(terms, term{p: p, bound: ps.bound}.String())
+		}
+	}
+	return strings.Join(terms, ",")
+}
+
+// Info describes one failpoint for listings.
+type Info struct {
+	Name        string
+	Kind        Kind
+	Description string
+}
+
+// List returns the table in declaration order.
+func List() []Info {
+	out := make([]Info, 0, len(registry))
+	for _, p := range registry {
+		out = append(out, Info{Name: p.name, Kind: p.kind, Description: p.desc})
+	}
+	return out
+}
+
+// names lists the registered names, sorted, for error messages.
+func names() string {
+	out := make([]string, 0, len(registry))
+	for _, p := range registry {
+		out = append(out, p.name)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}

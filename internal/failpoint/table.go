@@ -1,0 +1,20 @@
+package failpoint
+
+// The failpoints, one row each: its Go name, its name in JMNODE_FAILPOINTS and what it does.
+// Adding one is a row here and its call site (failpoint.Enabled for a switch,
+// failpoint.Inject for a hook); `jmnode failpoints` lists this table.
+var (
+	// Switches: a deliberately broken safety mechanism, checked with Enabled.
+
+	EarlyGate             = newSwitch("early-gate", "the leader opens its RPC gate and starts scheduling before the reconciled graph is committed")
+	RestartOnFailover     = newSwitch("restart-on-failover", "a new leader fails every execution instead of reconciling (what Flink does today)")
+	StuckReconciling      = newSwitch("stuck-reconciling", "a reconciliation with jobs to reconcile never commits: they stay RECONCILING, the gate closed")
+	AckBeforeCommit       = newSwitch("ack-before-commit", "SubmitJob and CancelJob are acknowledged at once and committed 500 ms later")
+	NondeterministicApply = newSwitch("nondeterministic-apply", "Apply stamps every submitted job with this replica's own clock")
+	DisableFencing        = newSwitch("disable-fencing", "a TaskManager accepts calls whose leader epoch is below one it has seen")
+
+	// Hooks: a point between a commit and the RPC it guards, where Inject pauses.
+
+	BeforeSubmitTask = newHook("before-submit-task", "after an attempt's DEPLOYING commit, before its SubmitTask is sent")
+	BeforeCancelTask = newHook("before-cancel-task", "after an attempt's CANCELING commit, before its CancelTask is sent (also a cancel of an attempt a TM reported that the graph does not own)")
+)

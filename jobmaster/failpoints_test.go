@@ -1,0 +1,152 @@
+package jobmaster_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/failpoint"
+	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+const (
+	stDeploying = pb.ExecutionState_EXECUTION_STATE_DEPLOYING
+	stCanceling = pb.ExecutionState_EXECUTION_STATE_CANCELING
+)
+
+// jobTasks is a one-line view of every TM's tasks of one job: "tm:attempt:STATE".
+func jobTasks(c *testcluster.Cluster, jobID string) []string {
+	var out []string
+	for _, tm := range c.TMs {
+		if tm.A == nil {
+			continue
+		}
+		for _, ti := range tm.A.TM.Tasks() {
+			if ti.JobID == jobID {
+				out = append(out, tm.ID+":"+ti.AttemptID+":"+graph.ExecutionStateName(ti.State))
+			}
+		}
+	}
+	return out
+}
+
+// waitPaused waits until n passes are blocked in the hook.
+func waitPaused(t *testing.T, h *failpoint.Hook, n int64) {
+	t.Helper()
+	testcluster.WaitFor(t, 20*time.Second, fmt.Sprintf("%d passes paused in %s", n, h.Name()), func() (bool, string) {
+		return failpoint.Waiting(h) == n, fmt.Sprintf("%d paused", failpoint.Waiting(h))
+	})
+}
+
+// TestEarlyGateOpensBeforeReconciliationCommits: with the failpoint early-gate, a new leader
+// opens its RPC gate and starts its scheduler before the reconciled graph is committed. With
+// stuck-reconciling also set, the window stays open: the leader serves with its gate open
+// while its reconciliation is in progress and the job RECONCILING (TestStuckReconcilingNever-
+// Commits shows the gate closed in that state without early-gate). The scheduler leaves the
+// RECONCILING job alone, which is why the fault suite's checkers cannot catch this build.
+func TestEarlyGateOpensBeforeReconciliationCommits(t *testing.T) {
+	c := newCluster(t)
+	id := c.Submit(sourceSink("early", 2, 100))
+	before := testcluster.Attempts(waitAllRunning(t, c, id))
+	failpoint.Set(t, "early-gate,stuck-reconciling")
+
+	l1 := c.Leader()
+	e1 := l1.A.JM.Epoch()
+	c.KillJM(l1)
+	var l2 *testcluster.JM
+	testcluster.WaitFor(t, 20*time.Second, "a new leader with its gate open", func() (bool, string) {
+		var seen []string
+		for _, j := range c.Live() {
+			seen = append(seen, fmt.Sprintf("%s: epoch %d reconciling %v", j.ID, j.A.JM.Epoch(), j.A.JM.Reconciling()))
+			if j.A.JM.Epoch() > e1 && !j.A.JM.Reconciling() {
+				l2 = j
+				return true, ""
+			}
+		}
+		return false, strings.Join(seen, ", ")
+	})
+	c.Reconciliation(l2, l2.A.JM.Epoch(), "in_progress", 5*time.Second)
+	rec, _ := l2.A.State.Job(id)
+	if rec.GetStatus() != pb.JobStatus_JOB_STATUS_RECONCILING || !l2.A.JM.Active() || l2.A.JM.Reconciling() {
+		t.Fatalf("%s: active %v reconciling %v, job %s", l2.ID, l2.A.JM.Active(), l2.A.JM.Reconciling(), testcluster.Describe(rec))
+	}
+	if changed := testcluster.Changed(before, testcluster.Attempts(rec)); len(changed) != 0 {
+		t.Fatalf("the scheduler touched the RECONCILING job: %v", changed)
+	}
+}
+
+// TestPauseBeforeSubmitTaskHoldsACommittedAttempt: a pause at before-submit-task holds every
+// deployment between its write-ahead commit and its SubmitTask: the attempts are committed
+// DEPLOYING while no TaskManager has a task of the job. Released, the committed attempts are
+// the ones that run.
+func TestPauseBeforeSubmitTaskHoldsACommittedAttempt(t *testing.T) {
+	c := newCluster(t)
+	c.WaitTMs(3)
+	failpoint.Set(t, "pause(before-submit-task)")
+	id := c.Submit(sourceSink("paused-submit", 2, 100))
+	waitPaused(t, failpoint.BeforeSubmitTask, 4)
+
+	paused := c.WaitJob(id, "every execution committed DEPLOYING", 10*time.Second, allInState(jobRunning, stDeploying))
+	if tasks := jobTasks(c, id); len(tasks) != 0 {
+		t.Fatalf("tasks on the TMs before any SubmitTask was sent: %v", tasks)
+	}
+	failpoint.Release(failpoint.BeforeSubmitTask)
+	after := waitAllRunning(t, c, id)
+	if changed := testcluster.Changed(testcluster.Attempts(paused), testcluster.Attempts(after)); len(changed) != 0 {
+		t.Fatalf("attempts changed after the release: %v", changed)
+	}
+}
+
+// TestPauseBeforeCancelTaskHoldsACommittedCancel: a pause at before-cancel-task holds every
+// cancellation between its CANCELING commit and its CancelTask: the executions are committed
+// CANCELING while the tasks still run. Released, the job ends CANCELED.
+func TestPauseBeforeCancelTaskHoldsACommittedCancel(t *testing.T) {
+	c := newCluster(t)
+	id := c.Submit(sourceSink("paused-cancel", 2, 100))
+	waitAllRunning(t, c, id)
+	failpoint.Set(t, "pause(before-cancel-task)")
+	if _, err := c.Client(c.Follower()).CancelJob(ctxT(t), &pb.CancelJobRequest{JobId: id}); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	waitPaused(t, failpoint.BeforeCancelTask, 4)
+	c.WaitJob(id, "every execution committed CANCELING", 10*time.Second, allInState(pb.JobStatus_JOB_STATUS_CANCELLING, stCanceling))
+	tasks := jobTasks(c, id)
+	if len(tasks) != 4 || strings.Count(strings.Join(tasks, " "), ":RUNNING") != 4 {
+		t.Fatalf("tasks while every CancelTask is paused: %v, want 4 RUNNING", tasks)
+	}
+	failpoint.Release(failpoint.BeforeCancelTask)
+	c.WaitJob(id, "job CANCELED with every task CANCELED", 20*time.Second, allInState(jobCanceled, stCanceled))
+}
+
+// TestLeaderKilledBetweenDeployingCommitAndSubmitTask: the leader dies while its SubmitTasks
+// are paused after their DEPLOYING commit. No TaskManager ever starts one of those attempts:
+// the new leader's reconciliation finds them in no report, fails them, and the job runs on new
+// attempts. This is the window the fault suite reaches with pause(before-submit-task)=DUR.
+func TestLeaderKilledBetweenDeployingCommitAndSubmitTask(t *testing.T) {
+	c := newCluster(t)
+	c.WaitTMs(3)
+	failpoint.Set(t, "pause(before-submit-task)")
+	id := c.Submit(sourceSink("killed-submit", 2, 100))
+	waitPaused(t, failpoint.BeforeSubmitTask, 4)
+	paused := testcluster.Attempts(c.WaitJob(id, "every execution committed DEPLOYING", 10*time.Second, allInState(jobRunning, stDeploying)))
+
+	l1 := c.Leader()
+	c.KillJM(l1) // its paused passes end with its term's context
+	failpoint.Reset()
+	after := c.WaitJob(id, "the job RUNNING on new attempts", 30*time.Second, func(rec *pb.JobRecord) bool {
+		return testcluster.AllRunning(rec) && len(testcluster.Changed(paused, testcluster.Attempts(rec))) == len(paused)
+	})
+	never := map[string]bool{}
+	for _, a := range paused {
+		never[a.ID] = true
+	}
+	for _, ev := range c.Events(id) {
+		if never[ev.AttemptID] {
+			t.Fatalf("%s started attempt %s, whose SubmitTask the killed leader never sent: %+v", ev.TM, ev.AttemptID, ev)
+		}
+	}
+	t.Logf("after the kill: %s", testcluster.Describe(after))
+}
