@@ -36,8 +36,8 @@ func jobTasks(c *testcluster.Cluster, jobID string) []string {
 // waitPaused waits until n passes are blocked in the hook.
 func waitPaused(t *testing.T, h *failpoint.Hook, n int64) {
 	t.Helper()
-	testcluster.WaitFor(t, 20*time.Second, fmt.Sprintf("%d passes paused in %s", n, h.Name()), func() (bool, string) {
-		return failpoint.Waiting(h) == n, fmt.Sprintf("%d paused", failpoint.Waiting(h))
+	testcluster.WaitFor(t, 20*time.Second, fmt.Sprintf("%d passes (or more) paused in %s", n, h.Name()), func() (bool, string) {
+		return failpoint.Waiting(h) >= n, fmt.Sprintf("%d paused", failpoint.Waiting(h))
 	})
 }
 
@@ -87,9 +87,9 @@ func TestPauseBeforeSubmitTaskHoldsACommittedAttempt(t *testing.T) {
 	c.WaitTMs(3)
 	failpoint.Set(t, "pause(before-submit-task)")
 	id := c.Submit(sourceSink("paused-submit", 2, 100))
-	waitPaused(t, failpoint.BeforeSubmitTask, 4)
-
+	waitPaused(t, failpoint.BeforeSubmitTask, 1)
 	paused := c.WaitJob(id, "every execution committed DEPLOYING", 10*time.Second, allInState(jobRunning, stDeploying))
+	waitPaused(t, failpoint.BeforeSubmitTask, batchesOf(paused)) // one SubmitTasks batch per TM
 	if tasks := jobTasks(c, id); len(tasks) != 0 {
 		t.Fatalf("tasks on the TMs before any SubmitTask was sent: %v", tasks)
 	}
@@ -130,8 +130,10 @@ func TestLeaderKilledBetweenDeployingCommitAndSubmitTask(t *testing.T) {
 	c.WaitTMs(3)
 	failpoint.Set(t, "pause(before-submit-task)")
 	id := c.Submit(sourceSink("killed-submit", 2, 100))
-	waitPaused(t, failpoint.BeforeSubmitTask, 4)
-	paused := testcluster.Attempts(c.WaitJob(id, "every execution committed DEPLOYING", 10*time.Second, allInState(jobRunning, stDeploying)))
+	waitPaused(t, failpoint.BeforeSubmitTask, 1)
+	committed := c.WaitJob(id, "every execution committed DEPLOYING", 10*time.Second, allInState(jobRunning, stDeploying))
+	waitPaused(t, failpoint.BeforeSubmitTask, batchesOf(committed))
+	paused := testcluster.Attempts(committed)
 
 	l1 := c.Leader()
 	c.KillJM(l1) // its paused passes end with its term's context
@@ -149,4 +151,14 @@ func TestLeaderKilledBetweenDeployingCommitAndSubmitTask(t *testing.T) {
 		}
 	}
 	t.Logf("after the kill: %s", testcluster.Describe(after))
+}
+
+// batchesOf is the number of SubmitTasks batches a small job's deployment makes: one per TM
+// that gets a task.
+func batchesOf(rec *pb.JobRecord) int64 {
+	tms := map[string]bool{}
+	for _, a := range testcluster.Attempts(rec) {
+		tms[a.TM] = true
+	}
+	return int64(len(tms))
 }

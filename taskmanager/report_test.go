@@ -128,6 +128,7 @@ func TestSubmitTasksBatch(t *testing.T) {
 	b := source("job", "src", 1, 2, "b", 1, unbounded)
 	busy := source("job", "other", 0, 1, "c", 0, unbounded) // slot 0 is a's
 	bad := source("job", "src", 2, 2, "", 2, unbounded)     // no attempt id
+	jm.setEpoch(3) // a new leader term, named by the JobMaster as the epoch rule requires
 	resp, err := c.SubmitTasks(t.Context(), &pb.SubmitTasksRequest{Epoch: 3, Tasks: []*pb.TaskDeploymentDescriptor{a, b, busy, bad}})
 	if err != nil {
 		t.Fatal(err)
@@ -189,13 +190,12 @@ func TestSubmitTasksBatch(t *testing.T) {
 // start-up: consumers whose producer does not exist (each input channel retries for the
 // one-minute input-connect timeout) are accepted at once and are still alive after it.
 func TestSubmitTasksDoesNotWaitForInputs(t *testing.T) {
-	dir := t.TempDir() // before the TM: its cleanup then runs after the TM stopped
 	jm := startJM(t)
 	tm := newTM(t, "tm1", jm, func(c *Config) { c.Slots = 8; c.InputConnectTimeout = time.Minute })
 	c := client(t, tm)
 	var batch []*pb.TaskDeploymentDescriptor
 	for i := range int32(8) {
-		batch = append(batch, deploy("job", "sink", i, 8, fmt.Sprintf("s%d", i), i, checksumOp(fmt.Sprintf("%s/x%d", dir, i)),
+		batch = append(batch, deploy("job", "sink", i, 8, fmt.Sprintf("s%d", i), i, checksumOp(fmt.Sprintf("x%d", i)),
 			gate("src->sink", pipelined, channel("src->sink", 0, i, "missing-producer", "127.0.0.1:1"))))
 	}
 	start := time.Now()

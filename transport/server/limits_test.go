@@ -192,7 +192,7 @@ func TestMessageLimitsOfClientsAndReplies(t *testing.T) {
 	clNames := fmt.Sprintf("is over the jmnode client's message limit of %d bytes (--max-message-size)", clLimit)
 	_, err = cl.SubmitJob(ctxT(t), bigReq)
 	wantTooLarge(t, "request over the client's limit", err, fmt.Sprintf("request of %d bytes %s", proto.Size(bigReq), clNames))
-	_, err = cl.GetJob(ctxT(t), &pb.GetJobRequest{JobId: sresp.JobId})
+	_, err = cl.GetJob(ctxT(t), &pb.GetJobRequest{JobId: sresp.JobId, View: pb.JobView_JOB_VIEW_FULL})
 	wantTooLarge(t, "reply over the client's limit", err, clNames)
 	if !strings.HasPrefix(status.Convert(err).Message(), "reply of ") {
 		t.Errorf("a reply over the client's limit is not called a reply: %v", err)
