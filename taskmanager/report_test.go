@@ -128,7 +128,7 @@ func TestSubmitTasksBatch(t *testing.T) {
 	b := source("job", "src", 1, 2, "b", 1, unbounded)
 	busy := source("job", "other", 0, 1, "c", 0, unbounded) // slot 0 is a's
 	bad := source("job", "src", 2, 2, "", 2, unbounded)     // no attempt id
-	jm.setEpoch(3) // a new leader term, named by the JobMaster as the epoch rule requires
+	jm.setEpoch(3)                                          // a new leader term, named by the JobMaster as the epoch rule requires
 	resp, err := c.SubmitTasks(t.Context(), &pb.SubmitTasksRequest{Epoch: 3, Tasks: []*pb.TaskDeploymentDescriptor{a, b, busy, bad}})
 	if err != nil {
 		t.Fatal(err)
