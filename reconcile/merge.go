@@ -243,7 +243,7 @@ func Merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64) *Plan {
 						plan.Counts.Failed++
 					}
 				}
-				next.StateTimestamps = append(next.StateTimestamps, &pb.StateTimestamp{State: next.State, Timestamp: now})
+				graph.AddStateTimestamp(next, next.State, now)
 				jp.Executions = append(jp.Executions, &pb.ReconciledExecution{VertexId: ev.VertexId, SubtaskIndex: ev.SubtaskIndex, Execution: next})
 				if failedCause == "" && (next.State == pb.ExecutionState_EXECUTION_STATE_FAILED || next.State == pb.ExecutionState_EXECUTION_STATE_CANCELED) {
 					failedCause = fmt.Sprintf("%s[%d]: %s", ev.VertexId, ev.SubtaskIndex, next.FailureCause)
