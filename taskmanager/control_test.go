@@ -463,3 +463,45 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal("negative slots accepted")
 	}
 }
+
+// TestCancelThatOvertakesItsSubmitTask: the leader cancels an attempt whose SubmitTask has not
+// arrived yet (the cancel overtook it, or the SubmitTask is a retry). The TM answers CANCELED
+// and keeps a tombstone, so the SubmitTask that arrives after it — alone or in a batch — is
+// refused naming the cancel, and no task runs that no leader owns. The tombstones are bounded:
+// past MaxCancelTombstones the oldest is forgotten.
+func TestCancelThatOvertakesItsSubmitTask(t *testing.T) {
+	jm := startJM(t)
+	tm := newTM(t, "tm1", jm, nil)
+	c := client(t, tm)
+	for _, id := range []string{"a", "b"} {
+		resp, err := c.CancelTask(t.Context(), &pb.CancelTaskRequest{Epoch: 1, JobId: "job", AttemptId: id})
+		if err != nil || resp.GetState() != canceled {
+			t.Fatalf("CancelTask(%s) before its SubmitTask: %v %v", id, resp, err)
+		}
+	}
+	_, err := c.SubmitTask(t.Context(), &pb.SubmitTaskRequest{Epoch: 1, Task: source("job", "src", 0, 1, "a", 0, unbounded)})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "cancelled by the leader before it reached tm1") {
+		t.Fatalf("SubmitTask after its cancel: %v", err)
+	}
+	resp, err := c.SubmitTasks(t.Context(), &pb.SubmitTasksRequest{Epoch: 1, Tasks: []*pb.TaskDeploymentDescriptor{
+		source("job", "src", 1, 2, "b", 1, unbounded), source("job", "src", 0, 2, "c", 2, unbounded)}})
+	if err != nil || len(resp.GetResults()) != 2 || codes.Code(resp.Results[0].GetCode()) != codes.FailedPrecondition || resp.Results[1].GetCode() != 0 {
+		t.Fatalf("SubmitTasks with a cancelled attempt: %v %v", resp, err)
+	}
+	for _, ti := range tm.Tasks() {
+		if ti.AttemptID == "a" || ti.AttemptID == "b" {
+			t.Fatalf("the cancelled attempt %s runs: %+v", ti.AttemptID, ti)
+		}
+	}
+	if _, ok := findTask(tm, "c"); !ok || tm.FreeSlots() != 3 {
+		t.Fatalf("the other attempt of the batch did not start: free slots %d", tm.FreeSlots())
+	}
+
+	ts := newTombstones(3)
+	for _, id := range []string{"1", "2", "3", "2", "4"} {
+		ts.add(id)
+	}
+	if ts.has("1") || !ts.has("2") || !ts.has("3") || !ts.has("4") || ts.len() != 3 {
+		t.Fatalf("bounded tombstones: %v", ts.set)
+	}
+}

@@ -3,6 +3,7 @@ package taskmanager
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jmcluster/jmcluster/transport"
@@ -38,7 +39,8 @@ func (tm *TaskManager) leaderLoop(ctx context.Context) {
 	}
 }
 
-// resolveLeader asks the LeaderResolver, then each JobMaster's ClusterStatus.
+// resolveLeader asks the LeaderResolver, then each JobMaster's ClusterStatus (an unreachable
+// one is skipped: another may name the leader).
 func (tm *TaskManager) resolveLeader(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, tm.cfg.RPCTimeout)
 	defer cancel()
@@ -47,10 +49,10 @@ func (tm *TaskManager) resolveLeader(ctx context.Context) (string, error) {
 			return addr, nil
 		}
 	}
-	for _, jm := range tm.cfg.JobMasters {
+	for _, jm := range tm.jobMasters() {
 		conn, err := tm.conns.get(jm)
 		if err != nil {
-			return "", err
+			continue
 		}
 		resp, err := pb.NewClientServiceClient(conn).ClusterStatus(ctx, &pb.ClusterStatusRequest{})
 		if err == nil && resp.GetLeaderGrpcAddress() != "" {
@@ -104,7 +106,7 @@ func (tm *TaskManager) probe(ctx context.Context, addr string) error {
 func (tm *TaskManager) establishedLeader(ctx context.Context) (string, uint64) {
 	ctx, cancel := context.WithTimeout(ctx, min(tm.cfg.RPCTimeout, tm.cfg.FenceTimeout))
 	defer cancel()
-	for _, jm := range tm.cfg.JobMasters {
+	for _, jm := range tm.jobMasters() {
 		conn, err := tm.conns.get(jm)
 		if err != nil {
 			continue
@@ -115,6 +117,20 @@ func (tm *TaskManager) establishedLeader(ctx context.Context) (string, uint64) {
 		}
 	}
 	return "", 0
+}
+
+// jobMasters is the JobMasters to ask for the leader: the configured ones (--jm), then those
+// DiscoverJobMasters knows (gossip), each once.
+func (tm *TaskManager) jobMasters() []string {
+	out := append([]string(nil), tm.cfg.JobMasters...)
+	if d := tm.cfg.DiscoverJobMasters; d != nil {
+		for _, a := range d() {
+			if a != "" && !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }
 
 // register finds the leader and registers this TM with it.

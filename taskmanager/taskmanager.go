@@ -52,6 +52,7 @@ type TaskManager struct {
 	epoch           uint64
 	tasks           map[string]*task // by attempt id, terminal ones while retained
 	slots           []*task          // the non-terminal occupant of each slot
+	cancelledUnseen *tombstones      // attempts cancelled before they were submitted here
 	leaderAddr      string
 	leaderID        string
 	registered      bool
@@ -107,6 +108,7 @@ func New(cfg Config) (*TaskManager, error) {
 		conns:           newConnPool(cfg.MaxMessageSize),
 		events:          newEventLog(cfg.EventLog, cfg.ID),
 		tasks:           map[string]*task{},
+		cancelledUnseen: newTombstones(MaxCancelTombstones),
 		slots:           make([]*task, cfg.Slots),
 		hbInterval:      cfg.HeartbeatInterval,
 		partitionExpiry: map[partitionKey]time.Time{},

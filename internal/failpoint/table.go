@@ -12,9 +12,11 @@ var (
 	AckBeforeCommit       = newSwitch("ack-before-commit", "SubmitJob and CancelJob are acknowledged at once and committed 500 ms later")
 	NondeterministicApply = newSwitch("nondeterministic-apply", "Apply stamps every submitted job with this replica's own clock")
 	DisableFencing        = newSwitch("disable-fencing", "a TaskManager accepts calls whose leader epoch is below one it has seen")
+	OutboxDoubleWorker    = newSwitch("outbox-double-worker", "a TaskManager's outbox starts a second sender for an attempt whose sender just sent its last message: duplicate and out-of-order updates")
 
 	// Hooks: a point between a commit and the RPC it guards, where Inject pauses.
 
 	BeforeSubmitTask = newHook("before-submit-task", "after an attempt's DEPLOYING commit, before its SubmitTask is sent")
+	OutboxAfterSend  = newHook("outbox-after-send", "after a TaskManager's outbox removed a delivered message from its queue, before it looks at the queue again")
 	BeforeCancelTask = newHook("before-cancel-task", "after an attempt's CANCELING commit, before its CancelTask is sent (also a cancel of an attempt a TM reported that the graph does not own)")
 )
