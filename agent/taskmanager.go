@@ -52,7 +52,7 @@ func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 		g := *cfg.Gossip
 		g.Logger = cfg.Logger
 		g.Meta = membership.Meta{Role: membership.RoleTaskManager, ID: cfg.TM.ID, GRPCAddr: tm.GRPCAddr(), DataAddr: tm.DataAddr(),
-			Slots: int32(cfg.TM.Slots), Version: version.Version}
+			Slots: int32(cfg.TM.Slots), Incarnation: tm.Incarnation(), Version: version.Version}
 		if g.Meta.Slots == 0 {
 			g.Meta.Slots = int32(taskmanager.DefaultConfig().Slots)
 		}

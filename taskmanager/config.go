@@ -37,6 +37,10 @@ type Config struct {
 	// leader and by the self-fence's check for a live leader, so the self-fence works with
 	// gossip alone.
 	DiscoverJobMasters func() []string
+	// Incarnation identifies this TM process: a random id chosen by New when empty. It travels
+	// in registration, heartbeats, reports and gossip, so the leader tells a restarted TM (same
+	// id and addresses, a new incarnation) from the process that died.
+	Incarnation string
 	// HeartbeatInterval (default 1s); the leader's RegisterTaskManagerResponse may override it.
 	HeartbeatInterval time.Duration
 	// LeaderGrace: tasks keep running while no leader is reachable for this long, then all are

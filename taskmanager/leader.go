@@ -156,7 +156,7 @@ func (tm *TaskManager) register(ctx context.Context) error {
 	defer cancel()
 	resp, err := pb.NewJobMasterServiceClient(conn).RegisterTaskManager(cctx, &pb.RegisterTaskManagerRequest{
 		TmId: tm.cfg.ID, GrpcAddress: tm.cfg.AdvertiseGRPC, DataAddress: tm.cfg.AdvertiseData,
-		Slots: int32(tm.cfg.Slots), EpochSeen: epoch,
+		Slots: int32(tm.cfg.Slots), EpochSeen: epoch, Incarnation: tm.cfg.Incarnation,
 	})
 	if err != nil {
 		tm.mu.Lock()
@@ -193,7 +193,7 @@ func (tm *TaskManager) register(ctx context.Context) error {
 func (tm *TaskManager) heartbeat(ctx context.Context) error {
 	tm.mu.Lock()
 	addr := tm.leaderAddr
-	req := &pb.HeartbeatRequest{TmId: tm.cfg.ID, EpochSeen: tm.epoch, FreeSlots: int32(tm.freeSlotsLocked())}
+	req := &pb.HeartbeatRequest{TmId: tm.cfg.ID, EpochSeen: tm.epoch, FreeSlots: int32(tm.freeSlotsLocked()), Incarnation: tm.cfg.Incarnation}
 	for _, t := range sortedTasks(tm.tasks) {
 		if !isTerminal(t.state) {
 			req.Deployed = append(req.Deployed, &pb.DeployedExecution{JobId: t.tdd.GetJobId(), AttemptId: t.attempt(), State: t.state})

@@ -156,7 +156,8 @@ func (s *controlService) RequestReport(req *pb.RequestReportRequest, stream pb.T
 	for _, t := range sortedTasks(tm.tasks) {
 		execs = append(execs, tm.executionReportLocked(t))
 	}
-	base := &pb.TaskManagerReport{TmId: tm.cfg.ID, GrpcAddress: tm.cfg.AdvertiseGRPC, DataAddress: tm.cfg.AdvertiseData, Slots: int32(tm.cfg.Slots)}
+	base := &pb.TaskManagerReport{TmId: tm.cfg.ID, GrpcAddress: tm.cfg.AdvertiseGRPC, DataAddress: tm.cfg.AdvertiseData, Slots: int32(tm.cfg.Slots),
+		Incarnation: tm.cfg.Incarnation}
 	tm.mu.Unlock()
 	if newLeader {
 		tm.wake()

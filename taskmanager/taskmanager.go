@@ -2,6 +2,8 @@ package taskmanager
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -96,6 +98,9 @@ func New(cfg Config) (*TaskManager, error) {
 	}
 	if cfg.AdvertiseData == "" {
 		cfg.AdvertiseData = dl.Addr().String()
+	}
+	if cfg.Incarnation == "" {
+		cfg.Incarnation = newIncarnation()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tm := &TaskManager{
@@ -243,6 +248,16 @@ func (tm *TaskManager) ID() string { return tm.cfg.ID }
 
 // GRPCAddr returns the advertised TaskManagerService address.
 func (tm *TaskManager) GRPCAddr() string { return tm.cfg.AdvertiseGRPC }
+
+// Incarnation is this process's instance id (Config.Incarnation).
+func (tm *TaskManager) Incarnation() string { return tm.cfg.Incarnation }
+
+// newIncarnation is 16 random hex characters.
+func newIncarnation() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
 
 // DataAddr returns the advertised DataService address.
 func (tm *TaskManager) DataAddr() string { return tm.cfg.AdvertiseData }
