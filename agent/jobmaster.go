@@ -161,7 +161,7 @@ func (a *JobMaster) feedRegistry(ctx context.Context) {
 			return
 		}
 		a.JM.Registry().Upsert(m.Meta.ID, m.Meta.GRPCAddr, m.Meta.DataAddr, m.Meta.Slots, false)
-		a.JM.Registry().SetGossip(m.Meta.ID, m.State)
+		a.JM.Registry().SetGossipOf(m.Meta.ID, m.Meta.Incarnation, m.State)
 	}
 	for _, m := range a.Gossip.Members() {
 		apply(m)
