@@ -194,8 +194,11 @@ func (tm *TaskManager) heartbeat(ctx context.Context) error {
 	tm.mu.Lock()
 	addr := tm.leaderAddr
 	req := &pb.HeartbeatRequest{TmId: tm.cfg.ID, EpochSeen: tm.epoch, FreeSlots: int32(tm.freeSlotsLocked()), Incarnation: tm.cfg.Incarnation}
+	// Every task the TM still holds, terminal ones included until the leader acknowledges them:
+	// a FINISHED whose UpdateTaskExecutionState is delayed (the outbox backing off) is still
+	// here, so the leader does not take it for missing and fail it.
 	for _, t := range sortedTasks(tm.tasks) {
-		if !isTerminal(t.state) {
+		if !t.silent {
 			req.Deployed = append(req.Deployed, &pb.DeployedExecution{JobId: t.tdd.GetJobId(), AttemptId: t.attempt(), State: t.state})
 		}
 	}
@@ -223,6 +226,7 @@ func (tm *TaskManager) heartbeat(ctx context.Context) error {
 	}
 	tm.adoptEpochLocked(resp.GetEpoch(), "heartbeat")
 	tm.lastContact = time.Now()
+	tm.heartbeats.Add(1)
 	if resp.GetUnknownTaskManager() {
 		tm.registered = false
 		tm.wake()

@@ -25,6 +25,8 @@ import (
 type TaskManager struct {
 	// fenceChecks counts the checks for a live leader made after FenceTimeout without contact.
 	fenceChecks atomic.Int64
+	// heartbeats counts the heartbeats the leader answered.
+	heartbeats atomic.Int64
 	// newLeaderSeen: when a leader with a newer epoch than the TM's was first named (guarded
 	// by mu).
 	newLeaderSeen struct {
@@ -248,6 +250,9 @@ func (tm *TaskManager) ID() string { return tm.cfg.ID }
 
 // GRPCAddr returns the advertised TaskManagerService address.
 func (tm *TaskManager) GRPCAddr() string { return tm.cfg.AdvertiseGRPC }
+
+// Heartbeats is the number of heartbeats a leader has answered.
+func (tm *TaskManager) Heartbeats() int64 { return tm.heartbeats.Load() }
 
 // Incarnation is this process's instance id (Config.Incarnation).
 func (tm *TaskManager) Incarnation() string { return tm.cfg.Incarnation }
