@@ -226,6 +226,10 @@ func (a *JobMaster) Shutdown() error {
 // transfer, connections dropped.
 func (a *JobMaster) Kill() {
 	a.stopOnce.Do(func() {
+		// Raft and gRPC go silent together, first, as in a crash; the rest is cleanup.
+		if a.Node != nil {
+			a.Node.CutOff()
+		}
 		if a.cancel != nil {
 			a.cancel()
 		}

@@ -505,3 +505,33 @@ func TestCancelThatOvertakesItsSubmitTask(t *testing.T) {
 		t.Fatalf("bounded tombstones: %v", ts.set)
 	}
 }
+
+// TestLeaderThatRefusesConnectionsIsRetriedWithBackoff: the leader's port is closed while the
+// leader resolver (gossip, whose metadata of a dead leader lingers) keeps naming it. A failed
+// contact makes the TM try again at once (the next leader may already be known), but from the
+// second failure in a row it waits, doubling from leaderRetryMin up to the heartbeat interval;
+// without the pauses the TM spun on the refused port, thousands of attempts a second.
+func TestLeaderThatRefusesConnectionsIsRetriedWithBackoff(t *testing.T) {
+	jm := startJM(t)
+	tm := newTM(t, "tm1", jm, func(c *Config) {
+		// As gossip does while the dead leader's metadata lingers: it keeps naming the leader.
+		c.LeaderResolver = func(context.Context) (string, error) { return jm.addr, nil }
+	})
+	waitFor(t, 10*time.Second, "the TM registered", func() (bool, string) {
+		return tm.Heartbeats() > 0, fmt.Sprintf("%d heartbeats", tm.Heartbeats())
+	})
+	jm.srv.Stop()
+	base := tm.contactFailures.Load()
+	start := time.Now()
+	waitFor(t, 30*time.Second, "eight failed contacts", func() (bool, string) {
+		n := tm.contactFailures.Load() - base
+		return n >= 8, fmt.Sprintf("%d failures", n)
+	})
+	// Failures 2..7 are each followed by a pause of at least leaderRetryMin (doubling, capped
+	// by the 20 ms heartbeat interval the test JM hands out).
+	elapsed := time.Since(start)
+	if min := 5 * leaderRetryMin; elapsed < min {
+		t.Fatalf("eight failed contacts in %v: the TM does not back off (at least %v expected)", elapsed, min)
+	}
+	t.Logf("eight failed contacts in %v", elapsed.Round(time.Millisecond))
+}

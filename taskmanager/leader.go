@@ -14,6 +14,7 @@ import (
 // leader and register again.
 func (tm *TaskManager) leaderLoop(ctx context.Context) {
 	lg := tm.log.Named("leader")
+	failures := 0
 	for {
 		tm.mu.Lock()
 		registered, iv := tm.registered, tm.hbInterval
@@ -27,6 +28,20 @@ func (tm *TaskManager) leaderLoop(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			lg.Debug("leader contact failed", "registered", registered, "error", err)
 		}
+		if err == nil {
+			failures = 0
+		} else {
+			tm.contactFailures.Add(1)
+			failures++
+		}
+		if failures > 1 {
+			// A failure wakes the loop to try the next leader at once; after a second one in a
+			// row, wait before trying again (doubling up to the heartbeat interval), or a leader
+			// that refuses connections has the TM spinning on it.
+			if !sleepCtx(ctx, min(leaderRetryMin<<min(failures-2, 10), iv)) {
+				return
+			}
+		}
 		timer := time.NewTimer(iv)
 		select {
 		case <-ctx.Done():
@@ -36,6 +51,21 @@ func (tm *TaskManager) leaderLoop(ctx context.Context) {
 		case <-timer.C:
 		}
 		timer.Stop()
+	}
+}
+
+// leaderRetryMin is the first pause between two failed contacts with the leader in a row.
+const leaderRetryMin = 10 * time.Millisecond
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

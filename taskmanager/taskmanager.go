@@ -25,8 +25,9 @@ import (
 type TaskManager struct {
 	// fenceChecks counts the checks for a live leader made after FenceTimeout without contact.
 	fenceChecks atomic.Int64
-	// heartbeats counts the heartbeats the leader answered.
-	heartbeats atomic.Int64
+	// heartbeats counts the heartbeats the leader answered; contactFailures the failed
+	// registrations and heartbeats.
+	heartbeats, contactFailures atomic.Int64
 	// newLeaderSeen: when a leader with a newer epoch than the TM's was first named (guarded
 	// by mu).
 	newLeaderSeen struct {
