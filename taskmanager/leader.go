@@ -213,6 +213,7 @@ func (tm *TaskManager) register(ctx context.Context) error {
 	}
 	tm.mu.Unlock()
 	tm.log.Info("registered with leader", "leader", addr, "leader_id", resp.GetLeaderId(), "epoch", resp.GetEpoch())
+	tm.events.registered(resp.GetLeaderId(), resp.GetEpoch(), tm.cfg.Incarnation)
 	if changed {
 		tm.outbox.wake()
 	}
