@@ -5,80 +5,60 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
-	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-// Service implements pb.JobMasterServiceServer (TM -> JM) on every JM replica. Followers
-// answer NOT_LEADER with the leader's address; the leader answers RECONCILING while its gate
-// is closed, except for registration and heartbeats, which reconciliation needs.
-type Service struct {
-	pb.UnimplementedJobMasterServiceServer
-	jm *JobMaster
-}
+// The calls TaskManagers make (JobMasterService), as plain methods: the gRPC handlers in
+// transport/server call them, and the edge's policy table has already refused a call on a node
+// that is not the established leader and, for the gated ones, while the gate is closed. Each
+// still takes its term (currentTerm or openTerm), so a call that raced a change of leadership
+// or of the gate is refused with the same sentinel errors.
 
-// NewService returns the TM-facing gRPC service of jm.
-func NewService(jm *JobMaster) *Service { return &Service{jm: jm} }
-
-// gateErr maps the JobMaster's leadership state to the protocol's statuses.
-func (s *Service) gateErr(ctx context.Context, err error) error {
-	switch {
-	case errors.Is(err, ErrReconciling):
-		return transport.ReconcilingError(s.jm.cfg.RetryAfter)
-	case errors.Is(err, ErrNotLeader):
-		hint := ""
-		if !s.jm.raft.IsLeader() {
-			c, cancel := context.WithTimeout(ctx, s.jm.cfg.RetryAfter)
-			_, hint, _ = s.jm.raft.LeaderGRPCAddr(c)
-			cancel()
-		}
-		return transport.NotLeaderError(hint)
-	}
-	return err
-}
-
-func (s *Service) RegisterTaskManager(ctx context.Context, req *pb.RegisterTaskManagerRequest) (*pb.RegisterTaskManagerResponse, error) {
-	t, err := s.jm.currentTerm()
+// RegisterTaskManager records (or refreshes) a TaskManager; served while the gate is closed,
+// since reconciliation needs it.
+func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTaskManagerRequest) (*pb.RegisterTaskManagerResponse, error) {
+	t, err := jm.currentTerm()
 	if err != nil {
-		return nil, s.gateErr(ctx, err)
+		return nil, err
 	}
 	if req.TmId == "" || req.GrpcAddress == "" || req.DataAddress == "" {
-		return nil, status.Error(codes.InvalidArgument, "register: tm_id, grpc_address and data_address are required")
+		return nil, errorf(ErrInvalidRequest, "register: tm_id, grpc_address and data_address are required")
 	}
 	if req.Slots < 1 || req.Slots > 1024 {
-		return nil, status.Errorf(codes.InvalidArgument, "register: slots must be in [1, 1024], got %d", req.Slots)
+		return nil, errorf(ErrInvalidRequest, "register: slots must be in [1, 1024], got %d", req.Slots)
 	}
 	if req.EpochSeen > t.epoch {
-		return nil, transport.StaleEpochError(t.epoch, req.EpochSeen)
+		return nil, &StaleEpochError{Current: t.epoch, Seen: req.EpochSeen}
 	}
-	s.jm.tms.Upsert(req.TmId, req.GrpcAddress, req.DataAddress, req.Slots, true)
-	s.jm.log.Info("task manager registered", "tm", req.TmId, "grpc", req.GrpcAddress, "slots", req.Slots)
+	jm.tms.Upsert(req.TmId, req.GrpcAddress, req.DataAddress, req.Slots, true)
+	jm.log.Info("task manager registered", "tm", req.TmId, "grpc", req.GrpcAddress, "slots", req.Slots)
 	t.kick("")
 	return &pb.RegisterTaskManagerResponse{
-		Epoch: t.epoch, LeaderId: s.jm.raft.ID(), HeartbeatIntervalMs: s.jm.cfg.HeartbeatInterval.Milliseconds(),
+		Epoch: t.epoch, LeaderId: jm.raft.ID(), HeartbeatIntervalMs: jm.cfg.HeartbeatInterval.Milliseconds(),
 	}, nil
 }
 
-func (s *Service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
-	t, err := s.jm.currentTerm()
+// Heartbeat refreshes a TaskManager's deadline and, once the gate is open, checks the attempts
+// it reports against the graph; served while the gate is closed.
+func (jm *JobMaster) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
+	t, err := jm.currentTerm()
 	if err != nil {
-		return nil, s.gateErr(ctx, err)
+		return nil, err
 	}
 	if req.TmId == "" {
-		return nil, status.Error(codes.InvalidArgument, "heartbeat: tm_id is required")
+		return nil, errorf(ErrInvalidRequest, "heartbeat: tm_id is required")
 	}
 	if req.EpochSeen > t.epoch {
-		return nil, transport.StaleEpochError(t.epoch, req.EpochSeen)
+		return nil, &StaleEpochError{Current: t.epoch, Seen: req.EpochSeen}
 	}
-	if !s.jm.tms.Touch(req.TmId) {
+	if !jm.tms.Touch(req.TmId) {
 		return &pb.HeartbeatResponse{Epoch: t.epoch, UnknownTaskManager: true}, nil
 	}
-	if s.jm.gateOpen.Load() {
+	if jm.gateOpen.Load() {
 		t.checkDeployment(req)
 	}
 	return &pb.HeartbeatResponse{Epoch: t.epoch}, nil
@@ -86,16 +66,16 @@ func (s *Service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 
 // lookup validates that an attempt is the current attempt of a job's ExecutionVertex on the
 // calling TM, with clear errors for every way it is not.
-func (s *Service) lookup(jobID, attemptID, tmID string) (*pb.ExecutionVertex, error) {
+func (jm *JobMaster) lookup(jobID, attemptID, tmID string) (*pb.ExecutionVertex, error) {
 	if jobID == "" || attemptID == "" {
-		return nil, status.Error(codes.InvalidArgument, "job_id and attempt_id are required")
+		return nil, errorf(ErrInvalidRequest, "job_id and attempt_id are required")
 	}
 	var out *pb.ExecutionVertex
 	var err error
-	found := s.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
+	found := jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
 		if ev := graph.FindAttempt(rec.ExecutionGraph, attemptID); ev != nil {
 			if tmID != "" && ev.Current.GetSlot().GetTmId() != tmID {
-				err = status.Errorf(codes.PermissionDenied, "attempt %s of %s[%d] is assigned to %s, not %s",
+				err = errorf(ErrNotAssigned, "attempt %s of %s[%d] is assigned to %s, not %s",
 					attemptID, ev.VertexId, ev.SubtaskIndex, ev.Current.GetSlot().GetTmId(), tmID)
 				return
 			}
@@ -105,33 +85,35 @@ func (s *Service) lookup(jobID, attemptID, tmID string) (*pb.ExecutionVertex, er
 		forEachExecution(rec, func(ev *pb.ExecutionVertex) {
 			for _, h := range ev.History {
 				if h.AttemptId == attemptID && err == nil {
-					err = status.Errorf(codes.FailedPrecondition, "stale attempt %s (number %d) of %s[%d]: the current attempt is number %d",
+					err = errorf(ErrStaleAttempt, "stale attempt %s (number %d) of %s[%d]: the current attempt is number %d",
 						attemptID, h.AttemptNumber, ev.VertexId, ev.SubtaskIndex, ev.GetCurrent().GetAttemptNumber())
 				}
 			}
 		})
 		if err == nil {
-			err = status.Errorf(codes.NotFound, "unknown attempt %s of job %s", attemptID, jobID)
+			err = errorf(ErrUnknownAttempt, "unknown attempt %s of job %s", attemptID, jobID)
 		}
 	})
 	if !found {
-		return nil, status.Errorf(codes.NotFound, "unknown job %s", jobID)
+		return nil, errorf(fsm.ErrUnknownJob, "unknown job %s", jobID)
 	}
 	return out, err
 }
 
-func (s *Service) UpdateTaskExecutionState(ctx context.Context, req *pb.UpdateTaskExecutionStateRequest) (*pb.UpdateTaskExecutionStateResponse, error) {
-	t, err := s.jm.openTerm()
+// UpdateTaskExecutionState commits a TaskManager's report of an attempt's new state. Accepted
+// false tells the TM the graph already ended the attempt, so it must stop it.
+func (jm *JobMaster) UpdateTaskExecutionState(ctx context.Context, req *pb.UpdateTaskExecutionStateRequest) (*pb.UpdateTaskExecutionStateResponse, error) {
+	t, err := jm.openTerm()
 	if err != nil {
-		return nil, s.gateErr(ctx, err)
+		return nil, err
 	}
 	if req.State == pb.ExecutionState_EXECUTION_STATE_UNSPECIFIED || pb.ExecutionState_name[int32(req.State)] == "" {
-		return nil, status.Errorf(codes.InvalidArgument, "invalid execution state %d", req.State)
+		return nil, errorf(ErrInvalidRequest, "invalid execution state %d", req.State)
 	}
 	if req.TmId == "" {
-		return nil, status.Error(codes.InvalidArgument, "tm_id is required")
+		return nil, errorf(ErrInvalidRequest, "tm_id is required")
 	}
-	ev, err := s.lookup(req.JobId, req.AttemptId, req.TmId)
+	ev, err := jm.lookup(req.JobId, req.AttemptId, req.TmId)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +127,7 @@ func (s *Service) UpdateTaskExecutionState(ctx context.Context, req *pb.UpdateTa
 		return &pb.UpdateTaskExecutionStateResponse{Accepted: true}, nil
 	}
 	ended := false
-	s.jm.state.WithJob(req.JobId, func(rec *pb.JobRecord) {
+	jm.state.WithJob(req.JobId, func(rec *pb.JobRecord) {
 		cur := graph.FindAttempt(rec.ExecutionGraph, req.AttemptId)
 		ended = cur != nil && isTerminal(cur.Current.State)
 	})
@@ -153,41 +135,43 @@ func (s *Service) UpdateTaskExecutionState(ctx context.Context, req *pb.UpdateTa
 		// The graph already ended this attempt (e.g. failed it as missing): the TM must stop it.
 		return &pb.UpdateTaskExecutionStateResponse{Accepted: false}, nil
 	}
-	if errors.Is(ctx.Err(), context.Canceled) || !s.jm.Active() {
-		return nil, s.gateErr(ctx, ErrNotLeader)
+	if errors.Is(ctx.Err(), context.Canceled) || !jm.Active() {
+		return nil, ErrNotLeader
 	}
-	return nil, status.Errorf(codes.FailedPrecondition, "update %s: %s", req.AttemptId, errs[0])
+	return nil, errorf(ErrUpdateRefused, "update %s: %s", req.AttemptId, errs[0])
 }
 
-func (s *Service) ScheduleOrUpdateConsumers(ctx context.Context, req *pb.ScheduleOrUpdateConsumersRequest) (*pb.ScheduleOrUpdateConsumersResponse, error) {
-	t, err := s.jm.openTerm()
-	if err != nil {
-		return nil, s.gateErr(ctx, err)
-	}
-	ev, err := s.lookup(req.JobId, req.ProducerAttemptId, req.TmId)
+// ScheduleOrUpdateConsumers: a producer's partition has data; the scheduler looks at the job.
+func (jm *JobMaster) ScheduleOrUpdateConsumers(ctx context.Context, req *pb.ScheduleOrUpdateConsumersRequest) (*pb.ScheduleOrUpdateConsumersResponse, error) {
+	t, err := jm.openTerm()
 	if err != nil {
 		return nil, err
 	}
-	if err := checkPartition(s.jm, req.JobId, req.ResultId, ev, req.PartitionIndex); err != nil {
+	ev, err := jm.lookup(req.JobId, req.ProducerAttemptId, req.TmId)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPartition(jm, req.JobId, req.ResultId, ev, req.PartitionIndex); err != nil {
 		return nil, err
 	}
 	t.kick(req.JobId)
 	return &pb.ScheduleOrUpdateConsumersResponse{}, nil
 }
 
-func (s *Service) RequestPartitionState(ctx context.Context, req *pb.RequestPartitionStateRequest) (*pb.RequestPartitionStateResponse, error) {
-	if _, err := s.jm.openTerm(); err != nil {
-		return nil, s.gateErr(ctx, err)
+// RequestPartitionState names the current producer of a partition and where it runs.
+func (jm *JobMaster) RequestPartitionState(ctx context.Context, req *pb.RequestPartitionStateRequest) (*pb.RequestPartitionStateResponse, error) {
+	if _, err := jm.openTerm(); err != nil {
+		return nil, err
 	}
 	var resp *pb.RequestPartitionStateResponse
-	err := status.Errorf(codes.NotFound, "unknown result %s of job %s", req.ResultId, req.JobId)
-	if !s.jm.state.WithJob(req.JobId, func(rec *pb.JobRecord) {
+	err := errorf(ErrUnknownResult, "unknown result %s of job %s", req.ResultId, req.JobId)
+	if !jm.state.WithJob(req.JobId, func(rec *pb.JobRecord) {
 		for _, res := range rec.ExecutionGraph.Results {
 			if res.ResultId != req.ResultId {
 				continue
 			}
 			if req.PartitionIndex < 0 || int(req.PartitionIndex) >= len(res.Partitions) {
-				err = status.Errorf(codes.InvalidArgument, "result %s has %d partitions, not %d", req.ResultId, len(res.Partitions), req.PartitionIndex+1)
+				err = errorf(ErrInvalidRequest, "result %s has %d partitions, not %d", req.ResultId, len(res.Partitions), req.PartitionIndex+1)
 				return
 			}
 			producer := graph.FindVertex(rec.ExecutionGraph, res.ProducerVertexId, req.PartitionIndex)
@@ -199,19 +183,19 @@ func (s *Service) RequestPartitionState(ctx context.Context, req *pb.RequestPart
 			return
 		}
 	}) {
-		return nil, status.Errorf(codes.NotFound, "unknown job %s", req.JobId)
+		return nil, errorf(fsm.ErrUnknownJob, "unknown job %s", req.JobId)
 	}
 	return resp, err
 }
 
 func checkPartition(jm *JobMaster, jobID, resultID string, ev *pb.ExecutionVertex, index int32) error {
-	err := status.Errorf(codes.NotFound, "unknown result %s of job %s", resultID, jobID)
+	err := errorf(ErrUnknownResult, "unknown result %s of job %s", resultID, jobID)
 	jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
 		for _, res := range rec.GetExecutionGraph().GetResults() {
 			if res.ResultId == resultID {
 				err = nil
 				if res.ProducerVertexId != ev.VertexId || index != ev.SubtaskIndex {
-					err = status.Errorf(codes.InvalidArgument, "partition %s/%d is not produced by %s[%d]", resultID, index, ev.VertexId, ev.SubtaskIndex)
+					err = errorf(ErrInvalidRequest, "partition %s/%d is not produced by %s[%d]", resultID, index, ev.VertexId, ev.SubtaskIndex)
 				}
 			}
 		}
