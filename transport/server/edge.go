@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/jobmaster"
@@ -87,10 +88,10 @@ func (g *guard) Forward(ctx context.Context, method string, req any) (any, error
 // Status maps err with the table (Status) and adds what only this node knows: the leader's
 // address to a NOT_LEADER refusal, the configured retry delay to a RECONCILING one.
 func (g *guard) Status(ctx context.Context, err error) error {
-	st := Status(err)
-	if st == nil || st == err { // nil, or a status error already
-		return st
+	if _, ok := status.FromError(err); ok || err == nil { // nil, or a status error already
+		return err
 	}
+	st := Status(err)
 	switch transport.Reason(st) {
 	case transport.ReasonReconciling:
 		return transport.ReconcilingError(g.retryAfter())
