@@ -13,6 +13,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -91,7 +93,7 @@ func (h *recHooks) snapshot() ([]uint64, int) {
 	return append([]uint64(nil), h.established...), h.revoked
 }
 
-// testNode is a Node with its FSM, hooks and a gRPC server carrying OperatorHandlers.
+// testNode is a Node with its FSM, hooks and a gRPC server carrying opService.
 type testNode struct {
 	*Node
 	cfg   Config
@@ -116,7 +118,7 @@ func newTestNode(t *testing.T, cfg Config, grpcLis net.Listener) *testNode {
 	}
 	tn.Node = n
 	tn.srv = grpc.NewServer()
-	pb.RegisterOperatorServiceServer(tn.srv, NewOperatorHandlers(n))
+	pb.RegisterOperatorServiceServer(tn.srv, &opService{n: n})
 	go func() { _ = tn.srv.Serve(grpcLis) }()
 	t.Cleanup(tn.stop)
 	return tn
@@ -248,3 +250,41 @@ func waitValues(t *testing.T, nodes []*testNode, want []string) {
 }
 
 func isErr(err, target error) bool { return errors.Is(err, target) }
+
+// opService serves the Raft part of OperatorService that discovery and these tests call, on
+// the node's own methods. The JobMaster's OperatorService lives in transport/server (above
+// this package), where its edge also forwards RaftJoin and RaftRemove to the leader; here a
+// follower answers them with ErrNotLeader, and discovery asks the next node.
+type opService struct {
+	pb.UnimplementedOperatorServiceServer
+	n *Node
+}
+
+func (s *opService) NodeInfo(context.Context, *pb.NodeInfoRequest) (*pb.NodeInfoResponse, error) {
+	return s.n.Info(), nil
+}
+
+func (s *opService) RaftPeers(context.Context, *pb.RaftPeersRequest) (*pb.RaftPeersResponse, error) {
+	peers, err := s.n.Peers()
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	leader, _ := s.n.Leader()
+	return &pb.RaftPeersResponse{Peers: peers, LeaderId: leader}, nil
+}
+
+func (s *opService) RaftJoin(_ context.Context, req *pb.RaftJoinRequest) (*pb.RaftJoinResponse, error) {
+	idx, err := s.n.AddVoter(req.GetId(), req.GetRaftAddress(), req.GetGrpcAddress())
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return &pb.RaftJoinResponse{Index: idx}, nil
+}
+
+func (s *opService) RaftRemove(_ context.Context, req *pb.RaftRemoveRequest) (*pb.RaftRemoveResponse, error) {
+	idx, err := s.n.RemoveServer(req.GetId())
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return &pb.RaftRemoveResponse{Index: idx}, nil
+}

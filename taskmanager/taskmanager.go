@@ -131,15 +131,18 @@ func New(cfg Config) (*TaskManager, error) {
 	pb.RegisterTaskManagerServiceServer(reg, &controlService{tm: tm})
 	tm.dataSrv, reg = tm.newServer()
 	pb.RegisterDataServiceServer(reg, &dataService{tm: tm})
+	transport.MustCover(tm.grpcSrv, false)
+	transport.MustCover(tm.dataSrv, false)
 	return tm, nil
 }
 
-// newServer builds a gRPC server with health and reflection, and the registrar of its services:
-// every message it receives or sends is bounded by MaxMessageSize, and a message over it is
-// refused with a status naming the limit and --max-message-size.
+// newServer builds a gRPC server behind the edge (transport.NewServer: the policy interceptor,
+// with no guard — every TaskManager method is served where it lands) with health and
+// reflection, and the registrar of its services: every message it receives or sends is bounded
+// by MaxMessageSize, and a message over it is refused with a status naming the limit and
+// --max-message-size.
 func (tm *TaskManager) newServer() (*grpc.Server, grpc.ServiceRegistrar) {
-	s := grpc.NewServer(transport.ServerOptions(tm.cfg.MaxMessageSize)...)
-	reg := transport.Registrar(s, tm.cfg.MaxMessageSize, "TaskManager")
+	s, reg := transport.NewServer(tm.cfg.MaxMessageSize, "TaskManager", nil)
 	healthpb.RegisterHealthServer(reg, tm.health)
 	reflection.Register(s)
 	return s, reg

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -18,12 +17,6 @@ import (
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
-
-// reconcilingRetry is the retry-after the gate's refusal suggests to clients.
-const reconcilingRetry = 200 * time.Millisecond
-
-// forwardedKey marks a call one JM already forwarded to the leader, so a call never bounces.
-const forwardedKey = "x-jmcluster-forwarded"
 
 // Deps are what the gRPC services of one JM replica read and drive.
 type Deps struct {
@@ -36,133 +29,58 @@ type Deps struct {
 	WriteLimit WriteLimit
 }
 
-// ClientService implements pb.ClientServiceServer. Writes go to the established leader:
-// a follower forwards them; reads are served locally unless they ask to be consistent.
+// ClientService implements pb.ClientServiceServer. The policy table sends writes to the
+// established leader (a follower forwards them, after counting them against the caller's
+// write limit) and serves reads where they land unless they ask to be consistent.
 type ClientService struct {
 	pb.UnimplementedClientServiceServer
-	d     Deps
-	limit *writeLimiter
+	d Deps
 }
 
 // NewClientService returns the client-facing service.
-func NewClientService(d Deps) *ClientService {
-	return &ClientService{d: d, limit: newWriteLimiter(d.WriteLimit)}
-}
-
-func isForwarded(ctx context.Context) bool {
-	md, ok := metadata.FromIncomingContext(ctx)
-	return ok && len(md.Get(forwardedKey)) > 0
-}
-
-// forward runs call on the leader's ClientService, or says why it cannot.
-func forward[T any](ctx context.Context, d Deps, call func(context.Context, pb.ClientServiceClient) (T, error)) (T, error) {
-	var zero T
-	if isForwarded(ctx) {
-		return zero, Status(jobmaster.ErrNotLeader)
-	}
-	conn, leader, err := d.Node.LeaderConn(ctx)
-	if err != nil {
-		return zero, Status(err)
-	}
-	if leader == d.Node.ID() {
-		return zero, Status(cluster.ErrNotEstablished)
-	}
-	ctx = metadata.AppendToOutgoingContext(ctx, forwardedKey, d.Node.ID())
-	return call(ctx, pb.NewClientServiceClient(conn))
-}
-
-func (s *ClientService) leaderHere() bool { return s.d.Node.IsLeader() }
+func NewClientService(d Deps) *ClientService { return &ClientService{d: d} }
 
 func (s *ClientService) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
-	if err := s.admitWrite(ctx); err != nil {
-		return nil, err
-	}
 	if req.JobGraph == nil {
 		return nil, status.Error(codes.InvalidArgument, "job_graph is required")
 	}
-	if !s.leaderHere() {
-		return forward(ctx, s.d, func(ctx context.Context, c pb.ClientServiceClient) (*pb.SubmitJobResponse, error) {
-			return c.SubmitJob(ctx, req)
-		})
-	}
 	jg := proto.Clone(req.JobGraph).(*pb.JobGraph)
 	if failpoint.Enabled(failpoint.AckBeforeCommit) {
-		return s.unsafeSubmit(jg)
+		return s.ackSubmitBeforeCommit(jg)
 	}
 	id, index, err := s.d.JM.SubmitJob(ctx, jg)
 	if err != nil {
-		return nil, Status(err)
+		return nil, err
 	}
 	return &pb.SubmitJobResponse{JobId: id, Index: index}, nil
 }
 
 func (s *ClientService) CancelJob(ctx context.Context, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error) {
-	if err := s.admitWrite(ctx); err != nil {
-		return nil, err
-	}
 	if req.JobId == "" {
 		return nil, status.Error(codes.InvalidArgument, "job_id is required")
 	}
-	if !s.leaderHere() {
-		return forward(ctx, s.d, func(ctx context.Context, c pb.ClientServiceClient) (*pb.CancelJobResponse, error) {
-			return c.CancelJob(ctx, req)
-		})
-	}
 	if failpoint.Enabled(failpoint.AckBeforeCommit) {
 		go func() {
-			time.Sleep(unsafeCommitDelay)
+			time.Sleep(ackBeforeCommitDelay)
 			_, _ = s.d.JM.CancelJob(context.Background(), req.JobId)
 		}()
 		return &pb.CancelJobResponse{Status: pb.JobStatus_JOB_STATUS_CANCELLING}, nil
 	}
 	st, err := s.d.JM.CancelJob(ctx, req.JobId)
 	if err != nil {
-		return nil, Status(err)
+		return nil, err
 	}
 	return &pb.CancelJobResponse{Status: st}, nil
-}
-
-// consistentRead confirms leadership (or forwards) before a read that must be current.
-func (s *ClientService) consistentRead(ctx context.Context) (forwardNeeded bool, err error) {
-	if !s.leaderHere() {
-		return true, nil
-	}
-	if err := s.d.Node.VerifyLeader(ctx); err != nil {
-		return false, Status(err)
-	}
-	return false, nil
 }
 
 func (s *ClientService) GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.GetJobResponse, error) {
 	if req.JobId == "" {
 		return nil, status.Error(codes.InvalidArgument, "job_id is required")
 	}
-	if req.Consistent {
-		fwd, err := s.consistentRead(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if fwd {
-			return forward(ctx, s.d, func(ctx context.Context, c pb.ClientServiceClient) (*pb.GetJobResponse, error) {
-				return c.GetJob(ctx, req)
-			})
-		}
-	}
 	return JobView(s.d, req)
 }
 
 func (s *ClientService) ListJobs(ctx context.Context, req *pb.ListJobsRequest) (*pb.ListJobsResponse, error) {
-	if req.Consistent {
-		fwd, err := s.consistentRead(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if fwd {
-			return forward(ctx, s.d, func(ctx context.Context, c pb.ClientServiceClient) (*pb.ListJobsResponse, error) {
-				return c.ListJobs(ctx, req)
-			})
-		}
-	}
 	out := &pb.ListJobsResponse{ServedBy: s.d.Node.ID(), Jobs: jobSummaries(s.d)}
 	out.RemovedJobs, _ = s.d.State.RemovedJobs()
 	return out, nil
@@ -291,18 +209,20 @@ func taskManagers(d Deps) []*pb.TaskManagerInfo {
 	return out
 }
 
-// unsafeCommitDelay is how long an unsafe acknowledgement runs ahead of its commit.
-const unsafeCommitDelay = 500 * time.Millisecond
+// ackBeforeCommitDelay is how far the ack-before-commit failpoint's acknowledgement of a
+// SubmitJob or CancelJob runs ahead of its commit.
+const ackBeforeCommitDelay = 500 * time.Millisecond
 
-// unsafeSubmit acknowledges a submission and commits it later (or never, if leadership moves
-// meanwhile): the broken build the fault suite's linearizability and lost-submission checkers
+// ackSubmitBeforeCommit is the ack-before-commit failpoint's SubmitJob: it acknowledges the
+// submission and commits it ackBeforeCommitDelay later (or never, if leadership moves
+// meanwhile), the broken build the fault suite's linearizability and lost-submission checkers
 // must catch.
-func (s *ClientService) unsafeSubmit(jg *pb.JobGraph) (*pb.SubmitJobResponse, error) {
+func (s *ClientService) ackSubmitBeforeCommit(jg *pb.JobGraph) (*pb.SubmitJobResponse, error) {
 	if jg.JobId == "" {
 		jg.JobId = jobmaster.NewJobID()
 	}
 	go func() {
-		time.Sleep(unsafeCommitDelay)
+		time.Sleep(ackBeforeCommitDelay)
 		_, _, _ = s.d.JM.SubmitJob(context.Background(), jg)
 	}()
 	return &pb.SubmitJobResponse{JobId: jg.JobId}, nil

@@ -1,11 +1,13 @@
-// Package server is the gRPC edge of a JobMaster replica: ClientService, OperatorService and
-// JobMasterService on one gRPC server with health and reflection, the HTTP views, and the one
-// place where sentinel errors become gRPC statuses.
+// Package server is the gRPC edge of a JobMaster replica: the handlers of ClientService,
+// OperatorService and JobMasterService on one gRPC server with health and reflection, the
+// guard that applies the policy table (transport.Policies) to every call, the one forward
+// helper, the one table from sentinel errors to gRPC statuses, and the HTTP views.
 package server
 
 import (
 	"context"
 	"errors"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,8 +19,50 @@ import (
 	"github.com/jmcluster/jmcluster/transport"
 )
 
-// Status maps an error of any layer to a gRPC status error. It is the only place the mapping
-// lives (etcd's v3rpc does the same): deeper layers return sentinel errors.
+// reconcilingRetry is the retry-after of a RECONCILING refusal when no JobMaster configures
+// one (jobmaster.Config.RetryAfter's default).
+const reconcilingRetry = 200 * time.Millisecond
+
+// errorRow maps one sentinel error (matched with errors.Is) to a status code and, for the
+// errors TMs and clients branch on, an ErrorInfo reason. The status message is the error's
+// text. Rows are tried in order.
+type errorRow struct {
+	err    error
+	code   codes.Code
+	reason string
+}
+
+// errorTable is the one table from the sentinel errors of every layer to gRPC codes, in the
+// style of etcd's v3rpc: deeper layers return these errors as values and only the edge turns
+// them into statuses. NOT_LEADER and RECONCILING carry details (the leader's address, the
+// retry delay) and are built by notLeader and reconciling; their rows only name them.
+var errorTable = []errorRow{
+	{jobmaster.ErrReconciling, codes.Unavailable, transport.ReasonReconciling},
+	{jobmaster.ErrNotLeader, codes.Unavailable, transport.ReasonNotLeader},
+	{cluster.ErrNotLeader, codes.Unavailable, transport.ReasonNotLeader},
+	{cluster.ErrNotEstablished, codes.Unavailable, transport.ReasonNotLeader},
+	{cluster.ErrNoLeader, codes.Unavailable, transport.ReasonNoLeader},
+	{cluster.ErrLeadershipLost, codes.Unavailable, ""},
+	{cluster.ErrShutdown, codes.Unavailable, ""},
+
+	{graph.ErrInvalidJobGraph, codes.InvalidArgument, ""},
+	{jobmaster.ErrInvalidRequest, codes.InvalidArgument, ""},
+	{fsm.ErrUnknownJob, codes.NotFound, ""},
+	{jobmaster.ErrUnknownAttempt, codes.NotFound, ""},
+	{jobmaster.ErrUnknownResult, codes.NotFound, ""},
+	{fsm.ErrJobExists, codes.AlreadyExists, ""},
+	{jobmaster.ErrNotAssigned, codes.PermissionDenied, ""},
+	{jobmaster.ErrStaleAttempt, codes.FailedPrecondition, ""},
+	{jobmaster.ErrUpdateRefused, codes.FailedPrecondition, ""},
+	{fsm.ErrJobTerminal, codes.FailedPrecondition, ""},
+	{fsm.ErrStatusMismatch, codes.FailedPrecondition, ""},
+	{graph.ErrIllegalTransition, codes.FailedPrecondition, ""},
+}
+
+// Status maps an error of any layer to a gRPC status error with the table; a status error
+// passes through, a context error keeps its code, anything unknown is INTERNAL. A NOT_LEADER
+// built here names no leader and a RECONCILING one suggests the default retry delay; the
+// guard's status adds what it knows (guard.Status).
 func Status(err error) error {
 	if err == nil {
 		return nil
@@ -26,25 +70,29 @@ func Status(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
+	var serr *jobmaster.StaleEpochError
 	var verr *graph.ValidationError
 	switch {
-	case errors.As(err, &verr), errors.Is(err, graph.ErrInvalidJobGraph):
+	case errors.As(err, &serr):
+		return transport.StaleEpochError(serr.Current, serr.Seen)
+	case errors.As(err, &verr):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, jobmaster.ErrReconciling):
-		return transport.ReconcilingError(reconcilingRetry)
-	case errors.Is(err, jobmaster.ErrNotLeader), errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrNotEstablished):
-		return transport.NotLeaderError("")
-	case errors.Is(err, cluster.ErrNoLeader):
-		return transport.WithReason(codes.Unavailable, transport.ReasonNoLeader, err.Error())
-	case errors.Is(err, cluster.ErrLeadershipLost), errors.Is(err, cluster.ErrShutdown):
-		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, fsm.ErrUnknownJob):
-		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, fsm.ErrJobExists):
-		return status.Error(codes.AlreadyExists, err.Error())
-	case errors.Is(err, fsm.ErrJobTerminal), errors.Is(err, fsm.ErrStatusMismatch), errors.Is(err, graph.ErrIllegalTransition):
-		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	}
+	for _, r := range errorTable {
+		if !errors.Is(err, r.err) {
+			continue
+		}
+		switch r.reason {
+		case transport.ReasonReconciling:
+			return transport.ReconcilingError(reconcilingRetry)
+		case transport.ReasonNotLeader:
+			return transport.NotLeaderError("")
+		case "":
+			return status.Error(r.code, err.Error())
+		}
+		return transport.WithReason(r.code, r.reason, err.Error())
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return status.FromContextError(err).Err()
 	}
 	return status.Error(codes.Internal, err.Error())

@@ -6,7 +6,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -16,17 +15,19 @@ import (
 const DefaultMaxMessageSize = transport.DefaultMaxMessageSize
 
 // NewGRPCServer builds a JM's gRPC server: ClientService, OperatorService, JobMasterService,
-// health and reflection. Every message it receives or sends is bounded by maxMsg (0: the
-// default), and a message over it is refused with a status naming the limit and
-// --max-message-size. The health server is returned so the caller can flip serving states.
+// health and reflection, behind the edge (transport.NewServer): every call passes the policy
+// interceptor with this replica's guard, and every message it receives or sends is bounded by
+// maxMsg (0: the default), a message over it refused with a status naming the limit and
+// --max-message-size. It panics when a registered method has no policy row. The health server
+// is returned so the caller can flip serving states.
 func NewGRPCServer(d Deps, maxMsg int) (*grpc.Server, *health.Server) {
-	s := grpc.NewServer(transport.ServerOptions(maxMsg)...)
-	reg := transport.Registrar(s, maxMsg, "JobMaster")
+	s, reg := transport.NewServer(maxMsg, "JobMaster", newGuard(d))
 	pb.RegisterClientServiceServer(reg, NewClientService(d))
 	pb.RegisterOperatorServiceServer(reg, NewOperatorService(d))
-	pb.RegisterJobMasterServiceServer(reg, jobmaster.NewService(d.JM))
+	pb.RegisterJobMasterServiceServer(reg, NewJobMasterService(d.JM))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(reg, hs)
 	reflection.Register(s)
+	transport.MustCover(s, true)
 	return s, hs
 }

@@ -3,24 +3,73 @@ package server
 import (
 	"context"
 
-	"github.com/jmcluster/jmcluster/cluster"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-// OperatorService adds the gossip pool and the state hash to the cluster's Raft operator
-// handlers.
+// OperatorService implements pb.OperatorServiceServer on the Raft node's plain methods
+// (cluster.Node), the gossip pool and the state hash. RaftJoin and RaftRemove are tried here
+// and, when this node is not the Raft leader, forwarded to it by the edge (their policy rows);
+// the rest answer as this node sees the cluster.
 type OperatorService struct {
-	*cluster.OperatorHandlers
+	pb.UnimplementedOperatorServiceServer
 	d Deps
 }
 
 // NewOperatorService returns the operator service.
-func NewOperatorService(d Deps) *OperatorService {
-	h := cluster.NewOperatorHandlers(d.Node)
-	h.MapError = Status
-	return &OperatorService{OperatorHandlers: h, d: d}
+func NewOperatorService(d Deps) *OperatorService { return &OperatorService{d: d} }
+
+// NodeInfo describes this node (bootstrap discovery).
+func (s *OperatorService) NodeInfo(context.Context, *pb.NodeInfoRequest) (*pb.NodeInfoResponse, error) {
+	return s.d.Node.Info(), nil
 }
 
+// RaftPeers lists the Raft configuration as this node sees it.
+func (s *OperatorService) RaftPeers(context.Context, *pb.RaftPeersRequest) (*pb.RaftPeersResponse, error) {
+	peers, err := s.d.Node.Peers()
+	if err != nil {
+		return nil, err
+	}
+	leader, _ := s.d.Node.Leader()
+	return &pb.RaftPeersResponse{Peers: peers, LeaderId: leader}, nil
+}
+
+// RaftJoin adds a voter (cluster.ErrNotLeader on a follower: the edge forwards the call).
+func (s *OperatorService) RaftJoin(ctx context.Context, req *pb.RaftJoinRequest) (*pb.RaftJoinResponse, error) {
+	if req.GetId() == "" || req.GetRaftAddress() == "" {
+		return nil, status.Error(codes.InvalidArgument, "id and raft_address are required")
+	}
+	idx, err := s.d.Node.AddVoter(req.GetId(), req.GetRaftAddress(), req.GetGrpcAddress())
+	if err != nil {
+		return nil, err
+	}
+	return &pb.RaftJoinResponse{Index: idx}, nil
+}
+
+// RaftRemove removes a server (cluster.ErrNotLeader on a follower: the edge forwards the call).
+func (s *OperatorService) RaftRemove(ctx context.Context, req *pb.RaftRemoveRequest) (*pb.RaftRemoveResponse, error) {
+	if req.GetId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "id is required")
+	}
+	idx, err := s.d.Node.RemoveServer(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &pb.RaftRemoveResponse{Index: idx}, nil
+}
+
+// Snapshot takes a snapshot on this node.
+func (s *OperatorService) Snapshot(context.Context, *pb.SnapshotRequest) (*pb.SnapshotResponse, error) {
+	id, index, err := s.d.Node.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return &pb.SnapshotResponse{Id: id, Index: index}, nil
+}
+
+// Members lists the gossip pool (empty when gossip is off).
 func (s *OperatorService) Members(context.Context, *pb.MembersRequest) (*pb.MembersResponse, error) {
 	out := &pb.MembersResponse{}
 	if s.d.Members != nil {
@@ -29,6 +78,7 @@ func (s *OperatorService) Members(context.Context, *pb.MembersRequest) (*pb.Memb
 	return out, nil
 }
 
+// StateHash is the hash of this replica's state and the index it was taken at.
 func (s *OperatorService) StateHash(context.Context, *pb.StateHashRequest) (*pb.StateHashResponse, error) {
 	hash, index := s.d.State.HashAt()
 	return &pb.StateHashResponse{Hash: hash, AppliedIndex: index, NodeId: s.d.Node.ID()}, nil

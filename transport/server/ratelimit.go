@@ -181,25 +181,25 @@ const peerResolveTimeout = time.Second
 // the leader. Such a call is trusted only when it comes from the host of the Raft peer it
 // names; anything else is limited like any client. (Once calls are authenticated, the check
 // becomes "the caller holds a JobMaster certificate".)
-func (s *ClientService) admitWrite(ctx context.Context) error {
-	if s.limit == nil || s.forwardedByPeer(ctx) {
+func (g *guard) admitWrite(ctx context.Context) error {
+	if g.limit == nil || g.forwardedByPeer(ctx) {
 		return nil
 	}
-	return s.limit.admit(ctx)
+	return g.limit.admit(ctx)
 }
 
 // forwardedByPeer reports whether ctx is a call forwarded by a Raft peer of this node: it
 // carries the forwarded mark with a peer's id and comes from that peer's advertised host.
-func (s *ClientService) forwardedByPeer(ctx context.Context) bool {
+func (g *guard) forwardedByPeer(ctx context.Context) bool {
 	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok || len(md.Get(forwardedKey)) == 0 || s.d.Node == nil {
+	if !ok || len(md.Get(forwardedKey)) == 0 || g.d.Node == nil {
 		return false
 	}
 	from := net.ParseIP(PeerIP(ctx))
 	if from == nil {
 		return false
 	}
-	peers, err := s.d.Node.Peers()
+	peers, err := g.d.Node.Peers()
 	if err != nil {
 		return false
 	}

@@ -1,0 +1,55 @@
+package jobmaster
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// The client writes (ClientService's SubmitJob and CancelJob), as plain methods: the gRPC
+// handlers are in transport/server, whose policy table forwards them to the established
+// leader and refuses them while the gate is closed.
+
+// SubmitJob validates and commits a job on the established leader; the scheduler deploys it.
+// A job whose expanded size is over the configured limits is refused before anything is
+// committed (a *graph.SizeError naming each limit).
+func (jm *JobMaster) SubmitJob(ctx context.Context, jg *pb.JobGraph) (string, uint64, error) {
+	t, err := jm.openTerm()
+	if err != nil {
+		return "", 0, err
+	}
+	if jg != nil && jg.JobId == "" {
+		jg.JobId = NewJobID()
+	}
+	if err := graph.Validate(jg, graph.DefaultLimits()); err != nil {
+		return "", 0, err
+	}
+	if err := graph.CheckSize(jg, jm.cfg.SizeLimits); err != nil {
+		return "", 0, err
+	}
+	res, err := jm.Commit(ctx, pb.CommandType_COMMAND_TYPE_SUBMIT_JOB, &pb.SubmitJobCommand{JobGraph: jg, Timestamp: nowMillis()})
+	if err != nil {
+		return "", 0, err
+	}
+	t.kick(jg.JobId)
+	return jg.JobId, res.Index, nil
+}
+
+// CancelJob commits the cancellation; the scheduler then cancels the tasks.
+func (jm *JobMaster) CancelJob(ctx context.Context, jobID string) (pb.JobStatus, error) {
+	t, err := jm.openTerm()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := jm.Commit(ctx, pb.CommandType_COMMAND_TYPE_CANCEL_JOB, &pb.CancelJobCommand{JobId: jobID, Timestamp: nowMillis()}); err != nil {
+		return 0, err
+	}
+	t.kick(jobID)
+	var st pb.JobStatus
+	if !jm.state.WithJob(jobID, func(rec *pb.JobRecord) { st = rec.Status }) {
+		return 0, fmt.Errorf("job %s vanished", jobID)
+	}
+	return st, nil
+}

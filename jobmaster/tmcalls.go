@@ -1,0 +1,203 @@
+package jobmaster
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/jmcluster/jmcluster/fsm"
+	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// The calls TaskManagers make (JobMasterService), as plain methods: the gRPC handlers in
+// transport/server call them, and the edge's policy table has already refused a call on a node
+// that is not the established leader and, for the gated ones, while the gate is closed. Each
+// still takes its term (currentTerm or openTerm), so a call that raced a change of leadership
+// or of the gate is refused with the same sentinel errors.
+
+// RegisterTaskManager records (or refreshes) a TaskManager; served while the gate is closed,
+// since reconciliation needs it.
+func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTaskManagerRequest) (*pb.RegisterTaskManagerResponse, error) {
+	t, err := jm.currentTerm()
+	if err != nil {
+		return nil, err
+	}
+	if req.TmId == "" || req.GrpcAddress == "" || req.DataAddress == "" {
+		return nil, errorf(ErrInvalidRequest, "register: tm_id, grpc_address and data_address are required")
+	}
+	if req.Slots < 1 || req.Slots > 1024 {
+		return nil, errorf(ErrInvalidRequest, "register: slots must be in [1, 1024], got %d", req.Slots)
+	}
+	if req.EpochSeen > t.epoch {
+		return nil, &StaleEpochError{Current: t.epoch, Seen: req.EpochSeen}
+	}
+	jm.tms.Upsert(req.TmId, req.GrpcAddress, req.DataAddress, req.Slots, true)
+	jm.log.Info("task manager registered", "tm", req.TmId, "grpc", req.GrpcAddress, "slots", req.Slots)
+	t.kick("")
+	return &pb.RegisterTaskManagerResponse{
+		Epoch: t.epoch, LeaderId: jm.raft.ID(), HeartbeatIntervalMs: jm.cfg.HeartbeatInterval.Milliseconds(),
+	}, nil
+}
+
+// Heartbeat refreshes a TaskManager's deadline and, once the gate is open, checks the attempts
+// it reports against the graph; served while the gate is closed.
+func (jm *JobMaster) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
+	t, err := jm.currentTerm()
+	if err != nil {
+		return nil, err
+	}
+	if req.TmId == "" {
+		return nil, errorf(ErrInvalidRequest, "heartbeat: tm_id is required")
+	}
+	if req.EpochSeen > t.epoch {
+		return nil, &StaleEpochError{Current: t.epoch, Seen: req.EpochSeen}
+	}
+	if !jm.tms.Touch(req.TmId) {
+		return &pb.HeartbeatResponse{Epoch: t.epoch, UnknownTaskManager: true}, nil
+	}
+	if jm.gateOpen.Load() {
+		t.checkDeployment(req)
+	}
+	return &pb.HeartbeatResponse{Epoch: t.epoch}, nil
+}
+
+// lookup validates that an attempt is the current attempt of a job's ExecutionVertex on the
+// calling TM, with clear errors for every way it is not.
+func (jm *JobMaster) lookup(jobID, attemptID, tmID string) (*pb.ExecutionVertex, error) {
+	if jobID == "" || attemptID == "" {
+		return nil, errorf(ErrInvalidRequest, "job_id and attempt_id are required")
+	}
+	var out *pb.ExecutionVertex
+	var err error
+	found := jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
+		if ev := graph.FindAttempt(rec.ExecutionGraph, attemptID); ev != nil {
+			if tmID != "" && ev.Current.GetSlot().GetTmId() != tmID {
+				err = errorf(ErrNotAssigned, "attempt %s of %s[%d] is assigned to %s, not %s",
+					attemptID, ev.VertexId, ev.SubtaskIndex, ev.Current.GetSlot().GetTmId(), tmID)
+				return
+			}
+			out = proto.Clone(ev).(*pb.ExecutionVertex)
+			return
+		}
+		forEachExecution(rec, func(ev *pb.ExecutionVertex) {
+			for _, h := range ev.History {
+				if h.AttemptId == attemptID && err == nil {
+					err = errorf(ErrStaleAttempt, "stale attempt %s (number %d) of %s[%d]: the current attempt is number %d",
+						attemptID, h.AttemptNumber, ev.VertexId, ev.SubtaskIndex, ev.GetCurrent().GetAttemptNumber())
+				}
+			}
+		})
+		if err == nil {
+			err = errorf(ErrUnknownAttempt, "unknown attempt %s of job %s", attemptID, jobID)
+		}
+	})
+	if !found {
+		return nil, errorf(fsm.ErrUnknownJob, "unknown job %s", jobID)
+	}
+	return out, err
+}
+
+// UpdateTaskExecutionState commits a TaskManager's report of an attempt's new state. Accepted
+// false tells the TM the graph already ended the attempt, so it must stop it.
+func (jm *JobMaster) UpdateTaskExecutionState(ctx context.Context, req *pb.UpdateTaskExecutionStateRequest) (*pb.UpdateTaskExecutionStateResponse, error) {
+	t, err := jm.openTerm()
+	if err != nil {
+		return nil, err
+	}
+	if req.State == pb.ExecutionState_EXECUTION_STATE_UNSPECIFIED || pb.ExecutionState_name[int32(req.State)] == "" {
+		return nil, errorf(ErrInvalidRequest, "invalid execution state %d", req.State)
+	}
+	if req.TmId == "" {
+		return nil, errorf(ErrInvalidRequest, "tm_id is required")
+	}
+	ev, err := jm.lookup(req.JobId, req.AttemptId, req.TmId)
+	if err != nil {
+		return nil, err
+	}
+	if ev.Current.State == req.State {
+		return &pb.UpdateTaskExecutionStateResponse{Accepted: true}, nil // a retried message
+	}
+	errs := t.batch.commit(ctx, []*pb.ExecutionStateUpdate{{
+		JobId: req.JobId, AttemptId: req.AttemptId, State: req.State, FailureCause: req.FailureCause, Timestamp: nowMillis(),
+	}})
+	if errs[0] == "" {
+		return &pb.UpdateTaskExecutionStateResponse{Accepted: true}, nil
+	}
+	ended := false
+	jm.state.WithJob(req.JobId, func(rec *pb.JobRecord) {
+		cur := graph.FindAttempt(rec.ExecutionGraph, req.AttemptId)
+		ended = cur != nil && isTerminal(cur.Current.State)
+	})
+	if ended {
+		// The graph already ended this attempt (e.g. failed it as missing): the TM must stop it.
+		return &pb.UpdateTaskExecutionStateResponse{Accepted: false}, nil
+	}
+	if errors.Is(ctx.Err(), context.Canceled) || !jm.Active() {
+		return nil, ErrNotLeader
+	}
+	return nil, errorf(ErrUpdateRefused, "update %s: %s", req.AttemptId, errs[0])
+}
+
+// ScheduleOrUpdateConsumers: a producer's partition has data; the scheduler looks at the job.
+func (jm *JobMaster) ScheduleOrUpdateConsumers(ctx context.Context, req *pb.ScheduleOrUpdateConsumersRequest) (*pb.ScheduleOrUpdateConsumersResponse, error) {
+	t, err := jm.openTerm()
+	if err != nil {
+		return nil, err
+	}
+	ev, err := jm.lookup(req.JobId, req.ProducerAttemptId, req.TmId)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPartition(jm, req.JobId, req.ResultId, ev, req.PartitionIndex); err != nil {
+		return nil, err
+	}
+	t.kick(req.JobId)
+	return &pb.ScheduleOrUpdateConsumersResponse{}, nil
+}
+
+// RequestPartitionState names the current producer of a partition and where it runs.
+func (jm *JobMaster) RequestPartitionState(ctx context.Context, req *pb.RequestPartitionStateRequest) (*pb.RequestPartitionStateResponse, error) {
+	if _, err := jm.openTerm(); err != nil {
+		return nil, err
+	}
+	var resp *pb.RequestPartitionStateResponse
+	err := errorf(ErrUnknownResult, "unknown result %s of job %s", req.ResultId, req.JobId)
+	if !jm.state.WithJob(req.JobId, func(rec *pb.JobRecord) {
+		for _, res := range rec.ExecutionGraph.Results {
+			if res.ResultId != req.ResultId {
+				continue
+			}
+			if req.PartitionIndex < 0 || int(req.PartitionIndex) >= len(res.Partitions) {
+				err = errorf(ErrInvalidRequest, "result %s has %d partitions, not %d", req.ResultId, len(res.Partitions), req.PartitionIndex+1)
+				return
+			}
+			producer := graph.FindVertex(rec.ExecutionGraph, res.ProducerVertexId, req.PartitionIndex)
+			resp, err = &pb.RequestPartitionStateResponse{
+				CurrentProducerAttemptId: producer.GetCurrent().GetAttemptId(),
+				ProducerDataAddress:      producer.GetCurrent().GetTmDataAddress(),
+				ProducerState:            producer.GetCurrent().GetState(),
+			}, nil
+			return
+		}
+	}) {
+		return nil, errorf(fsm.ErrUnknownJob, "unknown job %s", req.JobId)
+	}
+	return resp, err
+}
+
+func checkPartition(jm *JobMaster, jobID, resultID string, ev *pb.ExecutionVertex, index int32) error {
+	err := errorf(ErrUnknownResult, "unknown result %s of job %s", resultID, jobID)
+	jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
+		for _, res := range rec.GetExecutionGraph().GetResults() {
+			if res.ResultId == resultID {
+				err = nil
+				if res.ProducerVertexId != ev.VertexId || index != ev.SubtaskIndex {
+					err = errorf(ErrInvalidRequest, "partition %s/%d is not produced by %s[%d]", resultID, index, ev.VertexId, ev.SubtaskIndex)
+				}
+			}
+		}
+	})
+	return err
+}

@@ -1,0 +1,115 @@
+package transport
+
+import (
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// Leadership says which node of a JobMaster cluster may serve a call.
+type Leadership int
+
+const (
+	// Local: whichever node the call reaches serves it (every method of a TaskManager).
+	Local Leadership = iota
+	// Leader: only the established leader (the node whose EstablishLeadership entry is
+	// committed); elsewhere the call is refused NOT_LEADER, or forwarded when the row says so.
+	Leader
+	// LeaderIfConsistent: a read served where it lands, unless the request asks to be
+	// consistent (GetConsistent() is true): then it is served by the established leader after
+	// Raft confirms its leadership, as for Leader.
+	LeaderIfConsistent
+)
+
+func (l Leadership) String() string {
+	switch l {
+	case Local:
+		return "local"
+	case Leader:
+		return "leader"
+	case LeaderIfConsistent:
+		return "leader-if-consistent"
+	}
+	return "leadership(?)"
+}
+
+// Role is the role a caller's certificate names (client, operator, jobmaster, taskmanager).
+type Role string
+
+// Policy is one method's row of the edge's table, applied by the one interceptor every gRPC
+// server of both processes runs (Edge), before the handler.
+type Policy struct {
+	// Gated: refused RECONCILING while the leader's RPC gate is closed (reconciliation in
+	// progress). A gated method needs the established leader.
+	Gated bool
+	// Leader: which node may serve the call.
+	Leader Leadership
+	// Forward: a node that may not serve the call because it is not the leader forwards it to
+	// the leader (once: a forwarded call is never forwarded again) instead of refusing it. With
+	// Leader set the edge forwards before the handler runs; with Local the handler runs and the
+	// call is forwarded when it says this node is not the Raft leader. Unary methods only.
+	Forward bool
+	// Limited: counted against the caller's write rate limit on the node it called, before
+	// anything else (a forwarded call was counted by the node that forwarded it).
+	Limited bool
+	// Roles: the certificate roles allowed to call the method. Not enforced yet (nil: any
+	// caller); the mutual TLS change fills and checks this column.
+	Roles []Role
+}
+
+// Policies is the table: one row per method of every service either process registers,
+// keyed by the full method name. A call to a method without a row is refused (Uncovered
+// finds such methods, and both processes refuse to start with one).
+var Policies = map[string]Policy{
+	// ClientService (JobMaster): users and the jmnode client.
+	pb.ClientService_SubmitJob_FullMethodName:     {Gated: true, Leader: Leader, Forward: true, Limited: true},
+	pb.ClientService_CancelJob_FullMethodName:     {Gated: true, Leader: Leader, Forward: true, Limited: true},
+	pb.ClientService_GetJob_FullMethodName:        {Leader: LeaderIfConsistent, Forward: true},
+	pb.ClientService_ListJobs_FullMethodName:      {Leader: LeaderIfConsistent, Forward: true},
+	pb.ClientService_WatchJob_FullMethodName:      {},
+	pb.ClientService_ClusterStatus_FullMethodName: {},
+
+	// OperatorService (JobMaster): operators, and bootstrap discovery between JobMasters.
+	pb.OperatorService_NodeInfo_FullMethodName:   {},
+	pb.OperatorService_RaftPeers_FullMethodName:  {},
+	pb.OperatorService_RaftJoin_FullMethodName:   {Forward: true},
+	pb.OperatorService_RaftRemove_FullMethodName: {Forward: true},
+	pb.OperatorService_Snapshot_FullMethodName:   {},
+	pb.OperatorService_Members_FullMethodName:    {},
+	pb.OperatorService_StateHash_FullMethodName:  {},
+
+	// JobMasterService (JobMaster): TaskManagers. Registration and heartbeats are served
+	// while the gate is closed: reconciliation needs them.
+	pb.JobMasterService_RegisterTaskManager_FullMethodName:       {Leader: Leader},
+	pb.JobMasterService_Heartbeat_FullMethodName:                 {Leader: Leader},
+	pb.JobMasterService_UpdateTaskExecutionState_FullMethodName:  {Gated: true, Leader: Leader},
+	pb.JobMasterService_ScheduleOrUpdateConsumers_FullMethodName: {Gated: true, Leader: Leader},
+	pb.JobMasterService_RequestPartitionState_FullMethodName:     {Gated: true, Leader: Leader},
+
+	// TaskManagerService (TaskManager): the JobMaster leader. Fencing by leader epoch is the
+	// handlers' business: it needs the request.
+	pb.TaskManagerService_SubmitTask_FullMethodName:          {},
+	pb.TaskManagerService_SubmitTasks_FullMethodName:         {},
+	pb.TaskManagerService_CancelTask_FullMethodName:          {},
+	pb.TaskManagerService_UpdatePartitionInfo_FullMethodName: {},
+	pb.TaskManagerService_RequestReport_FullMethodName:       {},
+	pb.TaskManagerService_AcknowledgeTerminal_FullMethodName: {},
+
+	// DataService (TaskManager): other TaskManagers.
+	pb.DataService_ReadPartition_FullMethodName: {},
+
+	// Health and reflection, on every server of both processes.
+	healthpb.Health_Check_FullMethodName:                                   {},
+	healthpb.Health_List_FullMethodName:                                    {},
+	healthpb.Health_Watch_FullMethodName:                                   {},
+	reflectionpb.ServerReflection_ServerReflectionInfo_FullMethodName:      {},
+	reflectionv1alpha.ServerReflection_ServerReflectionInfo_FullMethodName: {},
+}
+
+// needsLeader reports whether a call with policy p, whose request asks (or not) to be
+// consistent, needs the established leader.
+func (p Policy) needsLeader(consistent bool) bool {
+	return p.Gated || p.Leader == Leader || (p.Leader == LeaderIfConsistent && consistent)
+}
