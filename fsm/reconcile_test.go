@@ -246,3 +246,42 @@ func TestStateTimestampsBoundedOverFailovers(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelDuringReconciliationWins: a CancelJob that passed the gate just before a
+// re-election commits while the job is RECONCILING (the job goes CANCELLING; its RECONCILING
+// executions are left to the reconciliation). The last ReconcileJob chunk asks for RUNNING,
+// which CANCELLING cannot go to: it is applied — the executions reconciled — and the job stays
+// CANCELLING, instead of the chunk failing and the leader stepping down.
+func TestCancelDuringReconciliationWins(t *testing.T) {
+	h := newHarness(t)
+	id := jobIDN(7)
+	h.submit(streamingJob(id, 1, 1))
+	h.setStatus(id, pb.JobStatus_JOB_STATUS_RUNNING)
+	h.attemptAll(id, 0)
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_DEPLOYING)
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_RUNNING)
+	establish(h, 1)
+	h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: 1, Timestamp: 100})
+	h.ok(cancelT, &pb.CancelJobCommand{JobId: id, Timestamp: 101})
+	if st := h.job(id).Status; st != pb.JobStatus_JOB_STATUS_CANCELLING {
+		t.Fatalf("after the cancel the job is %s", graph.JobStatusName(st))
+	}
+	var execs []*pb.ReconciledExecution
+	for _, v := range h.job(id).ExecutionGraph.Vertices {
+		for _, ev := range v.Subtasks {
+			ex := proto.Clone(ev.Current).(*pb.Execution)
+			ex.State = pb.ExecutionState_EXECUTION_STATE_RUNNING
+			execs = append(execs, &pb.ReconciledExecution{VertexId: ev.VertexId, SubtaskIndex: ev.SubtaskIndex, Execution: ex})
+		}
+	}
+	h.ok(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: id, Executions: execs, LastChunk: true, Status: pb.JobStatus_JOB_STATUS_RUNNING, Timestamp: 102})
+	rec := h.job(id)
+	if rec.Status != pb.JobStatus_JOB_STATUS_CANCELLING {
+		t.Fatalf("after the reconciliation the job is %s, want CANCELLING", graph.JobStatusName(rec.Status))
+	}
+	if n := graph.CountByState(rec.ExecutionGraph)[pb.ExecutionState_EXECUTION_STATE_RUNNING]; n != 3 {
+		t.Fatalf("%d executions RUNNING after the reconciliation, want 3 (for the scheduler to cancel)", n)
+	}
+	// A status the reconciliation may move a CANCELLING job to is still applied.
+	h.ok(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: id, LastChunk: true, Status: pb.JobStatus_JOB_STATUS_FAILING, Timestamp: 103})
+}

@@ -131,6 +131,12 @@ func (s *state) reconcileJob(index uint64, c *pb.ReconcileJobCommand) error {
 		targets[i] = ev
 	}
 	setStatus := c.LastChunk && c.Status != pb.JobStatus_JOB_STATUS_UNSPECIFIED && c.Status != rec.Status
+	if setStatus && rec.Status == pb.JobStatus_JOB_STATUS_CANCELLING && graph.CheckJobTransition(rec.Status, c.Status) != nil {
+		// A cancel committed while the job was RECONCILING (it passed the old term's gate just
+		// before a re-election) wins: the job stays CANCELLING, the reconciled executions are
+		// stored, and the scheduler cancels them. Refusing the chunk made the leader step down.
+		setStatus = false
+	}
 	if setStatus {
 		if err := graph.CheckJobTransition(rec.Status, c.Status); err != nil {
 			return fmt.Errorf("job %q: %w", c.JobId, err)
