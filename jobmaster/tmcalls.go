@@ -3,6 +3,7 @@ package jobmaster
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"google.golang.org/protobuf/proto"
 
@@ -33,8 +34,20 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 	if req.EpochSeen > t.epoch {
 		return nil, &StaleEpochError{Current: t.epoch, Seen: req.EpochSeen}
 	}
-	jm.tms.Upsert(req.TmId, req.GrpcAddress, req.DataAddress, req.Slots, true)
-	jm.log.Info("task manager registered", "tm", req.TmId, "grpc", req.GrpcAddress, "slots", req.Slots)
+	// The attempts of a replaced incarnation are listed before the new one is usable, so none
+	// placed on the new process is among them.
+	var old []*pb.ExecutionStateUpdate
+	if tm, ok := jm.tms.Get(req.TmId); ok && tm.Incarnation != "" && req.Incarnation != "" && tm.Incarnation != req.Incarnation {
+		old = t.attemptsOn(req.TmId, fmt.Sprintf("TaskManager %s restarted: its process (incarnation %s) is gone", req.TmId, tm.Incarnation))
+	}
+	previous, err := jm.tms.Register(req.TmId, req.Incarnation, req.GrpcAddress, req.DataAddress, req.Slots)
+	if err != nil {
+		return nil, err
+	}
+	jm.log.Info("task manager registered", "tm", req.TmId, "grpc", req.GrpcAddress, "slots", req.Slots, "incarnation", req.Incarnation)
+	if previous != "" {
+		t.failAttempts(old)
+	}
 	t.kick("")
 	return &pb.RegisterTaskManagerResponse{
 		Epoch: t.epoch, LeaderId: jm.raft.ID(), HeartbeatIntervalMs: jm.cfg.HeartbeatInterval.Milliseconds(),
@@ -54,7 +67,7 @@ func (jm *JobMaster) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*
 	if req.EpochSeen > t.epoch {
 		return nil, &StaleEpochError{Current: t.epoch, Seen: req.EpochSeen}
 	}
-	if !jm.tms.Touch(req.TmId) {
+	if !jm.tms.TouchOf(req.TmId, req.Incarnation) {
 		return &pb.HeartbeatResponse{Epoch: t.epoch, UnknownTaskManager: true}, nil
 	}
 	if jm.gateOpen.Load() {

@@ -54,6 +54,7 @@ var errorTable = []errorRow{
 	{jobmaster.ErrNotAssigned, codes.PermissionDenied, ""},
 	{jobmaster.ErrStaleAttempt, codes.FailedPrecondition, ""},
 	{jobmaster.ErrUpdateRefused, codes.FailedPrecondition, ""},
+	{jobmaster.ErrReplacedIncarnation, codes.FailedPrecondition, ""},
 	{fsm.ErrJobTerminal, codes.FailedPrecondition, ""},
 	{fsm.ErrStatusMismatch, codes.FailedPrecondition, ""},
 	{graph.ErrIllegalTransition, codes.FailedPrecondition, ""},
