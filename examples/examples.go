@@ -1,5 +1,5 @@
-// Package examples holds the example job specs (the protobuf JSON mapping of a JobGraph,
-// see docs/jobs.md), embedded so that `jmnode demo` runs the very file users read.
+// Package examples holds the example job specs (the protobuf JSON mapping of a JobGraph),
+// embedded so that `jmnode demo` runs the very file users read.
 package examples
 
 import "embed"
