@@ -17,9 +17,9 @@ help: ## list the targets
 build: ## build bin/jmnode
 	CGO_ENABLED=0 $(GO) build -o bin/jmnode ./cmd/jmnode
 
-test: ## run every test with -race, then the 100,000-execution reconciliation at full size (without -race)
+test: ## run every test with -race, then the jobs at full size (100,000 executions, the default size limits) without -race
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
-	$(GO) test -count=1 -timeout 5m -v -run TestReconcile100kExecutions ./reconcile/
+	$(GO) test -count=1 -p 1 -timeout 15m -v -run 'TestReconcile100kExecutions|TestJobsAtTheDefaultLimits' ./reconcile/ ./cmd/jmnode/
 
 test-short: ## the quick tier: pure logic and single-process clusters, -short
 	$(GO) test -race -count=1 -short $(PKGS)

@@ -161,7 +161,7 @@ func (a *JobMaster) feedRegistry(ctx context.Context) {
 			return
 		}
 		a.JM.Registry().Upsert(m.Meta.ID, m.Meta.GRPCAddr, m.Meta.DataAddr, m.Meta.Slots, false)
-		a.JM.Registry().SetGossip(m.Meta.ID, m.State)
+		a.JM.Registry().SetGossipOf(m.Meta.ID, m.Meta.Incarnation, m.State)
 	}
 	for _, m := range a.Gossip.Members() {
 		apply(m)
@@ -226,6 +226,10 @@ func (a *JobMaster) Shutdown() error {
 // transfer, connections dropped.
 func (a *JobMaster) Kill() {
 	a.stopOnce.Do(func() {
+		// Raft and gRPC go silent together, first, as in a crash; the rest is cleanup.
+		if a.Node != nil {
+			a.Node.CutOff()
+		}
 		if a.cancel != nil {
 			a.cancel()
 		}

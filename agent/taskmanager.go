@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -38,6 +41,7 @@ func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 	cfg.TM.Logger = cfg.Logger
 	if cfg.Gossip != nil {
 		cfg.TM.LeaderResolver = a.leaderFromGossip
+		cfg.TM.DiscoverJobMasters = a.jobMastersFromGossip
 	}
 	tm, err := taskmanager.New(cfg.TM)
 	if err != nil {
@@ -48,7 +52,7 @@ func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 		g := *cfg.Gossip
 		g.Logger = cfg.Logger
 		g.Meta = membership.Meta{Role: membership.RoleTaskManager, ID: cfg.TM.ID, GRPCAddr: tm.GRPCAddr(), DataAddr: tm.DataAddr(),
-			Slots: int32(cfg.TM.Slots), Version: version.Version}
+			Slots: int32(cfg.TM.Slots), Incarnation: tm.Incarnation(), Version: version.Version}
 		if g.Meta.Slots == 0 {
 			g.Meta.Slots = int32(taskmanager.DefaultConfig().Slots)
 		}
@@ -80,6 +84,34 @@ func (a *TaskManager) leaderFromGossip(ctx context.Context) (string, error) {
 		return "", errNoLeader
 	}
 	return best.Meta.GRPCAddr, nil
+}
+
+// jobMastersFromGossip is the gRPC addresses of the JobMasters gossip knows, the ones that
+// claim leadership first (highest epoch first), then by id.
+func (a *TaskManager) jobMastersFromGossip() []string {
+	if a.Gossip == nil {
+		return nil
+	}
+	jms := a.Gossip.JobMasters()
+	slices.SortStableFunc(jms, func(x, y membership.Member) int {
+		if x.Meta.Leader != y.Meta.Leader {
+			if x.Meta.Leader {
+				return -1
+			}
+			return 1
+		}
+		if x.Meta.Epoch != y.Meta.Epoch {
+			return cmp.Compare(y.Meta.Epoch, x.Meta.Epoch)
+		}
+		return strings.Compare(x.Meta.ID, y.Meta.ID)
+	})
+	var out []string
+	for _, m := range jms {
+		if m.Meta.GRPCAddr != "" {
+			out = append(out, m.Meta.GRPCAddr)
+		}
+	}
+	return out
 }
 
 // Shutdown stops the TM gracefully: leave gossip, then stop the TM (tasks cancelled).

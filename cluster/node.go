@@ -30,7 +30,15 @@ const (
 	logCacheSize     = 512
 	transportMaxPool = 3
 	transportTimeout = 10 * time.Second
-	pollInterval     = 10 * time.Millisecond
+	// transportMaxInFlight 1 turns off hashicorp/raft's pipelined replication: with it, a
+	// follower answering an AppendEntries with success=false (it could not store the entries: a
+	// full or failing disk) can leave the pipeline's send and decode goroutines waiting on each
+	// other, so the leader never sends that follower another entry (while its heartbeats keep
+	// it from calling an election) and raft.Shutdown never returns
+	// (TestDiskFullNeverAcknowledges hung in Shutdown with it on). hashicorp/raft measured
+	// pipelining to bring little (raft#541); replication is synchronous per follower.
+	transportMaxInFlight = 1
+	pollInterval         = 10 * time.Millisecond
 )
 
 // StateMachine is the replicated state machine the node drives. Apply must return
@@ -118,7 +126,7 @@ func NewNode(cfg Config, sm StateMachine, hooks LeaderHooks) (n *Node, err error
 		return nil, fmt.Errorf("cluster: open %s: %w", raftDBFile, err)
 	}
 	closers = append(closers, store.Close)
-	logs, err := raft.NewLogCache(logCacheSize, store)
+	logs, err := raft.NewLogCache(logCacheSize, faultyLogStore{store})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: log cache: %w", err)
 	}
@@ -133,14 +141,17 @@ func NewNode(cfg Config, sm StateMachine, hooks LeaderHooks) (n *Node, err error
 			return nil, fmt.Errorf("cluster: raft advertise address: %w", err)
 		}
 	}
-	trans, err := raft.NewTCPTransportWithLogger(cfg.RaftBindAddr, advertise, transportMaxPool, transportTimeout, logger.Named("raft-net"))
+	trans, err := raft.NewTCPTransportWithConfig(cfg.RaftBindAddr, advertise, &raft.NetworkTransportConfig{
+		MaxPool: transportMaxPool, Timeout: transportTimeout, Logger: logger.Named("raft-net"),
+		MaxRPCsInFlight: transportMaxInFlight,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftBindAddr, err)
 	}
 	closers = append(closers, trans.Close)
 
 	notifyCh := make(chan bool, 16)
-	r, err := raft.NewRaft(cfg.raftConfig(notifyCh), sm, logs, store, snaps, trans)
+	r, err := raft.NewRaft(cfg.raftConfig(notifyCh), sm, logs, faultyStableStore{store}, faultySnapshotStore{snaps}, trans)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}

@@ -20,6 +20,18 @@ func (n *Node) Shutdown() error { return n.shutdown(true) }
 // one process allows. The data dir stays valid for a restart.
 func (n *Node) Kill() error { return n.shutdown(false) }
 
+// CutOff closes the Raft transport at once: the peers stop hearing from this node from this
+// moment, as when its process dies, while the rest of it is still being stopped. Kill of a
+// whole replica calls it first (agent.JobMaster.Kill): a leader whose other servers are already
+// gone but whose Raft heartbeats still go out for the second Raft takes to shut down under
+// load is a leader the followers keep naming while nobody can reach it, which a process crash
+// never produces (TaskManagers fenced themselves against it).
+func (n *Node) CutOff() {
+	if err := n.transport.Close(); err != nil {
+		n.logger.Warn("closing the raft transport", "error", err)
+	}
+}
+
 func (n *Node) shutdown(transfer bool) error {
 	n.shutdownOnce.Do(func() {
 		n.logger.Info("shutting down", "transfer", transfer)

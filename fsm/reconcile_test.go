@@ -214,3 +214,46 @@ func TestCancelDuringReconciliation(t *testing.T) {
 		t.Errorf("RECONCILING executions must wait for the reconciliation: %v", c)
 	}
 }
+
+// TestStateTimestampsBoundedOverFailovers: every failover adds RECONCILING and the reconciled
+// state to each execution's timestamps, and a ReconcileJob carries each execution's list. Over
+// 40 failovers the lists stay within graph.MaxStateTimestamps, keeping the first change and
+// the latest ones — also when a leader sends a longer list than the bound.
+func TestStateTimestampsBoundedOverFailovers(t *testing.T) {
+	h := newHarness(t)
+	id := jobIDN(1)
+	h.submit(streamingJob(id, 2, 2))
+	h.setStatus(id, pb.JobStatus_JOB_STATUS_RUNNING)
+	h.attemptAll(id, 0)
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_DEPLOYING)
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_RUNNING)
+	first := graph.FindVertex(h.job(id).ExecutionGraph, "map", 1).Current.StateTimestamps[0]
+	const failovers = 40
+	for e := uint64(1); e <= failovers; e++ {
+		establish(h, e)
+		h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: e, Timestamp: int64(e)*10000 + 1})
+		var execs []*pb.ReconciledExecution
+		for _, v := range h.job(id).ExecutionGraph.Vertices {
+			for _, ev := range v.Subtasks {
+				ex := proto.Clone(ev.Current).(*pb.Execution)
+				ex.State = pb.ExecutionState_EXECUTION_STATE_RUNNING
+				ex.StateTimestamps = append(ex.StateTimestamps, &pb.StateTimestamp{State: ex.State, Timestamp: int64(e)*10000 + 2})
+				execs = append(execs, &pb.ReconciledExecution{VertexId: ev.VertexId, SubtaskIndex: ev.SubtaskIndex, Execution: ex})
+			}
+		}
+		h.ok(reconT, &pb.ReconcileJobCommand{Epoch: e, JobId: id, Executions: execs, LastChunk: true, Status: pb.JobStatus_JOB_STATUS_RUNNING})
+		h.ok(endT, &pb.EndReconciliationCommand{Epoch: e, Timestamp: int64(e)*10000 + 3, Counts: &pb.ReconciliationCounts{}})
+	}
+	for _, v := range h.job(id).ExecutionGraph.Vertices {
+		for _, ev := range v.Subtasks {
+			ts := ev.Current.StateTimestamps
+			last := ts[len(ts)-1]
+			// Unbounded, each of the 40 failovers adds two.
+			if len(ts) > graph.MaxStateTimestamps || len(ts) >= failovers || !proto.Equal(ts[0], first) ||
+				last.State != pb.ExecutionState_EXECUTION_STATE_RUNNING || last.Timestamp != failovers*10000+2 {
+				t.Fatalf("%s[%d] after %d failovers: %d state timestamps (bound %d), first %v, last %v",
+					ev.VertexId, ev.SubtaskIndex, failovers, len(ts), graph.MaxStateTimestamps, ts[0], last)
+			}
+		}
+	}
+}

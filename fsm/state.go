@@ -109,7 +109,7 @@ func setJobStatus(rec *pb.JobRecord, st pb.JobStatus, ts int64, cause string) {
 // setExecutionState records a state change of an execution; the caller has checked it.
 func setExecutionState(ex *pb.Execution, st pb.ExecutionState, ts int64, cause string) {
 	ex.State = st
-	ex.StateTimestamps = append(ex.StateTimestamps, &pb.StateTimestamp{State: st, Timestamp: ts})
+	graph.AddStateTimestamp(ex, st, ts)
 	if st == pb.ExecutionState_EXECUTION_STATE_FAILED && cause != "" {
 		ex.FailureCause = cause
 	}

@@ -155,6 +155,7 @@ func (s *state) reconcileJob(index uint64, c *pb.ReconcileJobCommand) error {
 			refresh = true
 		}
 		ev.Current = re.Execution
+		graph.BoundStateTimestamps(ev.Current)
 		s.attempts[re.Execution.AttemptId] = attemptRef{jobID: c.JobId, vertexID: ev.VertexId, subtask: ev.SubtaskIndex}
 		setConsumable(produced[ev.VertexId], ev.SubtaskIndex, re.Execution.State)
 	}

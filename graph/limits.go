@@ -30,7 +30,7 @@ type SizeLimits struct {
 }
 
 // DefaultSizeLimits are the limits a JobMaster applies unless configured otherwise. They admit
-// a 512 -> 512 ALL_TO_ALL job (1,024 executions, 262,144 input channels, about 17 MB deployed)
+// a 512 -> 512 ALL_TO_ALL job (1,024 executions, 262,144 input channels, about 20 MB deployed)
 // with room to spare and a job of 100,000 executions (a 100 x 1,000 FORWARD chain is about
 // 31 MB deployed), and refuse a 4-vertex ALL_TO_ALL chain at parallelism 1,024 (3,145,728
 // input channels).

@@ -40,7 +40,7 @@ func (t *term) checkDeployment(req *pb.HeartbeatRequest) {
 			})
 		})
 		for _, d := range ds {
-			if !owned[d.AttemptId] {
+			if !owned[d.AttemptId] && !isTerminal(d.State) {
 				t.jm.log.Info("cancelling attempt the graph does not own", "tm", req.TmId, "job", d.JobId, "attempt", d.AttemptId)
 				t.cancelOnTM(tm.GRPCAddr, d.JobId, d.AttemptId)
 			}

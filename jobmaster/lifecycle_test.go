@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/taskmanager/operators"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -184,4 +187,52 @@ func TestCancelFreesEverySlot(t *testing.T) {
 	}
 	full := c.Submit(testcluster.StreamingChain("full", 4, 10, 0))
 	waitAllRunning(t, c, full)
+}
+
+// TestFinishedDelayedPastHeartbeatsIsNotMissing: every task of a bounded streaming job
+// finishes, but the TMs' UpdateTaskExecutionState(FINISHED) are held back in their outboxes
+// (the hook outbox-after-send holds every outbox worker after its first delivery, RUNNING).
+// The heartbeats still list the finished tasks (the TMs retain them until acknowledged), so
+// after three more heartbeats of every TM the leader has failed none of them as missing; once
+// the updates go through the job FINISHES without a restart.
+func TestFinishedDelayedPastHeartbeatsIsNotMissing(t *testing.T) {
+	c := newCluster(t)
+	failpoint.Set(t, "pause(outbox-after-send)")
+	id := c.Submit(testcluster.StreamingChain("delayed", 2, 0, 50))
+	c.WaitJob(id, "every task RUNNING (committed)", 30*time.Second, testcluster.AllRunning)
+	testcluster.WaitFor(t, 30*time.Second, "every task FINISHED on its TM", func() (bool, string) {
+		ts := jobTasks(c, id)
+		for _, s := range ts {
+			if !strings.HasSuffix(s, ":FINISHED") {
+				return false, fmt.Sprint(ts)
+			}
+		}
+		return len(ts) == 6, fmt.Sprint(ts)
+	})
+	base := map[string]int64{}
+	for _, tm := range c.TMs {
+		base[tm.ID] = tm.A.TM.Heartbeats()
+	}
+	testcluster.WaitFor(t, 30*time.Second, "three more heartbeats of every TM", func() (bool, string) {
+		seen := ""
+		ok := true
+		for _, tm := range c.TMs {
+			n := tm.A.TM.Heartbeats() - base[tm.ID]
+			seen += fmt.Sprintf("%s:%d ", tm.ID, n)
+			ok = ok && n >= 3
+		}
+		return ok, seen
+	})
+	rec, _ := c.Leader().A.State.Job(id)
+	for _, ev := range testcluster.Executions(rec) {
+		if s := ev.GetCurrent().GetState(); s != stRunning {
+			t.Fatalf("%s[%d] is %s (%s) while its FINISHED waits in the outbox, want RUNNING",
+				ev.VertexId, ev.SubtaskIndex, graph.ExecutionStateName(s), ev.GetCurrent().GetFailureCause())
+		}
+	}
+	failpoint.Release(failpoint.OutboxAfterSend)
+	done := c.WaitJob(id, "the job FINISHED", 30*time.Second, allInState(jobFinished, stFinished))
+	if done.Restarts != 0 {
+		t.Fatalf("%d restarts", done.Restarts)
+	}
 }

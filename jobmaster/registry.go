@@ -2,6 +2,9 @@ package jobmaster
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -28,7 +31,20 @@ type TaskManager struct {
 	GossipAt time.Time
 	// Lost is set once the leader has declared the TM lost (its executions failed).
 	Lost bool
+	// Incarnation is the process instance that registered last ("" before a registration, or
+	// from a TM that sends none).
+	Incarnation string
+	// replaced are earlier incarnations, newest last (at most maxReplaced): news of them
+	// (gossip, a late registration) is about a process that is gone.
+	replaced []string
 }
+
+// maxReplaced bounds the earlier incarnations remembered per TM.
+const maxReplaced = 8
+
+// ErrReplacedIncarnation refuses a registration or heartbeat from a TM process whose id has
+// since registered with a newer incarnation.
+var ErrReplacedIncarnation = errors.New("the TaskManager incarnation was replaced by a newer one")
 
 // Registry is the set of known TMs and a cached gRPC client per TM. It is fed by
 // registrations, heartbeats and gossip; it is volatile (rebuilt by every new leader).
@@ -71,6 +87,58 @@ func (r *Registry) Upsert(id, grpcAddr, dataAddr string, slots int32, seen bool)
 	return tm
 }
 
+// Register records a TM's registration (a direct contact). A registration with another
+// incarnation than the registered one replaces it: everything the registry knew of the earlier
+// process — its gossip state, the lost flag — is forgotten, so the new process gets slots at
+// once, and the earlier incarnation is returned (the caller fails the attempts it held: the
+// process is gone). A registration of an incarnation already replaced is refused with
+// ErrReplacedIncarnation.
+func (r *Registry) Register(id, incarnation, grpcAddr, dataAddr string, slots int32) (previous string, err error) {
+	r.mu.Lock()
+	tm := r.tms[id]
+	if tm != nil && incarnation != "" && slices.Contains(tm.replaced, incarnation) {
+		cur := tm.Incarnation
+		r.mu.Unlock()
+		return "", fmt.Errorf("%w: %s incarnation %s, now %s", ErrReplacedIncarnation, id, incarnation, cur)
+	}
+	if tm != nil && incarnation != "" && tm.Incarnation != "" && tm.Incarnation != incarnation {
+		previous = tm.Incarnation
+		tm.replaced = append(tm.replaced, previous)
+		if n := len(tm.replaced) - maxReplaced; n > 0 {
+			tm.replaced = slices.Delete(tm.replaced, 0, n)
+		}
+		tm.Gossip, tm.GossipAt = "", time.Time{}
+	}
+	if tm != nil && incarnation != "" {
+		tm.Incarnation = incarnation
+	}
+	r.mu.Unlock()
+	tm = r.Upsert(id, grpcAddr, dataAddr, slots, true)
+	if incarnation != "" {
+		r.mu.Lock()
+		tm.Incarnation = incarnation
+		r.mu.Unlock()
+	}
+	if previous != "" {
+		r.log.Info("task manager restarted", "tm", id, "incarnation", incarnation, "previous", previous)
+	}
+	return previous, nil
+}
+
+// SetGossipOf records what gossip says of one incarnation of a TM. News of another incarnation
+// than the registered one is ignored: it is about a process that was replaced (gossip keeps a
+// dead member's last metadata for a while, and a restarted member's alive message can lose to
+// it until it refutes), or one that has not registered yet.
+func (r *Registry) SetGossipOf(id, incarnation, state string) {
+	r.mu.Lock()
+	tm := r.tms[id]
+	skip := tm != nil && incarnation != "" && tm.Incarnation != "" && incarnation != tm.Incarnation
+	r.mu.Unlock()
+	if !skip {
+		r.SetGossip(id, state)
+	}
+}
+
 // SetGossip records the TM's gossip state.
 func (r *Registry) SetGossip(id, state string) {
 	r.mu.Lock()
@@ -94,11 +162,18 @@ func (tm TaskManager) GoneByGossip() bool {
 }
 
 // Touch records a heartbeat; it returns false when the TM is unknown.
-func (r *Registry) Touch(id string) bool {
+func (r *Registry) Touch(id string) bool { return r.TouchOf(id, "") }
+
+// TouchOf records a heartbeat of one incarnation; it returns false when the TM is unknown or
+// the incarnation is not the registered one (the TM registers again).
+func (r *Registry) TouchOf(id, incarnation string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	tm := r.tms[id]
 	if tm == nil || tm.GRPCAddr == "" {
+		return false
+	}
+	if incarnation != "" && tm.Incarnation != "" && incarnation != tm.Incarnation {
 		return false
 	}
 	tm.LastSeen = time.Now()

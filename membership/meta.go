@@ -35,10 +35,13 @@ type Meta struct {
 	GRPCAddr string // host:port of the node's gRPC server
 	DataAddr string // host:port of a TM's data-exchange server (empty on a JM)
 	Slots    int32  // task slots a TM offers (0 on a JM)
-	Version  string // build version of the binary
-	Epoch    uint64 // the highest leader epoch the node knows
-	Leader   bool   // JM only: this node is the established leader
-	Leaving  bool   // set by Membership.Leave just before the node leaves
+	// Incarnation is a TM process's random instance id, chosen at start-up: a restarted TM has
+	// a new one, so what gossip says of the previous process is told apart from the new one.
+	Incarnation string
+	Version     string // build version of the binary
+	Epoch       uint64 // the highest leader epoch the node knows
+	Leader      bool   // JM only: this node is the established leader
+	Leaving     bool   // set by Membership.Leave just before the node leaves
 }
 
 // wireMeta is the JSON form of Meta. Keys are short because the whole
@@ -50,6 +53,7 @@ type wireMeta struct {
 	GRPCAddr string `json:"g,omitempty"`
 	DataAddr string `json:"d,omitempty"`
 	Slots    int32  `json:"s,omitempty"`
+	Inc      string `json:"i,omitempty"`
 	Version  string `json:"bv,omitempty"`
 	Epoch    uint64 `json:"e,omitempty"`
 	Leader   bool   `json:"l,omitempty"`
@@ -83,6 +87,7 @@ func (m Meta) Encode() ([]byte, error) {
 		GRPCAddr: m.GRPCAddr,
 		DataAddr: m.DataAddr,
 		Slots:    m.Slots,
+		Inc:      m.Incarnation,
 		Version:  m.Version,
 		Epoch:    m.Epoch,
 		Leader:   m.Leader,
@@ -119,15 +124,16 @@ func ParseMeta(b []byte) (Meta, error) {
 		return Meta{}, fmt.Errorf("%w: got %d, want %d", ErrUnsupportedMetaVersion, w.V, metaVersion)
 	}
 	m := Meta{
-		Role:     w.Role,
-		ID:       w.ID,
-		GRPCAddr: w.GRPCAddr,
-		DataAddr: w.DataAddr,
-		Slots:    w.Slots,
-		Version:  w.Version,
-		Epoch:    w.Epoch,
-		Leader:   w.Leader,
-		Leaving:  w.Leaving,
+		Role:        w.Role,
+		ID:          w.ID,
+		GRPCAddr:    w.GRPCAddr,
+		DataAddr:    w.DataAddr,
+		Slots:       w.Slots,
+		Incarnation: w.Inc,
+		Version:     w.Version,
+		Epoch:       w.Epoch,
+		Leader:      w.Leader,
+		Leaving:     w.Leaving,
 	}
 	if err := m.validate(); err != nil {
 		return Meta{}, fmt.Errorf("parse meta: %w", err)

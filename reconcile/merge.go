@@ -95,7 +95,8 @@ type match struct {
 // Step one (information) matches every reported attempt with the committed graph:
 //   - an attempt of an unknown job, or of a vertex the graph does not have or has never
 //     deployed: unknown, cancel;
-//   - an attempt number lower than the committed current one: stale, cancel;
+//   - an attempt number lower than the committed current one, or the committed attempt when
+//     the graph already ended it (FAILED or CANCELED) but the TM still runs it: stale, cancel;
 //   - the same ExecutionVertex reported twice (the committed attempt reported by a TM other than
 //     the one it is assigned to, or another attempt with a number not below the committed one):
 //     keep the committed one, cancel the other (duplicate);
@@ -156,6 +157,13 @@ func Merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64) *Plan {
 			}
 			if ev.Current.GetSlot().GetTmId() != tmID || ev.VertexId != rep.VertexId || ev.SubtaskIndex != rep.SubtaskIndex {
 				cancel(rep, r, "duplicate")
+				continue
+			}
+			if st := ev.Current.GetState(); st == pb.ExecutionState_EXECUTION_STATE_FAILED || st == pb.ExecutionState_EXECUTION_STATE_CANCELED {
+				// The graph already ended this attempt (its region restarts or has restarted),
+				// but the task still runs and holds its slot: stale, cancel it. Step two visits
+				// only RECONCILING executions, so it would never be cancelled there.
+				cancel(rep, r, "stale")
 				continue
 			}
 			if _, dup := matched[rep.AttemptId]; dup {
@@ -238,7 +246,7 @@ func Merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64) *Plan {
 						plan.Counts.Failed++
 					}
 				}
-				next.StateTimestamps = append(next.StateTimestamps, &pb.StateTimestamp{State: next.State, Timestamp: now})
+				graph.AddStateTimestamp(next, next.State, now)
 				jp.Executions = append(jp.Executions, &pb.ReconciledExecution{VertexId: ev.VertexId, SubtaskIndex: ev.SubtaskIndex, Execution: next})
 				if failedCause == "" && (next.State == pb.ExecutionState_EXECUTION_STATE_FAILED || next.State == pb.ExecutionState_EXECUTION_STATE_CANCELED) {
 					failedCause = fmt.Sprintf("%s[%d]: %s", ev.VertexId, ev.SubtaskIndex, next.FailureCause)

@@ -453,3 +453,40 @@ func TestMergeDeterministic(t *testing.T) {
 		t.Fatalf("first job %s, want job-a", first.Jobs[0].JobID)
 	}
 }
+
+// TestMergeCancelsALiveAttemptTheGraphEnded: the committed current attempt of map[1] is FAILED
+// or CANCELED (the old leader ended it before it died; its region is to restart), yet tm2
+// reports the task still RUNNING. The execution is not RECONCILING, so step two leaves it
+// alone; step one must cancel the task, or it keeps running and holding its slot while its
+// region restarts. Reported as already ended, nothing runs and nothing is cancelled.
+func TestMergeCancelsALiveAttemptTheGraphEnded(t *testing.T) {
+	for _, committed := range []pb.ExecutionState{stFailed, stCanceled} {
+		for _, reported := range []pb.ExecutionState{stRunning, stFailed} {
+			t.Run(graph.ExecutionStateName(committed)+"/reported "+graph.ExecutionStateName(reported), func(t *testing.T) {
+				rec := reconcilingJob(t, "job", 2, 0)
+				reports := honestReports(rec, stRunning)
+				ev := graph.FindVertex(rec.ExecutionGraph, "map", 1)
+				ev.Current.State = committed
+				findRep(reports, "map", 1).State = reported
+				plan := reconcile.Merge([]*pb.JobRecord{rec}, reports, 1)
+				var got []wantCancel
+				for _, c := range plan.Cancels {
+					got = append(got, wantCancel{c.TMID, c.AttemptID, c.Reason})
+				}
+				var want []wantCancel
+				if reported == stRunning {
+					want = []wantCancel{{"tm2", ev.Current.AttemptId, "stale"}}
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("cancels %v, want %v", got, want)
+				}
+				if planState(plan, "map", 1) != nil || len(plan.Jobs[0].Executions) != 5 {
+					t.Fatalf("map[1] (already %s) is in the plan", graph.ExecutionStateName(committed))
+				}
+				if n := int64(len(want)); plan.Counts.CancelledStale != n || plan.Counts.KeptRunning != 5 {
+					t.Fatalf("counts %v, want 5 kept running and %d stale", plan.Counts, n)
+				}
+			})
+		}
+	}
+}

@@ -28,10 +28,19 @@ type Config struct {
 	// AdvertiseGRPC and AdvertiseData are the addresses others use; default: the bound ones.
 	AdvertiseGRPC, AdvertiseData string
 	// JobMasters are JM gRPC addresses asked (ClientService.ClusterStatus) for the leader when
-	// LeaderResolver is nil.
+	// LeaderResolver finds none, and by the self-fence's check for a live leader.
 	JobMasters []string
 	// LeaderResolver returns the leader's gRPC address (e.g. from gossip); optional.
 	LeaderResolver func(ctx context.Context) (string, error)
+	// DiscoverJobMasters returns JM gRPC addresses known by other means than JobMasters (the
+	// JobMasters gossip knows); optional. They are asked after JobMasters, both to find the
+	// leader and by the self-fence's check for a live leader, so the self-fence works with
+	// gossip alone.
+	DiscoverJobMasters func() []string
+	// Incarnation identifies this TM process: a random id chosen by New when empty. It travels
+	// in registration, heartbeats, reports and gossip, so the leader tells a restarted TM (same
+	// id and addresses, a new incarnation) from the process that died.
+	Incarnation string
 	// HeartbeatInterval (default 1s); the leader's RegisterTaskManagerResponse may override it.
 	HeartbeatInterval time.Duration
 	// LeaderGrace: tasks keep running while no leader is reachable for this long, then all are

@@ -463,3 +463,75 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal("negative slots accepted")
 	}
 }
+
+// TestCancelThatOvertakesItsSubmitTask: the leader cancels an attempt whose SubmitTask has not
+// arrived yet (the cancel overtook it, or the SubmitTask is a retry). The TM answers CANCELED
+// and keeps a tombstone, so the SubmitTask that arrives after it — alone or in a batch — is
+// refused naming the cancel, and no task runs that no leader owns. The tombstones are bounded:
+// past MaxCancelTombstones the oldest is forgotten.
+func TestCancelThatOvertakesItsSubmitTask(t *testing.T) {
+	jm := startJM(t)
+	tm := newTM(t, "tm1", jm, nil)
+	c := client(t, tm)
+	for _, id := range []string{"a", "b"} {
+		resp, err := c.CancelTask(t.Context(), &pb.CancelTaskRequest{Epoch: 1, JobId: "job", AttemptId: id})
+		if err != nil || resp.GetState() != canceled {
+			t.Fatalf("CancelTask(%s) before its SubmitTask: %v %v", id, resp, err)
+		}
+	}
+	_, err := c.SubmitTask(t.Context(), &pb.SubmitTaskRequest{Epoch: 1, Task: source("job", "src", 0, 1, "a", 0, unbounded)})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "cancelled by the leader before it reached tm1") {
+		t.Fatalf("SubmitTask after its cancel: %v", err)
+	}
+	resp, err := c.SubmitTasks(t.Context(), &pb.SubmitTasksRequest{Epoch: 1, Tasks: []*pb.TaskDeploymentDescriptor{
+		source("job", "src", 1, 2, "b", 1, unbounded), source("job", "src", 0, 2, "c", 2, unbounded)}})
+	if err != nil || len(resp.GetResults()) != 2 || codes.Code(resp.Results[0].GetCode()) != codes.FailedPrecondition || resp.Results[1].GetCode() != 0 {
+		t.Fatalf("SubmitTasks with a cancelled attempt: %v %v", resp, err)
+	}
+	for _, ti := range tm.Tasks() {
+		if ti.AttemptID == "a" || ti.AttemptID == "b" {
+			t.Fatalf("the cancelled attempt %s runs: %+v", ti.AttemptID, ti)
+		}
+	}
+	if _, ok := findTask(tm, "c"); !ok || tm.FreeSlots() != 3 {
+		t.Fatalf("the other attempt of the batch did not start: free slots %d", tm.FreeSlots())
+	}
+
+	ts := newTombstones(3)
+	for _, id := range []string{"1", "2", "3", "2", "4"} {
+		ts.add(id)
+	}
+	if ts.has("1") || !ts.has("2") || !ts.has("3") || !ts.has("4") || ts.len() != 3 {
+		t.Fatalf("bounded tombstones: %v", ts.set)
+	}
+}
+
+// TestLeaderThatRefusesConnectionsIsRetriedWithBackoff: the leader's port is closed while the
+// leader resolver (gossip, whose metadata of a dead leader lingers) keeps naming it. A failed
+// contact makes the TM try again at once (the next leader may already be known), but from the
+// second failure in a row it waits, doubling from leaderRetryMin up to the heartbeat interval;
+// without the pauses the TM spun on the refused port, thousands of attempts a second.
+func TestLeaderThatRefusesConnectionsIsRetriedWithBackoff(t *testing.T) {
+	jm := startJM(t)
+	tm := newTM(t, "tm1", jm, func(c *Config) {
+		// As gossip does while the dead leader's metadata lingers: it keeps naming the leader.
+		c.LeaderResolver = func(context.Context) (string, error) { return jm.addr, nil }
+	})
+	waitFor(t, 10*time.Second, "the TM registered", func() (bool, string) {
+		return tm.Heartbeats() > 0, fmt.Sprintf("%d heartbeats", tm.Heartbeats())
+	})
+	jm.srv.Stop()
+	base := tm.contactFailures.Load()
+	start := time.Now()
+	waitFor(t, 30*time.Second, "eight failed contacts", func() (bool, string) {
+		n := tm.contactFailures.Load() - base
+		return n >= 8, fmt.Sprintf("%d failures", n)
+	})
+	// Failures 2..7 are each followed by a pause of at least leaderRetryMin (doubling, capped
+	// by the 20 ms heartbeat interval the test JM hands out).
+	elapsed := time.Since(start)
+	if min := 5 * leaderRetryMin; elapsed < min {
+		t.Fatalf("eight failed contacts in %v: the TM does not back off (at least %v expected)", elapsed, min)
+	}
+	t.Logf("eight failed contacts in %v", elapsed.Round(time.Millisecond))
+}

@@ -80,8 +80,8 @@ func (tm *TaskManager) fenceLocked(epoch uint64, call string) error {
 	return nil
 }
 
-// witnessEpoch asks the JobMasters (the configured ones, the leader this TM follows and the
-// one the LeaderResolver names) whether epoch is the established leader's. Queries are
+// witnessEpoch asks the JobMasters (the configured ones, those gossip knows, the leader this TM
+// follows and the one the LeaderResolver names) whether epoch is the established leader's. Queries are
 // serialised; the last named epoch is remembered, and after a query that did not name it, other
 // unannounced epochs are refused for epochWitnessRetry without asking.
 func (tm *TaskManager) witnessEpoch(ctx context.Context, epoch uint64) error {
@@ -107,11 +107,12 @@ func (tm *TaskManager) witnessEpoch(ctx context.Context, epoch uint64) error {
 // leader with epoch; it returns the highest epoch named.
 func (tm *TaskManager) namedEpoch(ctx context.Context, epoch uint64) (uint64, error) {
 	tm.mu.Lock()
-	cands := append([]string(nil), tm.cfg.JobMasters...)
-	if tm.leaderAddr != "" {
-		cands = append(cands, tm.leaderAddr)
-	}
+	leader := tm.leaderAddr
 	tm.mu.Unlock()
+	cands := tm.jobMasters()
+	if leader != "" {
+		cands = append(cands, leader)
+	}
 	if r := tm.cfg.LeaderResolver; r != nil {
 		if addr, err := r(ctx); err == nil && addr != "" {
 			cands = append(cands, addr)

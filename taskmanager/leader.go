@@ -3,6 +3,7 @@ package taskmanager
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jmcluster/jmcluster/transport"
@@ -13,6 +14,7 @@ import (
 // leader and register again.
 func (tm *TaskManager) leaderLoop(ctx context.Context) {
 	lg := tm.log.Named("leader")
+	failures := 0
 	for {
 		tm.mu.Lock()
 		registered, iv := tm.registered, tm.hbInterval
@@ -26,6 +28,20 @@ func (tm *TaskManager) leaderLoop(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			lg.Debug("leader contact failed", "registered", registered, "error", err)
 		}
+		if err == nil {
+			failures = 0
+		} else {
+			tm.contactFailures.Add(1)
+			failures++
+		}
+		if failures > 1 {
+			// A failure wakes the loop to try the next leader at once; after a second one in a
+			// row, wait before trying again (doubling up to the heartbeat interval), or a leader
+			// that refuses connections has the TM spinning on it.
+			if !sleepCtx(ctx, min(leaderRetryMin<<min(failures-2, 10), iv)) {
+				return
+			}
+		}
 		timer := time.NewTimer(iv)
 		select {
 		case <-ctx.Done():
@@ -38,7 +54,23 @@ func (tm *TaskManager) leaderLoop(ctx context.Context) {
 	}
 }
 
-// resolveLeader asks the LeaderResolver, then each JobMaster's ClusterStatus.
+// leaderRetryMin is the first pause between two failed contacts with the leader in a row.
+const leaderRetryMin = 10 * time.Millisecond
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// resolveLeader asks the LeaderResolver, then each JobMaster's ClusterStatus (an unreachable
+// one is skipped: another may name the leader).
 func (tm *TaskManager) resolveLeader(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, tm.cfg.RPCTimeout)
 	defer cancel()
@@ -47,10 +79,10 @@ func (tm *TaskManager) resolveLeader(ctx context.Context) (string, error) {
 			return addr, nil
 		}
 	}
-	for _, jm := range tm.cfg.JobMasters {
+	for _, jm := range tm.jobMasters() {
 		conn, err := tm.conns.get(jm)
 		if err != nil {
-			return "", err
+			continue
 		}
 		resp, err := pb.NewClientServiceClient(conn).ClusterStatus(ctx, &pb.ClusterStatusRequest{})
 		if err == nil && resp.GetLeaderGrpcAddress() != "" {
@@ -104,7 +136,7 @@ func (tm *TaskManager) probe(ctx context.Context, addr string) error {
 func (tm *TaskManager) establishedLeader(ctx context.Context) (string, uint64) {
 	ctx, cancel := context.WithTimeout(ctx, min(tm.cfg.RPCTimeout, tm.cfg.FenceTimeout))
 	defer cancel()
-	for _, jm := range tm.cfg.JobMasters {
+	for _, jm := range tm.jobMasters() {
 		conn, err := tm.conns.get(jm)
 		if err != nil {
 			continue
@@ -115,6 +147,20 @@ func (tm *TaskManager) establishedLeader(ctx context.Context) (string, uint64) {
 		}
 	}
 	return "", 0
+}
+
+// jobMasters is the JobMasters to ask for the leader: the configured ones (--jm), then those
+// DiscoverJobMasters knows (gossip), each once.
+func (tm *TaskManager) jobMasters() []string {
+	out := append([]string(nil), tm.cfg.JobMasters...)
+	if d := tm.cfg.DiscoverJobMasters; d != nil {
+		for _, a := range d() {
+			if a != "" && !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }
 
 // register finds the leader and registers this TM with it.
@@ -140,7 +186,7 @@ func (tm *TaskManager) register(ctx context.Context) error {
 	defer cancel()
 	resp, err := pb.NewJobMasterServiceClient(conn).RegisterTaskManager(cctx, &pb.RegisterTaskManagerRequest{
 		TmId: tm.cfg.ID, GrpcAddress: tm.cfg.AdvertiseGRPC, DataAddress: tm.cfg.AdvertiseData,
-		Slots: int32(tm.cfg.Slots), EpochSeen: epoch,
+		Slots: int32(tm.cfg.Slots), EpochSeen: epoch, Incarnation: tm.cfg.Incarnation,
 	})
 	if err != nil {
 		tm.mu.Lock()
@@ -167,6 +213,7 @@ func (tm *TaskManager) register(ctx context.Context) error {
 	}
 	tm.mu.Unlock()
 	tm.log.Info("registered with leader", "leader", addr, "leader_id", resp.GetLeaderId(), "epoch", resp.GetEpoch())
+	tm.events.registered(resp.GetLeaderId(), resp.GetEpoch(), tm.cfg.Incarnation)
 	if changed {
 		tm.outbox.wake()
 	}
@@ -177,9 +224,12 @@ func (tm *TaskManager) register(ctx context.Context) error {
 func (tm *TaskManager) heartbeat(ctx context.Context) error {
 	tm.mu.Lock()
 	addr := tm.leaderAddr
-	req := &pb.HeartbeatRequest{TmId: tm.cfg.ID, EpochSeen: tm.epoch, FreeSlots: int32(tm.freeSlotsLocked())}
+	req := &pb.HeartbeatRequest{TmId: tm.cfg.ID, EpochSeen: tm.epoch, FreeSlots: int32(tm.freeSlotsLocked()), Incarnation: tm.cfg.Incarnation}
+	// Every task the TM still holds, terminal ones included until the leader acknowledges them:
+	// a FINISHED whose UpdateTaskExecutionState is delayed (the outbox backing off) is still
+	// here, so the leader does not take it for missing and fail it.
 	for _, t := range sortedTasks(tm.tasks) {
-		if !isTerminal(t.state) {
+		if !t.silent {
 			req.Deployed = append(req.Deployed, &pb.DeployedExecution{JobId: t.tdd.GetJobId(), AttemptId: t.attempt(), State: t.state})
 		}
 	}
@@ -207,6 +257,7 @@ func (tm *TaskManager) heartbeat(ctx context.Context) error {
 	}
 	tm.adoptEpochLocked(resp.GetEpoch(), "heartbeat")
 	tm.lastContact = time.Now()
+	tm.heartbeats.Add(1)
 	if resp.GetUnknownTaskManager() {
 		tm.registered = false
 		tm.wake()

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -26,17 +27,21 @@ func (m *outMsg) seq() uint64 {
 }
 
 // outbox delivers UpdateTaskExecutionState and ScheduleOrUpdateConsumers to the leader: FIFO
-// per attempt (one worker goroutine per attempt with pending messages, sending its head until
-// accepted), attempts independent, retried while transport.Retryable with backoff and jitter.
+// per attempt (exactly one worker goroutine per attempt with pending messages, sending its
+// head until accepted), attempts independent, retried while transport.Retryable with backoff and jitter.
 type outbox struct {
 	tm     *TaskManager
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	seq     uint64
-	queues  map[string][]*outMsg
+	mu     sync.Mutex
+	seq    uint64
+	queues map[string][]*outMsg
+	// workers holds the attempts that have a worker: one per attempt, started by the enqueue
+	// that finds none and ended (under mu) by the worker that finds the queue empty, so a
+	// message enqueued while the worker pops the last one is sent by that worker.
+	workers map[string]bool
 	n       int
 	stopped bool
 	nudge   chan struct{} // closed and replaced to wake every backing-off worker
@@ -44,7 +49,7 @@ type outbox struct {
 
 func newOutbox(tm *TaskManager) *outbox {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &outbox{tm: tm, ctx: ctx, cancel: cancel, queues: map[string][]*outMsg{}, nudge: make(chan struct{})}
+	return &outbox{tm: tm, ctx: ctx, cancel: cancel, queues: map[string][]*outMsg{}, workers: map[string]bool{}, nudge: make(chan struct{})}
 }
 
 func (o *outbox) len() int {
@@ -68,11 +73,13 @@ func (o *outbox) enqueueConsumers(d *pb.TaskDeploymentDescriptor, pd *pb.ResultP
 	}})
 }
 
-func (o *outbox) enqueue(m *outMsg) {
+// enqueue queues m behind the attempt's earlier messages and reports whether it started the
+// attempt's worker (there was none).
+func (o *outbox) enqueue(m *outMsg) (started bool) {
 	o.mu.Lock()
 	if o.stopped {
 		o.mu.Unlock()
-		return
+		return false
 	}
 	o.seq++
 	if m.state != nil {
@@ -83,14 +90,19 @@ func (o *outbox) enqueue(m *outMsg) {
 	q := o.queues[m.attempt]
 	o.queues[m.attempt] = append(q, m)
 	o.n++
-	start := len(q) == 0
+	start := !o.workers[m.attempt]
+	if failpoint.Enabled(failpoint.OutboxDoubleWorker) {
+		start = len(q) == 0 // the planted bug: a worker that just popped its last message still runs
+	}
 	if start {
+		o.workers[m.attempt] = true
 		o.wg.Add(1)
 	}
 	o.mu.Unlock()
 	if start {
 		go o.worker(m.attempt)
 	}
+	return start
 }
 
 // wake makes every backing-off worker retry now (a new leader is known).
@@ -101,13 +113,15 @@ func (o *outbox) wake() {
 	o.mu.Unlock()
 }
 
-// head returns the attempt's first message, or nil after removing the empty queue.
+// head returns the attempt's first message, or nil after removing the empty queue and the
+// worker's mark (the worker then ends).
 func (o *outbox) head(attempt string) (*outMsg, chan struct{}) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	q := o.queues[attempt]
 	if len(q) == 0 || o.stopped {
 		delete(o.queues, attempt)
+		delete(o.workers, attempt)
 		return nil, nil
 	}
 	return q[0], o.nudge
@@ -149,6 +163,7 @@ func (o *outbox) worker(attempt string) {
 				continue
 			}
 			o.pop(attempt, false)
+			failpoint.Inject(o.ctx, failpoint.OutboxAfterSend)
 			continue
 		}
 		if o.ctx.Err() != nil {

@@ -33,19 +33,16 @@ func (s *controlService) SubmitTask(ctx context.Context, req *pb.SubmitTaskReque
 	if err := tm.fenceLocked(req.GetEpoch(), "SubmitTask"); err != nil {
 		return nil, err
 	}
-	if _, ok := tm.tasks[d.GetAttemptId()]; ok {
-		return &pb.SubmitTaskResponse{}, nil // idempotent redelivery
-	}
-	if o := tm.newerAttemptLocked(d); o != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "stale attempt number %d of %s[%d]: attempt %s (number %d, %s) is already on %s",
-			d.GetAttemptNumber(), d.GetVertexId(), d.GetSubtaskIndex(), o.attempt(), o.tdd.GetAttemptNumber(), o.state, tm.cfg.ID)
-	}
 	if tm.stopping.Load() {
-		return nil, status.Error(codes.Unavailable, ErrStopped.Error())
+		if _, ok := tm.tasks[d.GetAttemptId()]; !ok {
+			return nil, status.Error(codes.Unavailable, ErrStopped.Error())
+		}
 	}
-	if o := tm.slots[d.GetSlotIndex()]; o != nil {
-		return nil, status.Errorf(codes.ResourceExhausted, "slot %d of %s is busy with attempt %s (%s/%d, %s)",
-			d.GetSlotIndex(), tm.cfg.ID, o.attempt(), o.tdd.GetVertexId(), o.tdd.GetSubtaskIndex(), o.state)
+	switch code, msg := tm.admitLocked(d); {
+	case code != codes.OK:
+		return nil, status.Error(code, msg)
+	case msg != "":
+		return &pb.SubmitTaskResponse{}, nil // idempotent redelivery
 	}
 	tm.startTaskLocked(proto.Clone(d).(*pb.TaskDeploymentDescriptor))
 	tm.log.Info("task submitted", "job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex(),
@@ -79,6 +76,8 @@ func (s *controlService) CancelTask(ctx context.Context, req *pb.CancelTaskReque
 	t := tm.tasks[req.GetAttemptId()]
 	if t == nil {
 		// Nothing to stop: an attempt this TM never ran (or forgot) is as good as cancelled.
+		// The tombstone keeps a SubmitTask that this cancel overtook from starting it.
+		tm.cancelledUnseen.add(req.GetAttemptId())
 		tm.mu.Unlock()
 		return &pb.CancelTaskResponse{State: pb.ExecutionState_EXECUTION_STATE_CANCELED}, nil
 	}
@@ -157,7 +156,8 @@ func (s *controlService) RequestReport(req *pb.RequestReportRequest, stream pb.T
 	for _, t := range sortedTasks(tm.tasks) {
 		execs = append(execs, tm.executionReportLocked(t))
 	}
-	base := &pb.TaskManagerReport{TmId: tm.cfg.ID, GrpcAddress: tm.cfg.AdvertiseGRPC, DataAddress: tm.cfg.AdvertiseData, Slots: int32(tm.cfg.Slots)}
+	base := &pb.TaskManagerReport{TmId: tm.cfg.ID, GrpcAddress: tm.cfg.AdvertiseGRPC, DataAddress: tm.cfg.AdvertiseData, Slots: int32(tm.cfg.Slots),
+		Incarnation: tm.cfg.Incarnation}
 	tm.mu.Unlock()
 	if newLeader {
 		tm.wake()

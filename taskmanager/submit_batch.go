@@ -91,6 +91,10 @@ func (tm *TaskManager) admitLocked(d *pb.TaskDeploymentDescriptor) (codes.Code, 
 	if _, ok := tm.tasks[d.GetAttemptId()]; ok {
 		return codes.OK, "already submitted"
 	}
+	if tm.cancelledUnseen.has(d.GetAttemptId()) {
+		return codes.FailedPrecondition, fmt.Sprintf("attempt %s of %s[%d] was cancelled by the leader before it reached %s: not starting it",
+			d.GetAttemptId(), d.GetVertexId(), d.GetSubtaskIndex(), tm.cfg.ID)
+	}
 	if o := tm.newerAttemptLocked(d); o != nil {
 		return codes.FailedPrecondition, fmt.Sprintf("stale attempt number %d of %s[%d]: attempt %s (number %d, %s) is already on %s",
 			d.GetAttemptNumber(), d.GetVertexId(), d.GetSubtaskIndex(), o.attempt(), o.tdd.GetAttemptNumber(), o.state, tm.cfg.ID)

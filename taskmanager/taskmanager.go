@@ -2,6 +2,8 @@ package taskmanager
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -23,6 +25,9 @@ import (
 type TaskManager struct {
 	// fenceChecks counts the checks for a live leader made after FenceTimeout without contact.
 	fenceChecks atomic.Int64
+	// heartbeats counts the heartbeats the leader answered; contactFailures the failed
+	// registrations and heartbeats.
+	heartbeats, contactFailures atomic.Int64
 	// newLeaderSeen: when a leader with a newer epoch than the TM's was first named (guarded
 	// by mu).
 	newLeaderSeen struct {
@@ -52,6 +57,7 @@ type TaskManager struct {
 	epoch           uint64
 	tasks           map[string]*task // by attempt id, terminal ones while retained
 	slots           []*task          // the non-terminal occupant of each slot
+	cancelledUnseen *tombstones      // attempts cancelled before they were submitted here
 	leaderAddr      string
 	leaderID        string
 	registered      bool
@@ -96,6 +102,9 @@ func New(cfg Config) (*TaskManager, error) {
 	if cfg.AdvertiseData == "" {
 		cfg.AdvertiseData = dl.Addr().String()
 	}
+	if cfg.Incarnation == "" {
+		cfg.Incarnation = newIncarnation()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tm := &TaskManager{
 		cfg:             cfg,
@@ -107,6 +116,7 @@ func New(cfg Config) (*TaskManager, error) {
 		conns:           newConnPool(cfg.MaxMessageSize),
 		events:          newEventLog(cfg.EventLog, cfg.ID),
 		tasks:           map[string]*task{},
+		cancelledUnseen: newTombstones(MaxCancelTombstones),
 		slots:           make([]*task, cfg.Slots),
 		hbInterval:      cfg.HeartbeatInterval,
 		partitionExpiry: map[partitionKey]time.Time{},
@@ -241,6 +251,19 @@ func (tm *TaskManager) ID() string { return tm.cfg.ID }
 
 // GRPCAddr returns the advertised TaskManagerService address.
 func (tm *TaskManager) GRPCAddr() string { return tm.cfg.AdvertiseGRPC }
+
+// Heartbeats is the number of heartbeats a leader has answered.
+func (tm *TaskManager) Heartbeats() int64 { return tm.heartbeats.Load() }
+
+// Incarnation is this process's instance id (Config.Incarnation).
+func (tm *TaskManager) Incarnation() string { return tm.cfg.Incarnation }
+
+// newIncarnation is 16 random hex characters.
+func newIncarnation() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
 
 // DataAddr returns the advertised DataService address.
 func (tm *TaskManager) DataAddr() string { return tm.cfg.AdvertiseData }

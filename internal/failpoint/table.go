@@ -12,9 +12,19 @@ var (
 	AckBeforeCommit       = newSwitch("ack-before-commit", "SubmitJob and CancelJob are acknowledged at once and committed 500 ms later")
 	NondeterministicApply = newSwitch("nondeterministic-apply", "Apply stamps every submitted job with this replica's own clock")
 	DisableFencing        = newSwitch("disable-fencing", "a TaskManager accepts calls whose leader epoch is below one it has seen")
+	OutboxDoubleWorker    = newSwitch("outbox-double-worker", "a TaskManager's outbox starts a second sender for an attempt whose sender just sent its last message: duplicate and out-of-order updates")
+
+	// Disk faults of a JobMaster replica: every write of the Raft log, the stable store and a
+	// snapshot (cluster/faultstore.go).
+
+	DiskFailBeforeWrite = newSwitch("disk-fail-before-write", "every Raft log, stable-store and snapshot write of a JobMaster fails before it is made (an I/O error)")
+	DiskFailAfterWrite  = newSwitch("disk-fail-after-write", "every Raft log, stable-store and snapshot write of a JobMaster is made, then reported failed")
+	DiskPanicMidWrite   = newSwitch("disk-panic-mid-write", "a JobMaster's Raft log write stores the first half of its entries, then the process panics (a crash mid-write)")
 
 	// Hooks: a point between a commit and the RPC it guards, where Inject pauses.
 
 	BeforeSubmitTask = newHook("before-submit-task", "after an attempt's DEPLOYING commit, before its SubmitTask is sent")
+	OutboxAfterSend  = newHook("outbox-after-send", "after a TaskManager's outbox removed a delivered message from its queue, before it looks at the queue again")
+	DiskWrite        = newHook("disk-write", "before each Raft log, stable-store and snapshot write of a JobMaster: pause(disk-write)=200ms is a slow disk")
 	BeforeCancelTask = newHook("before-cancel-task", "after an attempt's CANCELING commit, before its CancelTask is sent (also a cancel of an attempt a TM reported that the graph does not own)")
 )

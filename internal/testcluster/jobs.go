@@ -46,6 +46,38 @@ func WideAllToAll(name string, parallelism int32, rate float64) *pb.JobGraph {
 	}
 }
 
+// ForwardChain is a streaming job of `vertices` FORWARD-chained vertices of parallelism p
+// (v000 -> v001 -> ...: a sequence source, maps, a log sink): one failover region per subtask
+// index. At 100 x 1,000 it is the job at the default execution limit.
+func ForwardChain(name string, vertices int, p int32) *pb.JobGraph {
+	jg := &pb.JobGraph{Name: name, Type: pb.JobType_JOB_TYPE_STREAMING,
+		RestartStrategy: &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_NONE}}
+	for i := 0; i < vertices; i++ {
+		v := &pb.JobVertex{Id: fmt.Sprintf("v%03d", i), Parallelism: p, Operator: &pb.Operator{Kind: &pb.Operator_Map{Map: &pb.MapOperator{Multiply: 1}}}}
+		switch i {
+		case 0:
+			v.Operator = &pb.Operator{Kind: &pb.Operator_SequenceSource{SequenceSource: &pb.SequenceSource{Keys: 1}}}
+		case vertices - 1:
+			v.Operator = &pb.Operator{Kind: &pb.Operator_LogSink{LogSink: &pb.LogSink{}}}
+		}
+		jg.Vertices = append(jg.Vertices, v)
+		if i > 0 {
+			jg.Edges = append(jg.Edges, fwd(jg.Vertices[i-1].Id, v.Id))
+		}
+	}
+	return jg
+}
+
+// AllToAll is an unbounded source (parallelism p) -> log sink (parallelism q) job whose one
+// edge is ALL_TO_ALL and PIPELINED, with the vertex ids given: p x q input channels in one
+// failover region. Long ids make each input channel larger in the execution graph.
+func AllToAll(name, srcID, sinkID string, p, q int32) *pb.JobGraph {
+	jg := WideAllToAll(name, p, 1)
+	jg.Vertices[0].Id, jg.Vertices[1].Id, jg.Vertices[1].Parallelism = srcID, sinkID, q
+	jg.Edges[0].Source, jg.Edges[0].Target = srcID, sinkID
+	return jg
+}
+
 // BatchKeyedSum is a bounded source (count records per subtask, keys keys) -> filter (odd
 // values) -> ALL_TO_ALL BLOCKING -> checksum sink: two failover regions, scheduled by stage.
 func BatchKeyedSum(name string, parallelism int32, count, keys int64) *pb.JobGraph {

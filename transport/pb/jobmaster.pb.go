@@ -32,7 +32,10 @@ type RegisterTaskManagerRequest struct {
 	DataAddress string                 `protobuf:"bytes,3,opt,name=data_address,json=dataAddress,proto3" json:"data_address,omitempty"`
 	Slots       int32                  `protobuf:"varint,4,opt,name=slots,proto3" json:"slots,omitempty"`
 	// The highest leader epoch the TM has seen.
-	EpochSeen     uint64 `protobuf:"varint,5,opt,name=epoch_seen,json=epochSeen,proto3" json:"epoch_seen,omitempty"`
+	EpochSeen uint64 `protobuf:"varint,5,opt,name=epoch_seen,json=epochSeen,proto3" json:"epoch_seen,omitempty"`
+	// The TM process's incarnation: a random id chosen at start-up. A registration with a new
+	// incarnation proves the previous process is gone.
+	Incarnation   string `protobuf:"bytes,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -100,6 +103,13 @@ func (x *RegisterTaskManagerRequest) GetEpochSeen() uint64 {
 		return x.EpochSeen
 	}
 	return 0
+}
+
+func (x *RegisterTaskManagerRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
 }
 
 type RegisterTaskManagerResponse struct {
@@ -224,11 +234,13 @@ func (x *DeployedExecution) GetState() ExecutionState {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TmId          string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
-	Deployed      []*DeployedExecution   `protobuf:"bytes,2,rep,name=deployed,proto3" json:"deployed,omitempty"`
-	EpochSeen     uint64                 `protobuf:"varint,3,opt,name=epoch_seen,json=epochSeen,proto3" json:"epoch_seen,omitempty"`
-	FreeSlots     int32                  `protobuf:"varint,4,opt,name=free_slots,json=freeSlots,proto3" json:"free_slots,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TmId      string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
+	Deployed  []*DeployedExecution   `protobuf:"bytes,2,rep,name=deployed,proto3" json:"deployed,omitempty"`
+	EpochSeen uint64                 `protobuf:"varint,3,opt,name=epoch_seen,json=epochSeen,proto3" json:"epoch_seen,omitempty"`
+	FreeSlots int32                  `protobuf:"varint,4,opt,name=free_slots,json=freeSlots,proto3" json:"free_slots,omitempty"`
+	// The TM process's incarnation (as registered).
+	Incarnation   string `protobuf:"bytes,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -289,6 +301,13 @@ func (x *HeartbeatRequest) GetFreeSlots() int32 {
 		return x.FreeSlots
 	}
 	return 0
+}
+
+func (x *HeartbeatRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
 }
 
 type HeartbeatResponse struct {
@@ -727,14 +746,15 @@ var File_jmcluster_v1_jobmaster_proto protoreflect.FileDescriptor
 
 const file_jmcluster_v1_jobmaster_proto_rawDesc = "" +
 	"\n" +
-	"\x1cjmcluster/v1/jobmaster.proto\x12\fjmcluster.v1\x1a\x18jmcluster/v1/graph.proto\"\xac\x01\n" +
+	"\x1cjmcluster/v1/jobmaster.proto\x12\fjmcluster.v1\x1a\x18jmcluster/v1/graph.proto\"\xce\x01\n" +
 	"\x1aRegisterTaskManagerRequest\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
 	"\fdata_address\x18\x03 \x01(\tR\vdataAddress\x12\x14\n" +
 	"\x05slots\x18\x04 \x01(\x05R\x05slots\x12\x1d\n" +
 	"\n" +
-	"epoch_seen\x18\x05 \x01(\x04R\tepochSeen\"\x84\x01\n" +
+	"epoch_seen\x18\x05 \x01(\x04R\tepochSeen\x12 \n" +
+	"\vincarnation\x18\x06 \x01(\tR\vincarnation\"\x84\x01\n" +
 	"\x1bRegisterTaskManagerResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x122\n" +
@@ -743,14 +763,15 @@ const file_jmcluster_v1_jobmaster_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x02 \x01(\tR\tattemptId\x122\n" +
-	"\x05state\x18\x03 \x01(\x0e2\x1c.jmcluster.v1.ExecutionStateR\x05state\"\xa2\x01\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x1c.jmcluster.v1.ExecutionStateR\x05state\"\xc4\x01\n" +
 	"\x10HeartbeatRequest\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12;\n" +
 	"\bdeployed\x18\x02 \x03(\v2\x1f.jmcluster.v1.DeployedExecutionR\bdeployed\x12\x1d\n" +
 	"\n" +
 	"epoch_seen\x18\x03 \x01(\x04R\tepochSeen\x12\x1d\n" +
 	"\n" +
-	"free_slots\x18\x04 \x01(\x05R\tfreeSlots\"[\n" +
+	"free_slots\x18\x04 \x01(\x05R\tfreeSlots\x12 \n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"[\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x120\n" +
 	"\x14unknown_task_manager\x18\x02 \x01(\bR\x12unknownTaskManager\"\xe1\x01\n" +

@@ -923,14 +923,16 @@ func (x *ExecutionReport) GetConsumed() []*ConsumedPartitionReport {
 
 // One chunk of a TM's report.
 type TaskManagerReport struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TmId          string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
-	GrpcAddress   string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
-	DataAddress   string                 `protobuf:"bytes,3,opt,name=data_address,json=dataAddress,proto3" json:"data_address,omitempty"`
-	Slots         int32                  `protobuf:"varint,4,opt,name=slots,proto3" json:"slots,omitempty"`
-	Executions    []*ExecutionReport     `protobuf:"bytes,5,rep,name=executions,proto3" json:"executions,omitempty"`
-	ChunkIndex    int32                  `protobuf:"varint,6,opt,name=chunk_index,json=chunkIndex,proto3" json:"chunk_index,omitempty"`
-	Last          bool                   `protobuf:"varint,7,opt,name=last,proto3" json:"last,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	TmId        string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
+	GrpcAddress string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	DataAddress string                 `protobuf:"bytes,3,opt,name=data_address,json=dataAddress,proto3" json:"data_address,omitempty"`
+	Slots       int32                  `protobuf:"varint,4,opt,name=slots,proto3" json:"slots,omitempty"`
+	Executions  []*ExecutionReport     `protobuf:"bytes,5,rep,name=executions,proto3" json:"executions,omitempty"`
+	ChunkIndex  int32                  `protobuf:"varint,6,opt,name=chunk_index,json=chunkIndex,proto3" json:"chunk_index,omitempty"`
+	Last        bool                   `protobuf:"varint,7,opt,name=last,proto3" json:"last,omitempty"`
+	// The TM process's incarnation.
+	Incarnation   string `protobuf:"bytes,8,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1012,6 +1014,13 @@ func (x *TaskManagerReport) GetLast() bool {
 		return x.Last
 	}
 	return false
+}
+
+func (x *TaskManagerReport) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
 }
 
 type AcknowledgeTerminalRequest struct {
@@ -1345,7 +1354,7 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"slot_index\x18\t \x01(\x05R\tslotIndex\x12A\n" +
 	"\bproduced\x18\n" +
 	" \x03(\v2%.jmcluster.v1.ProducedPartitionReportR\bproduced\x12A\n" +
-	"\bconsumed\x18\v \x03(\v2%.jmcluster.v1.ConsumedPartitionReportR\bconsumed\"\xf8\x01\n" +
+	"\bconsumed\x18\v \x03(\v2%.jmcluster.v1.ConsumedPartitionReportR\bconsumed\"\x9a\x02\n" +
 	"\x11TaskManagerReport\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
@@ -1356,7 +1365,8 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"executions\x12\x1f\n" +
 	"\vchunk_index\x18\x06 \x01(\x05R\n" +
 	"chunkIndex\x12\x12\n" +
-	"\x04last\x18\a \x01(\bR\x04last\"S\n" +
+	"\x04last\x18\a \x01(\bR\x04last\x12 \n" +
+	"\vincarnation\x18\b \x01(\tR\vincarnation\"S\n" +
 	"\x1aAcknowledgeTerminalRequest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1f\n" +
 	"\vattempt_ids\x18\x02 \x03(\tR\n" +

@@ -1,0 +1,267 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jmcluster/jmcluster/internal/failpoint"
+)
+
+// TestDiskFaultsNeverAcknowledgeWithoutPersistence: three replicas on real bolt files take
+// writes while their disks are slow, then fail every write before it is made, then make every
+// write and report it failed. A write acknowledged to its client must survive killing every
+// replica and restarting them from their data dirs; a failing disk must never acknowledge a
+// write (its client gets an error, and the outcome of such a write is unknown: it may or may
+// not be there after the restart); nothing committed before the faults is lost.
+func TestDiskFaultsNeverAcknowledgeWithoutPersistence(t *testing.T) {
+	nodes := startStatic(t, 3, nil)
+	leader := establishedLeader(t, nodes, 1)
+	mustApply(t, leader.Node, "before")
+	waitValues(t, nodes, []string{"before"})
+
+	acked := []string{"before"}
+	var unacked []string
+	for _, fault := range []struct {
+		spec     string
+		writes   int
+		ackedAll bool // every write must succeed (a slow disk), else none may
+	}{
+		{"pause(disk-write)=30ms", 5, true},
+		{"disk-fail-before-write", 3, false},
+		{"disk-fail-after-write", 3, false},
+	} {
+		// A leader that commits, before the fault.
+		ready := "ready-for-" + fault.spec
+		waitFor(t, "a leader that commits "+ready, func() (bool, string) {
+			leader = establishedLeader(t, nodes, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			res, err := applyValue(ctx, leader.Node, ready)
+			if err == nil && res.Err != nil {
+				err = res.Err
+			}
+			if err != nil {
+				return false, fmt.Sprintf("%s: %v", leader.ID(), err)
+			}
+			return true, ""
+		})
+		acked = append(acked, ready)
+		if err := failpoint.Configure(fault.spec); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < fault.writes; i++ {
+			v := fmt.Sprintf("%s-%d", strings.TrimPrefix(strings.SplitN(fault.spec, "=", 2)[0], "pause("), i)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			res, err := applyValue(ctx, leader.Node, v)
+			cancel()
+			if err == nil && res.Err != nil {
+				err = res.Err
+			}
+			switch {
+			case err == nil && !fault.ackedAll:
+				t.Fatalf("%s: write %q acknowledged by a disk that fails every write", fault.spec, v)
+			case err != nil && fault.ackedAll:
+				t.Fatalf("%s: write %q failed on a slow but working disk: %v", fault.spec, v, err)
+			case err == nil:
+				acked = append(acked, v)
+			default:
+				t.Logf("%s: %q refused: %v", fault.spec, v, err)
+				unacked = append(unacked, v)
+			}
+		}
+		failpoint.Reset()
+	}
+
+	restarted := restartAll(t, nodes)
+	leader = establishedLeader(t, restarted, 2)
+	mustApply(t, leader.Node, "after")
+	waitFor(t, "every acknowledged write on every restarted replica, in order", func() (bool, string) {
+		var seen []string
+		ok := true
+		for _, r := range restarted {
+			got := r.fsm.Values()
+			seen = append(seen, fmt.Sprintf("%s=%v", r.ID(), got))
+			// The acknowledged writes in their order, the refused ones possibly among them.
+			var kept []string
+			for _, v := range got {
+				if !slices.Contains(unacked, v) {
+					kept = append(kept, v)
+				}
+			}
+			ok = ok && slices.Equal(kept, append(slices.Clone(acked), "after"))
+		}
+		return ok, strings.Join(seen, " ")
+	})
+}
+
+// currentLeader waits a few election timeouts for an established leader and returns it, or nil.
+func currentLeader(nodes []*testNode) *testNode {
+	deadline := time.Now().Add(5 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		for _, tn := range nodes {
+			if !tn.closed.Load() && tn.Established() {
+				return tn
+			}
+		}
+		<-tick.C
+	}
+	return nil
+}
+
+// restartAll kills every replica at once and restarts each from its data dir on the same
+// addresses.
+func restartAll(t *testing.T, nodes []*testNode) []*testNode {
+	t.Helper()
+	var restarted []*testNode
+	for _, tn := range nodes {
+		tn.stop()
+	}
+	for _, tn := range nodes {
+		cfg := tn.cfg
+		cfg.RaftBindAddr = tn.RaftAddr()
+		r := newTestNode(t, cfg, listen(t, tn.GRPCAddr()))
+		r.setPeers(tn.cfg.Peers)
+		restarted = append(restarted, r)
+	}
+	for _, r := range restarted {
+		if err := r.Start(context.Background()); err != nil {
+			t.Fatalf("restart %s: %v", r.ID(), err)
+		}
+	}
+	return restarted
+}
+
+// mountTmpfs mounts a tmpfs of the given size on a fresh directory and unmounts it when the
+// test ends (after the nodes using it have stopped: cleanups run last-in first-out).
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root (CI runs as root)")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
+		t.Fatalf("mount a %s tmpfs on %s: %v", size, dir, err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// TestDiskFullNeverAcknowledges: every replica keeps its Raft data on a small tmpfs of its
+// own. Writes of 64 KiB go in until the disks are full; from then on writes fail with errors,
+// and none is acknowledged that is not there after the space comes back (the tmpfs is
+// remounted larger, as an operator frees space). The cluster then takes writes again, and
+// after every replica is killed and restarted from its data dir each holds every acknowledged
+// write in order.
+func TestDiskFullNeverAcknowledges(t *testing.T) {
+	const size = "4m"
+	dirs := make([]string, 3)
+	for i := range dirs {
+		dirs[i] = mountTmpfs(t, size)
+	}
+	nodes := make([]*testNode, 3)
+	peers := make([]Peer, 3)
+	for i := range nodes {
+		cfg := nodeConfig(t, fmt.Sprintf("jm%d", i+1))
+		cfg.DataDir = filepath.Join(dirs[i], "data")
+		nodes[i] = newTestNode(t, cfg, listen(t, "127.0.0.1:0"))
+		peers[i] = Peer{ID: nodes[i].ID(), RaftAddr: nodes[i].RaftAddr(), GRPCAddr: nodes[i].GRPCAddr()}
+	}
+	for _, tn := range nodes {
+		tn.setPeers(peers)
+		if err := tn.Start(context.Background()); err != nil {
+			t.Fatalf("start %s: %v", tn.ID(), err)
+		}
+	}
+	payload := strings.Repeat("x", 64<<10)
+	var acked, refused []string
+	fullAt := -1
+	for i := 0; i < 200 && (fullAt < 0 || i < fullAt+5); i++ {
+		v := fmt.Sprintf("%03d-%s", i, payload)
+		// The leader may have stepped down after a failed write; ask whoever leads now. Once
+		// the disks are full there may be none: an election writes the term and the vote.
+		leader := currentLeader(nodes)
+		if leader == nil {
+			if fullAt < 0 {
+				fullAt = i
+			}
+			break
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		res, err := applyValue(ctx, leader.Node, v)
+		cancel()
+		if err == nil && res.Err != nil {
+			err = res.Err
+		}
+		if err != nil {
+			if fullAt < 0 {
+				fullAt = i
+				t.Logf("write %d refused once the disks filled: %v", i, err)
+			}
+			refused = append(refused, v)
+			continue
+		}
+		acked = append(acked, v)
+	}
+	if fullAt < 0 {
+		t.Fatalf("200 writes of 64 KiB fit on %s disks: the disks never filled", size)
+	}
+	t.Logf("%d writes acknowledged, %d refused after the disks filled at write %d", len(acked), len(refused), fullAt)
+
+	// Space comes back.
+	for _, d := range dirs {
+		if err := syscall.Mount("tmpfs", d, "tmpfs", syscall.MS_REMOUNT, "size=256m"); err != nil {
+			t.Fatalf("remount %s larger: %v", d, err)
+		}
+	}
+	waitFor(t, "a write accepted once space is back", func() (bool, string) {
+		leader := currentLeader(nodes)
+		if leader == nil {
+			return false, "no established leader"
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		res, err := applyValue(ctx, leader.Node, "after")
+		if err == nil && res.Err != nil {
+			err = res.Err
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	// And it was on disk: every replica dies and restarts from its data dir.
+	nodes = restartAll(t, nodes)
+	establishedLeader(t, nodes, 2)
+	waitFor(t, "every acknowledged write on every restarted replica, in order", func() (bool, string) {
+		var seen []string
+		ok := true
+		for _, tn := range nodes {
+			var kept []string
+			n := 0
+			for _, v := range tn.fsm.Values() {
+				n++
+				if !slices.Contains(refused, v) {
+					kept = append(kept, v)
+				}
+			}
+			seen = append(seen, fmt.Sprintf("%s: %d values", tn.ID(), n))
+			// "after" may be there more than once (a retried write whose first try committed).
+			kept = slices.Compact(kept)
+			ok = ok && slices.Equal(kept, append(slices.Clone(acked), "after"))
+		}
+		return ok, strings.Join(seen, " ")
+	})
+}
