@@ -103,7 +103,9 @@ func script(h *harness) {
 	establish(h, 1)
 	h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: 1, Timestamp: 60})
 	h.ok(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: b, LastChunk: true, Status: pb.JobStatus_JOB_STATUS_FAILING, Cause: "lost"})
-	h.ok(endT, &pb.EndReconciliationCommand{Epoch: 1, Timestamp: 70, Counts: &pb.ReconciliationCounts{Missing: 12}})
+	h.ok(endT, &pb.EndReconciliationCommand{Epoch: 1, Timestamp: 70, Counts: &pb.ReconciliationCounts{Missing: 12},
+		CollectedAt: 66, MergedAt: 67, JobsCommittedAt: 69,
+		Reports: []*pb.ReconciliationReport{{TmId: "tm1", Outcome: "reported", At: 64, Executions: 3}, {TmId: "tm2", Outcome: "missing", At: 66}}})
 	h.ok(cancelT, &pb.CancelJobCommand{JobId: b, Timestamp: 80})
 	// A third job, cancelled before it ran (CANCELED at once), then removed by the retention.
 	c := jobIDN(12)

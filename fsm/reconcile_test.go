@@ -149,10 +149,21 @@ func TestReconciliationLifecycle(t *testing.T) {
 	counts2 := &pb.ReconciliationCounts{Executions: 6, KeptRunning: 4, Finished: 2, Reports: 3}
 	h.fails(endT, &pb.EndReconciliationCommand{Epoch: 2}, ErrStaleEpoch)
 	h.fails(endT, &pb.EndReconciliationCommand{Epoch: 1, Outcome: "great"}, ErrInvalidCommand)
-	h.ok(endT, &pb.EndReconciliationCommand{Epoch: 1, Timestamp: 14000, Counts: counts2})
+	h.fails(endT, &pb.EndReconciliationCommand{Epoch: 1, Reports: []*pb.ReconciliationReport{{Outcome: "reported"}}}, ErrInvalidCommand)
+	h.fails(endT, &pb.EndReconciliationCommand{Epoch: 1, Reports: []*pb.ReconciliationReport{{TmId: "tm1", Outcome: "late"}}}, ErrInvalidCommand)
+	reports := []*pb.ReconciliationReport{
+		{TmId: "tm1", Outcome: "reported", At: 12100, Executions: 4},
+		{TmId: "tm3", Outcome: "refused", At: 12200, Detail: "too large"},
+		{TmId: "tm2", Outcome: "missing", At: 12500},
+	}
+	h.ok(endT, &pb.EndReconciliationCommand{Epoch: 1, Timestamp: 14000, Counts: counts2,
+		CollectedAt: 12500, MergedAt: 12600, JobsCommittedAt: 13900, Reports: reports})
 	r := h.f.Reconciliations()[0]
 	if r.Outcome != "completed" || r.EndedAt != 14000 || !proto.Equal(r.Counts, counts2) {
 		t.Errorf("ended record: %v", r)
+	}
+	if r.CollectedAt != 12500 || r.MergedAt != 12600 || r.JobsCommittedAt != 13900 || len(r.Reports) != 3 || !proto.Equal(r.Reports[1], reports[1]) {
+		t.Errorf("ended record's phases and reports: %v", r)
 	}
 	h.fails(endT, &pb.EndReconciliationCommand{Epoch: 1}, ErrNoReconciliation)
 	h.fails(beginT, &pb.BeginReconciliationCommand{Epoch: 1}, ErrReconciliationEnded)

@@ -187,6 +187,14 @@ func (s *state) endReconciliation(_ uint64, c *pb.EndReconciliationCommand) erro
 	if outcome != outcomeCompleted && outcome != outcomeAbandoned {
 		return wrapf(ErrInvalidCommand, "outcome %q (want %q or %q)", c.Outcome, outcomeCompleted, outcomeAbandoned)
 	}
+	for i, rep := range c.Reports {
+		if rep.GetTmId() == "" {
+			return wrapf(ErrInvalidCommand, "reports[%d]: no TaskManager id", i)
+		}
+		if !reportOutcomes[rep.Outcome] {
+			return wrapf(ErrInvalidCommand, "reports[%d]: outcome %q (want reported, refused, missing or dead)", i, rep.Outcome)
+		}
+	}
 	r := s.reconciliation(c.Epoch)
 	if r == nil || r.Outcome != outcomeInProgress {
 		return wrapf(ErrNoReconciliation, "epoch %d", c.Epoch)
@@ -194,5 +202,12 @@ func (s *state) endReconciliation(_ uint64, c *pb.EndReconciliationCommand) erro
 	r.EndedAt = c.Timestamp
 	r.Counts = c.Counts
 	r.Outcome = outcome
+	// The phase and report times are the leader's, written into the command: copied, never read
+	// from a clock here.
+	r.CollectedAt, r.MergedAt, r.JobsCommittedAt = c.CollectedAt, c.MergedAt, c.JobsCommittedAt
+	r.Reports = c.Reports
 	return nil
 }
+
+// reportOutcomes are the outcomes a ReconciliationReport may carry.
+var reportOutcomes = map[string]bool{"reported": true, "refused": true, "missing": true, "dead": true}

@@ -175,6 +175,15 @@ func TestLeaderKillStreamingJob(t *testing.T) {
 	if r.StartedAt == 0 || r.EndedAt < r.StartedAt || r.LeaderId != l2.ID {
 		t.Fatalf("reconciliation record %v", r)
 	}
+	checkPhases(t, r)
+	for i, rep := range r.Reports {
+		if rep.Outcome != "reported" || rep.Executions != 3 || rep.At < r.StartedAt || rep.At > r.CollectedAt {
+			t.Fatalf("report %d in the record: %v (record %v)", i, rep, r)
+		}
+	}
+	if len(r.Reports) != 3 {
+		t.Fatalf("%d reports in the record, want 3: %v", len(r.Reports), r.Reports)
+	}
 	// The sinks keep growing after the reconciliation, with no gap and no duplicate.
 	s := sinkGrows(t, c, id, 0)
 	sinkGrows(t, c, id, s.Count+100)
@@ -324,6 +333,19 @@ func TestSilentTMFailsOnlyItsRegions(t *testing.T) {
 	c.SilenceTM(silent)
 	r := c.CompletedAfter(e0, 30*time.Second)
 	checkSilentCounts(t, r.Counts, onSilent, affected)
+	checkPhases(t, r)
+	var missing []string
+	for _, rep := range r.Reports {
+		if rep.Outcome != "reported" {
+			missing = append(missing, rep.TmId+" "+rep.Outcome)
+			if rep.At != r.CollectedAt {
+				t.Errorf("%s: %s at %d, collection ended at %d", rep.TmId, rep.Outcome, rep.At, r.CollectedAt)
+			}
+		}
+	}
+	if len(missing) != 1 || missing[0] != silent.ID+" missing" {
+		t.Errorf("TMs without a report in the record: %v, want %s missing", missing, silent.ID)
+	}
 	after := c.WaitJob(id, "the failed regions restarted and the job RUNNING", 30*time.Second, func(rec *pb.JobRecord) bool {
 		return running(rec) && len(tc.Changed(before, tc.Attempts(rec))) > 0
 	})
@@ -557,5 +579,16 @@ func TestReconciliationWaitsForTMsGossipWronglyReportsDead(t *testing.T) {
 	after := c.WaitJob(id, "the job RUNNING", 20*time.Second, running)
 	if changed := tc.Changed(before, tc.Attempts(after)); len(changed) != 0 {
 		t.Fatalf("attempts changed across the failover: %v", changed)
+	}
+}
+
+// checkPhases: a completed record's phases are in order, by the leader's clock.
+func checkPhases(t *testing.T, r *pb.ReconciliationRecord) {
+	t.Helper()
+	at := []int64{r.StartedAt, r.CollectedAt, r.MergedAt, r.JobsCommittedAt, r.EndedAt}
+	for i := 1; i < len(at); i++ {
+		if at[i] < at[i-1] || at[i] == 0 {
+			t.Fatalf("phases out of order (started, collected, merged, jobs committed, ended): %v", at)
+		}
 	}
 }

@@ -33,10 +33,15 @@ type collector struct {
 	deposed  error
 	plan     *Plan
 	inflight sync.WaitGroup
+	// The record's view of the collection (END_RECONCILIATION carries it): when each TM's
+	// report arrived or was refused, and when collection ended, by the leader's clock.
+	at          map[string]int64
+	collectedAt int64
+	notWaited   []string // waited-for TMs still without a report when collection ended
 }
 
 func newCollector(r *Reconciler, epoch uint64) *collector {
-	return &collector{r: r, epoch: epoch, reports: map[string]*Report{}, refused: map[string]error{}, failed: map[string]bool{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+	return &collector{r: r, epoch: epoch, reports: map[string]*Report{}, refused: map[string]error{}, failed: map[string]bool{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1), at: map[string]int64{}}
 }
 
 func (c *collector) collect(ctx context.Context, initial []target) (map[string]*Report, error) {
@@ -62,6 +67,7 @@ func (c *collector) collect(ctx context.Context, initial []target) (map[string]*
 		waiting := c.waitingLocked()
 		if len(waiting) == 0 || time.Now().After(deadline) {
 			c.closed = true
+			c.collectedAt, c.notWaited = time.Now().UnixMilli(), waiting
 			out := make(map[string]*Report, len(c.reports))
 			for k, v := range c.reports {
 				out[k] = v
@@ -156,6 +162,7 @@ func (c *collector) deliver(rep *Report) {
 		return
 	}
 	c.reports[rep.TMID] = rep
+	c.at[rep.TMID] = time.Now().UnixMilli()
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -167,6 +174,7 @@ func (c *collector) deliver(rep *Report) {
 func (c *collector) refuse(id string, err error) {
 	c.mu.Lock()
 	c.refused[id] = err
+	c.at[id] = time.Now().UnixMilli()
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -174,6 +182,37 @@ func (c *collector) refuse(id string, err error) {
 	c.mu.Unlock()
 	c.r.log.Error("report refused", "tm", id, "error", err)
 	c.r.step(c.epoch, "report-refused", "%v; %s counts as not reported", err, id)
+}
+
+// record lists every TM asked for a report as the reconciliation record shows it: reported
+// or refused when it arrived, missing (waited for until collection ended) or dead (gossip
+// reports it dead and its request failed), ordered by time, then id. Call it after collect.
+func (c *collector) record() (collectedAt int64, out []*pb.ReconciliationReport) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	missing := map[string]bool{}
+	for _, id := range c.notWaited {
+		missing[id] = true
+	}
+	for id := range c.asked {
+		r := &pb.ReconciliationReport{TmId: id, Outcome: "dead", At: c.collectedAt}
+		switch {
+		case c.reports[id] != nil:
+			r.Outcome, r.At, r.Executions = "reported", c.at[id], int64(len(c.reports[id].Executions))
+		case c.refused[id] != nil:
+			r.Outcome, r.At, r.Detail = "refused", c.at[id], c.refused[id].Error()
+		case missing[id]:
+			r.Outcome = "missing"
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].At != out[j].At {
+			return out[i].At < out[j].At
+		}
+		return out[i].TmId < out[j].TmId
+	})
+	return c.collectedAt, out
 }
 
 // handleLate cancels, on TMs whose report came after the deadline, every attempt the

@@ -44,11 +44,14 @@ type Plan struct {
 }
 
 // Summary is a one-line description of the plan.
-func (p *Plan) Summary() string {
-	c := p.Counts
+func (p *Plan) Summary() string { return Summary(len(p.Jobs), p.Counts) }
+
+// Summary is the one-line description of a merge of jobs with counts c: what the "merged"
+// step logs, and what the demo prints from a reconciliation record.
+func Summary(jobs int, c *pb.ReconciliationCounts) string {
 	return fmt.Sprintf("%d jobs, %d executions: %d running, %d finished, %d failed, %d canceled, %d missing, %d rejected; cancel %d unknown, %d stale, %d duplicate; %d reports, %d TMs missing",
-		len(p.Jobs), c.Executions, c.KeptRunning, c.Finished, c.Failed, c.Canceled, c.Missing, c.Rejected,
-		c.CancelledUnknown, c.CancelledStale, c.CancelledDuplicate, c.Reports, c.TmsMissing)
+		jobs, c.GetExecutions(), c.GetKeptRunning(), c.GetFinished(), c.GetFailed(), c.GetCanceled(), c.GetMissing(), c.GetRejected(),
+		c.GetCancelledUnknown(), c.GetCancelledStale(), c.GetCancelledDuplicate(), c.GetReports(), c.GetTmsMissing())
 }
 
 type vsKey struct {

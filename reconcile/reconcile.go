@@ -139,11 +139,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, epoch uint64) error {
 	if err != nil {
 		return err
 	}
+	// The record's phase and report times are this leader's clock, written into the command.
+	end := &pb.EndReconciliationCommand{Epoch: epoch, Outcome: "completed"}
+	end.CollectedAt, end.Reports = col.record()
 	plan := Merge(jobs, reports, time.Now().UnixMilli())
 	plan.Counts.Reports = int64(len(reports))
 	if failpoint.Enabled(failpoint.RestartOnFailover) {
 		restartAll(plan)
 	}
+	end.MergedAt = time.Now().UnixMilli()
 	r.step(epoch, "merged", "%s", plan.Summary())
 
 	for _, jp := range plan.Jobs {
@@ -151,9 +155,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, epoch uint64) error {
 			return err
 		}
 	}
-	if _, err := r.jm.Commit(ctx, pb.CommandType_COMMAND_TYPE_END_RECONCILIATION, &pb.EndReconciliationCommand{
-		Epoch: epoch, Timestamp: time.Now().UnixMilli(), Counts: plan.Counts, Outcome: "completed",
-	}); err != nil {
+	end.JobsCommittedAt = time.Now().UnixMilli()
+	end.Timestamp, end.Counts = time.Now().UnixMilli(), plan.Counts
+	if _, err := r.jm.Commit(ctx, pb.CommandType_COMMAND_TYPE_END_RECONCILIATION, end); err != nil {
 		return fmt.Errorf("end: %w", err)
 	}
 	r.step(epoch, "committed", "reconciled graph committed in %s", time.Since(start).Round(time.Millisecond))

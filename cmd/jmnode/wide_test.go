@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/proccluster"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -22,10 +23,10 @@ import (
 // and deadlines several times the defaults, because 262,144 record streams load the machine
 // (the test asserts what survives, not how fast). The TMs' fence timeout stays below the JMs'
 // heartbeat timeout and report deadline, as it must.
-var wideProcs = procOptions{
-	slots:   400,
-	jmFlags: []string{"--report-deadline", "60s", "--heartbeat-timeout", "60s"},
-	tmFlags: []string{"--fence-timeout", "30s"},
+var wideProcs = proccluster.LocalOptions{
+	Slots:   400,
+	JMFlags: []string{"--report-deadline", "60s", "--heartbeat-timeout", "60s"},
+	TMFlags: []string{"--fence-timeout", "30s"},
 }
 
 // TestWideJobSurvivesLeaderKill (JMC_WIDE=1; real processes, heavy): three JobMasters and three
@@ -47,15 +48,7 @@ func TestWideJobSurvivesLeaderKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.waitFor(ctx, 60*time.Second, "3 TaskManagers with 400 slots", func(cs *pb.ClusterStatusResponse) bool {
-		n := 0
-		for _, tm := range cs.TaskManagers {
-			if tm.Slots == 400 && tm.State != "dead" && tm.State != "lost" {
-				n++
-			}
-		}
-		return n == 3
-	}); err != nil {
+	if err := d.waitTMs(ctx, 60*time.Second, 3, 400); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("[%s] cluster up: %s leads at epoch %d", since(), leader.LeaderId, leader.Epoch)
@@ -71,7 +64,7 @@ func TestWideJobSurvivesLeaderKill(t *testing.T) {
 	if err := os.WriteFile(spec, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(d.bin, "job", "submit", spec, "--wait", "--addr", leader.LeaderGrpcAddress, "--timeout", "60s").CombinedOutput()
+	out, err := exec.Command(d.Bin, "job", "submit", spec, "--wait", "--addr", leader.LeaderGrpcAddress, "--timeout", "60s").CombinedOutput()
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if err != nil || !strings.Contains(lines[len(lines)-1], "RUNNING, 1024/1024 tasks running") {
 		t.Fatalf("job submit --wait: %v\n%s", err, out)
@@ -99,27 +92,27 @@ func TestWideJobSurvivesLeaderKill(t *testing.T) {
 	}
 
 	// `jmnode job status` and the REST view read it.
-	out, err = exec.Command(d.bin, "job", "status", jg.JobId, "--addr", leader.LeaderGrpcAddress).CombinedOutput()
+	out, err = exec.Command(d.Bin, "job", "status", jg.JobId, "--addr", leader.LeaderGrpcAddress).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "1024 tasks: RUNNING 1024") || strings.Count(string(out), "RUNNING 512") != 2 {
 		t.Fatalf("job status: %v\n%s", err, out)
 	}
-	out, err = exec.Command(d.bin, "job", "status", jg.JobId, "--vertex", "sink", "--addr", leader.LeaderGrpcAddress).CombinedOutput()
+	out, err = exec.Command(d.Bin, "job", "status", jg.JobId, "--vertex", "sink", "--addr", leader.LeaderGrpcAddress).CombinedOutput()
 	if rows := subtaskRows(string(out)); err != nil || len(rows) != 512 {
 		t.Fatalf("job status --vertex sink: %d rows, %v\n%s", len(rows), err, out)
 	}
-	restSummary(t, d.proc(leader.LeaderId).http, jg.JobId, 1024)
+	restSummary(t, "http://"+d.Proc(leader.LeaderId).Addrs.HTTP, jg.JobId, 1024)
 	t.Logf("[%s] job status, --vertex and the REST view read the job", since())
 
 	// Kill the leader; the next one reconciles.
-	old := d.proc(leader.LeaderId)
-	if err := old.cmd.Process.Kill(); err != nil {
+	old := d.Proc(leader.LeaderId)
+	if err := old.Kill(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
 	var rec *pb.ReconciliationRecord
 	var now *pb.ClusterStatusResponse
 	if err := d.waitFor(ctx, 3*time.Minute, "a new leader with a completed reconciliation", func(cs *pb.ClusterStatusResponse) bool {
-		if cs.LeaderId == "" || cs.LeaderId == old.name || cs.Epoch <= leader.Epoch || cs.Reconciling {
+		if cs.LeaderId == "" || cs.LeaderId == old.Name || cs.Epoch <= leader.Epoch || cs.Reconciling {
 			return false
 		}
 		for _, r := range cs.Reconciliations {
@@ -151,14 +144,14 @@ func TestWideJobSurvivesLeaderKill(t *testing.T) {
 	if after.Status != pb.JobStatus_JOB_STATUS_RUNNING || !allRunning(after) {
 		t.Fatalf("after the kill: %s", testcluster.Describe(after))
 	}
-	out, err = exec.Command(d.bin, "job", "status", jg.JobId, "--addr", now.LeaderGrpcAddress).CombinedOutput()
+	out, err = exec.Command(d.Bin, "job", "status", jg.JobId, "--addr", now.LeaderGrpcAddress).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "1024 tasks: RUNNING 1024; 0 attempts changed") {
 		t.Fatalf("job status after the kill: %v\n%s", err, out)
 	}
-	for _, p := range d.tms {
-		ev, _ := os.ReadFile(filepath.Join(d.dir, p.name+"-events.jsonl"))
+	for _, p := range d.TMs {
+		ev, _ := os.ReadFile(p.EventLog)
 		if n := strings.Count(string(ev), `"event":"stop"`); n != 0 {
-			t.Fatalf("%s stopped %d tasks", p.name, n)
+			t.Fatalf("%s stopped %d tasks", p.Name, n)
 		}
 	}
 	t.Logf("[%s] every attempt kept (1024), job %s, no task stopped", since(), graph.JobStatusName(after.Status))

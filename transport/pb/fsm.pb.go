@@ -950,23 +950,117 @@ func (x *ReconciliationCounts) GetTmsMissing() int64 {
 	return 0
 }
 
+// One TaskManager in a reconciliation: what became of the request for its report, and when
+// (the leader's clock, unix milliseconds).
+type ReconciliationReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	TmId  string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
+	// "reported", "refused" (the report passed a bound: the TM counts as not reported),
+	// "missing" (no report by the deadline) or "dead" (gossip reports it dead and its report
+	// request failed: not waited for).
+	Outcome string `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// When the report arrived or was refused; for "missing" and "dead", when collection ended.
+	At int64 `protobuf:"varint,3,opt,name=at,proto3" json:"at,omitempty"`
+	// Executions in the report ("reported").
+	Executions int64 `protobuf:"varint,4,opt,name=executions,proto3" json:"executions,omitempty"`
+	// Why a report was refused.
+	Detail        string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconciliationReport) Reset() {
+	*x = ReconciliationReport{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconciliationReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconciliationReport) ProtoMessage() {}
+
+func (x *ReconciliationReport) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconciliationReport.ProtoReflect.Descriptor instead.
+func (*ReconciliationReport) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReconciliationReport) GetTmId() string {
+	if x != nil {
+		return x.TmId
+	}
+	return ""
+}
+
+func (x *ReconciliationReport) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *ReconciliationReport) GetAt() int64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *ReconciliationReport) GetExecutions() int64 {
+	if x != nil {
+		return x.Executions
+	}
+	return 0
+}
+
+func (x *ReconciliationReport) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 type ReconciliationRecord struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Epoch     uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	LeaderId  string                 `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	StartedAt int64                  `protobuf:"varint,3,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	EndedAt   int64                  `protobuf:"varint,4,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Epoch    uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	LeaderId string                 `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// BEGIN_RECONCILIATION's timestamp: the start of the record (unix milliseconds).
+	StartedAt int64 `protobuf:"varint,3,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// END_RECONCILIATION's timestamp; set with the outcome.
+	EndedAt int64 `protobuf:"varint,4,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
 	// "in_progress", "completed" or "abandoned".
-	Outcome       string                `protobuf:"bytes,5,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	Counts        *ReconciliationCounts `protobuf:"bytes,6,opt,name=counts,proto3" json:"counts,omitempty"`
-	Jobs          []string              `protobuf:"bytes,7,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	Outcome string                `protobuf:"bytes,5,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Counts  *ReconciliationCounts `protobuf:"bytes,6,opt,name=counts,proto3" json:"counts,omitempty"`
+	Jobs    []string              `protobuf:"bytes,7,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// The phases between (the leader's clock, carried by END_RECONCILIATION): the end of report
+	// collection (every TM answered, or the deadline passed), the merge, and the commit of the
+	// last RECONCILE_JOB. Zero for a record that did not complete or predates them.
+	CollectedAt     int64 `protobuf:"varint,8,opt,name=collected_at,json=collectedAt,proto3" json:"collected_at,omitempty"`
+	MergedAt        int64 `protobuf:"varint,9,opt,name=merged_at,json=mergedAt,proto3" json:"merged_at,omitempty"`
+	JobsCommittedAt int64 `protobuf:"varint,10,opt,name=jobs_committed_at,json=jobsCommittedAt,proto3" json:"jobs_committed_at,omitempty"`
+	// Every TaskManager asked for a report, ordered by time, then id.
+	Reports       []*ReconciliationReport `protobuf:"bytes,11,rep,name=reports,proto3" json:"reports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReconciliationRecord) Reset() {
 	*x = ReconciliationRecord{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1072,7 @@ func (x *ReconciliationRecord) String() string {
 func (*ReconciliationRecord) ProtoMessage() {}
 
 func (x *ReconciliationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1085,7 @@ func (x *ReconciliationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationRecord.ProtoReflect.Descriptor instead.
 func (*ReconciliationRecord) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReconciliationRecord) GetEpoch() uint64 {
@@ -1043,6 +1137,34 @@ func (x *ReconciliationRecord) GetJobs() []string {
 	return nil
 }
 
+func (x *ReconciliationRecord) GetCollectedAt() int64 {
+	if x != nil {
+		return x.CollectedAt
+	}
+	return 0
+}
+
+func (x *ReconciliationRecord) GetMergedAt() int64 {
+	if x != nil {
+		return x.MergedAt
+	}
+	return 0
+}
+
+func (x *ReconciliationRecord) GetJobsCommittedAt() int64 {
+	if x != nil {
+		return x.JobsCommittedAt
+	}
+	return 0
+}
+
+func (x *ReconciliationRecord) GetReports() []*ReconciliationReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
 // Marks every non-terminal job and execution RECONCILING (step 3 of the protocol).
 type BeginReconciliationCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1054,7 +1176,7 @@ type BeginReconciliationCommand struct {
 
 func (x *BeginReconciliationCommand) Reset() {
 	*x = BeginReconciliationCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1188,7 @@ func (x *BeginReconciliationCommand) String() string {
 func (*BeginReconciliationCommand) ProtoMessage() {}
 
 func (x *BeginReconciliationCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1201,7 @@ func (x *BeginReconciliationCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginReconciliationCommand.ProtoReflect.Descriptor instead.
 func (*BeginReconciliationCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{13}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BeginReconciliationCommand) GetEpoch() uint64 {
@@ -1114,7 +1236,7 @@ type ReconcileJobCommand struct {
 
 func (x *ReconcileJobCommand) Reset() {
 	*x = ReconcileJobCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1248,7 @@ func (x *ReconcileJobCommand) String() string {
 func (*ReconcileJobCommand) ProtoMessage() {}
 
 func (x *ReconcileJobCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1261,7 @@ func (x *ReconcileJobCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileJobCommand.ProtoReflect.Descriptor instead.
 func (*ReconcileJobCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{14}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReconcileJobCommand) GetEpoch() uint64 {
@@ -1202,7 +1324,7 @@ type ReconciledExecution struct {
 
 func (x *ReconciledExecution) Reset() {
 	*x = ReconciledExecution{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1336,7 @@ func (x *ReconciledExecution) String() string {
 func (*ReconciledExecution) ProtoMessage() {}
 
 func (x *ReconciledExecution) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1349,7 @@ func (x *ReconciledExecution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciledExecution.ProtoReflect.Descriptor instead.
 func (*ReconciledExecution) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{15}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReconciledExecution) GetVertexId() string {
@@ -1264,7 +1386,7 @@ type RemoveJobsCommand struct {
 
 func (x *RemoveJobsCommand) Reset() {
 	*x = RemoveJobsCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1398,7 @@ func (x *RemoveJobsCommand) String() string {
 func (*RemoveJobsCommand) ProtoMessage() {}
 
 func (x *RemoveJobsCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1411,7 @@ func (x *RemoveJobsCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveJobsCommand.ProtoReflect.Descriptor instead.
 func (*RemoveJobsCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RemoveJobsCommand) GetJobIds() []string {
@@ -1307,18 +1429,24 @@ func (x *RemoveJobsCommand) GetTimestamp() int64 {
 }
 
 type EndReconciliationCommand struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Timestamp     int64                  `protobuf:"varint,2,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
-	Counts        *ReconciliationCounts  `protobuf:"bytes,3,opt,name=counts,proto3" json:"counts,omitempty"`
-	Outcome       string                 `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Epoch     uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Timestamp int64                  `protobuf:"varint,2,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	Counts    *ReconciliationCounts  `protobuf:"bytes,3,opt,name=counts,proto3" json:"counts,omitempty"`
+	Outcome   string                 `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// The record's phase times and per-TM reports, chosen by the leader (see
+	// ReconciliationRecord); Apply copies them.
+	CollectedAt     int64                   `protobuf:"varint,5,opt,name=collected_at,json=collectedAt,proto3" json:"collected_at,omitempty"`
+	MergedAt        int64                   `protobuf:"varint,6,opt,name=merged_at,json=mergedAt,proto3" json:"merged_at,omitempty"`
+	JobsCommittedAt int64                   `protobuf:"varint,7,opt,name=jobs_committed_at,json=jobsCommittedAt,proto3" json:"jobs_committed_at,omitempty"`
+	Reports         []*ReconciliationReport `protobuf:"bytes,8,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *EndReconciliationCommand) Reset() {
 	*x = EndReconciliationCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1458,7 @@ func (x *EndReconciliationCommand) String() string {
 func (*EndReconciliationCommand) ProtoMessage() {}
 
 func (x *EndReconciliationCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1471,7 @@ func (x *EndReconciliationCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndReconciliationCommand.ProtoReflect.Descriptor instead.
 func (*EndReconciliationCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EndReconciliationCommand) GetEpoch() uint64 {
@@ -1374,6 +1502,34 @@ func (x *EndReconciliationCommand) GetOutcome() string {
 	return ""
 }
 
+func (x *EndReconciliationCommand) GetCollectedAt() int64 {
+	if x != nil {
+		return x.CollectedAt
+	}
+	return 0
+}
+
+func (x *EndReconciliationCommand) GetMergedAt() int64 {
+	if x != nil {
+		return x.MergedAt
+	}
+	return 0
+}
+
+func (x *EndReconciliationCommand) GetJobsCommittedAt() int64 {
+	if x != nil {
+		return x.JobsCommittedAt
+	}
+	return 0
+}
+
+func (x *EndReconciliationCommand) GetReports() []*ReconciliationReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
 // A snapshot is a stream of length-delimited SnapshotRecords: a header, then records.
 type SnapshotHeader struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1390,7 +1546,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1558,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1571,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -1461,7 +1617,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1629,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1642,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -1633,7 +1789,15 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	" \x01(\x03R\brejected\x12\x18\n" +
 	"\areports\x18\v \x01(\x03R\areports\x12\x1f\n" +
 	"\vtms_missing\x18\f \x01(\x03R\n" +
-	"tmsMissing\"\xed\x01\n" +
+	"tmsMissing\"\x8d\x01\n" +
+	"\x14ReconciliationReport\x12\x13\n" +
+	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12\x18\n" +
+	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x0e\n" +
+	"\x02at\x18\x03 \x01(\x03R\x02at\x12\x1e\n" +
+	"\n" +
+	"executions\x18\x04 \x01(\x03R\n" +
+	"executions\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\"\x97\x03\n" +
 	"\x14ReconciliationRecord\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1d\n" +
@@ -1642,7 +1806,12 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\bended_at\x18\x04 \x01(\x03R\aendedAt\x12\x18\n" +
 	"\aoutcome\x18\x05 \x01(\tR\aoutcome\x12:\n" +
 	"\x06counts\x18\x06 \x01(\v2\".jmcluster.v1.ReconciliationCountsR\x06counts\x12\x12\n" +
-	"\x04jobs\x18\a \x03(\tR\x04jobs\"P\n" +
+	"\x04jobs\x18\a \x03(\tR\x04jobs\x12!\n" +
+	"\fcollected_at\x18\b \x01(\x03R\vcollectedAt\x12\x1b\n" +
+	"\tmerged_at\x18\t \x01(\x03R\bmergedAt\x12*\n" +
+	"\x11jobs_committed_at\x18\n" +
+	" \x01(\x03R\x0fjobsCommittedAt\x12<\n" +
+	"\areports\x18\v \x03(\v2\".jmcluster.v1.ReconciliationReportR\areports\"P\n" +
 	"\x1aBeginReconciliationCommand\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\"\x89\x02\n" +
@@ -1663,12 +1832,16 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\texecution\x18\x03 \x01(\v2\x17.jmcluster.v1.ExecutionR\texecution\"J\n" +
 	"\x11RemoveJobsCommand\x12\x17\n" +
 	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\x12\x1c\n" +
-	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\"\xa4\x01\n" +
+	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\"\xce\x02\n" +
 	"\x18EndReconciliationCommand\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12:\n" +
 	"\x06counts\x18\x03 \x01(\v2\".jmcluster.v1.ReconciliationCountsR\x06counts\x12\x18\n" +
-	"\aoutcome\x18\x04 \x01(\tR\aoutcome\"\x89\x01\n" +
+	"\aoutcome\x18\x04 \x01(\tR\aoutcome\x12!\n" +
+	"\fcollected_at\x18\x05 \x01(\x03R\vcollectedAt\x12\x1b\n" +
+	"\tmerged_at\x18\x06 \x01(\x03R\bmergedAt\x12*\n" +
+	"\x11jobs_committed_at\x18\a \x01(\x03R\x0fjobsCommittedAt\x12<\n" +
+	"\areports\x18\b \x03(\v2\".jmcluster.v1.ReconciliationReportR\areports\"\x89\x01\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04jobs\x18\x02 \x01(\x04R\x04jobs\x12!\n" +
@@ -1708,7 +1881,7 @@ func file_jmcluster_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_jmcluster_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_jmcluster_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_jmcluster_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_jmcluster_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),                     // 0: jmcluster.v1.CommandType
 	(*Command)(nil),                      // 1: jmcluster.v1.Command
@@ -1723,44 +1896,47 @@ var file_jmcluster_v1_fsm_proto_goTypes = []any{
 	(*EstablishLeadershipCommand)(nil),   // 10: jmcluster.v1.EstablishLeadershipCommand
 	(*LeaderEpoch)(nil),                  // 11: jmcluster.v1.LeaderEpoch
 	(*ReconciliationCounts)(nil),         // 12: jmcluster.v1.ReconciliationCounts
-	(*ReconciliationRecord)(nil),         // 13: jmcluster.v1.ReconciliationRecord
-	(*BeginReconciliationCommand)(nil),   // 14: jmcluster.v1.BeginReconciliationCommand
-	(*ReconcileJobCommand)(nil),          // 15: jmcluster.v1.ReconcileJobCommand
-	(*ReconciledExecution)(nil),          // 16: jmcluster.v1.ReconciledExecution
-	(*RemoveJobsCommand)(nil),            // 17: jmcluster.v1.RemoveJobsCommand
-	(*EndReconciliationCommand)(nil),     // 18: jmcluster.v1.EndReconciliationCommand
-	(*SnapshotHeader)(nil),               // 19: jmcluster.v1.SnapshotHeader
-	(*SnapshotRecord)(nil),               // 20: jmcluster.v1.SnapshotRecord
-	(*JobGraph)(nil),                     // 21: jmcluster.v1.JobGraph
-	(JobStatus)(0),                       // 22: jmcluster.v1.JobStatus
-	(*SlotID)(nil),                       // 23: jmcluster.v1.SlotID
-	(ExecutionState)(0),                  // 24: jmcluster.v1.ExecutionState
-	(*Execution)(nil),                    // 25: jmcluster.v1.Execution
-	(*JobRecord)(nil),                    // 26: jmcluster.v1.JobRecord
+	(*ReconciliationReport)(nil),         // 13: jmcluster.v1.ReconciliationReport
+	(*ReconciliationRecord)(nil),         // 14: jmcluster.v1.ReconciliationRecord
+	(*BeginReconciliationCommand)(nil),   // 15: jmcluster.v1.BeginReconciliationCommand
+	(*ReconcileJobCommand)(nil),          // 16: jmcluster.v1.ReconcileJobCommand
+	(*ReconciledExecution)(nil),          // 17: jmcluster.v1.ReconciledExecution
+	(*RemoveJobsCommand)(nil),            // 18: jmcluster.v1.RemoveJobsCommand
+	(*EndReconciliationCommand)(nil),     // 19: jmcluster.v1.EndReconciliationCommand
+	(*SnapshotHeader)(nil),               // 20: jmcluster.v1.SnapshotHeader
+	(*SnapshotRecord)(nil),               // 21: jmcluster.v1.SnapshotRecord
+	(*JobGraph)(nil),                     // 22: jmcluster.v1.JobGraph
+	(JobStatus)(0),                       // 23: jmcluster.v1.JobStatus
+	(*SlotID)(nil),                       // 24: jmcluster.v1.SlotID
+	(ExecutionState)(0),                  // 25: jmcluster.v1.ExecutionState
+	(*Execution)(nil),                    // 26: jmcluster.v1.Execution
+	(*JobRecord)(nil),                    // 27: jmcluster.v1.JobRecord
 }
 var file_jmcluster_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: jmcluster.v1.Command.type:type_name -> jmcluster.v1.CommandType
-	21, // 1: jmcluster.v1.SubmitJobCommand.job_graph:type_name -> jmcluster.v1.JobGraph
-	22, // 2: jmcluster.v1.SetJobStatusCommand.status:type_name -> jmcluster.v1.JobStatus
-	22, // 3: jmcluster.v1.SetJobStatusCommand.expected:type_name -> jmcluster.v1.JobStatus
-	23, // 4: jmcluster.v1.AttemptSpec.slot:type_name -> jmcluster.v1.SlotID
+	22, // 1: jmcluster.v1.SubmitJobCommand.job_graph:type_name -> jmcluster.v1.JobGraph
+	23, // 2: jmcluster.v1.SetJobStatusCommand.status:type_name -> jmcluster.v1.JobStatus
+	23, // 3: jmcluster.v1.SetJobStatusCommand.expected:type_name -> jmcluster.v1.JobStatus
+	24, // 4: jmcluster.v1.AttemptSpec.slot:type_name -> jmcluster.v1.SlotID
 	4,  // 5: jmcluster.v1.CreateAttemptsCommand.attempts:type_name -> jmcluster.v1.AttemptSpec
-	24, // 6: jmcluster.v1.ExecutionStateUpdate.state:type_name -> jmcluster.v1.ExecutionState
+	25, // 6: jmcluster.v1.ExecutionStateUpdate.state:type_name -> jmcluster.v1.ExecutionState
 	6,  // 7: jmcluster.v1.UpdateExecutionStatesCommand.updates:type_name -> jmcluster.v1.ExecutionStateUpdate
 	12, // 8: jmcluster.v1.ReconciliationRecord.counts:type_name -> jmcluster.v1.ReconciliationCounts
-	16, // 9: jmcluster.v1.ReconcileJobCommand.executions:type_name -> jmcluster.v1.ReconciledExecution
-	22, // 10: jmcluster.v1.ReconcileJobCommand.status:type_name -> jmcluster.v1.JobStatus
-	25, // 11: jmcluster.v1.ReconciledExecution.execution:type_name -> jmcluster.v1.Execution
-	12, // 12: jmcluster.v1.EndReconciliationCommand.counts:type_name -> jmcluster.v1.ReconciliationCounts
-	19, // 13: jmcluster.v1.SnapshotRecord.header:type_name -> jmcluster.v1.SnapshotHeader
-	26, // 14: jmcluster.v1.SnapshotRecord.job:type_name -> jmcluster.v1.JobRecord
-	11, // 15: jmcluster.v1.SnapshotRecord.epoch:type_name -> jmcluster.v1.LeaderEpoch
-	13, // 16: jmcluster.v1.SnapshotRecord.reconciliation:type_name -> jmcluster.v1.ReconciliationRecord
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	13, // 9: jmcluster.v1.ReconciliationRecord.reports:type_name -> jmcluster.v1.ReconciliationReport
+	17, // 10: jmcluster.v1.ReconcileJobCommand.executions:type_name -> jmcluster.v1.ReconciledExecution
+	23, // 11: jmcluster.v1.ReconcileJobCommand.status:type_name -> jmcluster.v1.JobStatus
+	26, // 12: jmcluster.v1.ReconciledExecution.execution:type_name -> jmcluster.v1.Execution
+	12, // 13: jmcluster.v1.EndReconciliationCommand.counts:type_name -> jmcluster.v1.ReconciliationCounts
+	13, // 14: jmcluster.v1.EndReconciliationCommand.reports:type_name -> jmcluster.v1.ReconciliationReport
+	20, // 15: jmcluster.v1.SnapshotRecord.header:type_name -> jmcluster.v1.SnapshotHeader
+	27, // 16: jmcluster.v1.SnapshotRecord.job:type_name -> jmcluster.v1.JobRecord
+	11, // 17: jmcluster.v1.SnapshotRecord.epoch:type_name -> jmcluster.v1.LeaderEpoch
+	14, // 18: jmcluster.v1.SnapshotRecord.reconciliation:type_name -> jmcluster.v1.ReconciliationRecord
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_fsm_proto_init() }
@@ -1769,7 +1945,7 @@ func file_jmcluster_v1_fsm_proto_init() {
 		return
 	}
 	file_jmcluster_v1_graph_proto_init()
-	file_jmcluster_v1_fsm_proto_msgTypes[19].OneofWrappers = []any{
+	file_jmcluster_v1_fsm_proto_msgTypes[20].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Epoch)(nil),
@@ -1781,7 +1957,7 @@ func file_jmcluster_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_fsm_proto_rawDesc), len(file_jmcluster_v1_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+func runStatus(args []string) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	usageFor(fs, "jmnode status [--json]", "Shows the cluster as one JobMaster sees it: leader, epoch, reconciliation, peers, TaskManagers.")
+	cf := newCLIFlags(fs, true)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	resp, err := ask(cf, func(ctx context.Context, c *conn) (*pb.ClusterStatusResponse, error) {
+		return c.client().ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+	})
+	if err != nil {
+		return err
+	}
+	if *cf.json {
+		return printJSON(resp)
+	}
+	fmt.Printf("node %s (%s), leader %s at %s, epoch %d, reconciling %v, applied %d\n", resp.NodeId, resp.RaftState,
+		orDash(resp.LeaderId), orDash(resp.LeaderGrpcAddress), resp.Epoch, resp.Reconciling, resp.AppliedIndex)
+	w := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(w, "TASKMANAGER\tGRPC\tDATA\tSLOTS\tUSED\tSTATE")
+	for _, tm := range resp.TaskManagers {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", tm.Id, tm.GrpcAddress, tm.DataAddress, tm.Slots, tm.SlotsUsed, tm.State)
+	}
+	_ = w.Flush()
+	for _, r := range resp.Reconciliations {
+		fmt.Printf("reconciliation epoch %d by %s: %s, %s, %s\n", r.Epoch, r.LeaderId, r.Outcome, recDuration(r), recCounts(r.Counts))
+	}
+	return nil
+}
+
+func recDuration(r *pb.ReconciliationRecord) string {
+	if r.EndedAt == 0 {
+		return "running"
+	}
+	return (time.Duration(r.EndedAt-r.StartedAt) * time.Millisecond).String()
+}
+
+func recCounts(c *pb.ReconciliationCounts) string {
+	if c == nil {
+		return "no counts"
+	}
+	return fmt.Sprintf("%d executions: %d kept running, %d finished, %d failed, %d canceled, %d missing; cancelled %d unknown, %d stale, %d duplicate; %d rejected; %d reports, %d TMs missing",
+		c.Executions, c.KeptRunning, c.Finished, c.Failed, c.Canceled, c.Missing, c.CancelledUnknown, c.CancelledStale, c.CancelledDuplicate, c.Rejected, c.Reports, c.TmsMissing)
+}

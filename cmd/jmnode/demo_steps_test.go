@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// TestRecordSteps: the demo's reconciliation steps come from the record alone, one per phase
+// and per TaskManager, at the record's times, with the reconciler's step names and details.
+func TestRecordSteps(t *testing.T) {
+	counts := &pb.ReconciliationCounts{Executions: 9, KeptRunning: 6, Missing: 3, Reports: 2, TmsMissing: 1}
+	cases := []struct {
+		name string
+		rec  *pb.ReconciliationRecord
+		want []string
+	}{{
+		name: "every TM reports",
+		rec: &pb.ReconciliationRecord{Epoch: 2, StartedAt: 1000, CollectedAt: 1004, MergedAt: 1005, JobsCommittedAt: 1008, EndedAt: 1010,
+			Outcome: "completed", Jobs: []string{"j1"}, Counts: &pb.ReconciliationCounts{Executions: 9, KeptRunning: 9, Reports: 3},
+			Reports: []*pb.ReconciliationReport{
+				{TmId: "tm1", Outcome: "reported", At: 1002, Executions: 3},
+				{TmId: "tm3", Outcome: "reported", At: 1003, Executions: 3},
+				{TmId: "tm2", Outcome: "reported", At: 1004, Executions: 3}}},
+		want: []string{
+			"1000 begin 1 jobs RECONCILING",
+			"1002 report tm1 reported 3 executions",
+			"1003 report tm3 reported 3 executions",
+			"1004 report tm2 reported 3 executions",
+			"1005 merged 1 jobs, 9 executions: 9 running, 0 finished, 0 failed, 0 canceled, 0 missing, 0 rejected; cancel 0 unknown, 0 stale, 0 duplicate; 3 reports, 0 TMs missing",
+			"1010 committed reconciled graph committed in 10ms",
+		},
+	}, {
+		name: "a TM refused, one missing, one dead",
+		rec: &pb.ReconciliationRecord{Epoch: 3, StartedAt: 2000, CollectedAt: 5000, MergedAt: 5001, JobsCommittedAt: 5002, EndedAt: 5003,
+			Outcome: "completed", Jobs: []string{"j1", "j2"}, Counts: counts,
+			Reports: []*pb.ReconciliationReport{
+				{TmId: "tm1", Outcome: "reported", At: 2100, Executions: 6},
+				{TmId: "tm2", Outcome: "refused", At: 2200, Detail: "report over 10 executions"},
+				{TmId: "tm3", Outcome: "missing", At: 5000},
+				{TmId: "tm4", Outcome: "dead", At: 5000},
+				{TmId: "tm5", Outcome: "missing", At: 5000}}},
+		want: []string{
+			"2000 begin 2 jobs RECONCILING",
+			"2100 report tm1 reported 6 executions",
+			"2200 report-refused report over 10 executions; tm2 counts as not reported",
+			"5000 deadline report deadline passed; no report from tm3, tm5",
+			"5001 merged 2 jobs, 9 executions: 6 running, 0 finished, 0 failed, 0 canceled, 3 missing, 0 rejected; cancel 0 unknown, 0 stale, 0 duplicate; 2 reports, 1 TMs missing",
+			"5003 committed reconciled graph committed in 3.003s",
+		},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var got []string
+			for _, s := range recordSteps(c.rec) {
+				got = append(got, fmt.Sprintf("%d %s %s", s.at.UnixMilli(), s.name, s.detail))
+			}
+			if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+				t.Fatalf("steps:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(c.want, "\n"))
+			}
+		})
+	}
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+func runRaft(args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: jmnode raft peers|join|remove ...")
+	}
+	sub, rest := args[0], args[1:]
+	fs := flag.NewFlagSet("raft "+sub, flag.ContinueOnError)
+	cf := newCLIFlags(fs, sub == "peers")
+	switch sub {
+	case "peers":
+		usageFor(fs, "jmnode raft peers [--json]", "Lists the Raft configuration.")
+	case "join":
+		usageFor(fs, "jmnode raft join ID RAFT_ADDR [GRPC_ADDR]", "Adds a JobMaster as a Raft voter (the request is forwarded to the leader).")
+	case "remove":
+		usageFor(fs, "jmnode raft remove ID", "Removes a JobMaster from the Raft configuration.")
+	default:
+		return fmt.Errorf("unknown raft command %q (peers, join, remove)", sub)
+	}
+	if err := parseFlags(fs, reorder(fs, rest)); err != nil {
+		return err
+	}
+	switch sub {
+	case "peers":
+		resp, err := ask(cf, func(ctx context.Context, c *conn) (*pb.RaftPeersResponse, error) {
+			return c.operator().RaftPeers(ctx, &pb.RaftPeersRequest{})
+		})
+		if err != nil {
+			return err
+		}
+		if *cf.json {
+			return printJSON(resp)
+		}
+		w := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tRAFT ADDRESS\tGRPC ADDRESS\tSUFFRAGE\tLEADER")
+		for _, p := range resp.Peers {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\n", p.Id, p.Address, orDash(p.GrpcAddress), p.Suffrage, p.Leader)
+		}
+		return w.Flush()
+	case "join":
+		if fs.NArg() < 2 {
+			fs.Usage()
+			return errors.New("raft join needs ID and RAFT_ADDR")
+		}
+		req := &pb.RaftJoinRequest{Id: fs.Arg(0), RaftAddress: fs.Arg(1), GrpcAddress: fs.Arg(2)}
+		resp, err := ask(cf, func(ctx context.Context, c *conn) (*pb.RaftJoinResponse, error) {
+			return c.operator().RaftJoin(ctx, req)
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s joined at index %d\n", req.Id, resp.Index)
+	case "remove":
+		if fs.NArg() != 1 {
+			fs.Usage()
+			return errors.New("raft remove needs ID")
+		}
+		resp, err := ask(cf, func(ctx context.Context, c *conn) (*pb.RaftRemoveResponse, error) {
+			return c.operator().RaftRemove(ctx, &pb.RaftRemoveRequest{Id: fs.Arg(0)})
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s removed at index %d\n", fs.Arg(0), resp.Index)
+	}
+	return nil
+}
+
+func runMembers(args []string) error {
+	fs := flag.NewFlagSet("members", flag.ContinueOnError)
+	usageFor(fs, "jmnode members [--json]", "Lists the gossip pool as one JobMaster sees it.")
+	cf := newCLIFlags(fs, true)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	resp, err := ask(cf, func(ctx context.Context, c *conn) (*pb.MembersResponse, error) {
+		return c.operator().Members(ctx, &pb.MembersRequest{})
+	})
+	if err != nil {
+		return err
+	}
+	if *cf.json {
+		return printJSON(resp)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tADDRESS\tROLE\tSTATE\tGRPC\tDATA\tSLOTS\tEPOCH\tLEADER")
+	for _, m := range resp.Members {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Address, m.Role, m.State,
+			orDash(m.Meta["grpc"]), orDash(m.Meta["data"]), m.Meta["slots"], m.Meta["epoch"], m.Meta["leader"])
+	}
+	return w.Flush()
+}

@@ -1,0 +1,13 @@
+// Package examples holds the example job specs (the protobuf JSON mapping of a JobGraph),
+// embedded so that `jmnode demo` runs the very file users read.
+package examples
+
+import "embed"
+
+// Specs are the *.json files of this directory.
+//
+//go:embed *.json
+var Specs embed.FS
+
+// StreamingChecksum is the demo's job: a 3 x 3 x 3 streaming chain into checksum sinks.
+const StreamingChecksum = "streaming-checksum.json"

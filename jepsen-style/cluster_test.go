@@ -1,0 +1,54 @@
+package jepsen
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jmcluster/jmcluster/jepsen-style/netns"
+)
+
+// TestClusterCommandLines: every process runs inside its namespace, listens on its own
+// address, carries the run's marker in its command line (so `jepsen clean` finds it), and the
+// JMs join each other, the TMs every JM.
+func TestClusterCommandLines(t *testing.T) {
+	topo, err := netns.NewTopology("t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCluster(topo, "/opt/jmnode", t.TempDir(), []string{"JMNODE_FAILPOINTS=x"}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flag := func(args []string, name string) string {
+		i := slices.Index(args, name)
+		if i < 0 || i+1 >= len(args) {
+			t.Fatalf("%s missing in %v", name, args)
+		}
+		return args[i+1]
+	}
+	for _, p := range c.procs.Procs() {
+		args := p.Args()
+		if want := []string{"ip", "netns", "exec", topo.NS(p.Name)}; !slices.Equal(p.Wrap, want) || p.Dir == "" || len(p.Env) != 1 {
+			t.Fatalf("%s: wrap %v, dir %q, env %v", p.Name, p.Wrap, p.Dir, p.Env)
+		}
+		if !strings.Contains(strings.Join(args, " "), topo.Marker()) {
+			t.Fatalf("%s: no run marker in %v", p.Name, args)
+		}
+		if !strings.HasPrefix(flag(args, "--grpc-addr"), topo.IP(p.Name)+":") {
+			t.Fatalf("%s: %v", p.Name, args)
+		}
+	}
+	jm2 := c.procs.Proc("jm2").Args()
+	if got := flag(jm2, "--join"); got != "10.77.0.11:7100,10.77.0.13:7100" {
+		t.Fatalf("jm2 --join %s", got)
+	}
+	tm1 := c.procs.Proc("tm1").Args()
+	if flag(tm1, "--jm") != "10.77.0.11:7100,10.77.0.12:7100,10.77.0.13:7100" || flag(tm1, "--fence-timeout") != "5s" || flag(tm1, "--slots") != "6" {
+		t.Fatalf("tm1: %v", tm1)
+	}
+	if got := c.Down(); len(got) != 6 {
+		t.Fatalf("down before the start: %v", got)
+	}
+}
