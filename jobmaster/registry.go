@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -94,6 +95,7 @@ func (r *Registry) Upsert(id, grpcAddr, dataAddr string, slots int32, seen bool)
 // process is gone). A registration of an incarnation already replaced is refused with
 // ErrReplacedIncarnation.
 func (r *Registry) Register(id, incarnation, grpcAddr, dataAddr string, slots int32) (previous string, err error) {
+	incarnation = seenIncarnation(incarnation)
 	r.mu.Lock()
 	tm := r.tms[id]
 	if tm != nil && incarnation != "" && slices.Contains(tm.replaced, incarnation) {
@@ -112,6 +114,17 @@ func (r *Registry) Register(id, incarnation, grpcAddr, dataAddr string, slots in
 	if tm != nil && incarnation != "" {
 		tm.Incarnation = incarnation
 	}
+	// The TM just reached us: a cached connection to its address that is backing off after
+	// failed dials (the process was down) would keep refusing calls for up to gRPC's reconnect
+	// backoff (seconds); a replaced process gets a fresh connection.
+	if cc := r.conns[grpcAddr]; cc != nil {
+		if previous != "" {
+			_ = cc.Close()
+			delete(r.conns, grpcAddr)
+		} else {
+			cc.ResetConnectBackoff()
+		}
+	}
 	r.mu.Unlock()
 	tm = r.Upsert(id, grpcAddr, dataAddr, slots, true)
 	if incarnation != "" {
@@ -125,11 +138,21 @@ func (r *Registry) Register(id, incarnation, grpcAddr, dataAddr string, slots in
 	return previous, nil
 }
 
+// seenIncarnation is the incarnation as the registry uses it: none with the planted bug
+// no-incarnation.
+func seenIncarnation(inc string) string {
+	if failpoint.Enabled(failpoint.NoIncarnation) {
+		return ""
+	}
+	return inc
+}
+
 // SetGossipOf records what gossip says of one incarnation of a TM. News of another incarnation
 // than the registered one is ignored: it is about a process that was replaced (gossip keeps a
 // dead member's last metadata for a while, and a restarted member's alive message can lose to
 // it until it refutes), or one that has not registered yet.
 func (r *Registry) SetGossipOf(id, incarnation, state string) {
+	incarnation = seenIncarnation(incarnation)
 	r.mu.Lock()
 	tm := r.tms[id]
 	skip := tm != nil && incarnation != "" && tm.Incarnation != "" && incarnation != tm.Incarnation
@@ -167,6 +190,7 @@ func (r *Registry) Touch(id string) bool { return r.TouchOf(id, "") }
 // TouchOf records a heartbeat of one incarnation; it returns false when the TM is unknown or
 // the incarnation is not the registered one (the TM registers again).
 func (r *Registry) TouchOf(id, incarnation string) bool {
+	incarnation = seenIncarnation(incarnation)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	tm := r.tms[id]

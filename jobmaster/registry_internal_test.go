@@ -2,10 +2,13 @@ package jobmaster
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 )
 
 // TestRegistryIncarnations: a TM restarted with the same id and addresses registers a new
@@ -13,7 +16,40 @@ import (
 // lost flag), so the new one is usable at once; it returns the earlier incarnation (whose
 // attempts the caller fails); gossip about the earlier incarnation no longer counts; and the
 // earlier incarnation can neither register nor heartbeat again.
-func TestRegistryIncarnations(t *testing.T) {
+func TestRegistryIncarnations(t *testing.T) { registryIncarnations(t) }
+
+// TestNoIncarnationIsCaught: with the planted bug no-incarnation the registry takes the
+// restarted TM for the dead process, and TestRegistryIncarnations' check sees it.
+func TestNoIncarnationIsCaught(t *testing.T) {
+	failpoint.Set(t, failpoint.NoIncarnation.Name())
+	rec := &recordingT{TB: t}
+	func() {
+		defer func() { _ = recover() }() // Fatalf of the recording T ends the check
+		registryIncarnations(rec)
+	}()
+	if rec.failure == "" {
+		t.Fatal("with no-incarnation planted, the incarnation check passed: it cannot catch the bug")
+	}
+	t.Logf("caught: %s", rec.failure)
+}
+
+// recordingT records the first failure of a check instead of failing the test.
+type recordingT struct {
+	testing.TB
+	failure string
+}
+
+func (r *recordingT) Fatalf(format string, args ...any) {
+	r.failure = fmt.Sprintf(format, args...)
+	panic(r.failure)
+}
+
+func (r *recordingT) Fatal(args ...any) {
+	r.failure = fmt.Sprint(args...)
+	panic(r.failure)
+}
+
+func registryIncarnations(t testing.TB) {
 	r := newRegistry(hclog.NewNullLogger(), time.Second, 0)
 	defer r.close()
 	if prev, err := r.Register("tm2", "aaaa", "127.0.0.1:1", "127.0.0.1:2", 4); err != nil || prev != "" {
