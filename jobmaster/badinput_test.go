@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
-	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -145,7 +145,7 @@ func TestBadInputLeavesStateUnchanged(t *testing.T) {
 	tm := tmByID(t, c, cur.TM)
 	tmc := tmClient(c, tm)
 	epoch := tm.A.TM.Epoch()
-	tdd, err := jobmaster.TaskDeploymentDescriptor(rec, "map", 0)
+	tdd, err := graph.TaskDeploymentDescriptor(rec, "map", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

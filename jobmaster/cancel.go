@@ -3,62 +3,23 @@ package jobmaster
 import (
 	"context"
 
-	"google.golang.org/protobuf/proto"
-
-	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-// cancelAll moves every non-terminal execution of the job towards CANCELED and reports
-// whether all of them are terminal already.
-func (t *term) cancelAll(rec *pb.JobRecord) bool {
-	var live []*pb.ExecutionVertex
-	forEachExecution(rec, func(ev *pb.ExecutionVertex) {
-		if e := ev.GetCurrent(); e != nil && !isTerminal(e.State) {
-			live = append(live, ev)
-		}
-	})
-	if len(live) == 0 {
-		return true
-	}
-	t.cancelExecutions(rec, live, "job "+graph.JobStatusName(rec.Status))
-	return false
-}
-
-// cancelExecutions commits CANCELING (write-ahead) for the given executions and sends
-// CancelTask for each once; the TM's answer (or report) commits the terminal state.
-func (t *term) cancelExecutions(rec *pb.JobRecord, evs []*pb.ExecutionVertex, cause string) {
-	jobID := rec.JobGraph.JobId
-	var toCanceling []*pb.ExecutionStateUpdate
-	var send []*pb.Execution
-	for _, ev := range evs {
-		e := ev.GetCurrent()
-		switch e.State {
-		case stCreated:
-			toCanceling = append(toCanceling, &pb.ExecutionStateUpdate{JobId: jobID, AttemptId: e.AttemptId, State: stCanceled, Timestamp: nowMillis(), FailureCause: cause})
-		case stReconciling:
-			// Reconciliation owns these; nothing to do until it commits.
-		case stCanceling:
-			send = append(send, e)
-		default:
-			toCanceling = append(toCanceling, &pb.ExecutionStateUpdate{JobId: jobID, AttemptId: e.AttemptId, State: stCanceling, Timestamp: nowMillis(), FailureCause: cause})
-			send = append(send, e)
-		}
-	}
-	if len(toCanceling) > 0 {
-		if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_UPDATE_EXECUTION_STATES, &pb.UpdateExecutionStatesCommand{Updates: toCanceling}); err != nil {
+// cancelExecutions carries out an actCancel: it commits CANCELING (or CANCELED for executions that
+// never started) first (write-ahead) and then sends CancelTask for each attempt once; the TM's
+// answer (or report) commits the terminal state. A failed commit sends nothing.
+func (t *term) cancelExecutions(jobID string, a action) {
+	if len(a.updates) > 0 {
+		if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_UPDATE_EXECUTION_STATES, &pb.UpdateExecutionStatesCommand{Updates: a.updates}); err != nil {
 			t.jm.log.Warn("commit canceling", "job", jobID, "error", err)
 			return
 		}
 	}
-	for _, e := range send {
-		t.cancelAsync(jobID, proto.Clone(e).(*pb.Execution))
+	for _, s := range a.sends {
+		t.sendCancel(jobID, s.attemptID, s.addr, true)
 	}
-}
-
-func (t *term) cancelAsync(jobID string, e *pb.Execution) {
-	t.sendCancel(jobID, e.AttemptId, e.TmGrpcAddress, true)
 }
 
 // sendCancel sends CancelTask once per attempt and term (again after a failed call). For an

@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
-	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -65,7 +65,7 @@ func TestTaskManagerRefusesOlderEpoch(t *testing.T) {
 		if mine == nil {
 			t.Fatalf("no execution on %s", tm.ID)
 		}
-		tdd, err := jobmaster.TaskDeploymentDescriptor(rec, mine.VertexId, mine.SubtaskIndex)
+		tdd, err := graph.TaskDeploymentDescriptor(rec, mine.VertexId, mine.SubtaskIndex)
 		if err != nil {
 			t.Fatal(err)
 		}

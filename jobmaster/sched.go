@@ -1,12 +1,7 @@
 package jobmaster
 
 import (
-	"errors"
-	"fmt"
-	"sort"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -47,435 +42,97 @@ func forEachExecution(rec *pb.JobRecord, fn func(ev *pb.ExecutionVertex)) {
 	}
 }
 
+// jobRegions caches a job's failover regions for the term: they depend on the JobGraph only,
+// which never changes after submission. The create index tells a resubmitted job of the same
+// id apart.
+type jobRegions struct {
+	createIndex uint64
+	regions     []graph.Region
+	err         error
+}
+
 // drive looks at one job's committed state and takes the next step. It is level-triggered:
 // called after any change and on every tick, it derives what to do from the state alone, so a
-// new leader simply drives every job.
+// new leader simply drives every job. The decision (nextSteps, plan.go) runs on the FSM's live
+// record under its read lock, without copying the job; the actions it returns hold copies and
+// are carried out after the lock is released.
 func (t *term) drive(jobID string) {
-	rec, ok := t.jm.schedulingView(jobID)
-	if !ok || t.ctx.Err() != nil {
+	if t.ctx.Err() != nil {
 		return
 	}
-	t.driven[jobID] = rec.ModifyIndex
+	v := view{now: time.Now(), restartAt: t.restartDelays(jobID)}
+	var steps []action
+	var regionsErr error
+	ok := t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
+		t.driven[jobID] = rec.ModifyIndex
+		if rec.Status == jobRunning {
+			r := t.regionsOf(jobID, rec)
+			if regionsErr = r.err; regionsErr != nil {
+				return
+			}
+			v.regions = r.regions
+		}
+		steps = nextSteps(rec, v)
+	})
+	if !ok {
+		return
+	}
 	t.mu.Lock()
 	delete(t.retryCancel, jobID)
 	t.mu.Unlock()
-	switch rec.Status {
-	case jobCreated:
-		if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_SET_JOB_STATUS, &pb.SetJobStatusCommand{
-			JobId: jobID, Status: jobRunning, Expected: jobCreated, Timestamp: nowMillis(),
-		}); err != nil {
-			t.jm.log.Warn("job could not start", "job", jobID, "error", err)
-			return
-		}
-		t.kick(jobID)
-	case jobRunning:
-		t.driveRunning(rec)
-	case jobFailing:
-		// A failure the restart strategy still covers restarts the affected regions
-		// (FAILING -> RESTARTING -> RUNNING); otherwise every task is cancelled and the job FAILS.
-		if !restartsExhausted(rec) {
-			t.setStatus(rec, jobRestarting, rec.FailureCause)
-			t.kick(jobID)
-			return
-		}
-		if t.cancelAll(rec) {
-			t.setStatus(rec, jobFailed, rec.FailureCause)
-		}
-	case jobRestarting:
-		t.setStatus(rec, jobRunning, "restarting failed regions")
-		t.kick(jobID)
-	case jobCancelling:
-		if t.cancelAll(rec) {
-			t.setStatus(rec, jobCanceled, "cancelled")
-		}
+	if regionsErr != nil {
+		t.jm.log.Error("failover regions", "job", jobID, "error", regionsErr)
+		return
 	}
+	t.act(jobID, steps)
 }
 
-func (t *term) setStatus(rec *pb.JobRecord, to pb.JobStatus, cause string) {
-	id := rec.JobGraph.JobId
-	if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_SET_JOB_STATUS, &pb.SetJobStatusCommand{
-		JobId: id, Status: to, Expected: rec.Status, Timestamp: nowMillis(), Cause: cause,
-	}); err != nil {
-		t.jm.log.Warn("job status change failed", "job", id, "to", graph.JobStatusName(to), "error", err)
-		return
+// regionsOf returns the job's failover regions, computed once per term (loop goroutine only).
+func (t *term) regionsOf(jobID string, rec *pb.JobRecord) jobRegions {
+	if r, ok := t.regions[jobID]; ok && r.createIndex == rec.CreateIndex {
+		return r
 	}
-	t.jm.log.Info("job status", "job", id, "from", graph.JobStatusName(rec.Status), "to", graph.JobStatusName(to), "cause", cause)
+	regions, err := graph.FailoverRegions(rec.JobGraph)
+	r := jobRegions{createIndex: rec.CreateIndex, regions: regions, err: err}
+	t.regions[jobID] = r
+	return r
 }
 
-// driveRunning: finish the job when every task finished; restart regions with failed or
-// cancelled members under the restart strategy; deploy regions whose inputs are ready.
-func (t *term) driveRunning(rec *pb.JobRecord) {
-	jg := rec.JobGraph
-	regions, err := graph.FailoverRegions(jg)
-	if err != nil {
-		t.jm.log.Error("failover regions", "job", jg.JobId, "error", err)
-		return
-	}
-	if t.resumeScheduled(rec) {
-		return
-	}
-	eg := rec.ExecutionGraph
-	allFinished := true
-	forEachExecution(rec, func(ev *pb.ExecutionVertex) {
-		if ev.GetCurrent().GetState() != stFinished {
-			allFinished = false
+// act carries out the plan's actions in order. A deployment that has to wait ends the pass
+// (it is the last action anyway).
+func (t *term) act(jobID string, steps []action) {
+	for _, a := range steps {
+		if t.ctx.Err() != nil {
+			return
 		}
-	})
-	if allFinished {
-		t.setStatus(rec, jobFinished, "")
-		return
-	}
-	// Regions deployed for the first time go out together (a streaming job is deployed
-	// eagerly in one commit); a region restart is committed region by region.
-	var fresh []*pb.ExecutionVertex
-	for _, r := range regions {
-		var active, failed, finished, undeployed []*pb.ExecutionVertex
-		for _, m := range r.Members {
-			ev := graph.FindVertex(eg, m.VertexID, m.Subtask)
-			switch s := ev.GetCurrent().GetState(); {
-			case ev.GetCurrent() == nil:
-				undeployed = append(undeployed, ev)
-			case s == stFinished:
-				finished = append(finished, ev)
-			case s == stFailed || s == stCanceled:
-				failed = append(failed, ev)
-			default:
-				active = append(active, ev)
+		switch a.kind {
+		case actStatus:
+			if t.setStatus(jobID, a) && a.kick {
+				t.kick(jobID)
 			}
-		}
-		if len(failed) > 0 && len(active) > 0 {
-			// A pipelined region restarts as a whole: stop what still runs first.
-			t.cancelExecutions(rec, active, "region restart: "+firstCause(failed))
-			continue
-		}
-		if len(active) > 0 || (len(failed) == 0 && len(undeployed) == 0) {
-			continue
-		}
-		if !t.inputsReady(rec, r) {
-			continue
-		}
-		if len(failed) == 0 {
-			fresh = append(fresh, undeployed...)
-			continue
-		}
-		restart := false
-		for _, ev := range failed {
-			if ev.GetCurrent().GetState() == stFailed {
-				restart = true
-			}
-		}
-		if restart {
-			ok, exhausted := t.restartAllowed(rec, r)
-			if exhausted {
-				t.setStatus(rec, jobFailing, "restart strategy exhausted after "+fmt.Sprint(rec.Restarts)+" restarts: "+firstCause(failed))
+		case actCancel:
+			t.cancelExecutions(jobID, a)
+		case actArmRestart:
+			t.armRestart(jobID, a.region, a.notBefore)
+		case actDeploy:
+			if !t.tryDeploy(jobID, a) {
 				return
 			}
-			if !ok {
-				continue // the restart delay has not passed
-			}
+			t.kick(jobID) // later regions read the updated state on the next pass
+		case actResume:
+			t.resume(jobID, a)
 		}
-		members := append(append(append([]*pb.ExecutionVertex{}, undeployed...), failed...), finished...)
-		if !t.tryDeploy(rec, members, restart, fmt.Sprintf("region %d", r.ID)) {
-			return
-		}
-		t.kick(jg.JobId) // later regions read the updated state on the next pass
-		return
-	}
-	if len(fresh) > 0 && t.tryDeploy(rec, fresh, false, "new regions") {
-		t.kick(jg.JobId)
 	}
 }
 
-// tryDeploy deploys and logs (once per reason) why a deployment has to wait.
-func (t *term) tryDeploy(rec *pb.JobRecord, evs []*pb.ExecutionVertex, restart bool, what string) bool {
-	jobID := rec.JobGraph.JobId
-	if err := t.deploy(rec, evs, restart); err != nil {
-		if errors.Is(err, ErrNoSlots) {
-			t.jm.deployWaits.Add(1)
-		} else {
-			t.jm.deployFailures.Add(1)
-		}
-		if t.waiting[jobID] != err.Error() {
-			t.waiting[jobID] = err.Error()
-			t.jm.log.Info("deployment waits", "job", jobID, "what", what, "reason", err)
-		}
+// setStatus commits a job status change and reports whether it was committed.
+func (t *term) setStatus(jobID string, a action) bool {
+	if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_SET_JOB_STATUS, &pb.SetJobStatusCommand{
+		JobId: jobID, Status: a.to, Expected: a.from, Timestamp: nowMillis(), Cause: a.cause,
+	}); err != nil {
+		t.jm.log.Warn("job status change failed", "job", jobID, "to", graph.JobStatusName(a.to), "error", err)
 		return false
 	}
-	delete(t.waiting, jobID)
+	t.jm.log.Info("job status", "job", jobID, "from", graph.JobStatusName(a.from), "to", graph.JobStatusName(a.to), "cause", a.cause)
 	return true
-}
-
-func firstCause(evs []*pb.ExecutionVertex) string {
-	for _, ev := range evs {
-		if c := ev.GetCurrent().GetFailureCause(); c != "" {
-			return c
-		}
-	}
-	return "task cancelled"
-}
-
-// restartAllowed applies the restart strategy: whether the budget is exhausted, and whether
-// the fixed delay has passed since the failure was first seen in this term.
-func (t *term) restartAllowed(rec *pb.JobRecord, r graph.Region) (ok, exhausted bool) {
-	if restartsExhausted(rec) {
-		return false, true
-	}
-	rs := rec.JobGraph.GetRestartStrategy()
-	key := fmt.Sprintf("%s/%d", rec.JobGraph.JobId, r.ID)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	at, seen := t.restartAt[key]
-	if !seen {
-		at = time.Now().Add(time.Duration(rs.GetDelayMs()) * time.Millisecond)
-		t.restartAt[key] = at
-	}
-	if time.Now().Before(at) {
-		return false, false
-	}
-	delete(t.restartAt, key)
-	return true, false
-}
-
-// restartsExhausted: the restart strategy allows no further restart.
-func restartsExhausted(rec *pb.JobRecord) bool {
-	rs := rec.JobGraph.GetRestartStrategy()
-	if rs.GetKind() == pb.RestartKind_RESTART_KIND_NONE {
-		return true
-	}
-	attempts := rs.GetAttempts()
-	if attempts == 0 {
-		attempts = DefaultRestartAttempts
-	}
-	return rec.Restarts >= attempts
-}
-
-// inputsReady: every BLOCKING input from outside the region has all partitions consumable.
-func (t *term) inputsReady(rec *pb.JobRecord, r graph.Region) bool {
-	inRegion := map[string]bool{}
-	for _, m := range r.Members {
-		inRegion[m.VertexID] = true
-	}
-	for _, res := range rec.ExecutionGraph.GetResults() {
-		if !inRegion[res.ConsumerVertexId] || inRegion[res.ProducerVertexId] {
-			continue
-		}
-		if res.ResultType != pb.ResultType_RESULT_TYPE_BLOCKING {
-			continue
-		}
-		for _, p := range res.Partitions {
-			if !p.Consumable {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// slotsInUse returns, per TM, the slot indexes held by non-terminal executions of every job.
-func (t *term) slotsInUse() map[string]map[int32]bool {
-	used := map[string]map[int32]bool{}
-	for _, id := range t.jm.state.JobIDs() {
-		t.jm.state.WithJob(id, func(rec *pb.JobRecord) {
-			forEachExecution(rec, func(ev *pb.ExecutionVertex) {
-				e := ev.GetCurrent()
-				if e == nil || isTerminal(e.State) || e.Slot == nil {
-					return
-				}
-				if used[e.Slot.TmId] == nil {
-					used[e.Slot.TmId] = map[int32]bool{}
-				}
-				used[e.Slot.TmId][e.Slot.Index] = true
-			})
-		})
-	}
-	return used
-}
-
-type placement struct {
-	tm   TaskManager
-	slot int32
-}
-
-// allocate places n tasks, spreading them across TMs: each goes to the TM with the most free
-// slots (ties by id), on its lowest free slot index.
-func (t *term) allocate(n int) ([]placement, error) {
-	tms := t.jm.tms.Usable(t.jm.cfg.HeartbeatTimeout)
-	used := t.slotsInUse()
-	free := map[string][]int32{}
-	for _, tm := range tms {
-		for i := int32(0); i < tm.Slots; i++ {
-			if !used[tm.ID][i] {
-				free[tm.ID] = append(free[tm.ID], i)
-			}
-		}
-	}
-	total := 0
-	for _, f := range free {
-		total += len(f)
-	}
-	if total < n {
-		return nil, fmt.Errorf("%w: %d needed, %d free on %d task managers", ErrNoSlots, n, total, len(tms))
-	}
-	out := make([]placement, 0, n)
-	for len(out) < n {
-		best := -1
-		for i, tm := range tms {
-			if len(free[tm.ID]) == 0 {
-				continue
-			}
-			if best < 0 || len(free[tm.ID]) > len(free[tms[best].ID]) {
-				best = i
-			}
-		}
-		tm := tms[best]
-		out = append(out, placement{tm: tm, slot: free[tm.ID][0]})
-		free[tm.ID] = free[tm.ID][1:]
-	}
-	return out, nil
-}
-
-// deploy commits new attempts for the given ExecutionVertices (write-ahead), marks them
-// DEPLOYING, and only then submits them to their TMs.
-func (t *term) deploy(rec *pb.JobRecord, evs []*pb.ExecutionVertex, restart bool) error {
-	if len(evs) == 0 {
-		return nil
-	}
-	places, err := t.allocate(len(evs))
-	if err != nil {
-		return err
-	}
-	jobID := rec.JobGraph.JobId
-	ts := nowMillis()
-	cmd := &pb.CreateAttemptsCommand{JobId: jobID, Timestamp: ts}
-	deploying := &pb.UpdateExecutionStatesCommand{}
-	for i, ev := range evs {
-		number := int32(0)
-		if ev.Current != nil {
-			number = ev.Current.AttemptNumber + 1
-		}
-		p := places[i]
-		a := &pb.AttemptSpec{
-			VertexId: ev.VertexId, SubtaskIndex: ev.SubtaskIndex, AttemptId: newID(), AttemptNumber: number,
-			Slot:          &pb.SlotID{TmId: p.tm.ID, Index: p.slot},
-			TmGrpcAddress: p.tm.GRPCAddr, TmDataAddress: p.tm.DataAddr,
-		}
-		cmd.Attempts = append(cmd.Attempts, a)
-		deploying.Updates = append(deploying.Updates, &pb.ExecutionStateUpdate{
-			JobId: jobID, AttemptId: a.AttemptId, State: stDeploying, Timestamp: ts,
-		})
-	}
-	if restart {
-		if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_SET_JOB_STATUS, &pb.SetJobStatusCommand{
-			JobId: jobID, Status: jobRunning, Timestamp: ts, AddRestarts: 1, Cause: "region restart",
-		}); err != nil {
-			return fmt.Errorf("count restart: %w", err)
-		}
-	}
-	if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_CREATE_ATTEMPTS, cmd); err != nil {
-		return fmt.Errorf("commit attempts: %w", err)
-	}
-	if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_UPDATE_EXECUTION_STATES, deploying); err != nil {
-		return fmt.Errorf("commit deploying: %w", err)
-	}
-	return t.submitCommitted(jobID, cmd.Attempts)
-}
-
-// resumeScheduled finishes deployments of this term whose attempts were committed but whose
-// DEPLOYING commit failed (a SCHEDULED attempt: nothing was submitted for it). Reconciliation
-// resolves SCHEDULED attempts of earlier terms before the scheduler runs, so every SCHEDULED
-// attempt the scheduler sees is its own. It reports whether there was anything to resume.
-func (t *term) resumeScheduled(rec *pb.JobRecord) bool {
-	jobID := rec.JobGraph.JobId
-	var attempts []*pb.AttemptSpec
-	deploying := &pb.UpdateExecutionStatesCommand{}
-	ts := nowMillis()
-	forEachExecution(rec, func(ev *pb.ExecutionVertex) {
-		e := ev.GetCurrent()
-		if e.GetState() != stScheduled {
-			return
-		}
-		attempts = append(attempts, &pb.AttemptSpec{
-			VertexId: ev.VertexId, SubtaskIndex: ev.SubtaskIndex, AttemptId: e.AttemptId, AttemptNumber: e.AttemptNumber,
-			Slot: e.Slot, TmGrpcAddress: e.TmGrpcAddress, TmDataAddress: e.TmDataAddress,
-		})
-		deploying.Updates = append(deploying.Updates, &pb.ExecutionStateUpdate{JobId: jobID, AttemptId: e.AttemptId, State: stDeploying, Timestamp: ts})
-	})
-	if len(attempts) == 0 {
-		return false
-	}
-	if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_UPDATE_EXECUTION_STATES, deploying); err != nil {
-		t.jm.deployFailures.Add(1)
-		t.jm.log.Warn("commit deploying of scheduled attempts", "job", jobID, "error", err)
-		return true
-	}
-	_ = t.submitCommitted(jobID, attempts)
-	t.kick(jobID)
-	return true
-}
-
-func (t *term) failAsync(jobID, attemptID, cause string) {
-	t.wg.Add(1)
-	go func() { defer t.wg.Done(); t.fail(jobID, attemptID, cause) }()
-}
-
-func (t *term) fail(jobID, attemptID, cause string) {
-	t.batch.commit(t.ctx, []*pb.ExecutionStateUpdate{{
-		JobId: jobID, AttemptId: attemptID, State: stFailed, FailureCause: cause, Timestamp: nowMillis(),
-	}})
-}
-
-// TaskDeploymentDescriptor builds the descriptor of one ExecutionVertex's current attempt from
-// the committed state.
-func TaskDeploymentDescriptor(rec *pb.JobRecord, vertexID string, subtask int32) (*pb.TaskDeploymentDescriptor, error) {
-	jg := rec.JobGraph
-	eg := rec.ExecutionGraph
-	ev := graph.FindVertex(eg, vertexID, subtask)
-	if ev == nil || ev.Current == nil {
-		return nil, fmt.Errorf("no current attempt for %s[%d]", vertexID, subtask)
-	}
-	var jv *pb.JobVertex
-	for _, v := range jg.Vertices {
-		if v.Id == vertexID {
-			jv = v
-		}
-	}
-	if jv == nil {
-		return nil, fmt.Errorf("unknown vertex %s", vertexID)
-	}
-	e := ev.Current
-	tdd := &pb.TaskDeploymentDescriptor{
-		JobId: jg.JobId, VertexId: vertexID, SubtaskIndex: subtask, Parallelism: jv.Parallelism,
-		AttemptId: e.AttemptId, AttemptNumber: e.AttemptNumber, StartTimestamp: e.StartTimestamp,
-		SlotIndex: e.GetSlot().GetIndex(), Operator: proto.CloneOf(jv.Operator), JobType: jg.Type,
-	}
-	for _, res := range eg.Results {
-		if res.ProducerVertexId == vertexID {
-			p := res.Partitions[subtask]
-			tdd.Produced = append(tdd.Produced, &pb.ResultPartitionDeploymentDescriptor{
-				ResultId: res.ResultId, PartitionIndex: subtask, NumSubpartitions: p.NumSubpartitions,
-				Distribution: res.Distribution, ResultType: res.ResultType,
-			})
-		}
-	}
-	gates := map[string]*pb.InputGateDeploymentDescriptor{}
-	var order []string
-	for _, in := range ev.Inputs {
-		g := gates[in.ResultId]
-		if g == nil {
-			g = &pb.InputGateDeploymentDescriptor{ResultId: in.ResultId}
-			for _, res := range eg.Results {
-				if res.ResultId == in.ResultId {
-					g.Distribution, g.ResultType = res.Distribution, res.ResultType
-				}
-			}
-			gates[in.ResultId] = g
-			order = append(order, in.ResultId)
-		}
-		g.Channels = append(g.Channels, proto.Clone(in).(*pb.InputChannelDescriptor))
-	}
-	sort.Strings(order)
-	for _, id := range order {
-		tdd.Inputs = append(tdd.Inputs, gates[id])
-	}
-	return tdd, nil
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -55,7 +56,7 @@ func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
 	descs := make([]built, len(attempts))
 	if !t.jm.state.WithJob(jobID, func(committed *pb.JobRecord) {
 		for i, a := range attempts {
-			tdd, err := TaskDeploymentDescriptor(committed, a.VertexId, a.SubtaskIndex)
+			tdd, err := graph.TaskDeploymentDescriptor(committed, a.VertexId, a.SubtaskIndex)
 			descs[i] = built{a, tdd, err}
 		}
 	}) {

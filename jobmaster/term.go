@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"strings"
 	"sync"
 	"time"
 
@@ -26,14 +25,15 @@ type term struct {
 	started sync.Once
 
 	mu          sync.Mutex
-	cancelSent  map[string]bool      // attempt@tm a CancelTask was sent for
-	submitting  map[string]bool      // attempt ids whose SubmitTask is in flight
-	missing     map[string]int       // consecutive heartbeats an expected attempt was absent from
-	restartAt   map[string]time.Time // region key -> not before (restart delay)
-	waiting     map[string]string    // job id -> why a deployment waits (logged once)
-	driven      map[string]uint64    // job id -> modify index when last driven (loop goroutine only)
-	retryCancel map[string]bool      // job ids with a CancelTask to retry
-	acked       map[string]time.Time // attempt id -> when its TM acknowledged the submission
+	cancelSent  map[string]bool              // attempt@tm a CancelTask was sent for
+	submitting  map[string]bool              // attempt ids whose SubmitTask is in flight
+	missing     map[string]int               // consecutive heartbeats an expected attempt was absent from
+	restartAt   map[string]map[int]time.Time // job id -> region id -> not before (restart delay)
+	waiting     map[string]string            // job id -> why a deployment waits (logged once)
+	driven      map[string]uint64            // job id -> modify index when last driven (loop goroutine only)
+	regions     map[string]jobRegions        // job id -> failover regions (loop goroutine only)
+	retryCancel map[string]bool              // job ids with a CancelTask to retry
+	acked       map[string]time.Time         // attempt id -> when its TM acknowledged the submission
 }
 
 func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
@@ -44,7 +44,8 @@ func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
 		cancelSent:  map[string]bool{},
 		submitting:  map[string]bool{},
 		missing:     map[string]int{},
-		restartAt:   map[string]time.Time{},
+		restartAt:   map[string]map[int]time.Time{},
+		regions:     map[string]jobRegions{},
 		waiting:     map[string]string{},
 		driven:      map[string]uint64{},
 		retryCancel: map[string]bool{},
@@ -168,6 +169,18 @@ func (t *term) forgetRemoved(ids []string) {
 			delete(t.waiting, id)
 		}
 	}
+	for id := range t.regions {
+		if !live[id] {
+			delete(t.regions, id)
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id := range t.restartAt {
+		if !live[id] {
+			delete(t.restartAt, id)
+		}
+	}
 }
 
 // pending reports time-based work on a job that no commit will announce.
@@ -180,12 +193,7 @@ func (t *term) pending(jobID string, status pb.JobStatus) bool {
 	if t.retryCancel[jobID] {
 		return true
 	}
-	for key := range t.restartAt {
-		if strings.HasPrefix(key, jobID+"/") {
-			return true
-		}
-	}
-	return false
+	return len(t.restartAt[jobID]) > 0
 }
 
 func (t *term) driveAll() {

@@ -1,0 +1,142 @@
+package jobmaster
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// Carrying out the plan's deployments under the write-ahead rule: (1) commit CreateAttempts
+// (the attempts are SCHEDULED), (2) commit DEPLOYING for them, (3) submit them with
+// descriptors built from the committed record (submit.go). Nothing is sent before both
+// commits.
+
+// tryDeploy carries out an actDeploy and logs (once per reason) why a deployment has to wait.
+// It reports whether the deployment went out.
+func (t *term) tryDeploy(jobID string, a action) bool {
+	if a.restart {
+		t.disarmRestart(jobID, a.region)
+	}
+	if err := t.deploy(jobID, a.tasks, a.restart); err != nil {
+		if errors.Is(err, ErrNoSlots) {
+			t.jm.deployWaits.Add(1)
+		} else {
+			t.jm.deployFailures.Add(1)
+		}
+		if t.waiting[jobID] != err.Error() {
+			t.waiting[jobID] = err.Error()
+			t.jm.log.Info("deployment waits", "job", jobID, "what", a.what, "reason", err)
+		}
+		return false
+	}
+	delete(t.waiting, jobID)
+	return true
+}
+
+// deploy places the tasks, commits their new attempts (write-ahead) and DEPLOYING, and only
+// then submits them to their TMs. restart commits the region restart (Restarts + 1) first.
+func (t *term) deploy(jobID string, tasks []deployTask, restart bool) error {
+	if len(tasks) == 0 {
+		return nil
+	}
+	places, err := t.allocate(len(tasks))
+	if err != nil {
+		return err
+	}
+	ts := nowMillis()
+	cmd := &pb.CreateAttemptsCommand{JobId: jobID, Timestamp: ts, Attempts: attemptSpecs(tasks, places, newID)}
+	deploying := &pb.UpdateExecutionStatesCommand{Updates: deployingUpdates(jobID, cmd.Attempts, ts)}
+	if restart {
+		if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_SET_JOB_STATUS, &pb.SetJobStatusCommand{
+			JobId: jobID, Status: jobRunning, Timestamp: ts, AddRestarts: 1, Cause: "region restart",
+		}); err != nil {
+			return fmt.Errorf("count restart: %w", err)
+		}
+	}
+	if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_CREATE_ATTEMPTS, cmd); err != nil {
+		return fmt.Errorf("commit attempts: %w", err)
+	}
+	if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_UPDATE_EXECUTION_STATES, deploying); err != nil {
+		return fmt.Errorf("commit deploying: %w", err)
+	}
+	return t.submitCommitted(jobID, cmd.Attempts)
+}
+
+// attemptSpecs pairs each task with its placement and a fresh attempt id.
+func attemptSpecs(tasks []deployTask, places []placement, id func() string) []*pb.AttemptSpec {
+	out := make([]*pb.AttemptSpec, len(tasks))
+	for i, task := range tasks {
+		p := places[i]
+		out[i] = &pb.AttemptSpec{
+			VertexId: task.vertexID, SubtaskIndex: task.subtask, AttemptId: id(), AttemptNumber: task.number,
+			Slot:          &pb.SlotID{TmId: p.tm.ID, Index: p.slot},
+			TmGrpcAddress: p.tm.GRPCAddr, TmDataAddress: p.tm.DataAddr,
+		}
+	}
+	return out
+}
+
+func deployingUpdates(jobID string, attempts []*pb.AttemptSpec, ts int64) []*pb.ExecutionStateUpdate {
+	out := make([]*pb.ExecutionStateUpdate, len(attempts))
+	for i, a := range attempts {
+		out[i] = &pb.ExecutionStateUpdate{JobId: jobID, AttemptId: a.AttemptId, State: stDeploying, Timestamp: ts}
+	}
+	return out
+}
+
+// resume carries out an actResume: step 2 and 3 of a deployment whose step 2 failed.
+func (t *term) resume(jobID string, a action) {
+	deploying := &pb.UpdateExecutionStatesCommand{Updates: deployingUpdates(jobID, a.attempts, nowMillis())}
+	if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_UPDATE_EXECUTION_STATES, deploying); err != nil {
+		t.jm.deployFailures.Add(1)
+		t.jm.log.Warn("commit deploying of scheduled attempts", "job", jobID, "error", err)
+		return
+	}
+	_ = t.submitCommitted(jobID, a.attempts)
+	t.kick(jobID)
+}
+
+// armRestart and disarmRestart keep the restart delays of a job's regions (volatile, per term).
+func (t *term) armRestart(jobID string, region int, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.restartAt[jobID] == nil {
+		t.restartAt[jobID] = map[int]time.Time{}
+	}
+	if _, ok := t.restartAt[jobID][region]; !ok {
+		t.restartAt[jobID][region] = at
+	}
+}
+
+func (t *term) disarmRestart(jobID string, region int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.restartAt[jobID], region)
+	if len(t.restartAt[jobID]) == 0 {
+		delete(t.restartAt, jobID)
+	}
+}
+
+// restartDelays copies the job's armed restart delays for the plan's view.
+func (t *term) restartDelays(jobID string) map[int]time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[int]time.Time, len(t.restartAt[jobID]))
+	for r, at := range t.restartAt[jobID] {
+		out[r] = at
+	}
+	return out
+}
+
+func (t *term) failAsync(jobID, attemptID, cause string) {
+	t.wg.Add(1)
+	go func() { defer t.wg.Done(); t.fail(jobID, attemptID, cause) }()
+}
+
+func (t *term) fail(jobID, attemptID, cause string) {
+	t.batch.commit(t.ctx, []*pb.ExecutionStateUpdate{{
+		JobId: jobID, AttemptId: attemptID, State: stFailed, FailureCause: cause, Timestamp: nowMillis(),
+	}})
+}
