@@ -103,7 +103,7 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 		return nil, err
 	}
 	a.JM.SetRaft(a.Node)
-	a.Recon = reconcile.New(cfg.Reconcile, a.JM)
+	a.Recon = reconcile.New(cfg.Reconcile)
 	a.JM.SetReconciler(a.Recon)
 
 	deps := server.Deps{Node: a.Node, State: a.State, JM: a.JM}

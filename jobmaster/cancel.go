@@ -29,13 +29,15 @@ func (t *term) cancelExecutions(jobID string, a action) {
 func (t *term) sendCancel(jobID, attemptID, addr string, owned bool) {
 	key := attemptID + "@" + addr
 	t.mu.Lock()
-	if t.cancelSent[key] {
+	if t.cancelSent[key] || t.stopping {
 		t.mu.Unlock()
 		return
 	}
 	t.cancelSent[key] = true
-	t.mu.Unlock()
+	// Under the lock that stop takes first: reconciliation calls this from outside the
+	// term's goroutines, and nothing may join the wait group once stop waits on it.
 	t.wg.Add(1)
+	t.mu.Unlock()
 	go func() {
 		defer t.wg.Done()
 		var state pb.ExecutionState
@@ -70,8 +72,9 @@ func (t *term) sendCancel(jobID, attemptID, addr string, owned bool) {
 	}()
 }
 
-// cancelOnTM cancels an attempt the graph does not own on that TM (reported by it); nothing is
-// committed because there is nothing in the graph to change.
+// cancelOnTM cancels an attempt the graph does not own on that TM (a heartbeat's deployment
+// report, or reconciliation through Term.Cancel); nothing is committed because there is
+// nothing in the graph to change.
 func (t *term) cancelOnTM(addr, jobID, attemptID string) {
 	t.sendCancel(jobID, attemptID, addr, false)
 }

@@ -42,9 +42,10 @@ type Raft interface {
 }
 
 // Reconciler runs the reconciliation protocol when a node becomes leader, before the gate
-// opens (package reconcile implements it). It returns once the reconciled graph is committed.
+// opens (package reconcile implements it), through the term's port. It returns once the
+// reconciled graph is committed.
 type Reconciler interface {
-	Reconcile(ctx context.Context, epoch uint64) error
+	Reconcile(ctx context.Context, t Term) error
 }
 
 // Config of the active JobMaster. Zero values mean the defaults.
@@ -242,7 +243,7 @@ func (jm *JobMaster) EstablishLeadership(ctx context.Context, epoch uint64) erro
 		t.start()
 	}
 	if jm.reconciler != nil {
-		if err := jm.reconciler.Reconcile(ctx, epoch); err != nil {
+		if err := jm.reconciler.Reconcile(ctx, t); err != nil {
 			jm.revoke(t)
 			return fmt.Errorf("reconciliation at epoch %d: %w", epoch, err)
 		}
@@ -341,20 +342,3 @@ func (jm *JobMaster) GRPCAddr() string { return jm.raft.GRPCAddr() }
 
 // Logger returns the JobMaster's logger.
 func (jm *JobMaster) Logger() hclog.Logger { return jm.log }
-
-// CancelOnTM asks a TM to cancel an attempt, fenced with epoch. Used for attempts the graph does
-// not own (reconciliation's conflict rules); nothing is committed for them.
-func (jm *JobMaster) CancelOnTM(ctx context.Context, epoch uint64, addr, jobID, attemptID string) error {
-	return jm.tms.Call(ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
-		_, err := c.CancelTask(ctx, &pb.CancelTaskRequest{Epoch: epoch, JobId: jobID, AttemptId: attemptID})
-		return err
-	})
-}
-
-// AcknowledgeTerminal tells a TM that the terminal states of these attempts are committed.
-func (jm *JobMaster) AcknowledgeTerminal(ctx context.Context, epoch uint64, addr string, attemptIDs []string) error {
-	return jm.tms.Call(ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
-		_, err := c.AcknowledgeTerminal(ctx, &pb.AcknowledgeTerminalRequest{Epoch: epoch, AttemptIds: attemptIDs})
-		return err
-	})
-}

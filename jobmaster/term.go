@@ -25,6 +25,7 @@ type term struct {
 	started sync.Once
 
 	mu          sync.Mutex
+	stopping    bool                         // stop has begun: no CancelTask is started
 	cancelSent  map[string]bool              // attempt@tm a CancelTask was sent for
 	submitting  map[string]bool              // attempt ids whose SubmitTask is in flight
 	missing     map[string]int               // consecutive heartbeats an expected attempt was absent from
@@ -76,6 +77,9 @@ func (t *term) start() {
 }
 
 func (t *term) stop() {
+	t.mu.Lock()
+	t.stopping = true
+	t.mu.Unlock()
 	t.cancel()
 	t.wg.Wait()
 }

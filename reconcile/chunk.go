@@ -48,9 +48,10 @@ func (s *reportStream) add(chunk *pb.TaskManagerReport) error {
 func (c *collector) fetch(ctx context.Context, t target) (*Report, error) {
 	cfg := c.r.cfg
 	s := &reportStream{tmID: t.id, maxBytes: cfg.MaxReportBytes, maxExecs: cfg.MaxReportExecutions, rep: &Report{TMID: t.id, Addr: t.addr}}
-	err := c.r.jm.Registry().Stream(ctx, t.addr, cfg.ReportStreamTimeout, func(ctx context.Context, cl pb.TaskManagerServiceClient) error {
+	leaderID, leaderAddr := c.t.Leader()
+	err := c.t.Stream(ctx, t.addr, cfg.ReportStreamTimeout, func(ctx context.Context, cl pb.TaskManagerServiceClient) error {
 		stream, err := cl.RequestReport(ctx, &pb.RequestReportRequest{
-			Epoch: c.epoch, LeaderId: c.r.jm.NodeID(), LeaderGrpcAddress: c.r.jm.GRPCAddr(),
+			Epoch: c.epoch, LeaderId: leaderID, LeaderGrpcAddress: leaderAddr,
 			ChunkSize: cfg.ReportChunk, MaxChunkBytes: int64(cfg.ReportChunkBytes),
 		})
 		if err != nil {

@@ -102,12 +102,28 @@ func wideExecutions(n, width int) []*pb.ExecutionReport {
 	return out
 }
 
-func newTestReconciler(t *testing.T, cfg Config) *Reconciler {
+// newTestCollector returns a collector of a Reconciler working through the port of a real
+// term (epoch 1) of a JobMaster over the stub Raft node: the term EstablishLeadership hands
+// its reconciler.
+func newTestCollector(t *testing.T, cfg Config) *collector {
 	t.Helper()
 	jm := jobmaster.New(jobmaster.Config{}, stubRaft{}, fsm.New(nil))
 	t.Cleanup(jm.Shutdown)
-	return New(cfg, jm)
+	var port jobmaster.Term
+	jm.SetReconciler(reconcilerFunc(func(_ context.Context, term jobmaster.Term) error {
+		port = term
+		return nil
+	}))
+	if err := jm.EstablishLeadership(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	return newCollector(New(cfg), port)
 }
+
+// reconcilerFunc is a jobmaster.Reconciler that only keeps the port it is given.
+type reconcilerFunc func(context.Context, jobmaster.Term) error
+
+func (f reconcilerFunc) Reconcile(ctx context.Context, t jobmaster.Term) error { return f(ctx, t) }
 
 // TestCollectorReadsAReportOver4MiBInByteBoundedChunks: a TM whose report totals more than the
 // 4 MiB message limit answers the collector in several chunks, each within the byte budget the
@@ -123,8 +139,7 @@ func TestCollectorReadsAReportOver4MiBInByteBoundedChunks(t *testing.T) {
 		t.Fatalf("the test report is %d bytes, not over the %d-byte limit", total, transport.ChunkedMessageLimit)
 	}
 	tm := startReportTM(t, "tm1", execs)
-	r := newTestReconciler(t, Config{})
-	c := newCollector(r, 1)
+	c := newTestCollector(t, Config{})
 	rep, err := c.fetch(t.Context(), target{id: "tm1", addr: tm.addr})
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +182,7 @@ func TestReportStreamBounds(t *testing.T) {
 		{Config{MaxReportBytes: 256 << 10, ReportChunkBytes: 64 << 10}, "passed MaxReportBytes (262144 bytes)"},
 		{Config{MaxReportExecutions: 25, ReportChunk: 10}, "passed MaxReportExecutions (25 executions) at chunk 2: 30 executions"},
 	} {
-		c := newCollector(newTestReconciler(t, tc.cfg), 1)
+		c := newTestCollector(t, tc.cfg)
 		_, err := c.fetch(t.Context(), target{id: "tm1", addr: tm.addr})
 		if !errors.Is(err, ErrReportTooLarge) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "tm1") {
 			t.Fatalf("got %v, want ErrReportTooLarge naming %q", err, tc.want)
@@ -176,7 +191,7 @@ func TestReportStreamBounds(t *testing.T) {
 
 	stalled := startReportTM(t, "tm2", execs)
 	stalled.stall = true
-	c := newCollector(newTestReconciler(t, Config{ReportStreamTimeout: 300 * time.Millisecond, ReportChunk: 10}), 1)
+	c := newTestCollector(t, Config{ReportStreamTimeout: 300 * time.Millisecond, ReportChunk: 10})
 	start := time.Now()
 	_, err := c.fetch(t.Context(), target{id: "tm2", addr: stalled.addr})
 	if status.Code(err) != codes.DeadlineExceeded {
@@ -190,10 +205,9 @@ func TestReportStreamBounds(t *testing.T) {
 func TestRefusedReportIsNotWaitedFor(t *testing.T) {
 	big := startReportTM(t, "tm1", wideExecutions(40, 512))
 	small := startReportTM(t, "tm2", wideExecutions(2, 4))
-	r := newTestReconciler(t, Config{MaxReportBytes: 256 << 10, ReportDeadline: time.Minute})
+	c := newTestCollector(t, Config{MaxReportBytes: 256 << 10, ReportDeadline: time.Minute})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	c := newCollector(r, 1)
 	reports, err := c.collect(ctx, []target{{id: "tm1", addr: big.addr, holds: true}, {id: "tm2", addr: small.addr, holds: true}})
 	if err != nil {
 		t.Fatal(err)

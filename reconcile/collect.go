@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -19,6 +20,7 @@ import (
 // that it no longer owns are cancelled.
 type collector struct {
 	r     *Reconciler
+	t     jobmaster.Term
 	epoch uint64
 
 	mu       sync.Mutex
@@ -40,8 +42,8 @@ type collector struct {
 	notWaited   []string // waited-for TMs still without a report when collection ended
 }
 
-func newCollector(r *Reconciler, epoch uint64) *collector {
-	return &collector{r: r, epoch: epoch, reports: map[string]*Report{}, refused: map[string]error{}, failed: map[string]bool{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1), at: map[string]int64{}}
+func newCollector(r *Reconciler, t jobmaster.Term) *collector {
+	return &collector{r: r, t: t, epoch: t.Epoch(), reports: map[string]*Report{}, refused: map[string]error{}, failed: map[string]bool{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1), at: map[string]int64{}}
 }
 
 func (c *collector) collect(ctx context.Context, initial []target) (map[string]*Report, error) {
@@ -53,7 +55,7 @@ func (c *collector) collect(ctx context.Context, initial []target) (map[string]*
 	defer tick.Stop()
 	for {
 		// TMs that registered or appeared in gossip during the window report too.
-		for _, tm := range c.r.jm.Registry().List() {
+		for _, tm := range c.t.TMs() {
 			if tm.GRPCAddr != "" && !tm.GoneByGossip() {
 				c.ask(ctx, target{id: tm.ID, addr: tm.GRPCAddr}, deadline)
 			}
@@ -99,7 +101,7 @@ func (c *collector) waitingLocked() []string {
 		// Gossip alone is not enough (it marks a busy live member dead now and then, and such a
 		// TM's report would be lost with its tasks), but gossip's verdict together with a failed
 		// report request is.
-		if tm, ok := c.r.jm.Registry().Get(id); ok && tm.GoneByGossip() && c.failed[id] {
+		if tm, ok := c.t.TM(id); ok && tm.GoneByGossip() && c.failed[id] {
 			continue
 		}
 		out = append(out, id)
@@ -245,9 +247,7 @@ func (c *collector) processLate(ctx context.Context) {
 				continue
 			}
 			n++
-			if err := c.r.jm.CancelOnTM(ctx, c.epoch, rep.Addr, e.JobId, e.AttemptId); err != nil {
-				c.r.log.Warn("cancel after late report failed", "tm", rep.TMID, "attempt", e.AttemptId, "error", err)
-			}
+			c.t.Cancel(e.JobId, e.AttemptId, rep.Addr)
 		}
 		c.r.step(c.epoch, "late-report", "%s reported after the deadline; cancelled %d attempts the graph no longer owns", rep.TMID, n)
 	}
@@ -255,7 +255,7 @@ func (c *collector) processLate(ctx context.Context) {
 
 func (c *collector) owned(tmID string, e *pb.ExecutionReport) bool {
 	owned := false
-	c.r.jm.State().WithJob(e.JobId, func(rec *pb.JobRecord) {
+	c.t.WithJob(e.JobId, func(rec *pb.JobRecord) {
 		ev := graph.FindAttempt(rec.ExecutionGraph, e.AttemptId)
 		owned = ev != nil && ev.Current.GetSlot().GetTmId() == tmID && !graph.IsTerminalExecution(ev.Current.State)
 	})

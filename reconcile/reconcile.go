@@ -85,10 +85,10 @@ const (
 // ErrDeposed: a TM has seen a higher epoch than ours; another leader exists.
 var ErrDeposed = errors.New("reconcile: a TaskManager has seen a newer leader epoch")
 
-// Reconciler implements jobmaster.Reconciler.
+// Reconciler implements jobmaster.Reconciler. It reaches the JobMaster only through the term
+// it reconciles for (jobmaster.Term).
 type Reconciler struct {
 	cfg Config
-	jm  *jobmaster.JobMaster
 	log hclog.Logger
 	// Observer, when set, is told of each step (the demo prints them; tests watch them).
 	Observer func(Step)
@@ -102,10 +102,10 @@ type Step struct {
 	At     time.Time
 }
 
-// New returns a Reconciler for jm.
-func New(cfg Config, jm *jobmaster.JobMaster) *Reconciler {
+// New returns a Reconciler.
+func New(cfg Config) *Reconciler {
 	cfg.setDefaults()
-	return &Reconciler{cfg: cfg, jm: jm, log: cfg.Logger.Named("reconcile")}
+	return &Reconciler{cfg: cfg, log: cfg.Logger.Named("reconcile")}
 }
 
 func (r *Reconciler) step(epoch uint64, name, format string, args ...any) {
@@ -118,14 +118,15 @@ func (r *Reconciler) step(epoch uint64, name, format string, args ...any) {
 
 // Reconcile runs the protocol for one term. The gate is closed by the caller and opened after
 // a nil return; an error makes the node step down.
-func (r *Reconciler) Reconcile(ctx context.Context, epoch uint64) error {
+func (r *Reconciler) Reconcile(ctx context.Context, t jobmaster.Term) error {
+	epoch := t.Epoch()
 	start := time.Now()
-	if _, err := r.jm.Commit(ctx, pb.CommandType_COMMAND_TYPE_BEGIN_RECONCILIATION, &pb.BeginReconciliationCommand{
+	if _, err := t.Commit(ctx, pb.CommandType_COMMAND_TYPE_BEGIN_RECONCILIATION, &pb.BeginReconciliationCommand{
 		Epoch: epoch, Timestamp: start.UnixMilli(),
 	}); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	jobs := r.reconcilingJobs()
+	jobs := r.reconcilingJobs(t)
 	r.step(epoch, "begin", "%d jobs RECONCILING", len(jobs))
 	if failpoint.Enabled(failpoint.StuckReconciling) && len(jobs) > 0 {
 		r.log.Warn("failpoint stuck-reconciling: reconciliation never finishes", "epoch", epoch)
@@ -133,8 +134,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, epoch uint64) error {
 		return ctx.Err()
 	}
 
-	targets := r.targets(jobs)
-	col := newCollector(r, epoch)
+	targets := r.targets(t, jobs)
+	col := newCollector(r, t)
 	reports, err := col.collect(ctx, targets)
 	if err != nil {
 		return err
@@ -151,27 +152,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, epoch uint64) error {
 	r.step(epoch, "merged", "%s", plan.Summary())
 
 	for _, jp := range plan.Jobs {
-		if err := r.commitJob(ctx, epoch, jp); err != nil {
+		if err := r.commitJob(ctx, t, jp); err != nil {
 			return err
 		}
 	}
 	end.JobsCommittedAt = time.Now().UnixMilli()
 	end.Timestamp, end.Counts = time.Now().UnixMilli(), plan.Counts
-	if _, err := r.jm.Commit(ctx, pb.CommandType_COMMAND_TYPE_END_RECONCILIATION, end); err != nil {
+	if _, err := t.Commit(ctx, pb.CommandType_COMMAND_TYPE_END_RECONCILIATION, end); err != nil {
 		return fmt.Errorf("end: %w", err)
 	}
 	r.step(epoch, "committed", "reconciled graph committed in %s", time.Since(start).Round(time.Millisecond))
 
 	// Only now, after the commit, act on what the reports showed.
-	r.act(ctx, epoch, plan)
+	r.act(ctx, t, plan)
 	go col.handleLate(ctx)
 	return nil
 }
 
 // reconcilingJobs returns the jobs BeginReconciliation moved to RECONCILING.
-func (r *Reconciler) reconcilingJobs() []*pb.JobRecord {
+func (r *Reconciler) reconcilingJobs(t jobmaster.Term) []*pb.JobRecord {
 	var out []*pb.JobRecord
-	for _, rec := range r.jm.State().Jobs() {
+	for _, rec := range t.Jobs() {
 		if rec.Status == pb.JobStatus_JOB_STATUS_RECONCILING {
 			out = append(out, rec)
 		}
@@ -187,7 +188,7 @@ type target struct {
 }
 
 // targets: every TM that holds a committed attempt, and every TM gossip or registration knows.
-func (r *Reconciler) targets(jobs []*pb.JobRecord) []target {
+func (r *Reconciler) targets(port jobmaster.Term, jobs []*pb.JobRecord) []target {
 	byID := map[string]*target{}
 	for _, rec := range jobs {
 		for _, v := range rec.GetExecutionGraph().GetVertices() {
@@ -206,7 +207,7 @@ func (r *Reconciler) targets(jobs []*pb.JobRecord) []target {
 			}
 		}
 	}
-	for _, tm := range r.jm.Registry().List() {
+	for _, tm := range port.TMs() {
 		if tm.GRPCAddr == "" {
 			continue
 		}
@@ -227,7 +228,8 @@ func (r *Reconciler) targets(jobs []*pb.JobRecord) []target {
 
 // commitJob commits one job's reconciled executions in chunks; the last chunk carries the
 // job's new status.
-func (r *Reconciler) commitJob(ctx context.Context, epoch uint64, jp *JobPlan) error {
+func (r *Reconciler) commitJob(ctx context.Context, t jobmaster.Term, jp *JobPlan) error {
+	epoch := t.Epoch()
 	n := len(jp.Executions)
 	chunk := r.cfg.CommitChunk
 	for i := 0; i == 0 || i < n; i += chunk {
@@ -239,7 +241,7 @@ func (r *Reconciler) commitJob(ctx context.Context, epoch uint64, jp *JobPlan) e
 		if last {
 			cmd.Status, cmd.Cause = jp.Status, jp.Cause
 		}
-		if _, err := r.jm.Commit(ctx, pb.CommandType_COMMAND_TYPE_RECONCILE_JOB, cmd); err != nil {
+		if _, err := t.Commit(ctx, pb.CommandType_COMMAND_TYPE_RECONCILE_JOB, cmd); err != nil {
 			return fmt.Errorf("commit job %s chunk at %d: %w", jp.JobID, i, err)
 		}
 	}
@@ -248,18 +250,18 @@ func (r *Reconciler) commitJob(ctx context.Context, epoch uint64, jp *JobPlan) e
 
 // act carries out what the committed plan decided: mark TMs that did not report lost (their
 // executions have failed; they get new work only after they register again), cancel attempts
-// the graph does not own and acknowledge retained terminal states.
-func (r *Reconciler) act(ctx context.Context, epoch uint64, plan *Plan) {
+// the graph does not own (through the term's own cancel path, which sends each once and does
+// not wait) and acknowledge retained terminal states.
+func (r *Reconciler) act(ctx context.Context, t jobmaster.Term, plan *Plan) {
 	for _, id := range plan.MissingTMs {
-		r.jm.Registry().MarkLost(id)
+		t.MarkLost(id)
 	}
 	for _, c := range plan.Cancels {
-		if err := r.jm.CancelOnTM(ctx, epoch, c.Addr, c.JobID, c.AttemptID); err != nil {
-			r.log.Warn("cancel of an unowned attempt failed", "tm", c.TMID, "attempt", c.AttemptID, "reason", c.Reason, "error", err)
-		}
+		r.log.Debug("cancelling an unowned attempt", "tm", c.TMID, "attempt", c.AttemptID, "reason", c.Reason)
+		t.Cancel(c.JobID, c.AttemptID, c.Addr)
 	}
 	for addr, ids := range plan.Acks {
-		if err := r.jm.AcknowledgeTerminal(ctx, epoch, addr, ids); err != nil {
+		if err := t.Ack(ctx, addr, ids); err != nil {
 			r.log.Debug("acknowledge terminal states", "tm", addr, "error", err)
 		}
 	}
