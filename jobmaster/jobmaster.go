@@ -189,8 +189,9 @@ func (jm *JobMaster) SetReconciler(r Reconciler) { jm.reconciler = r }
 // attempts, their DEPLOYING state or the restart count) failed; no SubmitTask was sent for them.
 func (jm *JobMaster) DeployFailures() int64 { return jm.deployFailures.Load() }
 
-// ForeignCancels is the number of CancelTask calls completed for attempts a TM reported in its
-// heartbeat that the graph does not place on that TM (nothing is committed for them).
+// ForeignCancels is the number of CancelTask calls completed for attempts a TM reported (in a
+// heartbeat, or in its report to reconciliation) that the graph does not place on that TM
+// (nothing is committed for them).
 func (jm *JobMaster) ForeignCancels() int64 { return jm.foreignCancels.Load() }
 
 // DeployWaits is the number of deployments that had to wait for free slots.

@@ -1,0 +1,105 @@
+package jobmaster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/jmcluster/jmcluster/fsm"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// cancelTM counts the CancelTask calls it gets; the first failUntil calls fail (UNAVAILABLE).
+type cancelTM struct {
+	pb.UnimplementedTaskManagerServiceServer
+	mu        sync.Mutex
+	calls     []string
+	failUntil int
+}
+
+func (s *cancelTM) CancelTask(_ context.Context, req *pb.CancelTaskRequest) (*pb.CancelTaskResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, fmt.Sprintf("%s@%d", req.AttemptId, req.Epoch))
+	if len(s.calls) <= s.failUntil {
+		return nil, status.Error(codes.Unavailable, "not now")
+	}
+	return &pb.CancelTaskResponse{State: pb.ExecutionState_EXECUTION_STATE_CANCELED}, nil
+}
+
+func (s *cancelTM) seen() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.calls...)
+}
+
+// portReconciler keeps the port EstablishLeadership hands it.
+type portReconciler struct{ t Term }
+
+func (p *portReconciler) Reconcile(_ context.Context, t Term) error { p.t = t; return nil }
+
+// TestReconciliationCancelsThroughTheTermsPath: the port's Cancel is the scheduler's own
+// cancel path: an attempt cancelled by reconciliation and then found again in a heartbeat's
+// deployment report gets one CancelTask per term, fenced with the term's epoch; a failed call
+// is sent again on the next request; nothing is committed for it.
+func TestReconciliationCancelsThroughTheTermsPath(t *testing.T) {
+	f := fsm.New(nil)
+	tm := &cancelTM{failUntil: 1}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterTaskManagerServiceServer(srv, tm)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	addr := lis.Addr().String()
+
+	jm := New(Config{TickInterval: 10 * time.Millisecond}, &localRaft{f: f}, f)
+	t.Cleanup(jm.Shutdown)
+	rc := &portReconciler{}
+	jm.SetReconciler(rc)
+	if err := jm.EstablishLeadership(context.Background(), 7); err != nil {
+		t.Fatal(err)
+	}
+	if rc.t == nil || rc.t.Epoch() != 7 {
+		t.Fatalf("port %v, want the term of epoch 7", rc.t)
+	}
+	term, err := jm.currentTerm()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rc.t.Cancel("job", "a1", addr) // fails (UNAVAILABLE): may be sent again
+	waitFor(t, 10*time.Second, "the failed CancelTask to be forgotten", func() (bool, string) {
+		term.mu.Lock()
+		defer term.mu.Unlock()
+		return len(tm.seen()) == 1 && !term.cancelSent["a1@"+addr], fmt.Sprintf("calls %v", tm.seen())
+	})
+	rc.t.Cancel("job", "a1", addr)
+	waitFor(t, 10*time.Second, "the second CancelTask to complete", func() (bool, string) {
+		return jm.ForeignCancels() == 1, fmt.Sprintf("calls %v, foreign cancels %d", tm.seen(), jm.ForeignCancels())
+	})
+	// Sent once per term from now on, whichever path asks.
+	rc.t.Cancel("job", "a1", addr)
+	term.cancelOnTM(addr, "job", "a1")
+	jm.RevokeLeadership() // waits for every call of the term
+	if got := tm.seen(); len(got) != 2 || got[0] != "a1@7" || got[1] != "a1@7" {
+		t.Fatalf("CancelTask calls %v, want two (one failed, one completed), both with epoch 7", got)
+	}
+	if n := len(f.JobIDs()); n != 0 {
+		t.Fatalf("%d jobs committed", n)
+	}
+	// A stopped term starts no call.
+	rc.t.Cancel("job", "a2", addr)
+	if got := tm.seen(); len(got) != 2 {
+		t.Fatalf("a stopped term sent CancelTask: %v", got)
+	}
+}
