@@ -135,8 +135,10 @@ func runningSteps(rec *pb.JobRecord, v view) []action {
 	eg := rec.ExecutionGraph
 	var out []action
 	var fresh []deployTask
+	// Reused from region to region: nothing below keeps them (the actions copy what they need).
+	var active, failed, finished, undeployed []*pb.ExecutionVertex
 	for _, r := range v.regions {
-		var active, failed, finished, undeployed []*pb.ExecutionVertex
+		active, failed, finished, undeployed = active[:0], failed[:0], finished[:0], undeployed[:0]
 		for _, m := range r.Members {
 			ev := graph.FindVertex(eg, m.VertexID, m.Subtask)
 			switch s := ev.GetCurrent().GetState(); {

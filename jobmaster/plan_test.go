@@ -486,3 +486,33 @@ func TestPlanIsPure(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkNextSteps100k decides for a RUNNING job of 3 x 33,334 = 100,002 running executions
+// (33,334 regions), which has nothing to do: the cost of driving an unchanged large job, which
+// the scheduler pays on the live record under the FSM's read lock, without copying it.
+// Compare reconcile's BenchmarkCloneJob100k, the copy a drive used to start with.
+func BenchmarkNextSteps100k(b *testing.B) {
+	const p = 33334
+	jg := planChain(p)
+	eg, err := graph.BuildExecutionGraph(jg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, ev := range graph.AllExecutions(eg) {
+		ev.Current = &pb.Execution{AttemptId: fmt.Sprintf("%s-%d", ev.VertexId, ev.SubtaskIndex), State: stRunning,
+			Slot: &pb.SlotID{TmId: "tm1", Index: ev.SubtaskIndex}, TmGrpcAddress: "tm1:1"}
+	}
+	rec := &pb.JobRecord{JobGraph: jg, ExecutionGraph: eg, Status: jobRunning}
+	regions, err := graph.FailoverRegions(jg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	v := view{now: time.UnixMilli(1), regions: regions}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if steps := nextSteps(rec, v); len(steps) != 0 {
+			b.Fatalf("steps %v", steps)
+		}
+	}
+}
