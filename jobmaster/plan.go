@@ -94,15 +94,15 @@ func nextSteps(rec *pb.JobRecord, v view) []action {
 		if !restartsExhausted(rec) {
 			return []action{setStatus(rec, jobRestarting, rec.FailureCause, true)}
 		}
-		if c, live := cancelAll(rec, v.now); live {
-			return []action{c}
+		if steps, live := cancelAll(rec, v.now); live {
+			return steps
 		}
 		return []action{setStatus(rec, jobFailed, rec.FailureCause, false)}
 	case jobRestarting:
 		return []action{setStatus(rec, jobRunning, "restarting failed regions", true)}
 	case jobCancelling:
-		if c, live := cancelAll(rec, v.now); live {
-			return []action{c}
+		if steps, live := cancelAll(rec, v.now); live {
+			return steps
 		}
 		return []action{setStatus(rec, jobCanceled, "cancelled", false)}
 	}
@@ -244,8 +244,8 @@ func resumeScheduled(rec *pb.JobRecord) (action, bool) {
 }
 
 // cancelAll cancels every non-terminal execution of the job; live is false when all of them
-// are terminal already.
-func cancelAll(rec *pb.JobRecord, now time.Time) (a action, live bool) {
+// are terminal already. Live executions with nothing to do (RECONCILING) give no step.
+func cancelAll(rec *pb.JobRecord, now time.Time) (steps []action, live bool) {
 	var evs []*pb.ExecutionVertex
 	forEachExecution(rec, func(ev *pb.ExecutionVertex) {
 		if e := ev.GetCurrent(); e != nil && !isTerminal(e.State) {
@@ -253,10 +253,12 @@ func cancelAll(rec *pb.JobRecord, now time.Time) (a action, live bool) {
 		}
 	})
 	if len(evs) == 0 {
-		return action{}, false
+		return nil, false
 	}
-	a, _ = cancelExecutions(rec, evs, "job "+graph.JobStatusName(rec.Status), now)
-	return a, true
+	if a, ok := cancelExecutions(rec, evs, "job "+graph.JobStatusName(rec.Status), now); ok {
+		steps = append(steps, a)
+	}
+	return steps, true
 }
 
 // cancelExecutions moves executions towards CANCELED under the write-ahead rule: one that

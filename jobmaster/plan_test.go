@@ -326,6 +326,12 @@ func TestNextSteps(t *testing.T) {
 		},
 		want: []string{"cancel source-0-a0=CANCELED map-1-a0=CANCELING send map-0-a0@tm1:1 send map-1-a0@tm2:1 (job CANCELLING)"},
 	}, {
+		name: "CANCELLING with only RECONCILING tasks live -> nothing to do yet, not CANCELED",
+		rec: func(t *testing.T) *pb.JobRecord {
+			return planJob(t, planChain(1), jobCancelling, 0, map[string]pb.ExecutionState{"source[0]": stReconciling, "map[0]": stCanceled})
+		},
+		want: nil,
+	}, {
 		name: "CANCELLING, every task terminal or never deployed -> CANCELED",
 		rec: func(t *testing.T) *pb.JobRecord {
 			return planJob(t, planChain(1), jobCancelling, 0, map[string]pb.ExecutionState{"source[0]": stFinished, "map[0]": stCanceled})
