@@ -36,10 +36,7 @@ func (t *term) sendCancel(jobID, attemptID, addr string, owned bool) {
 	t.cancelSent[key] = true
 	// Under the lock that stop takes first: reconciliation calls this from outside the
 	// term's goroutines, and nothing may join the wait group once stop waits on it.
-	t.wg.Add(1)
-	t.mu.Unlock()
-	go func() {
-		defer t.wg.Done()
+	t.spawnLocked(func() {
 		var state pb.ExecutionState
 		failpoint.Inject(t.ctx, failpoint.BeforeCancelTask)
 		err := t.jm.tms.Call(t.ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
@@ -69,7 +66,8 @@ func (t *term) sendCancel(jobID, attemptID, addr string, owned bool) {
 		if isTerminal(state) {
 			t.batch.commit(t.ctx, []*pb.ExecutionStateUpdate{{JobId: jobID, AttemptId: attemptID, State: state, Timestamp: nowMillis()}})
 		}
-	}()
+	})
+	t.mu.Unlock()
 }
 
 // cancelOnTM cancels an attempt the graph does not own on that TM (a heartbeat's deployment

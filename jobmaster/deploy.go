@@ -131,8 +131,7 @@ func (t *term) restartDelays(jobID string) map[int]time.Time {
 }
 
 func (t *term) failAsync(jobID, attemptID, cause string) {
-	t.wg.Add(1)
-	go func() { defer t.wg.Done(); t.fail(jobID, attemptID, cause) }()
+	t.spawn(func() { t.fail(jobID, attemptID, cause) })
 }
 
 func (t *term) fail(jobID, attemptID, cause string) {

@@ -85,8 +85,7 @@ func (t *term) checkDeployment(req *pb.HeartbeatRequest) {
 	}
 	if len(failed) > 0 {
 		t.jm.log.Warn("attempts missing on task manager", "tm", req.TmId, "count", len(failed))
-		t.wg.Add(1)
-		go func() { defer t.wg.Done(); t.batch.commit(t.ctx, failed) }()
+		t.spawn(func() { t.batch.commit(t.ctx, failed) })
 	}
 }
 

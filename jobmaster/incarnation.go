@@ -37,9 +37,5 @@ func (t *term) failAttempts(updates []*pb.ExecutionStateUpdate) {
 		return
 	}
 	t.jm.log.Warn("failing the attempts of a replaced TaskManager incarnation", "attempts", len(updates), "cause", updates[0].FailureCause)
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		t.batch.commit(t.ctx, updates)
-	}()
+	t.spawn(func() { t.batch.commit(t.ctx, updates) })
 }

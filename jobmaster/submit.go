@@ -85,13 +85,11 @@ func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
 	}
 	for _, addr := range order {
 		tdds := byTM[addr]
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
+		t.spawn(func() {
 			for _, b := range submitBatches(tdds, t.jm.cfg.SubmitBatchTasks, budget) {
 				t.sendBatch(jobID, addr, b)
 			}
-		}()
+		})
 	}
 	return nil
 }

@@ -69,9 +69,8 @@ func (t *term) start() {
 				t.jm.tms.Touch(tm.ID)
 			}
 		}
-		t.wg.Add(2)
-		go func() { defer t.wg.Done(); t.loop() }()
-		go func() { defer t.wg.Done(); t.retain() }()
+		t.spawn(t.loop)
+		t.spawn(t.retain)
 		t.kick("")
 	})
 }
@@ -82,6 +81,26 @@ func (t *term) stop() {
 	t.mu.Unlock()
 	t.cancel()
 	t.wg.Wait()
+}
+
+// spawn runs fn on a goroutine of the term, unless the term is stopping: the check and the
+// wait group's Add are made under the lock stop takes before it waits, so no goroutine joins
+// the group once stop waits on it (RPC handlers — a heartbeat's deployment check, a
+// registration — call this from outside the term's goroutines). It reports whether fn runs.
+func (t *term) spawn(fn func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.spawnLocked(fn)
+}
+
+// spawnLocked is spawn with t.mu held.
+func (t *term) spawnLocked(fn func()) bool {
+	if t.stopping {
+		return false
+	}
+	t.wg.Add(1)
+	go func() { defer t.wg.Done(); fn() }()
+	return true
 }
 
 // kick schedules a look at one job ("" means every job).
@@ -241,28 +260,7 @@ func (t *term) taskManagerLost(tmID, cause string) {
 	if tm, ok := t.jm.tms.Get(tmID); ok {
 		t.jm.tms.Forget(tm.GRPCAddr)
 	}
-	var updates []*pb.ExecutionStateUpdate
-	for _, jobID := range t.jm.state.JobIDs() {
-		t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
-			forEachExecution(rec, func(ev *pb.ExecutionVertex) {
-				e := ev.GetCurrent()
-				if e == nil || isTerminal(e.State) || e.GetSlot().GetTmId() != tmID {
-					return
-				}
-				updates = append(updates, &pb.ExecutionStateUpdate{
-					JobId: jobID, AttemptId: e.AttemptId, State: pb.ExecutionState_EXECUTION_STATE_FAILED,
-					FailureCause: cause, Timestamp: nowMillis(),
-				})
-			})
-		})
-	}
-	if len(updates) > 0 {
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			t.batch.commit(t.ctx, updates)
-		}()
-	}
+	t.failAttempts(t.attemptsOn(tmID, cause))
 }
 
 func newID() string {
