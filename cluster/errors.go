@@ -17,6 +17,10 @@ var (
 	// ErrLeadershipLost: leadership was lost while an entry was in flight; whether it commits
 	// is unknown, so only idempotent commands may be retried.
 	ErrLeadershipLost = errors.New("cluster: leadership lost; outcome unknown")
+	// ErrOutcomeUnknown: the wait for an entry ended (its deadline passed, raft's enqueue
+	// timed out) before raft answered; it may still commit. Transient: retried by clients with
+	// idempotent commands, never reported as a rejection.
+	ErrOutcomeUnknown = errors.New("cluster: outcome unknown")
 	// ErrInvalidConfig: the Config failed validation.
 	ErrInvalidConfig = errors.New("cluster: invalid config")
 )

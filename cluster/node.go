@@ -430,7 +430,7 @@ func waitFuture(ctx context.Context, f raft.Future) error {
 	case err := <-done:
 		return mapRaftErr(err)
 	case <-ctx.Done():
-		return fmt.Errorf("outcome unknown: %w", ctx.Err())
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
 	}
 }
 
@@ -444,6 +444,8 @@ func mapRaftErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrLeadershipLost, err)
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return fmt.Errorf("%w: %w", ErrShutdown, err)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 	}
 	return err
 }

@@ -149,7 +149,7 @@ func TestStreamingJobRunsAcrossTaskManagers(t *testing.T) {
 }
 
 // TestCancelFreesEverySlot: cancelling a running job (through a follower) ends it CANCELED
-// with every task CANCELED on the TMs too, every TM slot free, and the leader agreeing: a job
+// with every task stopped on the TMs too, every TM slot free, and the leader agreeing: a job
 // that needs every slot of the cluster is then deployed in full.
 func TestCancelFreesEverySlot(t *testing.T) {
 	c := newCluster(t)
@@ -162,7 +162,10 @@ func TestCancelFreesEverySlot(t *testing.T) {
 	}
 	c.WaitJob(id, "job CANCELED with every task CANCELED", 20*time.Second, allInState(jobCanceled, stCanceled))
 
-	testcluster.WaitFor(t, 10*time.Second, "every slot free and every task CANCELED on the TMs", func() (bool, string) {
+	// On the TMs every task has stopped: CANCELED, or FAILED when its input broke because its
+	// producer was cancelled before its own CancelTask arrived (the graph records that as
+	// CANCELED, Flink's rule, checked above).
+	testcluster.WaitFor(t, 10*time.Second, "every slot free and every task stopped on the TMs", func() (bool, string) {
 		for _, tm := range c.TMs {
 			if free := tm.A.TM.FreeSlots(); free != c.Opts.Slots {
 				return false, fmt.Sprintf("%s: %d of %d slots free", tm.ID, free, c.Opts.Slots)
@@ -170,7 +173,7 @@ func TestCancelFreesEverySlot(t *testing.T) {
 		}
 		for key, a := range atts {
 			for _, ti := range tmByID(t, c, a.TM).A.TM.Tasks() {
-				if ti.AttemptID == a.ID && ti.State != stCanceled {
+				if ti.AttemptID == a.ID && ti.State != stCanceled && ti.State != stFailed {
 					return false, fmt.Sprintf("%s on %s is %v", key, a.TM, ti.State)
 				}
 			}

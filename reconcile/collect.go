@@ -90,12 +90,19 @@ func (c *collector) collect(ctx context.Context, initial []target) (map[string]*
 	}
 }
 
-// waitingLocked lists the asked TMs that have not reported or been refused, leaving out those
-// that gossip reports dead and that failed a report request.
+// waitingLocked lists the asked TMs that hold committed attempts and have not reported or been
+// refused, leaving out those that gossip reports dead and that failed a report request.
 func (c *collector) waitingLocked() []string {
 	var out []string
-	for id := range c.asked {
+	for id, t := range c.asked {
 		if c.reports[id] != nil || c.refused[id] != nil {
+			continue
+		}
+		// A TM that holds no committed attempt of a reconciling job is asked (it may run
+		// attempts the graph does not own, which its report has cancelled) but not waited
+		// for: its silence changes no execution, and a dead one would keep the gate closed
+		// until the deadline.
+		if !t.holds {
 			continue
 		}
 		// Gossip alone is not enough (it marks a busy live member dead now and then, and such a

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -260,11 +261,35 @@ func (r *Reconciler) act(ctx context.Context, t jobmaster.Term, plan *Plan) {
 		r.log.Debug("cancelling an unowned attempt", "tm", c.TMID, "attempt", c.AttemptID, "reason", c.Reason)
 		t.Cancel(c.JobID, c.AttemptID, c.Addr)
 	}
-	for addr, ids := range plan.Acks {
-		if err := t.Ack(ctx, addr, ids); err != nil {
-			r.log.Debug("acknowledge terminal states", "tm", addr, "error", err)
-		}
+	// Acknowledgements are calls to every TM with retained terminal states; they go out after
+	// the gate opens, a few at a time, so unreachable TMs do not keep it closed.
+	if len(plan.Acks) > 0 {
+		go r.ack(ctx, t, plan.Acks)
 	}
+}
+
+// maxParallelAcks bounds the AcknowledgeTerminal calls in flight after a reconciliation.
+const maxParallelAcks = 8
+
+func (r *Reconciler) ack(ctx context.Context, t jobmaster.Term, acks map[string][]string) {
+	addrs := make([]string, 0, len(acks))
+	for addr := range acks {
+		addrs = append(addrs, addr)
+	}
+	sort.Strings(addrs)
+	sem := make(chan struct{}, maxParallelAcks)
+	var wg sync.WaitGroup
+	for _, addr := range addrs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := t.Ack(ctx, addr, acks[addr]); err != nil {
+				r.log.Debug("acknowledge terminal states", "tm", addr, "error", err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // restartAll turns a plan into "restart everything": every execution FAILED, every job

@@ -234,6 +234,31 @@ func TestNotAcceptedCancelsAttempt(t *testing.T) {
 	}
 }
 
+// TestFinalRefusalCancelsAttempt: the leader refuses an attempt's state update with a final
+// code (FAILED_PRECONDITION: the graph's deterministic answer). The TM neither drops the update
+// and runs on unowned nor retries forever: it cancels the attempt locally and reports nothing
+// more of it.
+func TestFinalRefusalCancelsAttempt(t *testing.T) {
+	jm := startJM(t)
+	jm.mu.Lock()
+	jm.reject["refused"] = true
+	jm.mu.Unlock()
+	tm := newTM(t, "tm1", jm, nil)
+	submit(t, client(t, tm), 1, source("job", "src", 0, 1, "refused", 0, unbounded))
+	waitFor(t, 10*time.Second, "the refused attempt cancelled", func() (bool, string) {
+		ti, _ := findTask(tm, "refused")
+		return ti.State == canceled && tm.FreeSlots() == 4, fmt.Sprintf("%+v free=%d", ti, tm.FreeSlots())
+	})
+	waitFor(t, 5*time.Second, "empty outbox", func() (bool, string) { return tm.OutboxLen() == 0, fmt.Sprint(tm.OutboxLen()) })
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	for _, u := range jm.updates {
+		if u.attempt == "refused" && u.state != running {
+			t.Fatalf("the refused attempt reported %v after the refusal", u.state)
+		}
+	}
+}
+
 func TestTerminalRetention(t *testing.T) {
 	jm := startJM(t)
 	tm := newTM(t, "tm1", jm, func(c *Config) { c.RetainTerminal = time.Minute })

@@ -11,7 +11,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/transport"
@@ -68,6 +70,7 @@ type testJM struct {
 
 	mu        sync.Mutex
 	refuse    int             // refuse this many UpdateTaskExecutionState calls (RECONCILING)
+	reject    map[string]bool // attempts whose updates are refused with FAILED_PRECONDITION
 	disown    map[string]bool // attempts answered with accepted=false
 	updates   []update        // every call, refused ones included
 	consumers []*pb.ScheduleOrUpdateConsumersRequest
@@ -86,7 +89,7 @@ func startJM(t testing.TB) *testJM {
 		t.Fatal(err)
 	}
 	// A leader always has an epoch >= 1, and names it in ClusterStatus.
-	jm := &testJM{addr: l.Addr().String(), srv: grpc.NewServer(), disown: map[string]bool{}, epoch: 1}
+	jm := &testJM{addr: l.Addr().String(), srv: grpc.NewServer(), disown: map[string]bool{}, reject: map[string]bool{}, epoch: 1}
 	pb.RegisterJobMasterServiceServer(jm.srv, jm)
 	pb.RegisterClientServiceServer(jm.srv, jm)
 	go func() { _ = jm.srv.Serve(l) }()
@@ -135,6 +138,10 @@ func (j *testJM) UpdateTaskExecutionState(_ context.Context, r *pb.UpdateTaskExe
 		j.refuse--
 		j.updates = append(j.updates, u)
 		return nil, transport.ReconcilingError(20 * time.Millisecond)
+	}
+	if j.reject[r.GetAttemptId()] {
+		j.updates = append(j.updates, u)
+		return nil, status.Error(codes.FailedPrecondition, "illegal state transition")
 	}
 	u.accepted = !j.disown[r.GetAttemptId()]
 	j.updates = append(j.updates, u)

@@ -170,6 +170,16 @@ func (o *outbox) worker(attempt string) {
 			return
 		}
 		if !transport.Retryable(err) {
+			if m.state != nil {
+				// A final refusal of a state update is the graph's deterministic answer (an
+				// unknown or earlier attempt, an illegal transition): the leader will never
+				// record this attempt's state, so the TM stops it rather than run it unowned or
+				// retry forever.
+				lg.Error("state update refused by the leader: cancelling the attempt locally", "seq", m.seq(), "leader", addr, "error", err)
+				o.pop(attempt, true)
+				o.tm.disown(attempt)
+				continue
+			}
 			lg.Error("dropping message refused by the leader", "seq", m.seq(), "leader", addr, "error", err)
 			o.pop(attempt, false)
 			continue

@@ -44,6 +44,7 @@ var errorTable = []errorRow{
 	{cluster.ErrNoLeader, codes.Unavailable, transport.ReasonNoLeader},
 	{cluster.ErrLeadershipLost, codes.Unavailable, ""},
 	{cluster.ErrShutdown, codes.Unavailable, ""},
+	{cluster.ErrOutcomeUnknown, codes.Unavailable, ""},
 
 	{graph.ErrInvalidJobGraph, codes.InvalidArgument, ""},
 	{jobmaster.ErrInvalidRequest, codes.InvalidArgument, ""},
