@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/jmcluster/jmcluster/internal/failpoint"
@@ -116,14 +117,13 @@ func (r *Registry) Register(id, incarnation, grpcAddr, dataAddr string, slots in
 	}
 	// The TM just reached us: a cached connection to its address that is backing off after
 	// failed dials (the process was down) would keep refusing calls for up to gRPC's reconnect
-	// backoff (seconds); a replaced process gets a fresh connection.
-	if cc := r.conns[grpcAddr]; cc != nil {
-		if previous != "" {
-			_ = cc.Close()
-			delete(r.conns, grpcAddr)
-		} else {
-			cc.ResetConnectBackoff()
-		}
+	// backoff (seconds). A replaced process, or a connection in TRANSIENT_FAILURE (whose calls
+	// fail anyway), gets a fresh connection on the next call. (ClientConn.ResetConnectBackoff
+	// would do, but grpc-go 1.85 reads its subconnection map there without its lock: the race
+	// detector caught it.)
+	if cc := r.conns[grpcAddr]; cc != nil && (previous != "" || cc.GetState() == connectivity.TransientFailure) {
+		_ = cc.Close()
+		delete(r.conns, grpcAddr)
 	}
 	r.mu.Unlock()
 	tm = r.Upsert(id, grpcAddr, dataAddr, slots, true)
