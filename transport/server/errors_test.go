@@ -33,6 +33,9 @@ func TestStatusTable(t *testing.T) {
 		{fmt.Errorf("%w: %w", cluster.ErrNoLeader, context.DeadlineExceeded), codes.Unavailable, transport.ReasonNoLeader},
 		{cluster.ErrLeadershipLost, codes.Unavailable, ""},
 		{cluster.ErrShutdown, codes.Unavailable, ""},
+		// An apply whose wait ended before raft answered may still commit: retried, not final.
+		{fmt.Errorf("%w: %w", cluster.ErrOutcomeUnknown, context.DeadlineExceeded), codes.Unavailable, ""},
+		{jobmaster.ErrReplacedIncarnation, codes.FailedPrecondition, ""},
 		{&graph.SizeError{}, codes.InvalidArgument, ""},
 		{wrap(graph.ErrInvalidJobGraph), codes.InvalidArgument, ""},
 		{wrap(jobmaster.ErrInvalidRequest), codes.InvalidArgument, ""},
