@@ -203,6 +203,7 @@ func TestCancelDuringReconciliation(t *testing.T) {
 	h.submit(streamingJob(id, 1, 1))
 	h.setStatus(id, pb.JobStatus_JOB_STATUS_RUNNING)
 	h.attemptAll(id, 0)
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_DEPLOYING)
 	establish(h, 1)
 	h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: 1})
 	h.ok(cancelT, &pb.CancelJobCommand{JobId: id})
@@ -295,4 +296,31 @@ func TestCancelDuringReconciliationWins(t *testing.T) {
 	}
 	// A status the reconciliation may move a CANCELLING job to is still applied.
 	h.ok(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: id, LastChunk: true, Status: pb.JobStatus_JOB_STATUS_FAILING, Timestamp: 103})
+}
+
+// TestBeginReconciliationLeavesScheduledAttempts: an attempt committed SCHEDULED was never
+// submitted (the write-ahead rule commits DEPLOYING first), so BeginReconciliation leaves it
+// SCHEDULED for the new leader to deploy, while the job and its deployed attempts go
+// RECONCILING. Before, it became RECONCILING and reconciliation failed it as missing.
+func TestBeginReconciliationLeavesScheduledAttempts(t *testing.T) {
+	h := newHarness(t)
+	id := jobIDN(0)
+	h.submit(streamingJob(id, 2, 2))
+	h.setStatus(id, pb.JobStatus_JOB_STATUS_RUNNING)
+	h.attemptAll(id, 0) // every execution SCHEDULED
+	deployed := attemptID(id, "src", 0, 0)
+	h.ok(updateT, &pb.UpdateExecutionStatesCommand{Updates: []*pb.ExecutionStateUpdate{
+		{JobId: id, AttemptId: deployed, State: pb.ExecutionState_EXECUTION_STATE_DEPLOYING},
+	}})
+	establish(h, 1)
+	h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: 1, Timestamp: 11000})
+	rec := h.job(id)
+	counts := graph.CountByState(rec.ExecutionGraph)
+	if rec.Status != pb.JobStatus_JOB_STATUS_RECONCILING ||
+		counts[pb.ExecutionState_EXECUTION_STATE_RECONCILING] != 1 || counts[pb.ExecutionState_EXECUTION_STATE_SCHEDULED] != 5 {
+		t.Fatalf("job %v, execution states %v: want RECONCILING, 1 RECONCILING (the deployed one) and 5 SCHEDULED", rec.Status, counts)
+	}
+	if st := graph.FindVertex(rec.ExecutionGraph, "src", 0).Current.State; st != pb.ExecutionState_EXECUTION_STATE_RECONCILING {
+		t.Fatalf("the DEPLOYING attempt is %v, want RECONCILING", st)
+	}
 }

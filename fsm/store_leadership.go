@@ -40,7 +40,9 @@ func (s *state) reconciliation(epoch uint64) *pb.ReconciliationRecord {
 
 // beginReconciliation moves every job that can enter RECONCILING, and every active execution
 // of those jobs, to RECONCILING, and opens the reconciliation record of the epoch. Repeating
-// it for the same epoch is harmless.
+// it for the same epoch is harmless. SCHEDULED executions stay SCHEDULED (the graph's table has
+// no SCHEDULED -> RECONCILING): the write-ahead rule proves they were never submitted, and the
+// new leader deploys them as they are.
 func (s *state) beginReconciliation(index uint64, c *pb.BeginReconciliationCommand) error {
 	if err := s.checkEpoch(c.Epoch); err != nil {
 		return err

@@ -9,7 +9,10 @@ import (
 
 // The ExecutionState table follows Flink's ExecutionState, plus RECONCILING: every state that
 // is not terminal may enter RECONCILING when a new leader takes over, and RECONCILING leaves
-// for the state a TaskManager reports.
+// for the state a TaskManager reports. SCHEDULED is the exception: the write-ahead rule
+// (DEPLOYING is committed before SubmitTask is sent) proves a SCHEDULED attempt was never
+// submitted, so there is nothing to reconcile; it stays SCHEDULED and the new leader deploys
+// it (no restart is counted).
 var executionTransitions = map[pb.ExecutionState][]pb.ExecutionState{
 	pb.ExecutionState_EXECUTION_STATE_CREATED: {
 		pb.ExecutionState_EXECUTION_STATE_SCHEDULED,
@@ -22,7 +25,6 @@ var executionTransitions = map[pb.ExecutionState][]pb.ExecutionState{
 		pb.ExecutionState_EXECUTION_STATE_CANCELING,
 		pb.ExecutionState_EXECUTION_STATE_CANCELED,
 		pb.ExecutionState_EXECUTION_STATE_FAILED,
-		pb.ExecutionState_EXECUTION_STATE_RECONCILING,
 	},
 	pb.ExecutionState_EXECUTION_STATE_DEPLOYING: {
 		pb.ExecutionState_EXECUTION_STATE_INITIALIZING,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -58,6 +59,7 @@ func (t *term) deploy(jobID string, tasks []deployTask, restart bool) error {
 	if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_CREATE_ATTEMPTS, cmd); err != nil {
 		return fmt.Errorf("commit attempts: %w", err)
 	}
+	failpoint.Inject(t.ctx, failpoint.BeforeDeployingCommit)
 	if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_UPDATE_EXECUTION_STATES, deploying); err != nil {
 		return fmt.Errorf("commit deploying: %w", err)
 	}

@@ -162,3 +162,45 @@ func batchesOf(rec *pb.JobRecord) int64 {
 	}
 	return int64(len(tms))
 }
+
+// TestLeaderKilledBeforeDeployingCommit: the leader dies between a deployment's two
+// write-ahead commits, its attempts committed SCHEDULED and nothing submitted. The new leader
+// deploys those very attempts: the job runs with zero restarts, although its restart strategy
+// is NONE. Before, reconciliation turned them RECONCILING, failed them as missing, and the
+// job FAILED on a JobMaster failover alone.
+func TestLeaderKilledBeforeDeployingCommit(t *testing.T) {
+	c := newCluster(t)
+	c.WaitTMs(3)
+	failpoint.Set(t, "pause(before-deploying-commit)")
+	jg := sourceSink("killed-before-deploying", 2, 100)
+	jg.RestartStrategy = &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_NONE}
+	id := c.Submit(jg)
+	waitPaused(t, failpoint.BeforeDeployingCommit, 1)
+	scheduled := c.WaitJob(id, "every execution committed SCHEDULED", 10*time.Second, func(rec *pb.JobRecord) bool {
+		for _, ev := range testcluster.Executions(rec) {
+			if ev.GetCurrent().GetState() != pb.ExecutionState_EXECUTION_STATE_SCHEDULED {
+				return false
+			}
+		}
+		return true
+	})
+	created := testcluster.Attempts(scheduled)
+
+	l1 := c.Leader()
+	c.KillJM(l1) // its paused pass ends with its term's context, before the DEPLOYING commit
+	failpoint.Reset()
+	after := c.WaitJob(id, "the job RUNNING with every task RUNNING, or ended", 30*time.Second, func(rec *pb.JobRecord) bool {
+		return testcluster.AllRunning(rec) || graph.IsGloballyTerminal(rec.Status)
+	})
+	if !testcluster.AllRunning(after) || after.Restarts != 0 {
+		t.Fatalf("after the kill: %s, %d restarts; want RUNNING with 0 restarts", testcluster.Describe(after), after.Restarts)
+	}
+	if changed := testcluster.Changed(created, testcluster.Attempts(after)); len(changed) != 0 {
+		t.Fatalf("the new leader replaced the never-submitted attempts: %v", changed)
+	}
+	l2 := c.Leader()
+	r := c.Reconciliation(l2, l2.A.JM.Epoch(), "completed", 10*time.Second)
+	if r.GetCounts().GetMissing() != 0 || r.GetCounts().GetExecutions() != 0 {
+		t.Fatalf("reconciliation counted %d executions, %d missing; want none (nothing was submitted)", r.GetCounts().GetExecutions(), r.GetCounts().GetMissing())
+	}
+}

@@ -113,7 +113,7 @@ func setStatus(rec *pb.JobRecord, to pb.JobStatus, cause string, kick bool) acti
 	return action{kind: actStatus, from: rec.Status, to: to, cause: cause, kick: kick}
 }
 
-// runningSteps: resume this term's SCHEDULED attempts first; finish the job when every task
+// runningSteps: resume SCHEDULED attempts first; finish the job when every task
 // finished; otherwise, per failover region, cancel the survivors of a region with a FAILED or
 // CANCELED member, restart a fully stopped region under the restart strategy, and deploy
 // regions never deployed whose BLOCKING inputs are consumable. Regions deployed for the first
@@ -217,10 +217,10 @@ func deployTasks(evs []*pb.ExecutionVertex) []deployTask {
 	return out
 }
 
-// resumeScheduled finds the attempts of this term whose creation is committed but whose
-// DEPLOYING commit failed (SCHEDULED: nothing was submitted for them). Reconciliation resolves
-// SCHEDULED attempts of earlier terms before the scheduler runs, so every SCHEDULED attempt
-// the scheduler sees is its own.
+// resumeScheduled finds the attempts whose creation is committed but whose DEPLOYING commit
+// failed or never came (SCHEDULED: by the write-ahead rule nothing was submitted for them):
+// this term's, and those of a leader that died between the two commits, which reconciliation
+// leaves SCHEDULED. They are deployed as they are: same attempts, same slots, no restart.
 func resumeScheduled(rec *pb.JobRecord) (action, bool) {
 	var attempts []*pb.AttemptSpec
 	forEachExecution(rec, func(ev *pb.ExecutionVertex) {

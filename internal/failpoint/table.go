@@ -24,8 +24,9 @@ var (
 
 	// Hooks: a point between a commit and the RPC it guards, where Inject pauses.
 
-	BeforeSubmitTask = newHook("before-submit-task", "after an attempt's DEPLOYING commit, before its SubmitTask is sent")
-	OutboxAfterSend  = newHook("outbox-after-send", "after a TaskManager's outbox removed a delivered message from its queue, before it looks at the queue again")
-	DiskWrite        = newHook("disk-write", "before each Raft log, stable-store and snapshot write of a JobMaster: pause(disk-write)=200ms is a slow disk")
-	BeforeCancelTask = newHook("before-cancel-task", "after an attempt's CANCELING commit, before its CancelTask is sent (also a cancel of an attempt a TM reported that the graph does not own)")
+	BeforeDeployingCommit = newHook("before-deploying-commit", "after a deployment's attempts are committed SCHEDULED, before their DEPLOYING commit (nothing was submitted yet)")
+	BeforeSubmitTask      = newHook("before-submit-task", "after an attempt's DEPLOYING commit, before its SubmitTask is sent")
+	OutboxAfterSend       = newHook("outbox-after-send", "after a TaskManager's outbox removed a delivered message from its queue, before it looks at the queue again")
+	DiskWrite             = newHook("disk-write", "before each Raft log, stable-store and snapshot write of a JobMaster: pause(disk-write)=200ms is a slow disk")
+	BeforeCancelTask      = newHook("before-cancel-task", "after an attempt's CANCELING commit, before its CancelTask is sent (also a cancel of an attempt a TM reported that the graph does not own)")
 )
