@@ -2,6 +2,7 @@ package jobmaster
 
 import (
 	"context"
+	"time"
 
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -22,18 +23,22 @@ func (t *term) cancelExecutions(jobID string, a action) {
 	}
 }
 
-// sendCancel sends CancelTask once per attempt and term (again after a failed call). For an
+// cancelKey names a CancelTask: the attempt and the address of the TM it was sent to.
+type cancelKey struct{ attemptID, addr string }
+
+// sendCancel sends CancelTask once per attempt and term (again after a failed call, or once
+// prune forgot it). For an
 // attempt of the graph (owned), a terminal answer is committed; for an attempt the graph does
 // not own on that TM, nothing is committed: the attempt id may be the graph's current attempt
 // on another TM, whose state a false report must not change.
 func (t *term) sendCancel(jobID, attemptID, addr string, owned bool) {
-	key := attemptID + "@" + addr
+	key := cancelKey{attemptID, addr}
 	t.mu.Lock()
-	if t.cancelSent[key] || t.stopping {
+	if _, sent := t.cancelSent[key]; sent || t.stopping {
 		t.mu.Unlock()
 		return
 	}
-	t.cancelSent[key] = true
+	t.cancelSent[key] = time.Now()
 	// Under the lock that stop takes first: reconciliation calls this from outside the
 	// term's goroutines, and nothing may join the wait group once stop waits on it.
 	t.spawnLocked(func() {

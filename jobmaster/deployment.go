@@ -89,13 +89,39 @@ func (t *term) checkDeployment(req *pb.HeartbeatRequest) {
 	}
 }
 
-// pruneAcked drops acknowledgement times older than ackedRetention.
-func (t *term) pruneAcked(now time.Time) {
+// prune bounds what the term remembers per attempt: acknowledgement times and cancels sent
+// older than ackedRetention are dropped (a cancel dropped is sent again if the attempt still
+// needs one: a retry a minute later, harmless since CancelTask is idempotent), and
+// missing-heartbeat counts of attempts that are no longer any job's current attempt (replaced,
+// or their job removed). What is left is bounded by the graphs' size plus what one minute sends.
+func (t *term) prune(now time.Time) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	for id, at := range t.acked {
 		if now.Sub(at) > ackedRetention {
 			delete(t.acked, id)
 		}
 	}
+	for k, at := range t.cancelSent {
+		if now.Sub(at) > ackedRetention {
+			delete(t.cancelSent, k)
+		}
+	}
+	ids := make([]string, 0, len(t.missing))
+	for id := range t.missing {
+		ids = append(ids, id)
+	}
+	t.mu.Unlock()
+	// The committed state is read without t.mu held: checkDeployment takes t.mu inside
+	// WithJob, so taking them in the other order could deadlock behind a waiting writer.
+	var gone []string
+	for _, id := range ids {
+		if _, _, _, ok := t.jm.state.LocateAttempt(id); !ok {
+			gone = append(gone, id)
+		}
+	}
+	t.mu.Lock()
+	for _, id := range gone {
+		delete(t.missing, id)
+	}
+	t.mu.Unlock()
 }

@@ -81,7 +81,8 @@ func TestReconciliationCancelsThroughTheTermsPath(t *testing.T) {
 	waitFor(t, 10*time.Second, "the failed CancelTask to be forgotten", func() (bool, string) {
 		term.mu.Lock()
 		defer term.mu.Unlock()
-		return len(tm.seen()) == 1 && !term.cancelSent["a1@"+addr], fmt.Sprintf("calls %v", tm.seen())
+		_, sent := term.cancelSent[cancelKey{"a1", addr}]
+		return len(tm.seen()) == 1 && !sent, fmt.Sprintf("calls %v", tm.seen())
 	})
 	rc.t.Cancel("job", "a1", addr)
 	waitFor(t, 10*time.Second, "the second CancelTask to complete", func() (bool, string) {
@@ -102,4 +103,66 @@ func TestReconciliationCancelsThroughTheTermsPath(t *testing.T) {
 	if got := tm.seen(); len(got) != 2 {
 		t.Fatalf("a stopped term sent CancelTask: %v", got)
 	}
+}
+
+// TestTermForgetsOldCancelsAndMissingCounts: what a term remembers per attempt is bounded. A
+// cancel sent is remembered (not sent again) for ackedRetention and then forgotten, so a term
+// that cancels attempts for hours does not grow without end; a missing-heartbeat count of an
+// attempt that is no current attempt of any job is dropped on the next prune. Before, both maps
+// only grew for the whole term.
+func TestTermForgetsOldCancelsAndMissingCounts(t *testing.T) {
+	f := fsm.New(nil)
+	tm := &cancelTM{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterTaskManagerServiceServer(srv, tm)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	addr := lis.Addr().String()
+
+	jm := New(Config{TickInterval: 10 * time.Millisecond}, &localRaft{f: f}, f)
+	t.Cleanup(jm.Shutdown)
+	rc := &portReconciler{}
+	jm.SetReconciler(rc)
+	if err := jm.EstablishLeadership(context.Background(), 3); err != nil {
+		t.Fatal(err)
+	}
+	term, err := jm.currentTerm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	for i := range n {
+		rc.t.Cancel("job", fmt.Sprintf("a%d", i), addr)
+	}
+	waitFor(t, 10*time.Second, "every CancelTask answered", func() (bool, string) {
+		return jm.ForeignCancels() == n, fmt.Sprintf("%d answered", jm.ForeignCancels())
+	})
+	term.mu.Lock()
+	for i := range n {
+		term.missing[fmt.Sprintf("gone%d", i)] = 1 // attempts the graph does not have
+	}
+	term.mu.Unlock()
+	sizes := func() (int, int) {
+		term.mu.Lock()
+		defer term.mu.Unlock()
+		return len(term.cancelSent), len(term.missing)
+	}
+
+	term.prune(time.Now())
+	if sent, missing := sizes(); sent != n || missing != 0 {
+		t.Fatalf("after a prune now: %d cancels remembered (want %d: within the retention each is sent once), %d missing counts (want 0)", sent, n, missing)
+	}
+	rc.t.Cancel("job", "a0", addr)
+	term.prune(time.Now().Add(ackedRetention + time.Second))
+	if sent, _ := sizes(); sent != 0 {
+		t.Fatalf("after the retention: %d cancels remembered, want 0", sent)
+	}
+	rc.t.Cancel("job", "a0", addr) // forgotten: sent again
+	waitFor(t, 10*time.Second, "the forgotten cancel sent again", func() (bool, string) {
+		return jm.ForeignCancels() == n+1, fmt.Sprintf("%d answered, calls %d", jm.ForeignCancels(), len(tm.seen()))
+	})
 }

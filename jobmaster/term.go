@@ -26,7 +26,7 @@ type term struct {
 
 	mu          sync.Mutex
 	stopping    bool                         // stop has begun: no CancelTask is started
-	cancelSent  map[string]bool              // attempt@tm a CancelTask was sent for
+	cancelSent  map[cancelKey]time.Time      // attempt and TM address a CancelTask was sent for, and when
 	submitting  map[string]bool              // attempt ids whose SubmitTask is in flight
 	missing     map[string]int               // consecutive heartbeats an expected attempt was absent from
 	restartAt   map[string]map[int]time.Time // job id -> region id -> not before (restart delay)
@@ -42,7 +42,7 @@ func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
 	t := &term{
 		jm: jm, epoch: epoch, ctx: ctx, cancel: cancel,
 		kicks:       make(chan string, 1024),
-		cancelSent:  map[string]bool{},
+		cancelSent:  map[cancelKey]time.Time{},
 		submitting:  map[string]bool{},
 		missing:     map[string]int{},
 		restartAt:   map[string]map[int]time.Time{},
@@ -143,7 +143,7 @@ func (t *term) loop() {
 			}
 		case <-tick.C:
 			t.checkTaskManagers()
-			t.pruneAcked(time.Now())
+			t.prune(time.Now())
 			ticks++
 			t.driveStale(ticks%fullPassTicks == 0)
 		}

@@ -592,3 +592,44 @@ func checkPhases(t *testing.T, r *pb.ReconciliationRecord) {
 		}
 	}
 }
+
+// TestReconciliationDoesNotWaitForIdleTMs: a TM that holds no committed attempt is asked for a
+// report but not waited for. One such TM stops answering (its gossip membership stays alive,
+// so gossip does not call it dead) and the leader is killed: the new leader opens its gate
+// long before the report deadline, and the job keeps every attempt. Before, the collector
+// waited for every TM it asked and kept the gate closed until the deadline.
+func TestReconciliationDoesNotWaitForIdleTMs(t *testing.T) {
+	const deadline = 40 * time.Second
+	c := tc.New(t, tc.Options{JMs: 3, TMs: 4, ReportDeadline: deadline})
+	id, rec := runningJob(t, c, tc.StreamingChain("idle-tm", 1, 100, 0))
+	before := tc.Attempts(rec)
+	var idle *tc.TM
+	for _, tm := range c.TMs {
+		if len(regionsOn(rec, tm.ID)) == 0 {
+			idle = tm
+		}
+	}
+	if idle == nil {
+		t.Fatalf("every TM holds an attempt: %v", before)
+	}
+	c.SilenceTM(idle)
+	l1 := c.Leader()
+	c.KillJM(l1)
+	l2 := c.Leader() // waits 20 s at most for the gate: half the report deadline
+	r := c.Reconciliation(l2, l2.A.JM.Epoch(), "completed", 20*time.Second)
+	if took := time.Duration(r.CollectedAt-r.StartedAt) * time.Millisecond; took >= deadline/2 {
+		t.Fatalf("collection took %s, the report deadline is %s: the leader waited for the idle TM", took, deadline)
+	}
+	for _, rep := range r.Reports {
+		if rep.TmId == idle.ID && rep.Outcome == "missing" {
+			t.Fatalf("the idle TM was waited for until collection ended: %v", r.Reports)
+		}
+	}
+	if r.Counts.KeptRunning != 3 || r.Counts.Missing != 0 || r.Counts.TmsMissing != 0 {
+		t.Fatalf("reconciliation counts %v, want all 3 kept running", r.Counts)
+	}
+	after := c.WaitJob(id, "the job RUNNING", 20*time.Second, running)
+	if changed := tc.Changed(before, tc.Attempts(after)); len(changed) != 0 {
+		t.Fatalf("attempts changed across the failover: %v", changed)
+	}
+}
