@@ -56,6 +56,15 @@ func init() {
 	register(pb.CommandType_COMMAND_TYPE_REMOVE_JOBS, func(s *state, i uint64, p []byte) *Result {
 		return errResult(i, s.removeJobs(i, decodePayload(p, &pb.RemoveJobsCommand{})))
 	})
+	register(pb.CommandType_COMMAND_TYPE_POOL_PUT, func(s *state, i uint64, p []byte) *Result {
+		return errResult(i, s.poolPut(i, decodePayload(p, &pb.PoolPutCommand{})))
+	})
+	register(pb.CommandType_COMMAND_TYPE_POOL_REMOVE, func(s *state, i uint64, p []byte) *Result {
+		return errResult(i, s.poolRemove(i, decodePayload(p, &pb.PoolRemoveCommand{})))
+	})
+	register(pb.CommandType_COMMAND_TYPE_POOL_ACK, func(s *state, i uint64, p []byte) *Result {
+		return errResult(i, s.poolAck(i, decodePayload(p, &pb.PoolAckCommand{})))
+	})
 }
 
 // decodePayload unmarshals a committed payload. A payload that does not decode would make

@@ -20,4 +20,6 @@ var (
 	ErrReconciliationEnded = errors.New("reconciliation for the epoch already ended")
 	ErrSnapshotCorrupt     = errors.New("snapshot is corrupt or truncated")
 	ErrSnapshotVersion     = errors.New("unsupported snapshot version")
+	ErrUnknownPoolMember   = errors.New("not a member of the TaskManager pool")
+	ErrPoolFull            = errors.New("the TaskManager pool is full")
 )

@@ -33,6 +33,7 @@ type snapshot struct {
 	jobs      []*pb.JobRecord
 	epoch     *pb.LeaderEpoch
 	recons    []*pb.ReconciliationRecord
+	pool      *pb.TaskManagerPool
 	removed   uint64
 	removedAt int64
 }
@@ -46,6 +47,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		jobs:      f.st.sortedJobs(),
 		epoch:     proto.Clone(f.st.epoch).(*pb.LeaderEpoch),
 		recons:    make([]*pb.ReconciliationRecord, len(f.st.recons)),
+		pool:      proto.Clone(f.st.pool).(*pb.TaskManagerPool),
 		removed:   f.st.removed,
 		removedAt: f.st.removedAt,
 	}
@@ -76,7 +78,8 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 func (s *snapshot) Release() {}
 
 // write writes the snapshot format: a header, one record per job (ordered by create index),
-// one per reconciliation record (oldest first), and the leader epoch last. The epoch closes
+// one per reconciliation record (oldest first), the TaskManager pool (once it has a version),
+// and the leader epoch last. The epoch closes
 // the stream, so a stream cut at a record boundary is detected. Each record is a varint
 // length and the record (protodelim's framing); limit > 0 refuses a record longer than limit.
 func (s *snapshot) write(w io.Writer, limit int) error {
@@ -110,6 +113,11 @@ func (s *snapshot) write(w io.Writer, limit int) error {
 	}
 	for _, r := range s.recons {
 		if err := write(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_Reconciliation{Reconciliation: r}}); err != nil {
+			return err
+		}
+	}
+	if s.pool.GetVersion() > 0 {
+		if err := write(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_Pool{Pool: s.pool}}); err != nil {
 			return err
 		}
 	}
@@ -207,6 +215,12 @@ func readStream(r *bufio.Reader) (*state, error) {
 		case *pb.SnapshotRecord_Reconciliation:
 			st.recons = append(st.recons, v.Reconciliation)
 			continue
+		case *pb.SnapshotRecord_Pool:
+			if v.Pool == nil {
+				return nil, fmt.Errorf("%w: empty pool record", ErrSnapshotCorrupt)
+			}
+			st.pool = v.Pool
+			continue
 		case *pb.SnapshotRecord_Epoch:
 			if v.Epoch == nil {
 				return nil, fmt.Errorf("%w: empty epoch record", ErrSnapshotCorrupt)
@@ -272,7 +286,7 @@ func (f *FSM) HashAt() (string, uint64) {
 
 func (f *FSM) hashLocked() string {
 	h := sha256.New()
-	view := &snapshot{jobs: f.st.sortedJobs(), epoch: f.st.epoch, recons: f.st.recons, removed: f.st.removed, removedAt: f.st.removedAt}
+	view := &snapshot{jobs: f.st.sortedJobs(), epoch: f.st.epoch, recons: f.st.recons, pool: f.st.pool, removed: f.st.removed, removedAt: f.st.removedAt}
 	if err := view.write(h, 0); err != nil {
 		panic(fmt.Sprintf("fsm: hash: %v", err)) // a hash.Hash never fails to write
 	}

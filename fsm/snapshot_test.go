@@ -45,6 +45,9 @@ func assertSameState(t *testing.T, want, got *FSM) {
 	if gn, ga := got.RemovedJobs(); gn != wn || ga != wa {
 		t.Errorf("removed jobs %d (last at %d), want %d (last at %d)", gn, ga, wn, wa)
 	}
+	if !proto.Equal(want.Pool(), got.Pool()) {
+		t.Errorf("pool %v, want %v", got.Pool(), want.Pool())
+	}
 	if want.Hash() != got.Hash() {
 		t.Errorf("hash differs after restore")
 	}
@@ -55,6 +58,8 @@ func TestSnapshotRoundTripEveryRecordType(t *testing.T) {
 	script(h) // jobs, an epoch and a completed reconciliation
 	establish(h, 2)
 	h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: 2, Timestamp: 90}) // an in-progress one too
+	h.ok(poolPutT, &pb.PoolPutCommand{TmId: "tm1", GrpcAddress: "127.0.0.1:1"})
+	h.ok(poolPutT, &pb.PoolPutCommand{TmId: "tm2", GrpcAddress: "127.0.0.1:2"})
 	data := persist(t, h.f)
 
 	// Every record type appears in the stream.
@@ -74,9 +79,11 @@ func TestSnapshotRoundTripEveryRecordType(t *testing.T) {
 			kinds["epoch"]++
 		case *pb.SnapshotRecord_Reconciliation:
 			kinds["reconciliation"]++
+		case *pb.SnapshotRecord_Pool:
+			kinds["pool"]++
 		}
 	}
-	if kinds["header"] != 1 || kinds["job"] != 2 || kinds["epoch"] != 1 || kinds["reconciliation"] != 2 {
+	if kinds["header"] != 1 || kinds["job"] != 2 || kinds["epoch"] != 1 || kinds["reconciliation"] != 2 || kinds["pool"] != 1 {
 		t.Fatalf("records in stream: %v", kinds)
 	}
 
@@ -103,6 +110,7 @@ func TestSnapshotRoundTripEveryRecordType(t *testing.T) {
 	for _, hh := range []*harness{h, h2} {
 		hh.ok(endT, &pb.EndReconciliationCommand{Epoch: 2, Timestamp: 95})
 		hh.setStatus(a, pb.JobStatus_JOB_STATUS_FAILING)
+		hh.ok(poolAckT, &pb.PoolAckCommand{Acks: []*pb.PoolAck{{TmId: "tm1", Version: 2}}})
 	}
 	assertSameState(t, h.f, restored)
 }

@@ -39,6 +39,7 @@ type state struct {
 	attempts map[string]attemptRef // current attempts only
 	epoch    *pb.LeaderEpoch
 	recons   []*pb.ReconciliationRecord // oldest first
+	pool     *pb.TaskManagerPool
 	applied  uint64
 	// removed counts the terminal jobs REMOVE_JOBS took out of the state; removedAt is the
 	// proposer's timestamp of the last removal.
@@ -51,6 +52,7 @@ func newState() *state {
 		jobs:     map[string]*pb.JobRecord{},
 		attempts: map[string]attemptRef{},
 		epoch:    &pb.LeaderEpoch{},
+		pool:     &pb.TaskManagerPool{},
 	}
 }
 

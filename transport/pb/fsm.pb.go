@@ -39,6 +39,9 @@ const (
 	CommandType_COMMAND_TYPE_END_RECONCILIATION      CommandType = 9
 	CommandType_COMMAND_TYPE_NOOP                    CommandType = 10
 	CommandType_COMMAND_TYPE_REMOVE_JOBS             CommandType = 11
+	CommandType_COMMAND_TYPE_POOL_PUT                CommandType = 12
+	CommandType_COMMAND_TYPE_POOL_REMOVE             CommandType = 13
+	CommandType_COMMAND_TYPE_POOL_ACK                CommandType = 14
 )
 
 // Enum value maps for CommandType.
@@ -56,6 +59,9 @@ var (
 		9:  "COMMAND_TYPE_END_RECONCILIATION",
 		10: "COMMAND_TYPE_NOOP",
 		11: "COMMAND_TYPE_REMOVE_JOBS",
+		12: "COMMAND_TYPE_POOL_PUT",
+		13: "COMMAND_TYPE_POOL_REMOVE",
+		14: "COMMAND_TYPE_POOL_ACK",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNSPECIFIED":             0,
@@ -70,6 +76,9 @@ var (
 		"COMMAND_TYPE_END_RECONCILIATION":      9,
 		"COMMAND_TYPE_NOOP":                    10,
 		"COMMAND_TYPE_REMOVE_JOBS":             11,
+		"COMMAND_TYPE_POOL_PUT":                12,
+		"COMMAND_TYPE_POOL_REMOVE":             13,
+		"COMMAND_TYPE_POOL_ACK":                14,
 	}
 )
 
@@ -1530,6 +1539,400 @@ func (x *EndReconciliationCommand) GetReports() []*ReconciliationReport {
 	return nil
 }
 
+// The TaskManager pool: the committed set of TMs whose majorities decide, by intersection,
+// whether an isolated TM keeps its tasks and whether the leader may redeploy a silent TM's
+// attempts (docs/reconciliation.md, "The isolated TaskManager"). Every change adds, removes
+// or readdresses one member and makes a new version.
+type PoolMember struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	TmId        string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
+	GrpcAddress string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	Incarnation string                 `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// The newest pool version the TM has confirmed knowing (in a heartbeat): it uses a version
+	// between this one and the current one.
+	AckedVersion  uint64 `protobuf:"varint,4,opt,name=acked_version,json=ackedVersion,proto3" json:"acked_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolMember) Reset() {
+	*x = PoolMember{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolMember) ProtoMessage() {}
+
+func (x *PoolMember) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolMember.ProtoReflect.Descriptor instead.
+func (*PoolMember) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PoolMember) GetTmId() string {
+	if x != nil {
+		return x.TmId
+	}
+	return ""
+}
+
+func (x *PoolMember) GetGrpcAddress() string {
+	if x != nil {
+		return x.GrpcAddress
+	}
+	return ""
+}
+
+func (x *PoolMember) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *PoolMember) GetAckedVersion() uint64 {
+	if x != nil {
+		return x.AckedVersion
+	}
+	return 0
+}
+
+// The membership of one pool version (ids, sorted).
+type PoolVersion struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	TmIds         []string               `protobuf:"bytes,2,rep,name=tm_ids,json=tmIds,proto3" json:"tm_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolVersion) Reset() {
+	*x = PoolVersion{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolVersion) ProtoMessage() {}
+
+func (x *PoolVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolVersion.ProtoReflect.Descriptor instead.
+func (*PoolVersion) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PoolVersion) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PoolVersion) GetTmIds() []string {
+	if x != nil {
+		return x.TmIds
+	}
+	return nil
+}
+
+type TaskManagerPool struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// Sorted by tm_id.
+	Members []*PoolMember `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	// The memberships of the versions some member may still use (from the oldest acked version
+	// to the current one), oldest first; bounded (fsm.maxPoolVersions).
+	Versions      []*PoolVersion `protobuf:"bytes,3,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskManagerPool) Reset() {
+	*x = TaskManagerPool{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskManagerPool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskManagerPool) ProtoMessage() {}
+
+func (x *TaskManagerPool) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskManagerPool.ProtoReflect.Descriptor instead.
+func (*TaskManagerPool) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *TaskManagerPool) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *TaskManagerPool) GetMembers() []*PoolMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *TaskManagerPool) GetVersions() []*PoolVersion {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+// Adds a member, or changes its address or incarnation. A change makes a new version; the same
+// member again is a no-op.
+type PoolPutCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TmId          string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
+	GrpcAddress   string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	Incarnation   string                 `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolPutCommand) Reset() {
+	*x = PoolPutCommand{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolPutCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolPutCommand) ProtoMessage() {}
+
+func (x *PoolPutCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolPutCommand.ProtoReflect.Descriptor instead.
+func (*PoolPutCommand) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PoolPutCommand) GetTmId() string {
+	if x != nil {
+		return x.TmId
+	}
+	return ""
+}
+
+func (x *PoolPutCommand) GetGrpcAddress() string {
+	if x != nil {
+		return x.GrpcAddress
+	}
+	return ""
+}
+
+func (x *PoolPutCommand) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+type PoolRemoveCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TmId          string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolRemoveCommand) Reset() {
+	*x = PoolRemoveCommand{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolRemoveCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolRemoveCommand) ProtoMessage() {}
+
+func (x *PoolRemoveCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolRemoveCommand.ProtoReflect.Descriptor instead.
+func (*PoolRemoveCommand) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PoolRemoveCommand) GetTmId() string {
+	if x != nil {
+		return x.TmId
+	}
+	return ""
+}
+
+type PoolAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TmId          string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolAck) Reset() {
+	*x = PoolAck{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolAck) ProtoMessage() {}
+
+func (x *PoolAck) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolAck.ProtoReflect.Descriptor instead.
+func (*PoolAck) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PoolAck) GetTmId() string {
+	if x != nil {
+		return x.TmId
+	}
+	return ""
+}
+
+func (x *PoolAck) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// Records the pool versions TMs confirmed knowing. An ack for an unknown member, an older
+// version than recorded or a version above the current one is skipped.
+type PoolAckCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Acks          []*PoolAck             `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolAckCommand) Reset() {
+	*x = PoolAckCommand{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolAckCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolAckCommand) ProtoMessage() {}
+
+func (x *PoolAckCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolAckCommand.ProtoReflect.Descriptor instead.
+func (*PoolAckCommand) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PoolAckCommand) GetAcks() []*PoolAck {
+	if x != nil {
+		return x.Acks
+	}
+	return nil
+}
+
 // A snapshot is a stream of length-delimited SnapshotRecords: a header, then records.
 type SnapshotHeader struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1546,7 +1949,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1961,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1974,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -1610,6 +2013,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Job
 	//	*SnapshotRecord_Epoch
 	//	*SnapshotRecord_Reconciliation
+	//	*SnapshotRecord_Pool
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1617,7 +2021,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +2033,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +2046,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{20}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -1688,6 +2092,15 @@ func (x *SnapshotRecord) GetReconciliation() *ReconciliationRecord {
 	return nil
 }
 
+func (x *SnapshotRecord) GetPool() *TaskManagerPool {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Pool); ok {
+			return x.Pool
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -1708,6 +2121,10 @@ type SnapshotRecord_Reconciliation struct {
 	Reconciliation *ReconciliationRecord `protobuf:"bytes,4,opt,name=reconciliation,proto3,oneof"`
 }
 
+type SnapshotRecord_Pool struct {
+	Pool *TaskManagerPool `protobuf:"bytes,5,opt,name=pool,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Header) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
@@ -1715,6 +2132,8 @@ func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
 func (*SnapshotRecord_Epoch) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Reconciliation) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_Pool) isSnapshotRecord_Record() {}
 
 var File_jmcluster_v1_fsm_proto protoreflect.FileDescriptor
 
@@ -1841,18 +2260,43 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\fcollected_at\x18\x05 \x01(\x03R\vcollectedAt\x12\x1b\n" +
 	"\tmerged_at\x18\x06 \x01(\x03R\bmergedAt\x12*\n" +
 	"\x11jobs_committed_at\x18\a \x01(\x03R\x0fjobsCommittedAt\x12<\n" +
-	"\areports\x18\b \x03(\v2\".jmcluster.v1.ReconciliationReportR\areports\"\x89\x01\n" +
+	"\areports\x18\b \x03(\v2\".jmcluster.v1.ReconciliationReportR\areports\"\x8b\x01\n" +
+	"\n" +
+	"PoolMember\x12\x13\n" +
+	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12!\n" +
+	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\tR\vincarnation\x12#\n" +
+	"\racked_version\x18\x04 \x01(\x04R\fackedVersion\">\n" +
+	"\vPoolVersion\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x15\n" +
+	"\x06tm_ids\x18\x02 \x03(\tR\x05tmIds\"\x96\x01\n" +
+	"\x0fTaskManagerPool\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x122\n" +
+	"\amembers\x18\x02 \x03(\v2\x18.jmcluster.v1.PoolMemberR\amembers\x125\n" +
+	"\bversions\x18\x03 \x03(\v2\x19.jmcluster.v1.PoolVersionR\bversions\"j\n" +
+	"\x0ePoolPutCommand\x12\x13\n" +
+	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12!\n" +
+	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\tR\vincarnation\"(\n" +
+	"\x11PoolRemoveCommand\x12\x13\n" +
+	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\"8\n" +
+	"\aPoolAck\x12\x13\n" +
+	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\";\n" +
+	"\x0ePoolAckCommand\x12)\n" +
+	"\x04acks\x18\x01 \x03(\v2\x15.jmcluster.v1.PoolAckR\x04acks\"\x89\x01\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04jobs\x18\x02 \x01(\x04R\x04jobs\x12!\n" +
 	"\fremoved_jobs\x18\x03 \x01(\x04R\vremovedJobs\x12&\n" +
-	"\x0flast_removal_at\x18\x04 \x01(\x03R\rlastRemovalAt\"\x80\x02\n" +
+	"\x0flast_removal_at\x18\x04 \x01(\x03R\rlastRemovalAt\"\xb5\x02\n" +
 	"\x0eSnapshotRecord\x126\n" +
 	"\x06header\x18\x01 \x01(\v2\x1c.jmcluster.v1.SnapshotHeaderH\x00R\x06header\x12+\n" +
 	"\x03job\x18\x02 \x01(\v2\x17.jmcluster.v1.JobRecordH\x00R\x03job\x121\n" +
 	"\x05epoch\x18\x03 \x01(\v2\x19.jmcluster.v1.LeaderEpochH\x00R\x05epoch\x12L\n" +
-	"\x0ereconciliation\x18\x04 \x01(\v2\".jmcluster.v1.ReconciliationRecordH\x00R\x0ereconciliationB\b\n" +
-	"\x06record*\x9a\x03\n" +
+	"\x0ereconciliation\x18\x04 \x01(\v2\".jmcluster.v1.ReconciliationRecordH\x00R\x0ereconciliation\x123\n" +
+	"\x04pool\x18\x05 \x01(\v2\x1d.jmcluster.v1.TaskManagerPoolH\x00R\x04poolB\b\n" +
+	"\x06record*\xee\x03\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17COMMAND_TYPE_SUBMIT_JOB\x10\x01\x12\x1f\n" +
@@ -1866,7 +2310,10 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\x1fCOMMAND_TYPE_END_RECONCILIATION\x10\t\x12\x15\n" +
 	"\x11COMMAND_TYPE_NOOP\x10\n" +
 	"\x12\x1c\n" +
-	"\x18COMMAND_TYPE_REMOVE_JOBS\x10\vB-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
+	"\x18COMMAND_TYPE_REMOVE_JOBS\x10\v\x12\x19\n" +
+	"\x15COMMAND_TYPE_POOL_PUT\x10\f\x12\x1c\n" +
+	"\x18COMMAND_TYPE_POOL_REMOVE\x10\r\x12\x19\n" +
+	"\x15COMMAND_TYPE_POOL_ACK\x10\x0eB-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
 
 var (
 	file_jmcluster_v1_fsm_proto_rawDescOnce sync.Once
@@ -1881,7 +2328,7 @@ func file_jmcluster_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_jmcluster_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_jmcluster_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_jmcluster_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_jmcluster_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),                     // 0: jmcluster.v1.CommandType
 	(*Command)(nil),                      // 1: jmcluster.v1.Command
@@ -1903,40 +2350,51 @@ var file_jmcluster_v1_fsm_proto_goTypes = []any{
 	(*ReconciledExecution)(nil),          // 17: jmcluster.v1.ReconciledExecution
 	(*RemoveJobsCommand)(nil),            // 18: jmcluster.v1.RemoveJobsCommand
 	(*EndReconciliationCommand)(nil),     // 19: jmcluster.v1.EndReconciliationCommand
-	(*SnapshotHeader)(nil),               // 20: jmcluster.v1.SnapshotHeader
-	(*SnapshotRecord)(nil),               // 21: jmcluster.v1.SnapshotRecord
-	(*JobGraph)(nil),                     // 22: jmcluster.v1.JobGraph
-	(JobStatus)(0),                       // 23: jmcluster.v1.JobStatus
-	(*SlotID)(nil),                       // 24: jmcluster.v1.SlotID
-	(ExecutionState)(0),                  // 25: jmcluster.v1.ExecutionState
-	(*Execution)(nil),                    // 26: jmcluster.v1.Execution
-	(*JobRecord)(nil),                    // 27: jmcluster.v1.JobRecord
+	(*PoolMember)(nil),                   // 20: jmcluster.v1.PoolMember
+	(*PoolVersion)(nil),                  // 21: jmcluster.v1.PoolVersion
+	(*TaskManagerPool)(nil),              // 22: jmcluster.v1.TaskManagerPool
+	(*PoolPutCommand)(nil),               // 23: jmcluster.v1.PoolPutCommand
+	(*PoolRemoveCommand)(nil),            // 24: jmcluster.v1.PoolRemoveCommand
+	(*PoolAck)(nil),                      // 25: jmcluster.v1.PoolAck
+	(*PoolAckCommand)(nil),               // 26: jmcluster.v1.PoolAckCommand
+	(*SnapshotHeader)(nil),               // 27: jmcluster.v1.SnapshotHeader
+	(*SnapshotRecord)(nil),               // 28: jmcluster.v1.SnapshotRecord
+	(*JobGraph)(nil),                     // 29: jmcluster.v1.JobGraph
+	(JobStatus)(0),                       // 30: jmcluster.v1.JobStatus
+	(*SlotID)(nil),                       // 31: jmcluster.v1.SlotID
+	(ExecutionState)(0),                  // 32: jmcluster.v1.ExecutionState
+	(*Execution)(nil),                    // 33: jmcluster.v1.Execution
+	(*JobRecord)(nil),                    // 34: jmcluster.v1.JobRecord
 }
 var file_jmcluster_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: jmcluster.v1.Command.type:type_name -> jmcluster.v1.CommandType
-	22, // 1: jmcluster.v1.SubmitJobCommand.job_graph:type_name -> jmcluster.v1.JobGraph
-	23, // 2: jmcluster.v1.SetJobStatusCommand.status:type_name -> jmcluster.v1.JobStatus
-	23, // 3: jmcluster.v1.SetJobStatusCommand.expected:type_name -> jmcluster.v1.JobStatus
-	24, // 4: jmcluster.v1.AttemptSpec.slot:type_name -> jmcluster.v1.SlotID
+	29, // 1: jmcluster.v1.SubmitJobCommand.job_graph:type_name -> jmcluster.v1.JobGraph
+	30, // 2: jmcluster.v1.SetJobStatusCommand.status:type_name -> jmcluster.v1.JobStatus
+	30, // 3: jmcluster.v1.SetJobStatusCommand.expected:type_name -> jmcluster.v1.JobStatus
+	31, // 4: jmcluster.v1.AttemptSpec.slot:type_name -> jmcluster.v1.SlotID
 	4,  // 5: jmcluster.v1.CreateAttemptsCommand.attempts:type_name -> jmcluster.v1.AttemptSpec
-	25, // 6: jmcluster.v1.ExecutionStateUpdate.state:type_name -> jmcluster.v1.ExecutionState
+	32, // 6: jmcluster.v1.ExecutionStateUpdate.state:type_name -> jmcluster.v1.ExecutionState
 	6,  // 7: jmcluster.v1.UpdateExecutionStatesCommand.updates:type_name -> jmcluster.v1.ExecutionStateUpdate
 	12, // 8: jmcluster.v1.ReconciliationRecord.counts:type_name -> jmcluster.v1.ReconciliationCounts
 	13, // 9: jmcluster.v1.ReconciliationRecord.reports:type_name -> jmcluster.v1.ReconciliationReport
 	17, // 10: jmcluster.v1.ReconcileJobCommand.executions:type_name -> jmcluster.v1.ReconciledExecution
-	23, // 11: jmcluster.v1.ReconcileJobCommand.status:type_name -> jmcluster.v1.JobStatus
-	26, // 12: jmcluster.v1.ReconciledExecution.execution:type_name -> jmcluster.v1.Execution
+	30, // 11: jmcluster.v1.ReconcileJobCommand.status:type_name -> jmcluster.v1.JobStatus
+	33, // 12: jmcluster.v1.ReconciledExecution.execution:type_name -> jmcluster.v1.Execution
 	12, // 13: jmcluster.v1.EndReconciliationCommand.counts:type_name -> jmcluster.v1.ReconciliationCounts
 	13, // 14: jmcluster.v1.EndReconciliationCommand.reports:type_name -> jmcluster.v1.ReconciliationReport
-	20, // 15: jmcluster.v1.SnapshotRecord.header:type_name -> jmcluster.v1.SnapshotHeader
-	27, // 16: jmcluster.v1.SnapshotRecord.job:type_name -> jmcluster.v1.JobRecord
-	11, // 17: jmcluster.v1.SnapshotRecord.epoch:type_name -> jmcluster.v1.LeaderEpoch
-	14, // 18: jmcluster.v1.SnapshotRecord.reconciliation:type_name -> jmcluster.v1.ReconciliationRecord
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	20, // 15: jmcluster.v1.TaskManagerPool.members:type_name -> jmcluster.v1.PoolMember
+	21, // 16: jmcluster.v1.TaskManagerPool.versions:type_name -> jmcluster.v1.PoolVersion
+	25, // 17: jmcluster.v1.PoolAckCommand.acks:type_name -> jmcluster.v1.PoolAck
+	27, // 18: jmcluster.v1.SnapshotRecord.header:type_name -> jmcluster.v1.SnapshotHeader
+	34, // 19: jmcluster.v1.SnapshotRecord.job:type_name -> jmcluster.v1.JobRecord
+	11, // 20: jmcluster.v1.SnapshotRecord.epoch:type_name -> jmcluster.v1.LeaderEpoch
+	14, // 21: jmcluster.v1.SnapshotRecord.reconciliation:type_name -> jmcluster.v1.ReconciliationRecord
+	22, // 22: jmcluster.v1.SnapshotRecord.pool:type_name -> jmcluster.v1.TaskManagerPool
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_fsm_proto_init() }
@@ -1945,11 +2403,12 @@ func file_jmcluster_v1_fsm_proto_init() {
 		return
 	}
 	file_jmcluster_v1_graph_proto_init()
-	file_jmcluster_v1_fsm_proto_msgTypes[20].OneofWrappers = []any{
+	file_jmcluster_v1_fsm_proto_msgTypes[27].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Epoch)(nil),
 		(*SnapshotRecord_Reconciliation)(nil),
+		(*SnapshotRecord_Pool)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1957,7 +2416,7 @@ func file_jmcluster_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_fsm_proto_rawDesc), len(file_jmcluster_v1_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -117,8 +117,15 @@ type RegisterTaskManagerResponse struct {
 	Epoch               uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	LeaderId            string                 `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
 	HeartbeatIntervalMs int64                  `protobuf:"varint,3,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The isolation rule's timings, the leader's (they must match its redeploy delay): the fence
+	// timeout, the interval between pool queries and the timeout of one.
+	FenceTimeoutMs      int64 `protobuf:"varint,4,opt,name=fence_timeout_ms,json=fenceTimeoutMs,proto3" json:"fence_timeout_ms,omitempty"`
+	PoolQueryIntervalMs int64 `protobuf:"varint,5,opt,name=pool_query_interval_ms,json=poolQueryIntervalMs,proto3" json:"pool_query_interval_ms,omitempty"`
+	PoolQueryTimeoutMs  int64 `protobuf:"varint,6,opt,name=pool_query_timeout_ms,json=poolQueryTimeoutMs,proto3" json:"pool_query_timeout_ms,omitempty"`
+	// The committed pool, when the TM's version differs.
+	Pool          *PoolView `protobuf:"bytes,7,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterTaskManagerResponse) Reset() {
@@ -172,6 +179,139 @@ func (x *RegisterTaskManagerResponse) GetHeartbeatIntervalMs() int64 {
 	return 0
 }
 
+func (x *RegisterTaskManagerResponse) GetFenceTimeoutMs() int64 {
+	if x != nil {
+		return x.FenceTimeoutMs
+	}
+	return 0
+}
+
+func (x *RegisterTaskManagerResponse) GetPoolQueryIntervalMs() int64 {
+	if x != nil {
+		return x.PoolQueryIntervalMs
+	}
+	return 0
+}
+
+func (x *RegisterTaskManagerResponse) GetPoolQueryTimeoutMs() int64 {
+	if x != nil {
+		return x.PoolQueryTimeoutMs
+	}
+	return 0
+}
+
+func (x *RegisterTaskManagerResponse) GetPool() *PoolView {
+	if x != nil {
+		return x.Pool
+	}
+	return nil
+}
+
+// The pool as a TM needs it: the version and every member's id and address.
+type PoolView struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Peers         []*PoolPeer            `protobuf:"bytes,2,rep,name=peers,proto3" json:"peers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolView) Reset() {
+	*x = PoolView{}
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolView) ProtoMessage() {}
+
+func (x *PoolView) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolView.ProtoReflect.Descriptor instead.
+func (*PoolView) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PoolView) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PoolView) GetPeers() []*PoolPeer {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+type PoolPeer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TmId          string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
+	GrpcAddress   string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolPeer) Reset() {
+	*x = PoolPeer{}
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolPeer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolPeer) ProtoMessage() {}
+
+func (x *PoolPeer) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolPeer.ProtoReflect.Descriptor instead.
+func (*PoolPeer) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PoolPeer) GetTmId() string {
+	if x != nil {
+		return x.TmId
+	}
+	return ""
+}
+
+func (x *PoolPeer) GetGrpcAddress() string {
+	if x != nil {
+		return x.GrpcAddress
+	}
+	return ""
+}
+
 // Like Flink's ExecutionDeploymentReport: the attempts the TM currently hosts.
 type DeployedExecution struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -184,7 +324,7 @@ type DeployedExecution struct {
 
 func (x *DeployedExecution) Reset() {
 	*x = DeployedExecution{}
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[2]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -196,7 +336,7 @@ func (x *DeployedExecution) String() string {
 func (*DeployedExecution) ProtoMessage() {}
 
 func (x *DeployedExecution) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[2]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -209,7 +349,7 @@ func (x *DeployedExecution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployedExecution.ProtoReflect.Descriptor instead.
 func (*DeployedExecution) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{2}
+	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DeployedExecution) GetJobId() string {
@@ -240,14 +380,16 @@ type HeartbeatRequest struct {
 	EpochSeen uint64                 `protobuf:"varint,3,opt,name=epoch_seen,json=epochSeen,proto3" json:"epoch_seen,omitempty"`
 	FreeSlots int32                  `protobuf:"varint,4,opt,name=free_slots,json=freeSlots,proto3" json:"free_slots,omitempty"`
 	// The TM process's incarnation (as registered).
-	Incarnation   string `protobuf:"bytes,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Incarnation string `protobuf:"bytes,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// The pool version the TM knows (0: none).
+	PoolVersion   uint64 `protobuf:"varint,6,opt,name=pool_version,json=poolVersion,proto3" json:"pool_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[3]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -259,7 +401,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[3]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -272,7 +414,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{3}
+	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HeartbeatRequest) GetTmId() string {
@@ -310,18 +452,27 @@ func (x *HeartbeatRequest) GetIncarnation() string {
 	return ""
 }
 
+func (x *HeartbeatRequest) GetPoolVersion() uint64 {
+	if x != nil {
+		return x.PoolVersion
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// True when the leader does not know this TM (it should register again).
 	UnknownTaskManager bool `protobuf:"varint,2,opt,name=unknown_task_manager,json=unknownTaskManager,proto3" json:"unknown_task_manager,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The committed pool, when the request's pool_version differs.
+	Pool          *PoolView `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[4]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -333,7 +484,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[4]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -346,7 +497,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{4}
+	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HeartbeatResponse) GetEpoch() uint64 {
@@ -361,6 +512,13 @@ func (x *HeartbeatResponse) GetUnknownTaskManager() bool {
 		return x.UnknownTaskManager
 	}
 	return false
+}
+
+func (x *HeartbeatResponse) GetPool() *PoolView {
+	if x != nil {
+		return x.Pool
+	}
+	return nil
 }
 
 type UpdateTaskExecutionStateRequest struct {
@@ -378,7 +536,7 @@ type UpdateTaskExecutionStateRequest struct {
 
 func (x *UpdateTaskExecutionStateRequest) Reset() {
 	*x = UpdateTaskExecutionStateRequest{}
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[5]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +548,7 @@ func (x *UpdateTaskExecutionStateRequest) String() string {
 func (*UpdateTaskExecutionStateRequest) ProtoMessage() {}
 
 func (x *UpdateTaskExecutionStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[5]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +561,7 @@ func (x *UpdateTaskExecutionStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTaskExecutionStateRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTaskExecutionStateRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{5}
+	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *UpdateTaskExecutionStateRequest) GetTmId() string {
@@ -458,7 +616,7 @@ type UpdateTaskExecutionStateResponse struct {
 
 func (x *UpdateTaskExecutionStateResponse) Reset() {
 	*x = UpdateTaskExecutionStateResponse{}
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[6]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -470,7 +628,7 @@ func (x *UpdateTaskExecutionStateResponse) String() string {
 func (*UpdateTaskExecutionStateResponse) ProtoMessage() {}
 
 func (x *UpdateTaskExecutionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[6]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -483,7 +641,7 @@ func (x *UpdateTaskExecutionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTaskExecutionStateResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTaskExecutionStateResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{6}
+	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateTaskExecutionStateResponse) GetAccepted() bool {
@@ -507,7 +665,7 @@ type ScheduleOrUpdateConsumersRequest struct {
 
 func (x *ScheduleOrUpdateConsumersRequest) Reset() {
 	*x = ScheduleOrUpdateConsumersRequest{}
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[7]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +677,7 @@ func (x *ScheduleOrUpdateConsumersRequest) String() string {
 func (*ScheduleOrUpdateConsumersRequest) ProtoMessage() {}
 
 func (x *ScheduleOrUpdateConsumersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[7]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +690,7 @@ func (x *ScheduleOrUpdateConsumersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleOrUpdateConsumersRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleOrUpdateConsumersRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{7}
+	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ScheduleOrUpdateConsumersRequest) GetTmId() string {
@@ -585,7 +743,7 @@ type ScheduleOrUpdateConsumersResponse struct {
 
 func (x *ScheduleOrUpdateConsumersResponse) Reset() {
 	*x = ScheduleOrUpdateConsumersResponse{}
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -597,7 +755,7 @@ func (x *ScheduleOrUpdateConsumersResponse) String() string {
 func (*ScheduleOrUpdateConsumersResponse) ProtoMessage() {}
 
 func (x *ScheduleOrUpdateConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -610,7 +768,7 @@ func (x *ScheduleOrUpdateConsumersResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ScheduleOrUpdateConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleOrUpdateConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{8}
+	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{10}
 }
 
 type RequestPartitionStateRequest struct {
@@ -625,7 +783,7 @@ type RequestPartitionStateRequest struct {
 
 func (x *RequestPartitionStateRequest) Reset() {
 	*x = RequestPartitionStateRequest{}
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +795,7 @@ func (x *RequestPartitionStateRequest) String() string {
 func (*RequestPartitionStateRequest) ProtoMessage() {}
 
 func (x *RequestPartitionStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +808,7 @@ func (x *RequestPartitionStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestPartitionStateRequest.ProtoReflect.Descriptor instead.
 func (*RequestPartitionStateRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{9}
+	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RequestPartitionStateRequest) GetJobId() string {
@@ -693,7 +851,7 @@ type RequestPartitionStateResponse struct {
 
 func (x *RequestPartitionStateResponse) Reset() {
 	*x = RequestPartitionStateResponse{}
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +863,7 @@ func (x *RequestPartitionStateResponse) String() string {
 func (*RequestPartitionStateResponse) ProtoMessage() {}
 
 func (x *RequestPartitionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +876,7 @@ func (x *RequestPartitionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestPartitionStateResponse.ProtoReflect.Descriptor instead.
 func (*RequestPartitionStateResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{10}
+	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RequestPartitionStateResponse) GetProducerState() ExecutionState {
@@ -754,16 +912,26 @@ const file_jmcluster_v1_jobmaster_proto_rawDesc = "" +
 	"\x05slots\x18\x04 \x01(\x05R\x05slots\x12\x1d\n" +
 	"\n" +
 	"epoch_seen\x18\x05 \x01(\x04R\tepochSeen\x12 \n" +
-	"\vincarnation\x18\x06 \x01(\tR\vincarnation\"\x84\x01\n" +
+	"\vincarnation\x18\x06 \x01(\tR\vincarnation\"\xc2\x02\n" +
 	"\x1bRegisterTaskManagerResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x122\n" +
-	"\x15heartbeat_interval_ms\x18\x03 \x01(\x03R\x13heartbeatIntervalMs\"}\n" +
+	"\x15heartbeat_interval_ms\x18\x03 \x01(\x03R\x13heartbeatIntervalMs\x12(\n" +
+	"\x10fence_timeout_ms\x18\x04 \x01(\x03R\x0efenceTimeoutMs\x123\n" +
+	"\x16pool_query_interval_ms\x18\x05 \x01(\x03R\x13poolQueryIntervalMs\x121\n" +
+	"\x15pool_query_timeout_ms\x18\x06 \x01(\x03R\x12poolQueryTimeoutMs\x12*\n" +
+	"\x04pool\x18\a \x01(\v2\x16.jmcluster.v1.PoolViewR\x04pool\"R\n" +
+	"\bPoolView\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12,\n" +
+	"\x05peers\x18\x02 \x03(\v2\x16.jmcluster.v1.PoolPeerR\x05peers\"B\n" +
+	"\bPoolPeer\x12\x13\n" +
+	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12!\n" +
+	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\"}\n" +
 	"\x11DeployedExecution\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x02 \x01(\tR\tattemptId\x122\n" +
-	"\x05state\x18\x03 \x01(\x0e2\x1c.jmcluster.v1.ExecutionStateR\x05state\"\xc4\x01\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x1c.jmcluster.v1.ExecutionStateR\x05state\"\xe7\x01\n" +
 	"\x10HeartbeatRequest\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12;\n" +
 	"\bdeployed\x18\x02 \x03(\v2\x1f.jmcluster.v1.DeployedExecutionR\bdeployed\x12\x1d\n" +
@@ -771,10 +939,12 @@ const file_jmcluster_v1_jobmaster_proto_rawDesc = "" +
 	"epoch_seen\x18\x03 \x01(\x04R\tepochSeen\x12\x1d\n" +
 	"\n" +
 	"free_slots\x18\x04 \x01(\x05R\tfreeSlots\x12 \n" +
-	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"[\n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\x12!\n" +
+	"\fpool_version\x18\x06 \x01(\x04R\vpoolVersion\"\x87\x01\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x120\n" +
-	"\x14unknown_task_manager\x18\x02 \x01(\bR\x12unknownTaskManager\"\xe1\x01\n" +
+	"\x14unknown_task_manager\x18\x02 \x01(\bR\x12unknownTaskManager\x12*\n" +
+	"\x04pool\x18\x03 \x01(\v2\x16.jmcluster.v1.PoolViewR\x04pool\"\xe1\x01\n" +
 	"\x1fUpdateTaskExecutionStateRequest\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1d\n" +
@@ -821,41 +991,46 @@ func file_jmcluster_v1_jobmaster_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_jobmaster_proto_rawDescData
 }
 
-var file_jmcluster_v1_jobmaster_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_jmcluster_v1_jobmaster_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_jmcluster_v1_jobmaster_proto_goTypes = []any{
 	(*RegisterTaskManagerRequest)(nil),        // 0: jmcluster.v1.RegisterTaskManagerRequest
 	(*RegisterTaskManagerResponse)(nil),       // 1: jmcluster.v1.RegisterTaskManagerResponse
-	(*DeployedExecution)(nil),                 // 2: jmcluster.v1.DeployedExecution
-	(*HeartbeatRequest)(nil),                  // 3: jmcluster.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),                 // 4: jmcluster.v1.HeartbeatResponse
-	(*UpdateTaskExecutionStateRequest)(nil),   // 5: jmcluster.v1.UpdateTaskExecutionStateRequest
-	(*UpdateTaskExecutionStateResponse)(nil),  // 6: jmcluster.v1.UpdateTaskExecutionStateResponse
-	(*ScheduleOrUpdateConsumersRequest)(nil),  // 7: jmcluster.v1.ScheduleOrUpdateConsumersRequest
-	(*ScheduleOrUpdateConsumersResponse)(nil), // 8: jmcluster.v1.ScheduleOrUpdateConsumersResponse
-	(*RequestPartitionStateRequest)(nil),      // 9: jmcluster.v1.RequestPartitionStateRequest
-	(*RequestPartitionStateResponse)(nil),     // 10: jmcluster.v1.RequestPartitionStateResponse
-	(ExecutionState)(0),                       // 11: jmcluster.v1.ExecutionState
+	(*PoolView)(nil),                          // 2: jmcluster.v1.PoolView
+	(*PoolPeer)(nil),                          // 3: jmcluster.v1.PoolPeer
+	(*DeployedExecution)(nil),                 // 4: jmcluster.v1.DeployedExecution
+	(*HeartbeatRequest)(nil),                  // 5: jmcluster.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),                 // 6: jmcluster.v1.HeartbeatResponse
+	(*UpdateTaskExecutionStateRequest)(nil),   // 7: jmcluster.v1.UpdateTaskExecutionStateRequest
+	(*UpdateTaskExecutionStateResponse)(nil),  // 8: jmcluster.v1.UpdateTaskExecutionStateResponse
+	(*ScheduleOrUpdateConsumersRequest)(nil),  // 9: jmcluster.v1.ScheduleOrUpdateConsumersRequest
+	(*ScheduleOrUpdateConsumersResponse)(nil), // 10: jmcluster.v1.ScheduleOrUpdateConsumersResponse
+	(*RequestPartitionStateRequest)(nil),      // 11: jmcluster.v1.RequestPartitionStateRequest
+	(*RequestPartitionStateResponse)(nil),     // 12: jmcluster.v1.RequestPartitionStateResponse
+	(ExecutionState)(0),                       // 13: jmcluster.v1.ExecutionState
 }
 var file_jmcluster_v1_jobmaster_proto_depIdxs = []int32{
-	11, // 0: jmcluster.v1.DeployedExecution.state:type_name -> jmcluster.v1.ExecutionState
-	2,  // 1: jmcluster.v1.HeartbeatRequest.deployed:type_name -> jmcluster.v1.DeployedExecution
-	11, // 2: jmcluster.v1.UpdateTaskExecutionStateRequest.state:type_name -> jmcluster.v1.ExecutionState
-	11, // 3: jmcluster.v1.RequestPartitionStateResponse.producer_state:type_name -> jmcluster.v1.ExecutionState
-	0,  // 4: jmcluster.v1.JobMasterService.RegisterTaskManager:input_type -> jmcluster.v1.RegisterTaskManagerRequest
-	3,  // 5: jmcluster.v1.JobMasterService.Heartbeat:input_type -> jmcluster.v1.HeartbeatRequest
-	5,  // 6: jmcluster.v1.JobMasterService.UpdateTaskExecutionState:input_type -> jmcluster.v1.UpdateTaskExecutionStateRequest
-	7,  // 7: jmcluster.v1.JobMasterService.ScheduleOrUpdateConsumers:input_type -> jmcluster.v1.ScheduleOrUpdateConsumersRequest
-	9,  // 8: jmcluster.v1.JobMasterService.RequestPartitionState:input_type -> jmcluster.v1.RequestPartitionStateRequest
-	1,  // 9: jmcluster.v1.JobMasterService.RegisterTaskManager:output_type -> jmcluster.v1.RegisterTaskManagerResponse
-	4,  // 10: jmcluster.v1.JobMasterService.Heartbeat:output_type -> jmcluster.v1.HeartbeatResponse
-	6,  // 11: jmcluster.v1.JobMasterService.UpdateTaskExecutionState:output_type -> jmcluster.v1.UpdateTaskExecutionStateResponse
-	8,  // 12: jmcluster.v1.JobMasterService.ScheduleOrUpdateConsumers:output_type -> jmcluster.v1.ScheduleOrUpdateConsumersResponse
-	10, // 13: jmcluster.v1.JobMasterService.RequestPartitionState:output_type -> jmcluster.v1.RequestPartitionStateResponse
-	9,  // [9:14] is the sub-list for method output_type
-	4,  // [4:9] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	2,  // 0: jmcluster.v1.RegisterTaskManagerResponse.pool:type_name -> jmcluster.v1.PoolView
+	3,  // 1: jmcluster.v1.PoolView.peers:type_name -> jmcluster.v1.PoolPeer
+	13, // 2: jmcluster.v1.DeployedExecution.state:type_name -> jmcluster.v1.ExecutionState
+	4,  // 3: jmcluster.v1.HeartbeatRequest.deployed:type_name -> jmcluster.v1.DeployedExecution
+	2,  // 4: jmcluster.v1.HeartbeatResponse.pool:type_name -> jmcluster.v1.PoolView
+	13, // 5: jmcluster.v1.UpdateTaskExecutionStateRequest.state:type_name -> jmcluster.v1.ExecutionState
+	13, // 6: jmcluster.v1.RequestPartitionStateResponse.producer_state:type_name -> jmcluster.v1.ExecutionState
+	0,  // 7: jmcluster.v1.JobMasterService.RegisterTaskManager:input_type -> jmcluster.v1.RegisterTaskManagerRequest
+	5,  // 8: jmcluster.v1.JobMasterService.Heartbeat:input_type -> jmcluster.v1.HeartbeatRequest
+	7,  // 9: jmcluster.v1.JobMasterService.UpdateTaskExecutionState:input_type -> jmcluster.v1.UpdateTaskExecutionStateRequest
+	9,  // 10: jmcluster.v1.JobMasterService.ScheduleOrUpdateConsumers:input_type -> jmcluster.v1.ScheduleOrUpdateConsumersRequest
+	11, // 11: jmcluster.v1.JobMasterService.RequestPartitionState:input_type -> jmcluster.v1.RequestPartitionStateRequest
+	1,  // 12: jmcluster.v1.JobMasterService.RegisterTaskManager:output_type -> jmcluster.v1.RegisterTaskManagerResponse
+	6,  // 13: jmcluster.v1.JobMasterService.Heartbeat:output_type -> jmcluster.v1.HeartbeatResponse
+	8,  // 14: jmcluster.v1.JobMasterService.UpdateTaskExecutionState:output_type -> jmcluster.v1.UpdateTaskExecutionStateResponse
+	10, // 15: jmcluster.v1.JobMasterService.ScheduleOrUpdateConsumers:output_type -> jmcluster.v1.ScheduleOrUpdateConsumersResponse
+	12, // 16: jmcluster.v1.JobMasterService.RequestPartitionState:output_type -> jmcluster.v1.RequestPartitionStateResponse
+	12, // [12:17] is the sub-list for method output_type
+	7,  // [7:12] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_jobmaster_proto_init() }
@@ -870,7 +1045,7 @@ func file_jmcluster_v1_jobmaster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_jobmaster_proto_rawDesc), len(file_jmcluster_v1_jobmaster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

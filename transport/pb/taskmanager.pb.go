@@ -1272,6 +1272,132 @@ func (x *SubmitTasksResponse) GetResults() []*SubmitTaskResult {
 	return nil
 }
 
+type LeaderContactRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The asking TM, for the answering TM's log.
+	TmId          string `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderContactRequest) Reset() {
+	*x = LeaderContactRequest{}
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderContactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderContactRequest) ProtoMessage() {}
+
+func (x *LeaderContactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderContactRequest.ProtoReflect.Descriptor instead.
+func (*LeaderContactRequest) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *LeaderContactRequest) GetTmId() string {
+	if x != nil {
+		return x.TmId
+	}
+	return ""
+}
+
+// Ages are measured on the answering TM's monotonic clock when it answers.
+type LeaderContactResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	TmId  string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
+	// The highest leader epoch the TM has seen.
+	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// How long ago the TM last had contact with an established leader (a heartbeat answered, a
+	// registration, a report request); -1 when it never had.
+	ContactAgeMs int64 `protobuf:"varint,3,opt,name=contact_age_ms,json=contactAgeMs,proto3" json:"contact_age_ms,omitempty"`
+	// How long ago the TM first had contact with the leader of `epoch`; -1 when it never had.
+	EpochContactAgeMs int64  `protobuf:"varint,4,opt,name=epoch_contact_age_ms,json=epochContactAgeMs,proto3" json:"epoch_contact_age_ms,omitempty"`
+	PoolVersion       uint64 `protobuf:"varint,5,opt,name=pool_version,json=poolVersion,proto3" json:"pool_version,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *LeaderContactResponse) Reset() {
+	*x = LeaderContactResponse{}
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderContactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderContactResponse) ProtoMessage() {}
+
+func (x *LeaderContactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderContactResponse.ProtoReflect.Descriptor instead.
+func (*LeaderContactResponse) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LeaderContactResponse) GetTmId() string {
+	if x != nil {
+		return x.TmId
+	}
+	return ""
+}
+
+func (x *LeaderContactResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *LeaderContactResponse) GetContactAgeMs() int64 {
+	if x != nil {
+		return x.ContactAgeMs
+	}
+	return 0
+}
+
+func (x *LeaderContactResponse) GetEpochContactAgeMs() int64 {
+	if x != nil {
+		return x.EpochContactAgeMs
+	}
+	return 0
+}
+
+func (x *LeaderContactResponse) GetPoolVersion() uint64 {
+	if x != nil {
+		return x.PoolVersion
+	}
+	return 0
+}
+
 var File_jmcluster_v1_taskmanager_proto protoreflect.FileDescriptor
 
 const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
@@ -1381,7 +1507,15 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"O\n" +
 	"\x13SubmitTasksResponse\x128\n" +
-	"\aresults\x18\x01 \x03(\v2\x1e.jmcluster.v1.SubmitTaskResultR\aresults2\xba\x04\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.jmcluster.v1.SubmitTaskResultR\aresults\"+\n" +
+	"\x14LeaderContactRequest\x12\x13\n" +
+	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\"\xbc\x01\n" +
+	"\x15LeaderContactResponse\x12\x13\n" +
+	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
+	"\x0econtact_age_ms\x18\x03 \x01(\x03R\fcontactAgeMs\x12/\n" +
+	"\x14epoch_contact_age_ms\x18\x04 \x01(\x03R\x11epochContactAgeMs\x12!\n" +
+	"\fpool_version\x18\x05 \x01(\x04R\vpoolVersion2\xba\x04\n" +
 	"\x12TaskManagerService\x12O\n" +
 	"\n" +
 	"SubmitTask\x12\x1f.jmcluster.v1.SubmitTaskRequest\x1a .jmcluster.v1.SubmitTaskResponse\x12O\n" +
@@ -1390,7 +1524,9 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\x13UpdatePartitionInfo\x12(.jmcluster.v1.UpdatePartitionInfoRequest\x1a).jmcluster.v1.UpdatePartitionInfoResponse\x12V\n" +
 	"\rRequestReport\x12\".jmcluster.v1.RequestReportRequest\x1a\x1f.jmcluster.v1.TaskManagerReport0\x01\x12j\n" +
 	"\x13AcknowledgeTerminal\x12(.jmcluster.v1.AcknowledgeTerminalRequest\x1a).jmcluster.v1.AcknowledgeTerminalResponse\x12R\n" +
-	"\vSubmitTasks\x12 .jmcluster.v1.SubmitTasksRequest\x1a!.jmcluster.v1.SubmitTasksResponseB-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
+	"\vSubmitTasks\x12 .jmcluster.v1.SubmitTasksRequest\x1a!.jmcluster.v1.SubmitTasksResponse2g\n" +
+	"\vPeerService\x12X\n" +
+	"\rLeaderContact\x12\".jmcluster.v1.LeaderContactRequest\x1a#.jmcluster.v1.LeaderContactResponseB-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
 
 var (
 	file_jmcluster_v1_taskmanager_proto_rawDescOnce sync.Once
@@ -1404,7 +1540,7 @@ func file_jmcluster_v1_taskmanager_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_taskmanager_proto_rawDescData
 }
 
-var file_jmcluster_v1_taskmanager_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_jmcluster_v1_taskmanager_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_jmcluster_v1_taskmanager_proto_goTypes = []any{
 	(*ResultPartitionDeploymentDescriptor)(nil), // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor
 	(*InputGateDeploymentDescriptor)(nil),       // 1: jmcluster.v1.InputGateDeploymentDescriptor
@@ -1425,27 +1561,29 @@ var file_jmcluster_v1_taskmanager_proto_goTypes = []any{
 	(*SubmitTasksRequest)(nil),                  // 16: jmcluster.v1.SubmitTasksRequest
 	(*SubmitTaskResult)(nil),                    // 17: jmcluster.v1.SubmitTaskResult
 	(*SubmitTasksResponse)(nil),                 // 18: jmcluster.v1.SubmitTasksResponse
-	(Distribution)(0),                           // 19: jmcluster.v1.Distribution
-	(ResultType)(0),                             // 20: jmcluster.v1.ResultType
-	(*InputChannelDescriptor)(nil),              // 21: jmcluster.v1.InputChannelDescriptor
-	(*Operator)(nil),                            // 22: jmcluster.v1.Operator
-	(JobType)(0),                                // 23: jmcluster.v1.JobType
-	(ExecutionState)(0),                         // 24: jmcluster.v1.ExecutionState
+	(*LeaderContactRequest)(nil),                // 19: jmcluster.v1.LeaderContactRequest
+	(*LeaderContactResponse)(nil),               // 20: jmcluster.v1.LeaderContactResponse
+	(Distribution)(0),                           // 21: jmcluster.v1.Distribution
+	(ResultType)(0),                             // 22: jmcluster.v1.ResultType
+	(*InputChannelDescriptor)(nil),              // 23: jmcluster.v1.InputChannelDescriptor
+	(*Operator)(nil),                            // 24: jmcluster.v1.Operator
+	(JobType)(0),                                // 25: jmcluster.v1.JobType
+	(ExecutionState)(0),                         // 26: jmcluster.v1.ExecutionState
 }
 var file_jmcluster_v1_taskmanager_proto_depIdxs = []int32{
-	19, // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
-	20, // 1: jmcluster.v1.ResultPartitionDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
-	19, // 2: jmcluster.v1.InputGateDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
-	20, // 3: jmcluster.v1.InputGateDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
-	21, // 4: jmcluster.v1.InputGateDeploymentDescriptor.channels:type_name -> jmcluster.v1.InputChannelDescriptor
-	22, // 5: jmcluster.v1.TaskDeploymentDescriptor.operator:type_name -> jmcluster.v1.Operator
+	21, // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
+	22, // 1: jmcluster.v1.ResultPartitionDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
+	21, // 2: jmcluster.v1.InputGateDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
+	22, // 3: jmcluster.v1.InputGateDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
+	23, // 4: jmcluster.v1.InputGateDeploymentDescriptor.channels:type_name -> jmcluster.v1.InputChannelDescriptor
+	24, // 5: jmcluster.v1.TaskDeploymentDescriptor.operator:type_name -> jmcluster.v1.Operator
 	0,  // 6: jmcluster.v1.TaskDeploymentDescriptor.produced:type_name -> jmcluster.v1.ResultPartitionDeploymentDescriptor
 	1,  // 7: jmcluster.v1.TaskDeploymentDescriptor.inputs:type_name -> jmcluster.v1.InputGateDeploymentDescriptor
-	23, // 8: jmcluster.v1.TaskDeploymentDescriptor.job_type:type_name -> jmcluster.v1.JobType
+	25, // 8: jmcluster.v1.TaskDeploymentDescriptor.job_type:type_name -> jmcluster.v1.JobType
 	2,  // 9: jmcluster.v1.SubmitTaskRequest.task:type_name -> jmcluster.v1.TaskDeploymentDescriptor
-	24, // 10: jmcluster.v1.CancelTaskResponse.state:type_name -> jmcluster.v1.ExecutionState
-	21, // 11: jmcluster.v1.UpdatePartitionInfoRequest.channels:type_name -> jmcluster.v1.InputChannelDescriptor
-	24, // 12: jmcluster.v1.ExecutionReport.state:type_name -> jmcluster.v1.ExecutionState
+	26, // 10: jmcluster.v1.CancelTaskResponse.state:type_name -> jmcluster.v1.ExecutionState
+	23, // 11: jmcluster.v1.UpdatePartitionInfoRequest.channels:type_name -> jmcluster.v1.InputChannelDescriptor
+	26, // 12: jmcluster.v1.ExecutionReport.state:type_name -> jmcluster.v1.ExecutionState
 	10, // 13: jmcluster.v1.ExecutionReport.produced:type_name -> jmcluster.v1.ProducedPartitionReport
 	11, // 14: jmcluster.v1.ExecutionReport.consumed:type_name -> jmcluster.v1.ConsumedPartitionReport
 	12, // 15: jmcluster.v1.TaskManagerReport.executions:type_name -> jmcluster.v1.ExecutionReport
@@ -1457,14 +1595,16 @@ var file_jmcluster_v1_taskmanager_proto_depIdxs = []int32{
 	9,  // 21: jmcluster.v1.TaskManagerService.RequestReport:input_type -> jmcluster.v1.RequestReportRequest
 	14, // 22: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:input_type -> jmcluster.v1.AcknowledgeTerminalRequest
 	16, // 23: jmcluster.v1.TaskManagerService.SubmitTasks:input_type -> jmcluster.v1.SubmitTasksRequest
-	4,  // 24: jmcluster.v1.TaskManagerService.SubmitTask:output_type -> jmcluster.v1.SubmitTaskResponse
-	6,  // 25: jmcluster.v1.TaskManagerService.CancelTask:output_type -> jmcluster.v1.CancelTaskResponse
-	8,  // 26: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:output_type -> jmcluster.v1.UpdatePartitionInfoResponse
-	13, // 27: jmcluster.v1.TaskManagerService.RequestReport:output_type -> jmcluster.v1.TaskManagerReport
-	15, // 28: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:output_type -> jmcluster.v1.AcknowledgeTerminalResponse
-	18, // 29: jmcluster.v1.TaskManagerService.SubmitTasks:output_type -> jmcluster.v1.SubmitTasksResponse
-	24, // [24:30] is the sub-list for method output_type
-	18, // [18:24] is the sub-list for method input_type
+	19, // 24: jmcluster.v1.PeerService.LeaderContact:input_type -> jmcluster.v1.LeaderContactRequest
+	4,  // 25: jmcluster.v1.TaskManagerService.SubmitTask:output_type -> jmcluster.v1.SubmitTaskResponse
+	6,  // 26: jmcluster.v1.TaskManagerService.CancelTask:output_type -> jmcluster.v1.CancelTaskResponse
+	8,  // 27: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:output_type -> jmcluster.v1.UpdatePartitionInfoResponse
+	13, // 28: jmcluster.v1.TaskManagerService.RequestReport:output_type -> jmcluster.v1.TaskManagerReport
+	15, // 29: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:output_type -> jmcluster.v1.AcknowledgeTerminalResponse
+	18, // 30: jmcluster.v1.TaskManagerService.SubmitTasks:output_type -> jmcluster.v1.SubmitTasksResponse
+	20, // 31: jmcluster.v1.PeerService.LeaderContact:output_type -> jmcluster.v1.LeaderContactResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -1482,9 +1622,9 @@ func file_jmcluster_v1_taskmanager_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_taskmanager_proto_rawDesc), len(file_jmcluster_v1_taskmanager_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_jmcluster_v1_taskmanager_proto_goTypes,
 		DependencyIndexes: file_jmcluster_v1_taskmanager_proto_depIdxs,

@@ -329,3 +329,113 @@ var TaskManagerService_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "jmcluster/v1/taskmanager.proto",
 }
+
+const (
+	PeerService_LeaderContact_FullMethodName = "/jmcluster.v1.PeerService/LeaderContact"
+)
+
+// PeerServiceClient is the client API for PeerService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// PeerService: TaskManager -> TaskManager, on the TM's gRPC port. A TM that has not reached a
+// leader for its fence timeout asks the pool whether anyone has (docs/reconciliation.md, "The
+// isolated TaskManager"). It carries no epoch: it changes nothing on the TM that answers.
+type PeerServiceClient interface {
+	LeaderContact(ctx context.Context, in *LeaderContactRequest, opts ...grpc.CallOption) (*LeaderContactResponse, error)
+}
+
+type peerServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewPeerServiceClient(cc grpc.ClientConnInterface) PeerServiceClient {
+	return &peerServiceClient{cc}
+}
+
+func (c *peerServiceClient) LeaderContact(ctx context.Context, in *LeaderContactRequest, opts ...grpc.CallOption) (*LeaderContactResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaderContactResponse)
+	err := c.cc.Invoke(ctx, PeerService_LeaderContact_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// PeerServiceServer is the server API for PeerService service.
+// All implementations must embed UnimplementedPeerServiceServer
+// for forward compatibility.
+//
+// PeerService: TaskManager -> TaskManager, on the TM's gRPC port. A TM that has not reached a
+// leader for its fence timeout asks the pool whether anyone has (docs/reconciliation.md, "The
+// isolated TaskManager"). It carries no epoch: it changes nothing on the TM that answers.
+type PeerServiceServer interface {
+	LeaderContact(context.Context, *LeaderContactRequest) (*LeaderContactResponse, error)
+	mustEmbedUnimplementedPeerServiceServer()
+}
+
+// UnimplementedPeerServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedPeerServiceServer struct{}
+
+func (UnimplementedPeerServiceServer) LeaderContact(context.Context, *LeaderContactRequest) (*LeaderContactResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LeaderContact not implemented")
+}
+func (UnimplementedPeerServiceServer) mustEmbedUnimplementedPeerServiceServer() {}
+func (UnimplementedPeerServiceServer) testEmbeddedByValue()                     {}
+
+// UnsafePeerServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to PeerServiceServer will
+// result in compilation errors.
+type UnsafePeerServiceServer interface {
+	mustEmbedUnimplementedPeerServiceServer()
+}
+
+func RegisterPeerServiceServer(s grpc.ServiceRegistrar, srv PeerServiceServer) {
+	// If the following call panics, it indicates UnimplementedPeerServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&PeerService_ServiceDesc, srv)
+}
+
+func _PeerService_LeaderContact_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaderContactRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServiceServer).LeaderContact(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PeerService_LeaderContact_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServiceServer).LeaderContact(ctx, req.(*LeaderContactRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// PeerService_ServiceDesc is the grpc.ServiceDesc for PeerService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var PeerService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "jmcluster.v1.PeerService",
+	HandlerType: (*PeerServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "LeaderContact",
+			Handler:    _PeerService_LeaderContact_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "jmcluster/v1/taskmanager.proto",
+}

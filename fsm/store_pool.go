@@ -1,0 +1,128 @@
+package fsm
+
+import (
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// maxPoolVersions bounds the pool versions kept for members that have not confirmed the newer
+// ones. A member whose acked version falls out of the window uses a pool the leader no longer
+// knows: the leader then redeploys its attempts only on proof of death or after the grace
+// (PoolVersions returns nothing for it).
+const maxPoolVersions = 32
+
+// MaxPoolMembers bounds the pool: a TM registering beyond it is refused a place (its tasks
+// still run; the leader cannot redeploy them without proof of death).
+const MaxPoolMembers = 10_000
+
+// poolPut adds a member or changes its address or incarnation; any change is a new version.
+func (s *state) poolPut(_ uint64, c *pb.PoolPutCommand) error {
+	if c.TmId == "" || c.GrpcAddress == "" {
+		return wrapf(ErrInvalidCommand, "pool put: tm_id and grpc_address are required")
+	}
+	i, found := slices.BinarySearchFunc(s.pool.Members, c.TmId, func(m *pb.PoolMember, id string) int { return strings.Compare(m.TmId, id) })
+	if found {
+		m := s.pool.Members[i]
+		if m.GrpcAddress == c.GrpcAddress && m.Incarnation == c.Incarnation {
+			return nil
+		}
+		m.GrpcAddress, m.Incarnation = c.GrpcAddress, c.Incarnation
+	} else {
+		if len(s.pool.Members) >= MaxPoolMembers {
+			return wrapf(ErrPoolFull, "%d members", MaxPoolMembers)
+		}
+		s.pool.Members = slices.Insert(s.pool.Members, i, &pb.PoolMember{TmId: c.TmId, GrpcAddress: c.GrpcAddress, Incarnation: c.Incarnation})
+	}
+	s.newPoolVersion()
+	return nil
+}
+
+// poolRemove takes a member out of the pool (a new version).
+func (s *state) poolRemove(_ uint64, c *pb.PoolRemoveCommand) error {
+	i, found := slices.BinarySearchFunc(s.pool.Members, c.TmId, func(m *pb.PoolMember, id string) int { return strings.Compare(m.TmId, id) })
+	if !found {
+		return wrapf(ErrUnknownPoolMember, "%q", c.TmId)
+	}
+	s.pool.Members = slices.Delete(s.pool.Members, i, i+1)
+	s.newPoolVersion()
+	return nil
+}
+
+// poolAck records the versions members confirmed knowing; stale or impossible acks are skipped
+// (an ack races with the next change), so the command never fails.
+func (s *state) poolAck(_ uint64, c *pb.PoolAckCommand) error {
+	for _, a := range c.Acks {
+		i, found := slices.BinarySearchFunc(s.pool.Members, a.TmId, func(m *pb.PoolMember, id string) int { return strings.Compare(m.TmId, id) })
+		if !found || a.Version <= s.pool.Members[i].AckedVersion || a.Version > s.pool.Version {
+			continue
+		}
+		s.pool.Members[i].AckedVersion = a.Version
+	}
+	s.trimPoolVersions()
+	return nil
+}
+
+// newPoolVersion records the current membership as the next version.
+func (s *state) newPoolVersion() {
+	s.pool.Version++
+	ids := make([]string, len(s.pool.Members))
+	for i, m := range s.pool.Members {
+		ids[i] = m.TmId
+	}
+	s.pool.Versions = append(s.pool.Versions, &pb.PoolVersion{Version: s.pool.Version, TmIds: ids})
+	s.trimPoolVersions()
+}
+
+// trimPoolVersions keeps the versions from the oldest one a member has acked to the current
+// one, at most maxPoolVersions. A member that never acked uses no pool (it keeps its tasks for
+// the leader grace, as before pools) and needs none kept.
+func (s *state) trimPoolVersions() {
+	oldest := s.pool.Version
+	for _, m := range s.pool.Members {
+		if m.AckedVersion > 0 {
+			oldest = min(oldest, m.AckedVersion)
+		}
+	}
+	drop := 0
+	for drop < len(s.pool.Versions) && s.pool.Versions[drop].Version < oldest {
+		drop++
+	}
+	drop = max(drop, len(s.pool.Versions)-maxPoolVersions)
+	if drop > 0 {
+		s.pool.Versions = slices.Delete(s.pool.Versions, 0, drop)
+	}
+}
+
+// Pool returns a copy of the committed TaskManager pool.
+func (f *FSM) Pool() *pb.TaskManagerPool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return proto.Clone(f.st.pool).(*pb.TaskManagerPool)
+}
+
+// PoolVersions returns the memberships a pool member may use: every kept version from the one
+// it acked to the current one. ok is false for a TM that is not a member, that never acked a
+// version (it knows no pool), or whose acked version is no longer kept.
+func (f *FSM) PoolVersions(tmID string) (versions [][]string, ok bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	p := f.st.pool
+	i, found := slices.BinarySearchFunc(p.Members, tmID, func(m *pb.PoolMember, id string) int { return strings.Compare(m.TmId, id) })
+	if !found {
+		return nil, false
+	}
+	from := p.Members[i].AckedVersion
+	if from == 0 || len(p.Versions) == 0 || p.Versions[0].Version > from {
+		return nil, false
+	}
+	for _, v := range p.Versions {
+		if v.Version >= from {
+			versions = append(versions, slices.Clone(v.TmIds))
+		}
+	}
+	return versions, len(versions) > 0
+}
