@@ -48,6 +48,12 @@ func payloadMessage(t pb.CommandType) proto.Message {
 		return &pb.EndReconciliationCommand{}
 	case pb.CommandType_COMMAND_TYPE_REMOVE_JOBS:
 		return &pb.RemoveJobsCommand{}
+	case pb.CommandType_COMMAND_TYPE_POOL_PUT:
+		return &pb.PoolPutCommand{}
+	case pb.CommandType_COMMAND_TYPE_POOL_REMOVE:
+		return &pb.PoolRemoveCommand{}
+	case pb.CommandType_COMMAND_TYPE_POOL_ACK:
+		return &pb.PoolAckCommand{}
 	}
 	return nil
 }

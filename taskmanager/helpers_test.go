@@ -80,6 +80,11 @@ type testJM struct {
 	// notLeader makes registration and heartbeats answer NOT_LEADER while ClusterStatus still
 	// names this JM (a leader between winning an election and establishing its term).
 	notLeader bool
+	// pool and rule, when set, are sent as a leader sends them: the pool view in registration
+	// and heartbeat responses (when the TM's version differs), the isolation rule's timings at
+	// registration.
+	pool *pb.PoolView
+	rule *pb.RegisterTaskManagerResponse
 }
 
 func startJM(t testing.TB) *testJM {
@@ -117,7 +122,11 @@ func (j *testJM) RegisterTaskManager(_ context.Context, r *pb.RegisterTaskManage
 	if j.notLeader {
 		return nil, transport.NotLeaderError("")
 	}
-	return &pb.RegisterTaskManagerResponse{Epoch: j.epoch, LeaderId: "jm", HeartbeatIntervalMs: 20}, nil
+	resp := &pb.RegisterTaskManagerResponse{Epoch: j.epoch, LeaderId: "jm", HeartbeatIntervalMs: 20, Pool: j.pool}
+	if j.rule != nil {
+		resp.FenceTimeoutMs, resp.PoolQueryIntervalMs, resp.PoolQueryTimeoutMs = j.rule.FenceTimeoutMs, j.rule.PoolQueryIntervalMs, j.rule.PoolQueryTimeoutMs
+	}
+	return resp, nil
 }
 
 func (j *testJM) Heartbeat(_ context.Context, r *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
@@ -127,7 +136,11 @@ func (j *testJM) Heartbeat(_ context.Context, r *pb.HeartbeatRequest) (*pb.Heart
 	if j.notLeader {
 		return nil, transport.NotLeaderError("")
 	}
-	return &pb.HeartbeatResponse{Epoch: j.epoch}, nil
+	resp := &pb.HeartbeatResponse{Epoch: j.epoch}
+	if j.pool != nil && r.PoolVersion != j.pool.Version {
+		resp.Pool = j.pool
+	}
+	return resp, nil
 }
 
 func (j *testJM) UpdateTaskExecutionState(_ context.Context, r *pb.UpdateTaskExecutionStateRequest) (*pb.UpdateTaskExecutionStateResponse, error) {

@@ -114,7 +114,7 @@ func (tm *TaskManager) cutOffFrom(ctx context.Context) string {
 		tm.newLeaderSeen.epoch, tm.newLeaderSeen.at = epoch, time.Now()
 		return ""
 	}
-	if time.Since(tm.newLeaderSeen.at) > tm.cfg.FenceTimeout {
+	if time.Since(tm.newLeaderSeen.at) > tm.fenceTimeoutLocked() {
 		return addr
 	}
 	return ""
@@ -207,10 +207,12 @@ func (tm *TaskManager) register(ctx context.Context) error {
 	changed := tm.leaderAddr != addr
 	tm.leaderAddr, tm.leaderID = addr, resp.GetLeaderId()
 	tm.registered, tm.needResolve = true, false
-	tm.lastContact = time.Now()
+	tm.contactLocked()
 	if ms := resp.GetHeartbeatIntervalMs(); ms > 0 {
 		tm.hbInterval = time.Duration(ms) * time.Millisecond
 	}
+	tm.adoptRuleLocked(resp)
+	tm.adoptPoolLocked(resp.GetPool())
 	tm.mu.Unlock()
 	tm.log.Info("registered with leader", "leader", addr, "leader_id", resp.GetLeaderId(), "epoch", resp.GetEpoch())
 	tm.events.registered(resp.GetLeaderId(), resp.GetEpoch(), tm.cfg.Incarnation)
@@ -224,7 +226,7 @@ func (tm *TaskManager) register(ctx context.Context) error {
 func (tm *TaskManager) heartbeat(ctx context.Context) error {
 	tm.mu.Lock()
 	addr := tm.leaderAddr
-	req := &pb.HeartbeatRequest{TmId: tm.cfg.ID, EpochSeen: tm.epoch, FreeSlots: int32(tm.freeSlotsLocked()), Incarnation: tm.cfg.Incarnation}
+	req := &pb.HeartbeatRequest{TmId: tm.cfg.ID, EpochSeen: tm.epoch, FreeSlots: int32(tm.freeSlotsLocked()), Incarnation: tm.cfg.Incarnation, PoolVersion: tm.pool.version}
 	// Every task the TM still holds, terminal ones included until the leader acknowledges them:
 	// a FINISHED whose UpdateTaskExecutionState is delayed (the outbox backing off) is still
 	// here, so the leader does not take it for missing and fail it.
@@ -256,7 +258,8 @@ func (tm *TaskManager) heartbeat(ctx context.Context) error {
 		return fmt.Errorf("%w: %s has epoch %d, seen %d", ErrStaleLeader, addr, resp.GetEpoch(), tm.epoch)
 	}
 	tm.adoptEpochLocked(resp.GetEpoch(), "heartbeat")
-	tm.lastContact = time.Now()
+	tm.contactLocked()
+	tm.adoptPoolLocked(resp.GetPool())
 	tm.heartbeats.Add(1)
 	if resp.GetUnknownTaskManager() {
 		tm.registered = false
@@ -308,6 +311,7 @@ func (tm *TaskManager) graceLoop(ctx context.Context) {
 	if f := tm.cfg.FenceTimeout; f > 0 {
 		tick = min(tick, max(f/5, 5*time.Millisecond))
 	}
+	tick = min(tick, defaultPoolQueryInterval)
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
@@ -318,9 +322,10 @@ func (tm *TaskManager) graceLoop(ctx context.Context) {
 		}
 		tm.mu.Lock()
 		contact := tm.lastContact
+		f := tm.fenceTimeoutLocked()
 		tm.mu.Unlock()
 		since := time.Since(contact)
-		if f := tm.cfg.FenceTimeout; f > 0 && since > f && since <= tm.cfg.LeaderGrace {
+		if f > 0 && since > f && since <= tm.cfg.LeaderGrace {
 			if leader := tm.cutOffFrom(ctx); leader != "" {
 				// Asking the JobMasters takes time; a leader may have reached this TM meanwhile
 				// (a new leader's RequestReport), and then it is not cut off.
@@ -340,6 +345,14 @@ func (tm *TaskManager) graceLoop(ctx context.Context) {
 				why := fmt.Sprintf("cut off from the live leader at %s for %v", leader, since.Round(time.Millisecond))
 				if ts := tm.cancelAll(why); len(ts) > 0 {
 					tm.log.Error("FENCED: cut off from a live leader; cancelling every task", "leader", leader, "tasks", len(ts), "since_contact", since)
+				}
+				continue
+			}
+			// No JobMaster names a live leader (or none answers): the pool tells a JobMaster
+			// outage, which tasks survive, from this TM's own isolation.
+			if why := tm.poolCheck(ctx, contact); why != "" {
+				if ts := tm.cancelAll(why); len(ts) > 0 {
+					tm.log.Error("FENCED: the pool shows no JobMaster outage; cancelling every task", "why", why, "tasks", len(ts), "since_contact", since)
 				}
 			}
 			continue

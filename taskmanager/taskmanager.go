@@ -28,6 +28,9 @@ type TaskManager struct {
 	// heartbeats counts the heartbeats the leader answered; contactFailures the failed
 	// registrations and heartbeats.
 	heartbeats, contactFailures atomic.Int64
+	// poolChecks counts the pool queries this TM made (the isolation rule); peerQueries the
+	// queries of other TMs it answered.
+	poolChecks, peerQueries atomic.Int64
 	// newLeaderSeen: when a leader with a newer epoch than the TM's was first named (guarded
 	// by mu).
 	newLeaderSeen struct {
@@ -63,6 +66,7 @@ type TaskManager struct {
 	registered      bool
 	needResolve     bool
 	lastContact     time.Time
+	pool            poolState
 	hbInterval      time.Duration
 	partitionExpiry map[partitionKey]time.Time // partitions of finished attempts and when they expire
 
@@ -129,6 +133,7 @@ func New(cfg Config) (*TaskManager, error) {
 	var reg grpc.ServiceRegistrar
 	tm.grpcSrv, reg = tm.newServer()
 	pb.RegisterTaskManagerServiceServer(reg, &controlService{tm: tm})
+	pb.RegisterPeerServiceServer(reg, &peerService{tm: tm})
 	tm.dataSrv, reg = tm.newServer()
 	pb.RegisterDataServiceServer(reg, &dataService{tm: tm})
 	transport.MustCover(tm.grpcSrv, false)

@@ -100,6 +100,9 @@ var Policies = map[string]Policy{
 	// DataService (TaskManager): other TaskManagers.
 	pb.DataService_ReadPartition_FullMethodName: {},
 
+	// PeerService (TaskManager): other TaskManagers of the pool (the isolation rule).
+	pb.PeerService_LeaderContact_FullMethodName: {},
+
 	// Health and reflection, on every server of both processes.
 	healthpb.Health_Check_FullMethodName:                                   {},
 	healthpb.Health_List_FullMethodName:                                    {},

@@ -1,0 +1,269 @@
+package taskmanager
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// The isolation rule (docs/reconciliation.md, "The isolated TaskManager"): a TM that has not
+// reached a leader for its fence timeout asks the pool — the committed set of TMs the leader
+// sends it — whether anyone has. It keeps its tasks only while a strict majority of the pool
+// (itself included) answers that it has had no leader contact within the fence timeout either:
+// a JobMaster outage, which tasks are meant to survive. A pool member that reached the leader
+// this TM knows (or an older one) proves a live leader this TM cannot reach: it cancels its
+// tasks. A member that reached a newer leader gives that leader the fence timeout from its
+// first contact to reach this TM too. Anything else (no majority answers) cancels the tasks.
+// The leader redeploys a silent TM's attempts only while a strict majority of that TM's pool
+// heartbeats to it, so the two majorities share a member whose answer reveals the leader.
+
+// Defaults of the rule's timings until a leader sends its own.
+const (
+	defaultPoolQueryInterval = 500 * time.Millisecond
+	defaultPoolQueryTimeout  = time.Second
+)
+
+// poolState is what the TM knows of the pool and of its own leader contact (guarded by tm.mu).
+type poolState struct {
+	version uint64
+	peers   []*pb.PoolPeer // sorted by id
+
+	// The rule's timings as the leader sent them (0: the TM's own configuration).
+	fence, interval, timeout time.Duration
+
+	// contactAt: the last contact with an established leader (zero: never). epochAt: the first
+	// contact with the leader of epochOf.
+	contactAt, epochAt time.Time
+	epochOf            uint64
+
+	// newer: a newer leader that pool members reached, and the earliest such contact (on this
+	// TM's clock), so it gets the fence timeout from then to reach this TM.
+	newer struct {
+		epoch uint64
+		at    time.Time
+	}
+	// lastCheck and lastVerdict: the last pool query and its outcome ("" kept the tasks).
+	lastCheck   time.Time
+	lastVerdict string
+}
+
+// contactLocked records contact with an established leader of the TM's epoch.
+func (tm *TaskManager) contactLocked() {
+	now := time.Now()
+	tm.lastContact = now
+	tm.pool.contactAt = now
+	if tm.pool.epochOf != tm.epoch || tm.pool.epochAt.IsZero() {
+		tm.pool.epochOf, tm.pool.epochAt = tm.epoch, now
+	}
+}
+
+// fenceTimeoutLocked is the fence timeout in force: the leader's, else the TM's own.
+func (tm *TaskManager) fenceTimeoutLocked() time.Duration {
+	if tm.pool.fence > 0 {
+		return tm.pool.fence
+	}
+	return tm.cfg.FenceTimeout
+}
+
+func (tm *TaskManager) poolTimingsLocked() (interval, timeout time.Duration) {
+	interval, timeout = defaultPoolQueryInterval, defaultPoolQueryTimeout
+	if tm.pool.interval > 0 {
+		interval = tm.pool.interval
+	}
+	if tm.pool.timeout > 0 {
+		timeout = tm.pool.timeout
+	}
+	return interval, timeout
+}
+
+// adoptRuleLocked takes the rule's timings from a registration response.
+func (tm *TaskManager) adoptRuleLocked(r *pb.RegisterTaskManagerResponse) {
+	if ms := r.GetFenceTimeoutMs(); ms > 0 {
+		tm.pool.fence = time.Duration(ms) * time.Millisecond
+	}
+	if ms := r.GetPoolQueryIntervalMs(); ms > 0 {
+		tm.pool.interval = time.Duration(ms) * time.Millisecond
+	}
+	if ms := r.GetPoolQueryTimeoutMs(); ms > 0 {
+		tm.pool.timeout = time.Duration(ms) * time.Millisecond
+	}
+}
+
+// adoptPoolLocked takes a newer pool view from the leader.
+func (tm *TaskManager) adoptPoolLocked(v *pb.PoolView) {
+	if v == nil || v.Version <= tm.pool.version {
+		return
+	}
+	peers := make([]*pb.PoolPeer, 0, len(v.Peers))
+	for _, p := range v.Peers {
+		if p.GetTmId() != "" {
+			peers = append(peers, &pb.PoolPeer{TmId: p.TmId, GrpcAddress: p.GrpcAddress})
+		}
+	}
+	sort.Slice(peers, func(i, j int) bool { return peers[i].TmId < peers[j].TmId })
+	tm.pool.version, tm.pool.peers = v.Version, peers
+	tm.log.Info("pool", "version", v.Version, "members", len(peers))
+}
+
+// PoolVersion is the pool version the TM knows (0: none).
+func (tm *TaskManager) PoolVersion() uint64 {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	return tm.pool.version
+}
+
+// ageMs is the age of t in milliseconds, -1 for the zero time.
+func ageMs(t time.Time) int64 {
+	if t.IsZero() {
+		return -1
+	}
+	return time.Since(t).Milliseconds()
+}
+
+// peerService answers other TMs' pool queries.
+type peerService struct {
+	pb.UnimplementedPeerServiceServer
+	tm *TaskManager
+}
+
+func (s *peerService) LeaderContact(_ context.Context, req *pb.LeaderContactRequest) (*pb.LeaderContactResponse, error) {
+	tm := s.tm
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	resp := &pb.LeaderContactResponse{TmId: tm.cfg.ID, Epoch: tm.epoch, ContactAgeMs: ageMs(tm.pool.contactAt), EpochContactAgeMs: -1, PoolVersion: tm.pool.version}
+	if tm.pool.epochOf == tm.epoch {
+		resp.EpochContactAgeMs = ageMs(tm.pool.epochAt)
+	}
+	tm.peerQueries.Add(1)
+	return resp, nil
+}
+
+// poolCheck runs the rule once no leader has been reached for the fence timeout and no
+// JobMaster names a live leader. It returns "" to keep the tasks, or why they must stop. It
+// decides only once contact is older than the fence timeout plus a heartbeat interval and a
+// query timeout (a member whose heartbeats were just out of phase with this TM's has then
+// passed the fence timeout too), and asks the pool at most once per query interval.
+func (tm *TaskManager) poolCheck(ctx context.Context, contact time.Time) string {
+	tm.mu.Lock()
+	ft := tm.fenceTimeoutLocked()
+	interval, timeout := tm.poolTimingsLocked()
+	since := time.Since(contact)
+	switch {
+	case tm.pool.version == 0 || ft <= 0:
+		tm.mu.Unlock()
+		return "" // no pool known (a leader before pools): the leader grace alone
+	case since <= ft+tm.hbInterval+timeout:
+		tm.mu.Unlock()
+		return ""
+	case time.Since(tm.pool.lastCheck) < interval:
+		v := tm.pool.lastVerdict
+		tm.mu.Unlock()
+		return v
+	}
+	tm.pool.lastCheck = time.Now()
+	peers := append([]*pb.PoolPeer(nil), tm.pool.peers...)
+	myEpoch := tm.epoch
+	tm.mu.Unlock()
+
+	verdict := tm.askPool(ctx, peers, myEpoch, ft, timeout)
+
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if tm.lastContact.After(contact) {
+		verdict = "" // a leader reached this TM meanwhile
+	}
+	tm.pool.lastVerdict = verdict
+	return verdict
+}
+
+// askPool queries every other member in parallel and applies the rule to the answers.
+func (tm *TaskManager) askPool(ctx context.Context, peers []*pb.PoolPeer, myEpoch uint64, ft, timeout time.Duration) string {
+	tm.poolChecks.Add(1)
+	type answer struct {
+		peer string
+		sent time.Time
+		resp *pb.LeaderContactResponse
+		err  error
+	}
+	var (
+		mu      sync.Mutex
+		answers []answer
+		wg      sync.WaitGroup
+		member  bool
+	)
+	qctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for _, p := range peers {
+		if p.TmId == tm.cfg.ID {
+			member = true
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := answer{peer: p.TmId, sent: time.Now()}
+			if conn, err := tm.conns.get(p.GrpcAddress); err != nil {
+				a.err = err
+			} else {
+				a.resp, a.err = pb.NewPeerServiceClient(conn).LeaderContact(qctx, &pb.LeaderContactRequest{TmId: tm.cfg.ID})
+			}
+			mu.Lock()
+			answers = append(answers, a)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	sort.Slice(answers, func(i, j int) bool { return answers[i].peer < answers[j].peer })
+
+	size, quiet := len(peers), 0
+	if member {
+		quiet = 1
+	}
+	var failed []string
+	var newest uint64
+	var newestAt time.Time
+	for _, a := range answers {
+		if a.err != nil {
+			failed = append(failed, a.peer)
+			continue
+		}
+		r := a.resp
+		if r.ContactAgeMs < 0 || time.Duration(r.ContactAgeMs)*time.Millisecond >= ft {
+			quiet++
+			continue
+		}
+		age := time.Duration(r.ContactAgeMs) * time.Millisecond
+		if r.Epoch <= myEpoch {
+			return fmt.Sprintf("pool member %s reached the leader of epoch %d %v ago; this TM has reached no leader since the fence timeout (%v)",
+				a.peer, r.Epoch, age.Round(time.Millisecond), ft)
+		}
+		// A newer leader: its first contact with that member, on this TM's clock (the earliest
+		// it can have been, so the fence timeout it gets is not stretched by the query).
+		first := a.sent.Add(-time.Duration(max(r.EpochContactAgeMs, r.ContactAgeMs)) * time.Millisecond)
+		if r.Epoch > newest || (r.Epoch == newest && first.Before(newestAt)) {
+			newest, newestAt = r.Epoch, first
+		}
+	}
+	if newest > 0 {
+		tm.mu.Lock()
+		if tm.pool.newer.epoch != newest || newestAt.Before(tm.pool.newer.at) {
+			tm.pool.newer.epoch, tm.pool.newer.at = newest, newestAt
+		}
+		at := tm.pool.newer.at
+		tm.mu.Unlock()
+		if waited := time.Since(at); waited > ft {
+			return fmt.Sprintf("the leader of epoch %d reached pool members %v ago and not this TM (fence timeout %v)", newest, waited.Round(time.Millisecond), ft)
+		}
+		return ""
+	}
+	if majority := size/2 + 1; quiet < majority {
+		return fmt.Sprintf("only %d of the %d pool members confirm a JobMaster outage (no leader contact within %v), %d needed; unreachable: %s",
+			quiet, size, ft, majority, strings.Join(failed, ", "))
+	}
+	return ""
+}
