@@ -79,6 +79,9 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	log := cfg.Logger
+	if err := cfg.JobMaster.Validate(); err != nil {
+		return nil, err
+	}
 	a := &JobMaster{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {

@@ -22,42 +22,46 @@ func poolIDs(p *pb.TaskManagerPool) []string {
 	return out
 }
 
-// TestPoolChangesOneAtATime: every put of a new member, readdressing, new incarnation or
-// removal is one new version; a repeated put is no change; members stay sorted; the versions
-// a member may use run from the one it acked to the current one.
+// TestPoolChangesOneAtATime: adding or removing a member is one new version (the added member
+// counts as having acked it); a new address or incarnation is a new revision of the same
+// version; a repeated put is no change; members stay sorted; the versions a member may use run
+// from the one it acked to the current one.
 func TestPoolChangesOneAtATime(t *testing.T) {
 	h := newHarness(t)
 	h.fails(poolPutT, &pb.PoolPutCommand{TmId: "tm1"}, ErrInvalidCommand)
 	h.ok(poolPutT, &pb.PoolPutCommand{TmId: "tm2", GrpcAddress: "a2", Incarnation: "i2"})
-	h.ok(poolAckT, &pb.PoolAckCommand{Acks: []*pb.PoolAck{{TmId: "tm2", Version: 1}}})
 	h.ok(poolPutT, &pb.PoolPutCommand{TmId: "tm1", GrpcAddress: "a1", Incarnation: "i1"})
 	h.ok(poolPutT, &pb.PoolPutCommand{TmId: "tm1", GrpcAddress: "a1", Incarnation: "i1"}) // no change
 	p := h.f.Pool()
-	if p.Version != 2 || !slices.Equal(poolIDs(p), []string{"tm1", "tm2"}) || len(p.Versions) != 2 {
-		t.Fatalf("pool %v: want version 2, members tm1 tm2, versions 1 (tm2 acked it) and 2 kept", p)
+	if p.Version != 2 || p.Revision != 2 || !slices.Equal(poolIDs(p), []string{"tm1", "tm2"}) || len(p.Versions) != 2 {
+		t.Fatalf("pool %v: want version and revision 2, members tm1 tm2, versions 1 (tm2 acked it) and 2 kept", p)
 	}
-	h.ok(poolPutT, &pb.PoolPutCommand{TmId: "tm1", GrpcAddress: "a1b", Incarnation: "i1"}) // readdressed: version 3
-	if v, ok := h.f.PoolVersions("tm1"); ok {
-		t.Fatalf("tm1 (never acked: it knows no pool) may use %v", v)
-	}
-	if v, ok := h.f.PoolVersions("tm2"); !ok || len(v) != 3 || !slices.Equal(v[0], []string{"tm2"}) || !slices.Equal(v[2], []string{"tm1", "tm2"}) {
-		t.Fatalf("tm2 (acked 1) may use %v %v, want versions 1-3", v, ok)
-	}
-	h.ok(poolAckT, &pb.PoolAckCommand{Acks: []*pb.PoolAck{{TmId: "tm1", Version: 3}, {TmId: "tm2", Version: 9}, {TmId: "nobody", Version: 1}}})
-	h.ok(poolAckT, &pb.PoolAckCommand{Acks: []*pb.PoolAck{{TmId: "tm2", Version: 3}}})
-	h.ok(poolAckT, &pb.PoolAckCommand{Acks: []*pb.PoolAck{{TmId: "tm2", Version: 2}}}) // older: skipped
+	h.ok(poolPutT, &pb.PoolPutCommand{TmId: "tm1", GrpcAddress: "a1b", Incarnation: "i1b"}) // readdressed
 	p = h.f.Pool()
-	if p.Members[0].AckedVersion != 3 || p.Members[1].AckedVersion != 3 || len(p.Versions) != 1 || p.Versions[0].Version != 3 {
-		t.Fatalf("pool after acks %v: want both acked 3 and only version 3 kept", p)
+	if p.Version != 2 || p.Revision != 3 || p.Members[0].GrpcAddress != "a1b" || p.Members[0].Incarnation != "i1b" {
+		t.Fatalf("pool after a new address %v: want version 2, revision 3, the new address", p)
 	}
-	if v, ok := h.f.PoolVersions("tm1"); !ok || len(v) != 1 {
-		t.Fatalf("tm1 may use %v %v, want the current version only", v, ok)
+	if v, ok := h.f.PoolVersions("tm1"); !ok || len(v) != 1 || !slices.Equal(v[0], []string{"tm1", "tm2"}) {
+		t.Fatalf("tm1 (added at version 2) may use %v %v, want version 2", v, ok)
+	}
+	if v, ok := h.f.PoolVersions("tm2"); !ok || len(v) != 2 || !slices.Equal(v[0], []string{"tm2"}) {
+		t.Fatalf("tm2 (acked 1) may use %v %v, want versions 1 and 2", v, ok)
+	}
+	h.ok(poolAckT, &pb.PoolAckCommand{Acks: []*pb.PoolAck{{TmId: "tm2", Version: 9}, {TmId: "nobody", Version: 1}}}) // impossible, unknown: skipped
+	if p := h.f.Pool(); p.Members[1].AckedVersion != 1 {
+		t.Fatalf("an ack above the current version was recorded: %v", p)
+	}
+	h.ok(poolAckT, &pb.PoolAckCommand{Acks: []*pb.PoolAck{{TmId: "tm2", Version: 2}}})
+	h.ok(poolAckT, &pb.PoolAckCommand{Acks: []*pb.PoolAck{{TmId: "tm2", Version: 1}}}) // older: skipped
+	p = h.f.Pool()
+	if p.Members[1].AckedVersion != 2 || len(p.Versions) != 1 || p.Versions[0].Version != 2 {
+		t.Fatalf("pool after acks %v: want tm2 acked 2 and only version 2 kept", p)
 	}
 	h.fails(poolRemoveT, &pb.PoolRemoveCommand{TmId: "tm9"}, ErrUnknownPoolMember)
 	h.ok(poolRemoveT, &pb.PoolRemoveCommand{TmId: "tm1"})
 	p = h.f.Pool()
-	if p.Version != 4 || !slices.Equal(poolIDs(p), []string{"tm2"}) || len(p.Versions) != 2 {
-		t.Fatalf("pool after a removal %v: want version 4, tm2 only, versions 3 and 4 kept (tm2 acked 3)", p)
+	if p.Version != 3 || !slices.Equal(poolIDs(p), []string{"tm2"}) || len(p.Versions) != 2 {
+		t.Fatalf("pool after a removal %v: want version 3, tm2 only, versions 2 and 3 kept (tm2 acked 2)", p)
 	}
 	if _, ok := h.f.PoolVersions("tm1"); ok {
 		t.Fatalf("a removed TM still has pool versions")
@@ -69,8 +73,7 @@ func TestPoolChangesOneAtATime(t *testing.T) {
 // (the leader cannot know which pool it uses).
 func TestPoolVersionsBounded(t *testing.T) {
 	h := newHarness(t)
-	h.ok(poolPutT, &pb.PoolPutCommand{TmId: "stale", GrpcAddress: "a"})
-	h.ok(poolAckT, &pb.PoolAckCommand{Acks: []*pb.PoolAck{{TmId: "stale", Version: 1}}})
+	h.ok(poolPutT, &pb.PoolPutCommand{TmId: "stale", GrpcAddress: "a"}) // acked version 1, and never again
 	for i := range maxPoolVersions + 5 {
 		h.ok(poolPutT, &pb.PoolPutCommand{TmId: fmt.Sprintf("tm%03d", i), GrpcAddress: "b"})
 	}
@@ -82,9 +85,8 @@ func TestPoolVersionsBounded(t *testing.T) {
 		t.Fatalf("a member whose acked version was dropped may use %d versions", len(v))
 	}
 	last := fmt.Sprintf("tm%03d", maxPoolVersions+4)
-	h.ok(poolAckT, &pb.PoolAckCommand{Acks: []*pb.PoolAck{{TmId: last, Version: p.Version}}})
 	if v, ok := h.f.PoolVersions(last); !ok || len(v) != 1 {
-		t.Fatalf("the newest member, acked at the current version, may use %d versions, want 1", len(v))
+		t.Fatalf("the newest member, added at the current version, may use %d versions, want 1", len(v))
 	}
 }
 

@@ -19,7 +19,9 @@ const maxPoolVersions = 32
 // still run; the leader cannot redeploy them without proof of death).
 const MaxPoolMembers = 10_000
 
-// poolPut adds a member or changes its address or incarnation; any change is a new version.
+// poolPut adds a member (a new version, acked by the member: the registration that adds it
+// answers with that version) or changes its address or incarnation (a new revision, the same
+// membership and version).
 func (s *state) poolPut(_ uint64, c *pb.PoolPutCommand) error {
 	if c.TmId == "" || c.GrpcAddress == "" {
 		return wrapf(ErrInvalidCommand, "pool put: tm_id and grpc_address are required")
@@ -31,12 +33,14 @@ func (s *state) poolPut(_ uint64, c *pb.PoolPutCommand) error {
 			return nil
 		}
 		m.GrpcAddress, m.Incarnation = c.GrpcAddress, c.Incarnation
-	} else {
-		if len(s.pool.Members) >= MaxPoolMembers {
-			return wrapf(ErrPoolFull, "%d members", MaxPoolMembers)
-		}
-		s.pool.Members = slices.Insert(s.pool.Members, i, &pb.PoolMember{TmId: c.TmId, GrpcAddress: c.GrpcAddress, Incarnation: c.Incarnation})
+		s.pool.Revision++
+		return nil
 	}
+	if len(s.pool.Members) >= MaxPoolMembers {
+		return wrapf(ErrPoolFull, "%d members", MaxPoolMembers)
+	}
+	v := s.pool.Version + 1
+	s.pool.Members = slices.Insert(s.pool.Members, i, &pb.PoolMember{TmId: c.TmId, GrpcAddress: c.GrpcAddress, Incarnation: c.Incarnation, AddedVersion: v, AckedVersion: v})
 	s.newPoolVersion()
 	return nil
 }
@@ -69,6 +73,7 @@ func (s *state) poolAck(_ uint64, c *pb.PoolAckCommand) error {
 // newPoolVersion records the current membership as the next version.
 func (s *state) newPoolVersion() {
 	s.pool.Version++
+	s.pool.Revision++
 	ids := make([]string, len(s.pool.Members))
 	for i, m := range s.pool.Members {
 		ids[i] = m.TmId
@@ -77,15 +82,13 @@ func (s *state) newPoolVersion() {
 	s.trimPoolVersions()
 }
 
-// trimPoolVersions keeps the versions from the oldest one a member has acked to the current
-// one, at most maxPoolVersions. A member that never acked uses no pool (it keeps its tasks for
-// the leader grace, as before pools) and needs none kept.
+// trimPoolVersions keeps the versions from the oldest one a member may use (its acked
+// version, or the one that added it before it acks any) to the current one, at most
+// maxPoolVersions.
 func (s *state) trimPoolVersions() {
 	oldest := s.pool.Version
 	for _, m := range s.pool.Members {
-		if m.AckedVersion > 0 {
-			oldest = min(oldest, m.AckedVersion)
-		}
+		oldest = min(oldest, usesFrom(m))
 	}
 	drop := 0
 	for drop < len(s.pool.Versions) && s.pool.Versions[drop].Version < oldest {
@@ -97,6 +100,14 @@ func (s *state) trimPoolVersions() {
 	}
 }
 
+// usesFrom is the oldest pool version a member may use.
+func usesFrom(m *pb.PoolMember) uint64 {
+	if m.AckedVersion > 0 {
+		return m.AckedVersion
+	}
+	return m.AddedVersion
+}
+
 // Pool returns a copy of the committed TaskManager pool.
 func (f *FSM) Pool() *pb.TaskManagerPool {
 	f.mu.RLock()
@@ -105,8 +116,8 @@ func (f *FSM) Pool() *pb.TaskManagerPool {
 }
 
 // PoolVersions returns the memberships a pool member may use: every kept version from the one
-// it acked to the current one. ok is false for a TM that is not a member, that never acked a
-// version (it knows no pool), or whose acked version is no longer kept.
+// it acked (or, before it acks one, the one that added it) to the current one. ok is false
+// for a TM that is not a member, or whose oldest usable version is no longer kept.
 func (f *FSM) PoolVersions(tmID string) (versions [][]string, ok bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -115,7 +126,7 @@ func (f *FSM) PoolVersions(tmID string) (versions [][]string, ok bool) {
 	if !found {
 		return nil, false
 	}
-	from := p.Members[i].AckedVersion
+	from := usesFrom(p.Members[i])
 	if from == 0 || len(p.Versions) == 0 || p.Versions[0].Version > from {
 		return nil, false
 	}
@@ -125,4 +136,23 @@ func (f *FSM) PoolVersions(tmID string) (versions [][]string, ok bool) {
 		}
 	}
 	return versions, len(versions) > 0
+}
+
+// PoolMember returns a copy of one member and the pool's current version and revision.
+func (f *FSM) PoolMember(tmID string) (m *pb.PoolMember, version, revision uint64, ok bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	p := f.st.pool
+	i, found := slices.BinarySearchFunc(p.Members, tmID, func(m *pb.PoolMember, id string) int { return strings.Compare(m.TmId, id) })
+	if !found {
+		return nil, p.Version, p.Revision, false
+	}
+	return proto.Clone(p.Members[i]).(*pb.PoolMember), p.Version, p.Revision, true
+}
+
+// PoolVersion is the pool's current version and revision (0: no pool yet).
+func (f *FSM) PoolVersion() (version, revision uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.pool.Version, f.st.pool.Revision
 }

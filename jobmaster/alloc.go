@@ -37,7 +37,8 @@ type placement struct {
 
 // allocate places n tasks on the usable TMs' free slots.
 func (t *term) allocate(n int) ([]placement, error) {
-	return place(t.jm.tms.Usable(t.jm.cfg.HeartbeatTimeout), t.slotsInUse(), n)
+	// A TM gets tasks only once it confirmed the current pool (isolation.go).
+	return place(t.jm.Placeable(), t.slotsInUse(), n)
 }
 
 // place puts n tasks on free slots, spreading them across TMs: each goes to the TM with the

@@ -52,8 +52,19 @@ type Reconciler interface {
 type Config struct {
 	// HeartbeatInterval is the interval TMs are told to heartbeat at (default 1s).
 	HeartbeatInterval time.Duration
-	// HeartbeatTimeout declares a TM lost when it has not heartbeated for this long (default 10s).
+	// HeartbeatTimeout declares a TM lost when it has not heartbeated for this long (default
+	// 10s). It is also the redeploy delay of the isolation rule: the attempts of a silent TM
+	// not proven dead are redeployed no sooner, counted from the later of its last heartbeat
+	// and the start of a strict majority of its pool's current heartbeat streaks, and only
+	// while that majority heartbeats (isolation.go; Validate checks it against the timings
+	// below).
 	HeartbeatTimeout time.Duration
+	// FenceTimeout, PoolQueryInterval, PoolQueryTimeout and TMLeaderGrace are the isolation
+	// rule's timings, sent to every TM at registration: how long a TM may go without leader
+	// contact before it asks the pool (default 5s, lowered to what HeartbeatTimeout allows),
+	// how often it asks (default 500ms), how long one question may take (default 1s), and how
+	// long it keeps its tasks through a JobMaster outage (default 5m).
+	FenceTimeout, PoolQueryInterval, PoolQueryTimeout, TMLeaderGrace time.Duration
 	// RetryAfter is the delay the gate's refusal suggests (default 200ms).
 	RetryAfter time.Duration
 	// RPCTimeout bounds every JM -> TM call (default 5s).
@@ -104,6 +115,18 @@ func (c *Config) setDefaults() {
 	}
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = 200 * time.Millisecond
+	}
+	if c.PoolQueryInterval <= 0 {
+		c.PoolQueryInterval = 500 * time.Millisecond
+	}
+	if c.PoolQueryTimeout <= 0 {
+		c.PoolQueryTimeout = time.Second
+	}
+	if c.TMLeaderGrace <= 0 {
+		c.TMLeaderGrace = 5 * time.Minute
+	}
+	if c.FenceTimeout <= 0 {
+		c.FenceTimeout = min(5*time.Second, maxFenceTimeout(*c))
 	}
 	if c.RPCTimeout <= 0 {
 		c.RPCTimeout = 5 * time.Second

@@ -36,6 +36,9 @@ const (
 	// actResume finishes a deployment of this term whose DEPLOYING commit failed: it commits
 	// DEPLOYING for attempts (SCHEDULED, committed) and submits them. It is the only action.
 	actResume
+	// actHold: region cannot restart yet, because a member's failed attempt was on a silent TM
+	// the isolation rule does not yet let the leader redeploy (what says why). Logged once.
+	actHold
 )
 
 // action is one step of the plan. Which fields are set depends on kind.
@@ -77,6 +80,8 @@ type view struct {
 	now       time.Time
 	regions   []graph.Region
 	restartAt map[int]time.Time
+	// held: silent TMs whose attempts may not be redeployed yet (isolation.go), and why.
+	held map[string]string
 }
 
 // nextSteps decides what to do next for one job, from its committed record alone (and the
@@ -162,6 +167,12 @@ func runningSteps(rec *pb.JobRecord, v view) []action {
 		if len(active) > 0 || (len(failed) == 0 && len(undeployed) == 0) {
 			continue
 		}
+		if why, tm := heldBy(failed, v.held); tm != "" {
+			// The failed attempt may still run on a TM cut off from this leader: redeploying it
+			// now could run two attempts of one subtask at once.
+			out = append(out, action{kind: actHold, region: r.ID, what: fmt.Sprintf("region %d waits for TaskManager %s: %s", r.ID, tm, why)})
+			continue
+		}
 		if !inputsReady(rec, r) {
 			continue
 		}
@@ -201,6 +212,18 @@ func runningSteps(rec *pb.JobRecord, v view) []action {
 		out = append(out, action{kind: actDeploy, region: -1, what: "new regions", tasks: fresh})
 	}
 	return out
+}
+
+// heldBy returns the first held TM among the TMs of the failed members' attempts, and why.
+func heldBy(failed []*pb.ExecutionVertex, held map[string]string) (why, tm string) {
+	for _, ev := range failed {
+		if id := ev.GetCurrent().GetSlot().GetTmId(); id != "" {
+			if w, ok := held[id]; ok {
+				return w, id
+			}
+		}
+	}
+	return "", ""
 }
 
 // deployTasks lists new attempts for the given ExecutionVertices: attempt number 0 for one
@@ -367,6 +390,8 @@ func (a action) String() string {
 			s += " restart"
 		}
 		return s + ": " + strings.Join(parts, " ")
+	case actHold:
+		return "hold: " + a.what
 	case actResume:
 		parts := make([]string, 0, len(a.attempts))
 		for _, at := range a.attempts {

@@ -1,6 +1,7 @@
 package jobmaster
 
 import (
+	"strings"
 	"time"
 
 	"github.com/jmcluster/jmcluster/graph"
@@ -60,7 +61,7 @@ func (t *term) drive(jobID string) {
 	if t.ctx.Err() != nil {
 		return
 	}
-	v := view{now: time.Now(), restartAt: t.restartDelays(jobID)}
+	v := view{now: time.Now(), restartAt: t.restartDelays(jobID), held: t.heldTMs()}
 	var steps []action
 	var regionsErr error
 	ok := t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
@@ -101,6 +102,15 @@ func (t *term) regionsOf(jobID string, rec *pb.JobRecord) jobRegions {
 // act carries out the plan's actions in order. A deployment that has to wait ends the pass
 // (it is the last action anyway).
 func (t *term) act(jobID string, steps []action) {
+	var holds []string
+	defer func() {
+		if h := strings.Join(holds, "; "); h != t.holding[jobID] {
+			if h != "" {
+				t.jm.log.Info("restart waits", "job", jobID, "reason", h)
+			}
+			t.holding[jobID] = h
+		}
+	}()
 	for _, a := range steps {
 		if t.ctx.Err() != nil {
 			return
@@ -121,6 +131,8 @@ func (t *term) act(jobID string, steps []action) {
 			t.kick(jobID) // later regions read the updated state on the next pass
 		case actResume:
 			t.resume(jobID, a)
+		case actHold:
+			holds = append(holds, a.what)
 		}
 	}
 }

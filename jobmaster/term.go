@@ -35,6 +35,14 @@ type term struct {
 	regions     map[string]jobRegions        // job id -> failover regions (loop goroutine only)
 	retryCancel map[string]bool              // job ids with a CancelTask to retry
 	acked       map[string]time.Time         // attempt id -> when its TM acknowledged the submission
+	pool        *poolKeeper                  // pool changes and acks to commit (pool.go)
+
+	streakMu sync.Mutex
+	streaks  map[string]streak // TM id -> its heartbeat streak with this leader (isolation.go)
+	begun    time.Time         // when the term began
+	held     map[string]string // heldTMs' last answer and when (loop goroutine only)
+	heldAt   time.Time
+	holding  map[string]string // job id -> the restarts last logged as waiting (loop goroutine only)
 }
 
 func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
@@ -51,6 +59,10 @@ func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
 		driven:      map[string]uint64{},
 		retryCancel: map[string]bool{},
 		acked:       map[string]time.Time{},
+		pool:        newPoolKeeper(),
+		streaks:     map[string]streak{},
+		begun:       time.Now(),
+		holding:     map[string]string{},
 	}
 	t.batch = newBatcher(t)
 	// The batcher serves reconciliation too, so it runs from the start of the term.
@@ -144,6 +156,7 @@ func (t *term) loop() {
 		case <-tick.C:
 			t.checkTaskManagers()
 			t.prune(time.Now())
+			t.flushPoolAcks()
 			ticks++
 			t.driveStale(ticks%fullPassTicks == 0)
 		}
@@ -195,6 +208,11 @@ func (t *term) forgetRemoved(ids []string) {
 	for id := range t.regions {
 		if !live[id] {
 			delete(t.regions, id)
+		}
+	}
+	for id := range t.holding {
+		if !live[id] {
+			delete(t.holding, id)
 		}
 	}
 	t.mu.Lock()

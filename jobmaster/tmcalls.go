@@ -48,10 +48,20 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 	if previous != "" {
 		t.failAttempts(old)
 	}
+	if err := t.poolOnRegister(ctx, req.TmId, req.GrpcAddress, req.Incarnation); err != nil {
+		return nil, fmt.Errorf("register %s: add it to the pool: %w", req.TmId, err)
+	}
 	t.kick("")
-	return &pb.RegisterTaskManagerResponse{
+	t.streakOf(req.TmId)
+	resp := &pb.RegisterTaskManagerResponse{
 		Epoch: t.epoch, LeaderId: jm.raft.ID(), HeartbeatIntervalMs: jm.cfg.HeartbeatInterval.Milliseconds(),
-	}, nil
+		FenceTimeoutMs: jm.cfg.FenceTimeout.Milliseconds(), PoolQueryIntervalMs: jm.cfg.PoolQueryInterval.Milliseconds(),
+		PoolQueryTimeoutMs: jm.cfg.PoolQueryTimeout.Milliseconds(), LeaderGraceMs: jm.cfg.TMLeaderGrace.Milliseconds(),
+	}
+	if _, _, rev, member := jm.state.PoolMember(req.TmId); member {
+		resp.Pool = t.poolView(rev)
+	}
+	return resp, nil
 }
 
 // Heartbeat refreshes a TaskManager's deadline and, once the gate is open, checks the attempts
@@ -73,7 +83,8 @@ func (jm *JobMaster) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*
 	if jm.gateOpen.Load() {
 		t.checkDeployment(req)
 	}
-	return &pb.HeartbeatResponse{Epoch: t.epoch}, nil
+	t.streakOf(req.TmId)
+	return &pb.HeartbeatResponse{Epoch: t.epoch, Pool: t.poolOnHeartbeat(req.TmId, req.PoolVersion, req.PoolRevision)}, nil
 }
 
 // lookup validates that an attempt is the current attempt of a job's ExecutionVertex on the

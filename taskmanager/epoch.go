@@ -76,7 +76,7 @@ func (tm *TaskManager) fenceLocked(epoch uint64, call string) error {
 		return err
 	}
 	tm.adoptEpochLocked(epoch, call)
-	tm.contactLocked()
+	tm.lastContact = time.Now()
 	return nil
 }
 

@@ -128,6 +128,9 @@ func TestFenceWhenANewLeaderCannotReachTheTM(t *testing.T) {
 // reporting them to the new leader.
 func TestNoFenceWhenALeaderReachesTheTMDuringTheCheck(t *testing.T) {
 	jm := startJM(t)
+	// A pool of this TM alone: once the new leader's call was its last contact, its own answer
+	// confirms the outage that follows (without a pool it would fence, unable to confirm one).
+	jm.pool = &pb.PoolView{Version: 1, Revision: 1, Peers: []*pb.PoolPeer{{TmId: "tm1"}}}
 	w := startWitness(t, jm.addr)
 	tm := newTM(t, "tm1", jm, func(c *Config) {
 		c.JobMasters = []string{w.addr}

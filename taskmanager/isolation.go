@@ -30,14 +30,14 @@ const (
 
 // poolState is what the TM knows of the pool and of its own leader contact (guarded by tm.mu).
 type poolState struct {
-	version uint64
-	peers   []*pb.PoolPeer // sorted by id
+	version, revision uint64
+	peers             []*pb.PoolPeer // sorted by id
 
 	// The rule's timings as the leader sent them (0: the TM's own configuration).
-	fence, interval, timeout time.Duration
+	fence, interval, timeout, grace time.Duration
 
-	// contactAt: the last contact with an established leader (zero: never). epochAt: the first
-	// contact with the leader of epochOf.
+	// contactAt: the last heartbeat or registration a leader answered, timed when it was sent
+	// (zero: never); epochOf: that leader's epoch; epochAt: the first answered one of epochOf.
 	contactAt, epochAt time.Time
 	epochOf            uint64
 
@@ -52,13 +52,17 @@ type poolState struct {
 	lastVerdict string
 }
 
-// contactLocked records contact with an established leader of the TM's epoch.
-func (tm *TaskManager) contactLocked() {
-	now := time.Now()
-	tm.lastContact = now
-	tm.pool.contactAt = now
+// answeredLocked records that the leader answered a heartbeat or registration the TM sent at
+// sent. For the isolation rule that is the TM's contact, timed at the send, so it is never
+// later than the leader's record of it (the leader's streaks; calls the leader makes count for
+// the fence and the grace, not here).
+func (tm *TaskManager) answeredLocked(sent time.Time) {
+	tm.lastContact = time.Now()
+	if sent.After(tm.pool.contactAt) {
+		tm.pool.contactAt = sent
+	}
 	if tm.pool.epochOf != tm.epoch || tm.pool.epochAt.IsZero() {
-		tm.pool.epochOf, tm.pool.epochAt = tm.epoch, now
+		tm.pool.epochOf, tm.pool.epochAt = tm.epoch, sent
 	}
 }
 
@@ -92,11 +96,22 @@ func (tm *TaskManager) adoptRuleLocked(r *pb.RegisterTaskManagerResponse) {
 	if ms := r.GetPoolQueryTimeoutMs(); ms > 0 {
 		tm.pool.timeout = time.Duration(ms) * time.Millisecond
 	}
+	if ms := r.GetLeaderGraceMs(); ms > 0 {
+		tm.pool.grace = time.Duration(ms) * time.Millisecond
+	}
+}
+
+// leaderGraceLocked is the leader grace in force: the leader's, else the TM's own.
+func (tm *TaskManager) leaderGraceLocked() time.Duration {
+	if tm.pool.grace > 0 {
+		return tm.pool.grace
+	}
+	return tm.cfg.LeaderGrace
 }
 
 // adoptPoolLocked takes a newer pool view from the leader.
 func (tm *TaskManager) adoptPoolLocked(v *pb.PoolView) {
-	if v == nil || v.Version <= tm.pool.version {
+	if v == nil || v.Revision <= tm.pool.revision {
 		return
 	}
 	peers := make([]*pb.PoolPeer, 0, len(v.Peers))
@@ -106,8 +121,8 @@ func (tm *TaskManager) adoptPoolLocked(v *pb.PoolView) {
 		}
 	}
 	sort.Slice(peers, func(i, j int) bool { return peers[i].TmId < peers[j].TmId })
-	tm.pool.version, tm.pool.peers = v.Version, peers
-	tm.log.Info("pool", "version", v.Version, "members", len(peers))
+	tm.pool.version, tm.pool.revision, tm.pool.peers = v.Version, v.Revision, peers
+	tm.log.Info("pool", "version", v.Version, "revision", v.Revision, "members", len(peers))
 }
 
 // PoolVersion is the pool version the TM knows (0: none).
@@ -135,10 +150,10 @@ func (s *peerService) LeaderContact(_ context.Context, req *pb.LeaderContactRequ
 	tm := s.tm
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
-	resp := &pb.LeaderContactResponse{TmId: tm.cfg.ID, Epoch: tm.epoch, ContactAgeMs: ageMs(tm.pool.contactAt), EpochContactAgeMs: -1, PoolVersion: tm.pool.version}
-	if tm.pool.epochOf == tm.epoch {
-		resp.EpochContactAgeMs = ageMs(tm.pool.epochAt)
-	}
+	// The epoch is that of the leader that answered last, not the highest seen: a report request
+	// of a newer leader is no contact here, and pairing its epoch with an older contact would
+	// tell the asking TM that the newer leader reached this one.
+	resp := &pb.LeaderContactResponse{TmId: tm.cfg.ID, Epoch: tm.pool.epochOf, ContactAgeMs: ageMs(tm.pool.contactAt), EpochContactAgeMs: ageMs(tm.pool.epochAt), PoolVersion: tm.pool.version}
 	tm.peerQueries.Add(1)
 	return resp, nil
 }
@@ -148,18 +163,27 @@ func (s *peerService) LeaderContact(_ context.Context, req *pb.LeaderContactRequ
 // decides only once contact is older than the fence timeout plus a heartbeat interval and a
 // query timeout (a member whose heartbeats were just out of phase with this TM's has then
 // passed the fence timeout too), and asks the pool at most once per query interval.
-func (tm *TaskManager) poolCheck(ctx context.Context, contact time.Time) string {
+func (tm *TaskManager) poolCheck(ctx context.Context) string {
 	tm.mu.Lock()
+	contact := tm.pool.contactAt
+	if contact.IsZero() {
+		contact = tm.lastContact // never answered: counted from the start
+	}
 	ft := tm.fenceTimeoutLocked()
 	interval, timeout := tm.poolTimingsLocked()
 	since := time.Since(contact)
 	switch {
-	case tm.pool.version == 0 || ft <= 0:
+	case ft <= 0:
 		tm.mu.Unlock()
-		return "" // no pool known (a leader before pools): the leader grace alone
+		return "" // the fence is off: the leader grace alone
 	case since <= ft+tm.hbInterval+timeout:
 		tm.mu.Unlock()
 		return ""
+	case tm.pool.version == 0:
+		tm.mu.Unlock()
+		// Without a pool nothing can confirm an outage (the leader counts on this: it treats
+		// a member that never confirmed a pool as one that may know none).
+		return fmt.Sprintf("no leader contact for %v and no pool known to confirm a JobMaster outage", since.Round(time.Millisecond))
 	case time.Since(tm.pool.lastCheck) < interval:
 		v := tm.pool.lastVerdict
 		tm.mu.Unlock()
@@ -167,15 +191,17 @@ func (tm *TaskManager) poolCheck(ctx context.Context, contact time.Time) string 
 	}
 	tm.pool.lastCheck = time.Now()
 	peers := append([]*pb.PoolPeer(nil), tm.pool.peers...)
-	myEpoch := tm.epoch
+	// Answers are weighed against the epoch of the leader that last answered this TM: a newer
+	// leader that only reached it by a call (a report request) has not heard from it yet.
+	myEpoch := tm.pool.epochOf
 	tm.mu.Unlock()
 
 	verdict := tm.askPool(ctx, peers, myEpoch, ft, timeout)
 
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
-	if tm.lastContact.After(contact) {
-		verdict = "" // a leader reached this TM meanwhile
+	if tm.pool.contactAt.After(contact) {
+		verdict = "" // the leader answered this TM meanwhile
 	}
 	tm.pool.lastVerdict = verdict
 	return verdict
@@ -238,8 +264,12 @@ func (tm *TaskManager) askPool(ctx context.Context, peers []*pb.PoolPeer, myEpoc
 			continue
 		}
 		age := time.Duration(r.ContactAgeMs) * time.Millisecond
-		if r.Epoch <= myEpoch {
-			return fmt.Sprintf("pool member %s reached the leader of epoch %d %v ago; this TM has reached no leader since the fence timeout (%v)",
+		if r.Epoch < myEpoch {
+			quiet++ // a deposed leader: no evidence of a live one (the live leader's epoch is >= ours)
+			continue
+		}
+		if r.Epoch == myEpoch {
+			return fmt.Sprintf("pool member %s reached the leader of epoch %d %v ago; this TM has not been answered by it within the fence timeout (%v)",
 				a.peer, r.Epoch, age.Round(time.Millisecond), ft)
 		}
 		// A newer leader: its first contact with that member, on this TM's clock (the earliest

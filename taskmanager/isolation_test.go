@@ -42,7 +42,7 @@ func newPoolRig(t *testing.T, views map[int]*pb.PoolView) *poolRig {
 		peers = append(peers, &pb.PoolPeer{TmId: tm.cfg.ID, GrpcAddress: tm.cfg.AdvertiseGRPC})
 	}
 	for i, jm := range r.jms {
-		v := &pb.PoolView{Version: 1, Peers: peers}
+		v := &pb.PoolView{Version: 1, Revision: 1, Peers: peers}
 		if views[i] != nil {
 			v = views[i]
 		}
@@ -122,7 +122,7 @@ func TestTMCutOffFromTheLeaderFencesThroughThePool(t *testing.T) {
 // the pool (its view has their addresses wrong, as a partition would): no majority confirms an
 // outage, so it cancels its task.
 func TestTMThatReachesNothingFences(t *testing.T) {
-	dead := &pb.PoolView{Version: 1, Peers: []*pb.PoolPeer{{TmId: "tm1", GrpcAddress: "127.0.0.1:1"}, {TmId: "tm2", GrpcAddress: "127.0.0.1:1"}, {TmId: "tm3", GrpcAddress: "127.0.0.1:1"}}}
+	dead := &pb.PoolView{Version: 1, Revision: 1, Peers: []*pb.PoolPeer{{TmId: "tm1", GrpcAddress: "127.0.0.1:1"}, {TmId: "tm2", GrpcAddress: "127.0.0.1:1"}, {TmId: "tm3", GrpcAddress: "127.0.0.1:1"}}}
 	r := newPoolRig(t, map[int]*pb.PoolView{0: dead})
 	for _, jm := range r.jms {
 		jm.srv.Stop() // an outage for the others: they keep running

@@ -184,6 +184,7 @@ func (tm *TaskManager) register(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, tm.cfg.RPCTimeout)
 	defer cancel()
+	sent := time.Now()
 	resp, err := pb.NewJobMasterServiceClient(conn).RegisterTaskManager(cctx, &pb.RegisterTaskManagerRequest{
 		TmId: tm.cfg.ID, GrpcAddress: tm.cfg.AdvertiseGRPC, DataAddress: tm.cfg.AdvertiseData,
 		Slots: int32(tm.cfg.Slots), EpochSeen: epoch, Incarnation: tm.cfg.Incarnation,
@@ -207,7 +208,7 @@ func (tm *TaskManager) register(ctx context.Context) error {
 	changed := tm.leaderAddr != addr
 	tm.leaderAddr, tm.leaderID = addr, resp.GetLeaderId()
 	tm.registered, tm.needResolve = true, false
-	tm.contactLocked()
+	tm.answeredLocked(sent)
 	if ms := resp.GetHeartbeatIntervalMs(); ms > 0 {
 		tm.hbInterval = time.Duration(ms) * time.Millisecond
 	}
@@ -226,7 +227,7 @@ func (tm *TaskManager) register(ctx context.Context) error {
 func (tm *TaskManager) heartbeat(ctx context.Context) error {
 	tm.mu.Lock()
 	addr := tm.leaderAddr
-	req := &pb.HeartbeatRequest{TmId: tm.cfg.ID, EpochSeen: tm.epoch, FreeSlots: int32(tm.freeSlotsLocked()), Incarnation: tm.cfg.Incarnation, PoolVersion: tm.pool.version}
+	req := &pb.HeartbeatRequest{TmId: tm.cfg.ID, EpochSeen: tm.epoch, FreeSlots: int32(tm.freeSlotsLocked()), Incarnation: tm.cfg.Incarnation, PoolVersion: tm.pool.version, PoolRevision: tm.pool.revision}
 	// Every task the TM still holds, terminal ones included until the leader acknowledges them:
 	// a FINISHED whose UpdateTaskExecutionState is delayed (the outbox backing off) is still
 	// here, so the leader does not take it for missing and fail it.
@@ -246,6 +247,7 @@ func (tm *TaskManager) heartbeat(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, tm.cfg.RPCTimeout)
 	defer cancel()
+	sent := time.Now()
 	resp, err := pb.NewJobMasterServiceClient(conn).Heartbeat(cctx, req)
 	if err != nil {
 		tm.leaderFailed(addr, err)
@@ -258,7 +260,7 @@ func (tm *TaskManager) heartbeat(ctx context.Context) error {
 		return fmt.Errorf("%w: %s has epoch %d, seen %d", ErrStaleLeader, addr, resp.GetEpoch(), tm.epoch)
 	}
 	tm.adoptEpochLocked(resp.GetEpoch(), "heartbeat")
-	tm.contactLocked()
+	tm.answeredLocked(sent)
 	tm.adoptPoolLocked(resp.GetPool())
 	tm.heartbeats.Add(1)
 	if resp.GetUnknownTaskManager() {
@@ -321,11 +323,24 @@ func (tm *TaskManager) graceLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		tm.mu.Lock()
-		contact := tm.lastContact
-		f := tm.fenceTimeoutLocked()
+		contact, answered := tm.lastContact, tm.pool.contactAt
+		f, grace := tm.fenceTimeoutLocked(), tm.leaderGraceLocked()
 		tm.mu.Unlock()
 		since := time.Since(contact)
-		if f > 0 && since > f && since <= tm.cfg.LeaderGrace {
+		if answered.IsZero() || answered.After(contact) {
+			answered = contact
+		}
+		// The pool rule counts from the last answered heartbeat, which calls from the leader
+		// do not refresh: a TM whose heartbeats fail must not look in contact to it.
+		if sinceAnswered := time.Since(answered); f > 0 && sinceAnswered > f && since <= f && sinceAnswered <= grace {
+			if why := tm.poolCheck(ctx); why != "" {
+				if ts := tm.cancelAll(why); len(ts) > 0 {
+					tm.log.Error("FENCED: the pool shows no JobMaster outage; cancelling every task", "why", why, "tasks", len(ts), "since_heartbeat", sinceAnswered)
+				}
+			}
+			continue
+		}
+		if f > 0 && since > f && since <= grace {
 			if leader := tm.cutOffFrom(ctx); leader != "" {
 				// Asking the JobMasters takes time; a leader may have reached this TM meanwhile
 				// (a new leader's RequestReport), and then it is not cut off.
@@ -350,19 +365,19 @@ func (tm *TaskManager) graceLoop(ctx context.Context) {
 			}
 			// No JobMaster names a live leader (or none answers): the pool tells a JobMaster
 			// outage, which tasks survive, from this TM's own isolation.
-			if why := tm.poolCheck(ctx, contact); why != "" {
+			if why := tm.poolCheck(ctx); why != "" {
 				if ts := tm.cancelAll(why); len(ts) > 0 {
 					tm.log.Error("FENCED: the pool shows no JobMaster outage; cancelling every task", "why", why, "tasks", len(ts), "since_contact", since)
 				}
 			}
 			continue
 		}
-		if since <= tm.cfg.LeaderGrace {
+		if since <= grace {
 			continue
 		}
-		why := fmt.Sprintf("no leader contact for %v (grace %v)", since.Round(time.Millisecond), tm.cfg.LeaderGrace)
+		why := fmt.Sprintf("no leader contact for %v (grace %v)", since.Round(time.Millisecond), grace)
 		if ts := tm.cancelAll(why); len(ts) > 0 {
-			tm.log.Error("LEADER GRACE EXPIRED: cancelling every task", "tasks", len(ts), "since_contact", since, "grace", tm.cfg.LeaderGrace)
+			tm.log.Error("LEADER GRACE EXPIRED: cancelling every task", "tasks", len(ts), "since_contact", since, "grace", grace)
 		}
 	}
 }

@@ -47,7 +47,11 @@ func runJobMaster(args []string) error {
 	join := fs.String("join", "", "comma-separated gRPC addresses of other JMs (bootstrap discovery or joining a running cluster)")
 	peers := fs.String("peers", "", "explicit initial cluster, id=raftaddr@grpcaddr,... (alternative to --bootstrap-expect)")
 	reportDeadline := fs.Duration("report-deadline", 10*time.Second, "how long a new leader waits for TaskManager reports")
-	hbTimeout := fs.Duration("heartbeat-timeout", 10*time.Second, "a TaskManager silent for this long is declared lost")
+	hbTimeout := fs.Duration("heartbeat-timeout", 10*time.Second, "a TaskManager silent for this long is declared lost; also the least delay before a silent TaskManager's tasks are redeployed (it must exceed what --fence-timeout and the pool query timings need)")
+	fenceTimeout := fs.Duration("fence-timeout", 0, "a TaskManager without leader contact this long asks its pool whether the JobMasters are down and stops its tasks unless a majority says so (0: 5s, or less if --heartbeat-timeout needs it)")
+	poolInterval := fs.Duration("pool-query-interval", 500*time.Millisecond, "how often a TaskManager past its fence timeout asks its pool")
+	poolTimeout := fs.Duration("pool-query-timeout", time.Second, "how long one pool question may take")
+	tmGrace := fs.Duration("tm-leader-grace", 5*time.Minute, "how long TaskManagers keep their tasks through a JobMaster outage (their pool confirming it)")
 	defSize := graph.DefaultSizeLimits()
 	ceiling := graph.CeilingSizeLimits()
 	maxExecutions := fs.Int64(graph.LimitExecutions, defSize.MaxExecutions,
@@ -112,7 +116,8 @@ func runJobMaster(args []string) error {
 	}
 	cfg := agent.JobMasterConfig{
 		Cluster: ccfg, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Logger: log,
-		JobMaster: jobmaster.Config{HeartbeatTimeout: *hbTimeout, SizeLimits: sizeLimits, RetainJobs: *retainJobs, RetainJobAge: *retainAge},
+		JobMaster: jobmaster.Config{HeartbeatTimeout: *hbTimeout, SizeLimits: sizeLimits, RetainJobs: *retainJobs, RetainJobAge: *retainAge,
+			FenceTimeout: *fenceTimeout, PoolQueryInterval: *poolInterval, PoolQueryTimeout: *poolTimeout, TMLeaderGrace: *tmGrace},
 		Reconcile: reconcile.Config{ReportDeadline: *reportDeadline},
 	}
 	if *maxMsg <= 0 {

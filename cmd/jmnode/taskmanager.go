@@ -36,7 +36,7 @@ func runTaskManager(args []string) error {
 	workDir := fs.String("work-dir", "", "working directory: relative sink paths are written here")
 	eventLog := fs.String("event-log", "", "append task start/stop events as JSON lines to this file")
 	grace := fs.Duration("leader-grace", def.LeaderGrace, "cancel every task after no leader was reachable for this long")
-	fence := fs.Duration("fence-timeout", def.FenceTimeout, "cancel every task when no leader was reached this long while a JobMaster names a live leader (keep it below the JMs' --heartbeat-timeout; 0 turns it off)")
+	fence := fs.Duration("fence-timeout", def.FenceTimeout, "until a leader sends its own: cancel every task when no leader was reached this long while a JobMaster names a live leader, or unless the TM's pool confirms a JobMaster outage (0 turns it off)")
 	retain := fs.Duration("retain-terminal", def.RetainTerminal, "keep terminal task states for reports this long (or until acknowledged)")
 	hb := fs.Duration("heartbeat-interval", def.HeartbeatInterval, "heartbeat interval (the leader may override it)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")

@@ -186,7 +186,8 @@ func (c *Cluster) StartJM(j *JM) {
 	// TMs heartbeat every 200 ms: a TM's fence (half the heartbeat timeout) must outlast a
 	// heartbeat interval plus the time a follower keeps naming a dead leader (half the Raft
 	// heartbeat timeout), or an ordinary failover fences it.
-	jmc := jobmaster.Config{HeartbeatInterval: 200 * time.Millisecond, HeartbeatTimeout: c.Opts.HeartbeatTimeout, TickInterval: 50 * time.Millisecond, RetryAfter: 50 * time.Millisecond}
+	jmc := jobmaster.Config{HeartbeatInterval: 200 * time.Millisecond, HeartbeatTimeout: c.Opts.HeartbeatTimeout, TickInterval: 50 * time.Millisecond, RetryAfter: 50 * time.Millisecond,
+		PoolQueryInterval: 100 * time.Millisecond, PoolQueryTimeout: 300 * time.Millisecond}
 	if c.Opts.JobMaster != nil {
 		c.Opts.JobMaster(&jmc)
 	}
@@ -321,13 +322,14 @@ func (c *Cluster) Follower() *JM {
 	return nil
 }
 
-// WaitTMs waits until the leader has n usable TaskManagers.
+// WaitTMs waits until the leader has n TaskManagers it may place tasks on (registered and
+// current with the pool).
 func (c *Cluster) WaitTMs(n int) {
 	c.T.Helper()
-	WaitFor(c.T, 20*time.Second, fmt.Sprintf("%d task managers registered with the leader", n), func() (bool, string) {
+	WaitFor(c.T, 20*time.Second, fmt.Sprintf("%d task managers registered with the leader and current with the pool", n), func() (bool, string) {
 		l := c.Leader()
-		u := l.A.JM.Registry().Usable(c.Opts.HeartbeatTimeout)
-		return len(u) >= n, fmt.Sprintf("%d usable: %+v", len(u), u)
+		u := l.A.JM.Placeable()
+		return len(u) >= n, fmt.Sprintf("%d placeable: %+v; pool %v", len(u), u, l.A.State.Pool())
 	})
 }
 

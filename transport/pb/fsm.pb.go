@@ -1550,7 +1550,10 @@ type PoolMember struct {
 	Incarnation string                 `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	// The newest pool version the TM has confirmed knowing (in a heartbeat): it uses a version
 	// between this one and the current one.
-	AckedVersion  uint64 `protobuf:"varint,4,opt,name=acked_version,json=ackedVersion,proto3" json:"acked_version,omitempty"`
+	AckedVersion uint64 `protobuf:"varint,4,opt,name=acked_version,json=ackedVersion,proto3" json:"acked_version,omitempty"`
+	// The version that added the TM: before it acks one, it knows none or one from here on (the
+	// leader sends the pool only to members).
+	AddedVersion  uint64 `protobuf:"varint,5,opt,name=added_version,json=addedVersion,proto3" json:"added_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1613,6 +1616,13 @@ func (x *PoolMember) GetAckedVersion() uint64 {
 	return 0
 }
 
+func (x *PoolMember) GetAddedVersion() uint64 {
+	if x != nil {
+		return x.AddedVersion
+	}
+	return 0
+}
+
 // The membership of one pool version (ids, sorted).
 type PoolVersion struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1667,8 +1677,12 @@ func (x *PoolVersion) GetTmIds() []string {
 }
 
 type TaskManagerPool struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The membership version: it changes when a member is added or removed, and only then.
+	Version uint64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// Changes with every change, a member's new address or incarnation too (TMs refresh their
+	// view when it differs).
+	Revision uint64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Sorted by tm_id.
 	Members []*PoolMember `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
 	// The memberships of the versions some member may still use (from the oldest acked version
@@ -1715,6 +1729,13 @@ func (x *TaskManagerPool) GetVersion() uint64 {
 	return 0
 }
 
+func (x *TaskManagerPool) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 func (x *TaskManagerPool) GetMembers() []*PoolMember {
 	if x != nil {
 		return x.Members
@@ -1729,8 +1750,9 @@ func (x *TaskManagerPool) GetVersions() []*PoolVersion {
 	return nil
 }
 
-// Adds a member, or changes its address or incarnation. A change makes a new version; the same
-// member again is a no-op.
+// Adds a member (a new version, which the member counts as acked: the registration that adds
+// it carries that version), or changes its address or incarnation (a new revision only); the
+// same member again is a no-op.
 type PoolPutCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TmId          string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
@@ -2260,18 +2282,20 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\fcollected_at\x18\x05 \x01(\x03R\vcollectedAt\x12\x1b\n" +
 	"\tmerged_at\x18\x06 \x01(\x03R\bmergedAt\x12*\n" +
 	"\x11jobs_committed_at\x18\a \x01(\x03R\x0fjobsCommittedAt\x12<\n" +
-	"\areports\x18\b \x03(\v2\".jmcluster.v1.ReconciliationReportR\areports\"\x8b\x01\n" +
+	"\areports\x18\b \x03(\v2\".jmcluster.v1.ReconciliationReportR\areports\"\xb0\x01\n" +
 	"\n" +
 	"PoolMember\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\tR\vincarnation\x12#\n" +
-	"\racked_version\x18\x04 \x01(\x04R\fackedVersion\">\n" +
+	"\racked_version\x18\x04 \x01(\x04R\fackedVersion\x12#\n" +
+	"\radded_version\x18\x05 \x01(\x04R\faddedVersion\">\n" +
 	"\vPoolVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x15\n" +
-	"\x06tm_ids\x18\x02 \x03(\tR\x05tmIds\"\x96\x01\n" +
+	"\x06tm_ids\x18\x02 \x03(\tR\x05tmIds\"\xb2\x01\n" +
 	"\x0fTaskManagerPool\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x04R\aversion\x122\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1a\n" +
+	"\brevision\x18\x04 \x01(\x04R\brevision\x122\n" +
 	"\amembers\x18\x02 \x03(\v2\x18.jmcluster.v1.PoolMemberR\amembers\x125\n" +
 	"\bversions\x18\x03 \x03(\v2\x19.jmcluster.v1.PoolVersionR\bversions\"j\n" +
 	"\x0ePoolPutCommand\x12\x13\n" +

@@ -123,7 +123,9 @@ type RegisterTaskManagerResponse struct {
 	PoolQueryIntervalMs int64 `protobuf:"varint,5,opt,name=pool_query_interval_ms,json=poolQueryIntervalMs,proto3" json:"pool_query_interval_ms,omitempty"`
 	PoolQueryTimeoutMs  int64 `protobuf:"varint,6,opt,name=pool_query_timeout_ms,json=poolQueryTimeoutMs,proto3" json:"pool_query_timeout_ms,omitempty"`
 	// The committed pool, when the TM's version differs.
-	Pool          *PoolView `protobuf:"bytes,7,opt,name=pool,proto3" json:"pool,omitempty"`
+	Pool *PoolView `protobuf:"bytes,7,opt,name=pool,proto3" json:"pool,omitempty"`
+	// How long a TM keeps its tasks with no leader contact at all (a JobMaster outage).
+	LeaderGraceMs int64 `protobuf:"varint,8,opt,name=leader_grace_ms,json=leaderGraceMs,proto3" json:"leader_grace_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -207,11 +209,19 @@ func (x *RegisterTaskManagerResponse) GetPool() *PoolView {
 	return nil
 }
 
+func (x *RegisterTaskManagerResponse) GetLeaderGraceMs() int64 {
+	if x != nil {
+		return x.LeaderGraceMs
+	}
+	return 0
+}
+
 // The pool as a TM needs it: the version and every member's id and address.
 type PoolView struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	Peers         []*PoolPeer            `protobuf:"bytes,2,rep,name=peers,proto3" json:"peers,omitempty"`
+	Revision      uint64                 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -258,6 +268,13 @@ func (x *PoolView) GetPeers() []*PoolPeer {
 		return x.Peers
 	}
 	return nil
+}
+
+func (x *PoolView) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 type PoolPeer struct {
@@ -381,8 +398,9 @@ type HeartbeatRequest struct {
 	FreeSlots int32                  `protobuf:"varint,4,opt,name=free_slots,json=freeSlots,proto3" json:"free_slots,omitempty"`
 	// The TM process's incarnation (as registered).
 	Incarnation string `protobuf:"bytes,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	// The pool version the TM knows (0: none).
+	// The pool version and revision the TM knows (0: none).
 	PoolVersion   uint64 `protobuf:"varint,6,opt,name=pool_version,json=poolVersion,proto3" json:"pool_version,omitempty"`
+	PoolRevision  uint64 `protobuf:"varint,7,opt,name=pool_revision,json=poolRevision,proto3" json:"pool_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -459,12 +477,19 @@ func (x *HeartbeatRequest) GetPoolVersion() uint64 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetPoolRevision() uint64 {
+	if x != nil {
+		return x.PoolRevision
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// True when the leader does not know this TM (it should register again).
 	UnknownTaskManager bool `protobuf:"varint,2,opt,name=unknown_task_manager,json=unknownTaskManager,proto3" json:"unknown_task_manager,omitempty"`
-	// The committed pool, when the request's pool_version differs.
+	// The committed pool, when the request's pool_revision differs.
 	Pool          *PoolView `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -912,7 +937,7 @@ const file_jmcluster_v1_jobmaster_proto_rawDesc = "" +
 	"\x05slots\x18\x04 \x01(\x05R\x05slots\x12\x1d\n" +
 	"\n" +
 	"epoch_seen\x18\x05 \x01(\x04R\tepochSeen\x12 \n" +
-	"\vincarnation\x18\x06 \x01(\tR\vincarnation\"\xc2\x02\n" +
+	"\vincarnation\x18\x06 \x01(\tR\vincarnation\"\xea\x02\n" +
 	"\x1bRegisterTaskManagerResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x122\n" +
@@ -920,10 +945,12 @@ const file_jmcluster_v1_jobmaster_proto_rawDesc = "" +
 	"\x10fence_timeout_ms\x18\x04 \x01(\x03R\x0efenceTimeoutMs\x123\n" +
 	"\x16pool_query_interval_ms\x18\x05 \x01(\x03R\x13poolQueryIntervalMs\x121\n" +
 	"\x15pool_query_timeout_ms\x18\x06 \x01(\x03R\x12poolQueryTimeoutMs\x12*\n" +
-	"\x04pool\x18\a \x01(\v2\x16.jmcluster.v1.PoolViewR\x04pool\"R\n" +
+	"\x04pool\x18\a \x01(\v2\x16.jmcluster.v1.PoolViewR\x04pool\x12&\n" +
+	"\x0fleader_grace_ms\x18\b \x01(\x03R\rleaderGraceMs\"n\n" +
 	"\bPoolView\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12,\n" +
-	"\x05peers\x18\x02 \x03(\v2\x16.jmcluster.v1.PoolPeerR\x05peers\"B\n" +
+	"\x05peers\x18\x02 \x03(\v2\x16.jmcluster.v1.PoolPeerR\x05peers\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"B\n" +
 	"\bPoolPeer\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\"}\n" +
@@ -931,7 +958,7 @@ const file_jmcluster_v1_jobmaster_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x02 \x01(\tR\tattemptId\x122\n" +
-	"\x05state\x18\x03 \x01(\x0e2\x1c.jmcluster.v1.ExecutionStateR\x05state\"\xe7\x01\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x1c.jmcluster.v1.ExecutionStateR\x05state\"\x8c\x02\n" +
 	"\x10HeartbeatRequest\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12;\n" +
 	"\bdeployed\x18\x02 \x03(\v2\x1f.jmcluster.v1.DeployedExecutionR\bdeployed\x12\x1d\n" +
@@ -940,7 +967,8 @@ const file_jmcluster_v1_jobmaster_proto_rawDesc = "" +
 	"\n" +
 	"free_slots\x18\x04 \x01(\x05R\tfreeSlots\x12 \n" +
 	"\vincarnation\x18\x05 \x01(\tR\vincarnation\x12!\n" +
-	"\fpool_version\x18\x06 \x01(\x04R\vpoolVersion\"\x87\x01\n" +
+	"\fpool_version\x18\x06 \x01(\x04R\vpoolVersion\x12#\n" +
+	"\rpool_revision\x18\a \x01(\x04R\fpoolRevision\"\x87\x01\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x120\n" +
 	"\x14unknown_task_manager\x18\x02 \x01(\bR\x12unknownTaskManager\x12*\n" +

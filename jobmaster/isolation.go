@@ -1,0 +1,148 @@
+package jobmaster
+
+import (
+	"fmt"
+	"time"
+)
+
+// ClockDrift is the bound assumed on how far the rates of two hosts' monotonic clocks differ
+// (1%: far above what NTP-disciplined or even free-running quartz clocks drift, about 0.01%).
+// The isolation rule's margins multiply the fence timeout by 1 + ClockDrift.
+const ClockDrift = 0.01
+
+// RedeployDelayNeeded is the least redeploy delay (HeartbeatTimeout) the isolation rule needs
+// for the given timings: a TM decides to stop its tasks once its leader contact is older than
+// the fence timeout plus one heartbeat interval and one query timeout (so that members whose
+// heartbeats were out of phase with its own have passed the fence timeout too), on a clock
+// that may run ClockDrift slow; it asks at most one query interval later, and its question
+// takes at most one query timeout.
+func RedeployDelayNeeded(fence, heartbeat, interval, timeout time.Duration) time.Duration {
+	decide := fence + heartbeat + timeout
+	return time.Duration(float64(decide)*(1+ClockDrift)) + interval + timeout
+}
+
+// maxFenceTimeout is the longest fence timeout the configured redeploy delay allows.
+func maxFenceTimeout(c Config) time.Duration {
+	budget := c.HeartbeatTimeout - c.PoolQueryInterval - c.PoolQueryTimeout
+	return time.Duration(float64(budget)/(1+ClockDrift)) - c.HeartbeatInterval - c.PoolQueryTimeout - time.Millisecond
+}
+
+// freshGap is the longest gap between two heartbeats of one TM within one heartbeat streak: a
+// TM that heartbeats at least this often counts as in contact.
+func (c Config) freshGap() time.Duration { return 2 * c.HeartbeatInterval }
+
+// Validate refuses timings under which the isolation rule cannot hold: a redeploy delay
+// (HeartbeatTimeout) not above RedeployDelayNeeded, or a fence timeout a TM in contact could
+// reach between two heartbeats (fresh gap plus a query timeout).
+func (c Config) Validate() error {
+	c.setDefaults()
+	need := RedeployDelayNeeded(c.FenceTimeout, c.HeartbeatInterval, c.PoolQueryInterval, c.PoolQueryTimeout)
+	if c.HeartbeatTimeout <= need {
+		return fmt.Errorf("heartbeat timeout %v (the redeploy delay) must exceed (fence timeout %v + heartbeat interval %v + pool query timeout %v) x (1 + clock drift %.0f%%) + pool query interval %v + pool query timeout %v = %v: lower --fence-timeout or raise --heartbeat-timeout",
+			c.HeartbeatTimeout, c.FenceTimeout, c.HeartbeatInterval, c.PoolQueryTimeout, ClockDrift*100, c.PoolQueryInterval, c.PoolQueryTimeout, need)
+	}
+	if min := c.freshGap() + c.PoolQueryTimeout; c.FenceTimeout <= min {
+		return fmt.Errorf("fence timeout %v must exceed two heartbeat intervals plus the pool query timeout (%v): a TM in contact with the leader must never look out of contact to its pool", c.FenceTimeout, min)
+	}
+	return nil
+}
+
+// streak is one TM's current run of heartbeats to this term's leader: when it began and the
+// last one, by this leader's clock. A gap over freshGap ends a streak; a term starts with none,
+// so every liveness timer counts from this leader's own contact (a new or returning leader
+// never declares a TM lost because it was itself away).
+type streak struct{ start, last time.Time }
+
+// streakOf records a heartbeat (or registration) of tmID now.
+func (t *term) streakOf(tmID string) {
+	now := time.Now()
+	t.streakMu.Lock()
+	defer t.streakMu.Unlock()
+	s := t.streaks[tmID]
+	if s.last.IsZero() || now.Sub(s.last) > t.jm.cfg.freshGap() {
+		s.start = now
+	}
+	s.last = now
+	t.streaks[tmID] = s
+}
+
+// mayRedeploy says whether the attempts of tmID, which is silent and not proven dead, may be
+// redeployed at now (docs/reconciliation.md, "The isolated TaskManager"): for every pool
+// version the TM may be counting on, a strict majority of its members must be in a heartbeat
+// streak with this leader, and now must be HeartbeatTimeout past both the TM's last heartbeat
+// to this leader and the start of those streaks (the latest of the majority's earliest). Any
+// majority the TM can find then holds a member in contact with this leader, whose answer makes
+// the TM stop its tasks within that delay. why says what is missing when the answer is no.
+func (t *term) mayRedeploy(tmID string, now time.Time) (ok bool, why string) {
+	versions, known := t.jm.state.PoolVersions(tmID)
+	if !known {
+		return false, "its pool is not known (it never confirmed one)"
+	}
+	gap, delay := t.jm.cfg.freshGap(), t.jm.cfg.HeartbeatTimeout
+	t.streakMu.Lock()
+	defer t.streakMu.Unlock()
+	from := t.streaks[tmID].last
+	for _, members := range versions {
+		var starts []time.Time
+		for _, id := range members {
+			if s, ok := t.streaks[id]; ok && id != tmID && now.Sub(s.last) <= gap {
+				starts = append(starts, s.start)
+			}
+		}
+		need := len(members)/2 + 1
+		if len(starts) < need {
+			return false, fmt.Sprintf("only %d of its pool's %d members heartbeat to this leader, %d needed", len(starts), len(members), need)
+		}
+		sortTimes(starts)
+		if s := starts[need-1]; s.After(from) {
+			from = s
+		}
+	}
+	if wait := from.Add(delay).Sub(now); wait > 0 {
+		return false, fmt.Sprintf("the redeploy delay (%v) has %v to run", delay, wait.Round(time.Millisecond))
+	}
+	return true, ""
+}
+
+func sortTimes(ts []time.Time) {
+	for i := 1; i < len(ts); i++ {
+		for j := i; j > 0 && ts[j].Before(ts[j-1]); j-- {
+			ts[j], ts[j-1] = ts[j-1], ts[j]
+		}
+	}
+}
+
+// heldTMs is the set of TMs whose attempts may not be redeployed now, with why: every pool
+// member and known TM that is not in a heartbeat streak with this leader and that mayRedeploy
+// refuses. It is computed at most once per tick (loop goroutine only) and read by the plan.
+func (t *term) heldTMs() map[string]string {
+	now := time.Now()
+	if t.heldAt.Add(t.jm.cfg.TickInterval).After(now) {
+		return t.held
+	}
+	ids := map[string]bool{}
+	for _, m := range t.jm.state.Pool().GetMembers() {
+		ids[m.TmId] = true
+	}
+	for _, tm := range t.jm.tms.List() {
+		ids[tm.ID] = true
+	}
+	held := map[string]string{}
+	gap := t.jm.cfg.freshGap()
+	for id := range ids {
+		t.streakMu.Lock()
+		s, ok := t.streaks[id]
+		t.streakMu.Unlock()
+		if ok && now.Sub(s.last) <= gap {
+			continue // in contact: it gets the cancel of whatever it still runs
+		}
+		if ok, why := t.mayRedeploy(id, now); !ok {
+			if t.begun.Add(t.jm.cfg.TMLeaderGrace+t.jm.cfg.HeartbeatTimeout).Before(now) && s.last.Add(t.jm.cfg.TMLeaderGrace+t.jm.cfg.HeartbeatTimeout).Before(now) {
+				continue // past the TMs' leader grace and the margin: it has stopped them itself
+			}
+			held[id] = why
+		}
+	}
+	t.held, t.heldAt = held, now
+	return held
+}
