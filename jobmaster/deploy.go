@@ -42,7 +42,7 @@ func (t *term) deploy(jobID string, tasks []deployTask, restart bool) error {
 	if len(tasks) == 0 {
 		return nil
 	}
-	places, err := t.allocate(len(tasks))
+	places, err := t.allocate(tasks)
 	if err != nil {
 		return err
 	}

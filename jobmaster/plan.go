@@ -62,11 +62,13 @@ type action struct {
 // cancelTarget is a CancelTask to send: an attempt of the graph and the TM that holds it.
 type cancelTarget struct{ attemptID, addr string }
 
-// deployTask is one new attempt to create: the subtask and its attempt number.
+// deployTask is one new attempt to create: the subtask, its attempt number and its failover
+// region (placement keeps a region's tasks together, alloc.go).
 type deployTask struct {
 	vertexID string
 	subtask  int32
 	number   int32
+	region   int
 }
 
 // view is what the plan reads besides the committed record: the time (for timestamps and the
@@ -166,7 +168,7 @@ func runningSteps(rec *pb.JobRecord, v view) []action {
 			continue
 		}
 		if len(failed) == 0 {
-			fresh = append(fresh, deployTasks(undeployed)...)
+			fresh = append(fresh, deployTasks(undeployed, r.ID)...)
 			continue
 		}
 		restart := false
@@ -191,9 +193,11 @@ func runningSteps(rec *pb.JobRecord, v view) []action {
 				continue
 			}
 		}
+		// Every member is undeployed, stopped or finished here: the region goes out whole, in
+		// graph order (placement pairs the k-th subtask of each vertex in one slot).
 		var tasks []deployTask
-		for _, group := range [][]*pb.ExecutionVertex{undeployed, failed, finished} {
-			tasks = append(tasks, deployTasks(group)...)
+		for _, m := range r.Members {
+			tasks = append(tasks, deployTasks([]*pb.ExecutionVertex{graph.FindVertex(eg, m.VertexID, m.Subtask)}, r.ID)...)
 		}
 		return append(out, action{kind: actDeploy, region: r.ID, restart: restart, what: fmt.Sprintf("region %d", r.ID), tasks: tasks})
 	}
@@ -203,16 +207,16 @@ func runningSteps(rec *pb.JobRecord, v view) []action {
 	return out
 }
 
-// deployTasks lists new attempts for the given ExecutionVertices: attempt number 0 for one
-// never deployed, the current number + 1 otherwise.
-func deployTasks(evs []*pb.ExecutionVertex) []deployTask {
+// deployTasks lists new attempts for the given ExecutionVertices of one region: attempt
+// number 0 for one never deployed, the current number + 1 otherwise.
+func deployTasks(evs []*pb.ExecutionVertex, region int) []deployTask {
 	out := make([]deployTask, 0, len(evs))
 	for _, ev := range evs {
 		number := int32(0)
 		if ev.Current != nil {
 			number = ev.Current.AttemptNumber + 1
 		}
-		out = append(out, deployTask{vertexID: ev.VertexId, subtask: ev.SubtaskIndex, number: number})
+		out = append(out, deployTask{vertexID: ev.VertexId, subtask: ev.SubtaskIndex, number: number, region: region})
 	}
 	return out
 }
