@@ -106,3 +106,36 @@ func TestPlaceKeepsRegionsTogetherAndSpreadsThem(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPlace100k places the first deployment of a 3 x 33,334 FORWARD chain (100,002
+// tasks in 33,334 regions, one shared slot each) on 40 TMs of 1,024 slots: the cost of one
+// deployment's placement at the default execution limit.
+func BenchmarkPlace100k(b *testing.B) {
+	tasks := regionTasks(b, planChain(33334))
+	slots := make([]int32, 40)
+	for i := range slots {
+		slots[i] = 1024
+	}
+	tms := planTMs(slots...)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if ps, err := place(tms, nil, tasks); err != nil || len(ps) != len(tasks) {
+			b.Fatalf("%d placements, %v", len(ps), err)
+		}
+	}
+}
+
+// BenchmarkPlaceWide places a 512 x 512 ALL_TO_ALL region (one region, 512 slots) on three TMs
+// of 400 slots: the wide job, split over two TMs.
+func BenchmarkPlaceWide(b *testing.B) {
+	tasks := regionTasks(b, allToAll(512))
+	tms := planTMs(400, 400, 400)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if ps, err := place(tms, nil, tasks); err != nil || len(ps) != len(tasks) {
+			b.Fatalf("%d placements, %v", len(ps), err)
+		}
+	}
+}
