@@ -97,3 +97,45 @@ func TestTaskManagerLossRestartsOnlyTheRegionsItHeld(t *testing.T) {
 		return slices.Equal(got, want), fmt.Sprintf("got %v, want %v", got, want)
 	})
 }
+
+// TestTaskManagerLossIsOneRestart: a TM holding two regions of six is lost; both regions
+// restart together, counted as one restart of the strategy, so a job allowed one restart
+// survives the loss of a TM however many regions it held (it failed, "restart strategy
+// exhausted", when each region counted one).
+func TestTaskManagerLossIsOneRestart(t *testing.T) {
+	c := newCluster(t)
+	jg := testcluster.StreamingChain("two-per-tm", 6, 100, 0)
+	jg.RestartStrategy = &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_FIXED_DELAY, Attempts: 1, DelayMs: 100}
+	id := c.Submit(jg)
+	rec := waitAllRunning(t, c, id)
+	regions := regionKeys(t, rec.JobGraph)
+	before := testcluster.Attempts(rec)
+	homes := regionHomes(t, rec, regions)
+	victim := homes[0]
+	var held []string
+	for i, r := range regions {
+		if homes[i] == victim {
+			held = append(held, r...)
+		}
+	}
+	if len(held) != 6 {
+		t.Fatalf("%s holds %v, want two regions of three tasks (placement %v)", victim, held, homes)
+	}
+	c.KillTM(tmByID(t, c, victim))
+	after := c.WaitJob(id, "both regions of the lost TM restarted", 30*time.Second, func(r *pb.JobRecord) bool {
+		now := testcluster.Attempts(r)
+		for _, k := range held {
+			if now[k].Number != before[k].Number+1 {
+				return r.Status == pb.JobStatus_JOB_STATUS_FAILED
+			}
+		}
+		return r.Status == pb.JobStatus_JOB_STATUS_RUNNING && testcluster.AllRunning(r)
+	})
+	if after.Status != pb.JobStatus_JOB_STATUS_RUNNING || after.Restarts != 1 {
+		t.Fatalf("job %s with %d restarts (cause %q), want RUNNING after one restart", testcluster.Describe(after), after.Restarts, after.FailureCause)
+	}
+	if changed := testcluster.Changed(before, testcluster.Attempts(after)); len(changed) != len(held) {
+		t.Fatalf("restarted %v, want the %d tasks of %s's two regions %v", changed, len(held), victim, held)
+	}
+	regionHomes(t, after, regions)
+}

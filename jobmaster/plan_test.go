@@ -280,16 +280,26 @@ func TestNextSteps(t *testing.T) {
 		},
 		want: []string{"status RUNNING->FAILING (restart strategy exhausted after 0 restarts: boom)"},
 	}, {
-		name: "one region's survivors are cancelled while another region restarts (one restart per pass)",
+		name: "one region's survivors are cancelled while the regions ready in this pass restart together (one restart)",
 		rec: func(t *testing.T) *pb.JobRecord {
 			return planJob(t, planChain(3), jobRunning, 0, with(every(3, stRunning),
 				"map[0]", stFailed, "source[1]", stFailed, "map[1]", stCanceled, "sink[1]", stCanceled,
 				"source[2]", stFailed, "map[2]", stCanceled, "sink[2]", stCanceled))
 		},
+		tms:  planTMs(4, 4),
+		used: map[string]map[int32]bool{"tm1": {0: true}},
 		want: []string{
 			"cancel source-0-a0=CANCELING sink-0-a0=CANCELING send source-0-a0@tm1:1 send sink-0-a0@tm1:1 (region restart: boom)",
-			"deploy region 1 restart: source[1]#1 map[1]#1 sink[1]#1",
+			"deploy regions 1 2 restart: source[1]#1 map[1]#1 sink[1]#1 source[2]#1 map[2]#1 sink[2]#1 -> tm2/0 tm2/0 tm2/0 tm1/1 tm1/1 tm1/1",
 		},
+	}, {
+		name: "a region whose delay has not passed waits; the ready one restarts alone",
+		rec: func(t *testing.T) *pb.JobRecord {
+			return planJob(t, planChain(2), jobRunning, 0, with(every(2, stFailed)))
+		},
+		edit:      delay(500),
+		restartAt: map[int]time.Time{0: now, 1: now.Add(time.Second)},
+		want:      []string{"deploy region 0 restart: source[0]#1 map[0]#1 sink[0]#1"},
 	}, {
 		name: "a region restart goes before regions deployed for the first time",
 		rec: func(t *testing.T) *pb.JobRecord {
