@@ -17,8 +17,8 @@ import (
 // tryDeploy carries out an actDeploy and logs (once per reason) why a deployment has to wait.
 // It reports whether the deployment went out.
 func (t *term) tryDeploy(jobID string, a action) bool {
-	if a.restart {
-		t.disarmRestart(jobID, a.region)
+	for _, r := range a.regions {
+		t.disarmRestart(jobID, r)
 	}
 	if err := t.deploy(jobID, a.tasks, a.restart); err != nil {
 		if errors.Is(err, ErrNoSlots) {
@@ -42,7 +42,7 @@ func (t *term) deploy(jobID string, tasks []deployTask, restart bool) error {
 	if len(tasks) == 0 {
 		return nil
 	}
-	places, err := t.allocate(len(tasks))
+	places, err := t.allocate(tasks)
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func wantStaleEpoch(t *testing.T, what string, err error) {
 // changes: no task is started or cancelled, the TM keeps the new epoch.
 func TestTaskManagerRefusesOlderEpoch(t *testing.T) {
 	c := newCluster(t)
-	id := c.Submit(testcluster.StreamingChain("epoch", 2, 100, 0))
+	id := c.Submit(testcluster.StreamingChain("epoch", 3, 100, 0)) // one region per TM
 	waitAllRunning(t, c, id)
 	old := c.Leader()
 	oldEpoch := old.A.JM.Epoch()

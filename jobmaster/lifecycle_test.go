@@ -75,10 +75,13 @@ func TestBatchJobFinishesWithExpectedSums(t *testing.T) {
 	}
 }
 
-// TestStreamingJobRunsAcrossTaskManagers: an unbounded job reaches RUNNING with every task
-// RUNNING on the TM the graph names, the placement spreads it so that records cross TMs, and
-// the sink of a chain that crosses TMs keeps receiving records without gap or duplicate.
-func TestStreamingJobRunsAcrossTaskManagers(t *testing.T) {
+// TestStreamingJobRunsRegionPerTaskManager: an unbounded job reaches RUNNING with every task
+// RUNNING on the TM the graph names; the placement keeps each pipelined region (one chain
+// source[i] -> map[i] -> sink[i]) in one shared slot of one TM and spreads the regions over the
+// TMs, so FORWARD records never leave a TM; and a chain's sink keeps receiving records without
+// gap or duplicate. (Records between TMs: taskmanager's pipeline tests, and the split regions
+// of wide jobs.)
+func TestStreamingJobRunsRegionPerTaskManager(t *testing.T) {
 	c := newCluster(t)
 	const parallelism = 3
 	id := c.Submit(testcluster.StreamingChain("stream", parallelism, 500, 0))
@@ -107,19 +110,33 @@ func TestStreamingJobRunsAcrossTaskManagers(t *testing.T) {
 		t.Fatalf("tasks placed on %d task managers, want all 3: %v", len(perTM), perTM)
 	}
 
-	// A chain with at least one edge between two TMs.
-	crossing := int32(-1)
-	for i := int32(0); i < parallelism && crossing < 0; i++ {
+	// Each chain in one slot of one TM, each TM holding one chain.
+	chainOn := map[string]int32{}
+	for i := int32(0); i < parallelism; i++ {
 		src, mp, sink := atts[fmt.Sprintf("source[%d]", i)], atts[fmt.Sprintf("map[%d]", i)], atts[fmt.Sprintf("sink[%d]", i)]
 		if src.TM != mp.TM || mp.TM != sink.TM {
-			crossing = i
+			t.Fatalf("chain %d crosses task managers: %v", i, atts)
+		}
+		if prev, ok := chainOn[src.TM]; ok {
+			t.Fatalf("chains %d and %d both on %s: %v", prev, i, src.TM, atts)
+		}
+		chainOn[src.TM] = i
+		slots := map[int32]bool{}
+		for _, ev := range testcluster.Executions(rec) {
+			if ev.SubtaskIndex == i {
+				slots[ev.Current.Slot.Index] = true
+			}
+		}
+		if len(slots) != 1 {
+			t.Fatalf("chain %d in slots %v of %s, want one shared slot", i, slots, src.TM)
+		}
+		if free := tmByID(t, c, src.TM).A.TM.FreeSlots(); free != c.Opts.Slots-1 {
+			t.Fatalf("%s: %d of %d slots free with one chain in one slot", src.TM, free, c.Opts.Slots)
 		}
 	}
-	if crossing < 0 {
-		t.Fatalf("no edge crosses task managers: %v", atts)
-	}
-	sinkAt := atts[fmt.Sprintf("sink[%d]", crossing)]
-	path := filepath.Join(tmByID(t, c, sinkAt.TM).WorkDir, fmt.Sprintf("checksum-%s-%d.json", id, crossing))
+	chain := int32(0)
+	sinkAt := atts[fmt.Sprintf("sink[%d]", chain)]
+	path := filepath.Join(tmByID(t, c, sinkAt.TM).WorkDir, fmt.Sprintf("checksum-%s-%d.json", id, chain))
 	read := func() (operators.Checksum, string) {
 		cs, err := operators.ReadChecksum(path)
 		if err != nil {
@@ -128,12 +145,12 @@ func TestStreamingJobRunsAcrossTaskManagers(t *testing.T) {
 		return cs, fmt.Sprintf("count %d", cs.Count)
 	}
 	var first int64
-	testcluster.WaitFor(t, 10*time.Second, "records at the crossing chain's sink", func() (bool, string) {
+	testcluster.WaitFor(t, 10*time.Second, "records at chain 0's sink", func() (bool, string) {
 		cs, seen := read()
 		first = cs.Count
 		return cs.Count > 0, seen
 	})
-	testcluster.WaitFor(t, 10*time.Second, "the crossing chain's sink count to grow", func() (bool, string) {
+	testcluster.WaitFor(t, 10*time.Second, "chain 0's sink count to grow", func() (bool, string) {
 		cs, seen := read()
 		return cs.Count > first+100, fmt.Sprintf("%s (first %d)", seen, first)
 	})

@@ -30,8 +30,9 @@ const (
 	// actArmRestart remembers that region may restart from notBefore (the restart delay).
 	actArmRestart
 	// actDeploy creates new attempts for tasks on free slots (placed by alloc.go) and deploys
-	// them; restart counts a region restart and ends region's delay. It is always the last
-	// action: later regions are decided on the next pass, from the state it committed.
+	// them; restart counts one restart for all of its regions and ends their delays. It is
+	// always the last action: what it changes is decided on the next pass, from the state it
+	// committed.
 	actDeploy
 	// actResume finishes a deployment of this term whose DEPLOYING commit failed: it commits
 	// DEPLOYING for attempts (SCHEDULED, committed) and submits them. It is the only action.
@@ -52,11 +53,12 @@ type action struct {
 	updates []*pb.ExecutionStateUpdate // actCancel
 	sends   []cancelTarget             // actCancel
 
-	region    int       // actArmRestart, actDeploy (-1: regions deployed for the first time)
+	region    int       // actArmRestart
 	notBefore time.Time // actArmRestart
 
+	regions []int        // actDeploy: the regions restarted (none: regions deployed for the first time)
 	restart bool         // actDeploy
-	what    string       // actDeploy: "region N" or "new regions" (for the log)
+	what    string       // actDeploy: "region N", "regions N M ..." or "new regions" (for the log)
 	tasks   []deployTask // actDeploy
 
 	attempts []*pb.AttemptSpec // actResume
@@ -65,11 +67,13 @@ type action struct {
 // cancelTarget is a CancelTask to send: an attempt of the graph and the TM that holds it.
 type cancelTarget struct{ attemptID, addr string }
 
-// deployTask is one new attempt to create: the subtask and its attempt number.
+// deployTask is one new attempt to create: the subtask, its attempt number and its failover
+// region (placement keeps a region's tasks together, alloc.go).
 type deployTask struct {
 	vertexID string
 	subtask  int32
 	number   int32
+	region   int
 }
 
 // view is what the plan reads besides the committed record: the time (for timestamps and the
@@ -122,8 +126,12 @@ func setStatus(rec *pb.JobRecord, to pb.JobStatus, cause string, kick bool) acti
 // finished; otherwise, per failover region, cancel the survivors of a region with a FAILED or
 // CANCELED member, restart a fully stopped region under the restart strategy, and deploy
 // regions never deployed whose BLOCKING inputs are consumable. Regions deployed for the first
-// time go out together (a streaming job is deployed eagerly in one commit); a region restart
-// is committed region by region.
+// time go out together (a streaming job is deployed eagerly in one commit). The stopped
+// regions ready to restart in one pass (their delays passed) go out together too, and count
+// one restart: the regions a lost TaskManager held fail in one commit and are armed in one
+// pass, so one TM loss is one restart of the strategy, however many regions it held (Flink
+// counts concurrent failures that one restart handles once, FLIP-364). Regions that fail at
+// different moments restart, and count, apart.
 func runningSteps(rec *pb.JobRecord, v view) []action {
 	if a, ok := resumeScheduled(rec); ok {
 		return []action{a}
@@ -139,7 +147,9 @@ func runningSteps(rec *pb.JobRecord, v view) []action {
 	}
 	eg := rec.ExecutionGraph
 	var out []action
-	var fresh []deployTask
+	var fresh, again []deployTask
+	var restarted []int
+	countRestart := false
 	// Reused from region to region: nothing below keeps them (the actions copy what they need).
 	var active, failed, finished, undeployed []*pb.ExecutionVertex
 	for _, r := range v.regions {
@@ -177,7 +187,7 @@ func runningSteps(rec *pb.JobRecord, v view) []action {
 			continue
 		}
 		if len(failed) == 0 {
-			fresh = append(fresh, deployTasks(undeployed)...)
+			fresh = append(fresh, deployTasks(undeployed, r.ID)...)
 			continue
 		}
 		restart := false
@@ -202,14 +212,20 @@ func runningSteps(rec *pb.JobRecord, v view) []action {
 				continue
 			}
 		}
-		var tasks []deployTask
-		for _, group := range [][]*pb.ExecutionVertex{undeployed, failed, finished} {
-			tasks = append(tasks, deployTasks(group)...)
+		// Every member is undeployed, stopped or finished here: the region goes out whole, in
+		// graph order (placement pairs the k-th subtask of each vertex in one slot).
+		for _, m := range r.Members {
+			again = append(again, deployTasks([]*pb.ExecutionVertex{graph.FindVertex(eg, m.VertexID, m.Subtask)}, r.ID)...)
 		}
-		return append(out, action{kind: actDeploy, region: r.ID, restart: restart, what: fmt.Sprintf("region %d", r.ID), tasks: tasks})
+		restarted = append(restarted, r.ID)
+		countRestart = countRestart || restart
+	}
+	if len(restarted) > 0 {
+		// Regions never deployed wait for the next pass.
+		return append(out, action{kind: actDeploy, regions: restarted, restart: countRestart, what: regionsName(restarted), tasks: again})
 	}
 	if len(fresh) > 0 {
-		out = append(out, action{kind: actDeploy, region: -1, what: "new regions", tasks: fresh})
+		out = append(out, action{kind: actDeploy, what: "new regions", tasks: fresh})
 	}
 	return out
 }
@@ -226,16 +242,28 @@ func heldBy(failed []*pb.ExecutionVertex, held map[string]string) (why, tm strin
 	return "", ""
 }
 
-// deployTasks lists new attempts for the given ExecutionVertices: attempt number 0 for one
-// never deployed, the current number + 1 otherwise.
-func deployTasks(evs []*pb.ExecutionVertex) []deployTask {
+// regionsName names restarted regions for the log and the plan's test: "region 3", "regions 0 4".
+func regionsName(ids []int) string {
+	if len(ids) == 1 {
+		return fmt.Sprintf("region %d", ids[0])
+	}
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = fmt.Sprint(id)
+	}
+	return "regions " + strings.Join(parts, " ")
+}
+
+// deployTasks lists new attempts for the given ExecutionVertices of one region: attempt
+// number 0 for one never deployed, the current number + 1 otherwise.
+func deployTasks(evs []*pb.ExecutionVertex, region int) []deployTask {
 	out := make([]deployTask, 0, len(evs))
 	for _, ev := range evs {
 		number := int32(0)
 		if ev.Current != nil {
 			number = ev.Current.AttemptNumber + 1
 		}
-		out = append(out, deployTask{vertexID: ev.VertexId, subtask: ev.SubtaskIndex, number: number})
+		out = append(out, deployTask{vertexID: ev.VertexId, subtask: ev.SubtaskIndex, number: number, region: region})
 	}
 	return out
 }

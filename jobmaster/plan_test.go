@@ -149,21 +149,22 @@ func TestNextSteps(t *testing.T) {
 		rec:  func(t *testing.T) *pb.JobRecord { return planJob(t, planChain(2), jobRunning, 0, nil) },
 		want: []string{"deploy new regions: source[0]#0 map[0]#0 sink[0]#0 source[1]#0 map[1]#0 sink[1]#0"},
 	}, {
-		name: "deployment placed on the TMs with the most free slots",
-		rec:  func(t *testing.T) *pb.JobRecord { return planJob(t, planChain(1), jobRunning, 0, nil) },
+		name: "deployment placed on the TMs with the most free slots, a region sharing one slot",
+		rec:  func(t *testing.T) *pb.JobRecord { return planJob(t, planChain(2), jobRunning, 0, nil) },
 		tms:  planTMs(2, 2),
 		used: map[string]map[int32]bool{"tm1": {0: true}},
-		want: []string{"deploy new regions: source[0]#0 map[0]#0 sink[0]#0 -> tm2/0 tm1/1 tm2/1"},
+		want: []string{"deploy new regions: source[0]#0 map[0]#0 sink[0]#0 source[1]#0 map[1]#0 sink[1]#0 -> tm2/0 tm2/0 tm2/0 tm1/1 tm1/1 tm1/1"},
 	}, {
 		name: "not enough free slots -> the deployment waits",
 		rec:  func(t *testing.T) *pb.JobRecord { return planJob(t, planChain(1), jobRunning, 0, nil) },
 		tms:  planTMs(1, 1),
-		want: []string{"deploy new regions: source[0]#0 map[0]#0 sink[0]#0 -> wait: jobmaster: not enough free slots: 3 needed, 2 free on 2 task managers"},
+		used: map[string]map[int32]bool{"tm1": {0: true}, "tm2": {0: true}},
+		want: []string{"deploy new regions: source[0]#0 map[0]#0 sink[0]#0 -> wait: jobmaster: not enough free slots: 1 slots needed (3 tasks in 1 regions, sharing slots), 0 free on 2 task managers"},
 	}, {
 		name: "no usable TM -> the deployment waits",
 		rec:  func(t *testing.T) *pb.JobRecord { return planJob(t, planChain(1), jobRunning, 0, nil) },
 		tms:  []TaskManager{},
-		want: []string{"deploy new regions: source[0]#0 map[0]#0 sink[0]#0 -> wait: jobmaster: not enough free slots: 3 needed, 0 free on 0 task managers"},
+		want: []string{"deploy new regions: source[0]#0 map[0]#0 sink[0]#0 -> wait: jobmaster: not enough free slots: 1 slots needed (3 tasks in 1 regions, sharing slots), 0 free on 0 task managers"},
 	}, {
 		name: "a batch job deploys its sources; the sinks wait for the blocking result",
 		rec:  func(t *testing.T) *pb.JobRecord { return planJob(t, planBatch(), jobRunning, 0, nil) },
@@ -224,14 +225,15 @@ func TestNextSteps(t *testing.T) {
 		rec: func(t *testing.T) *pb.JobRecord {
 			return planJob(t, planChain(2), jobRunning, 1, with(every(2, stRunning), "source[0]", stFinished, "map[0]", stFailed, "sink[0]", stCanceled))
 		},
-		want: []string{"deploy region 0 restart: map[0]#2 sink[0]#2 source[0]#2"},
+		want: []string{"deploy region 0 restart: source[0]#2 map[0]#2 sink[0]#2"},
 	}, {
 		name: "a stopped region restart is placed like any deployment",
 		rec: func(t *testing.T) *pb.JobRecord {
 			return planJob(t, planChain(1), jobRunning, 0, with(every(1, stCanceled), "map[0]", stFailed))
 		},
 		tms:  planTMs(1, 1, 1),
-		want: []string{"deploy region 0 restart: source[0]#1 map[0]#1 sink[0]#1 -> tm1/0 tm2/0 tm3/0"},
+		used: map[string]map[int32]bool{"tm1": {0: true}},
+		want: []string{"deploy region 0 restart: source[0]#1 map[0]#1 sink[0]#1 -> tm2/0 tm2/0 tm2/0"},
 	}, {
 		name: "a region stopped only by cancellation is redeployed without counting a restart",
 		rec: func(t *testing.T) *pb.JobRecord {
@@ -278,16 +280,26 @@ func TestNextSteps(t *testing.T) {
 		},
 		want: []string{"status RUNNING->FAILING (restart strategy exhausted after 0 restarts: boom)"},
 	}, {
-		name: "one region's survivors are cancelled while another region restarts (one restart per pass)",
+		name: "one region's survivors are cancelled while the regions ready in this pass restart together (one restart)",
 		rec: func(t *testing.T) *pb.JobRecord {
 			return planJob(t, planChain(3), jobRunning, 0, with(every(3, stRunning),
 				"map[0]", stFailed, "source[1]", stFailed, "map[1]", stCanceled, "sink[1]", stCanceled,
 				"source[2]", stFailed, "map[2]", stCanceled, "sink[2]", stCanceled))
 		},
+		tms:  planTMs(4, 4),
+		used: map[string]map[int32]bool{"tm1": {0: true}},
 		want: []string{
 			"cancel source-0-a0=CANCELING sink-0-a0=CANCELING send source-0-a0@tm1:1 send sink-0-a0@tm1:1 (region restart: boom)",
-			"deploy region 1 restart: source[1]#1 map[1]#1 sink[1]#1",
+			"deploy regions 1 2 restart: source[1]#1 map[1]#1 sink[1]#1 source[2]#1 map[2]#1 sink[2]#1 -> tm2/0 tm2/0 tm2/0 tm1/1 tm1/1 tm1/1",
 		},
+	}, {
+		name: "a region whose delay has not passed waits; the ready one restarts alone",
+		rec: func(t *testing.T) *pb.JobRecord {
+			return planJob(t, planChain(2), jobRunning, 0, with(every(2, stFailed)))
+		},
+		edit:      delay(500),
+		restartAt: map[int]time.Time{0: now, 1: now.Add(time.Second)},
+		want:      []string{"deploy region 0 restart: source[0]#1 map[0]#1 sink[0]#1"},
 	}, {
 		name: "a region restart goes before regions deployed for the first time",
 		rec: func(t *testing.T) *pb.JobRecord {
@@ -370,7 +382,7 @@ func TestNextSteps(t *testing.T) {
 			for _, a := range steps {
 				s := a.String()
 				if a.kind == actDeploy && tc.tms != nil {
-					s += " -> " + renderPlacement(place(tc.tms, tc.used, len(a.tasks)))
+					s += " -> " + renderPlacement(place(tc.tms, tc.used, a.tasks))
 				}
 				got = append(got, s)
 			}
@@ -425,32 +437,6 @@ func checkNoAliasing(t *testing.T, steps []action, rec *pb.JobRecord) {
 				}
 			})
 		}
-	}
-}
-
-// TestPlaceSpreadsAcrossTaskManagers: each task goes to the TM with the most free slots (ties
-// by order), on its lowest free index; with too few free slots nothing is placed.
-func TestPlaceSpreadsAcrossTaskManagers(t *testing.T) {
-	cases := []struct {
-		name string
-		tms  []TaskManager
-		used map[string]map[int32]bool
-		n    int
-		want string
-	}{
-		{"even spread", planTMs(2, 2, 2), nil, 3, "tm1/0 tm2/0 tm3/0"},
-		{"fill the emptiest first", planTMs(1, 3), nil, 3, "tm2/0 tm2/1 tm1/0"},
-		{"skip used slots", planTMs(3), map[string]map[int32]bool{"tm1": {0: true, 2: true}}, 1, "tm1/1"},
-		{"exactly full", planTMs(1, 1), nil, 2, "tm1/0 tm2/0"},
-		{"one too many", planTMs(1, 1), nil, 3, "wait: jobmaster: not enough free slots: 3 needed, 2 free on 2 task managers"},
-		{"used slots of an unknown TM do not count", planTMs(1), map[string]map[int32]bool{"gone": {0: true}}, 1, "tm1/0"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := renderPlacement(place(tc.tms, tc.used, tc.n)); got != tc.want {
-				t.Fatalf("got %q, want %q", got, tc.want)
-			}
-		})
 	}
 }
 

@@ -119,28 +119,37 @@ func TestChunkReportBytes(t *testing.T) {
 
 // TestSubmitTasksBatch: a batch is fenced once, each task accepted or refused on its own with
 // SubmitTask's rules, the accepted ones run, a redelivered batch is accepted as it is, and a
-// batch with nothing deployable is refused whole without adopting its epoch.
+// batch with nothing deployable is refused whole without adopting its epoch. Slot sharing: a
+// slot takes a task of another vertex of the same job, and refuses a second subtask of one
+// vertex or a task of another job.
 func TestSubmitTasksBatch(t *testing.T) {
 	jm := startJM(t)
 	tm := newTM(t, "tm1", jm, func(c *Config) { c.Slots = 4 })
 	c := client(t, tm)
 	a := source("job", "src", 0, 2, "a", 0, unbounded)
 	b := source("job", "src", 1, 2, "b", 1, unbounded)
-	busy := source("job", "other", 0, 1, "c", 0, unbounded) // slot 0 is a's
-	bad := source("job", "src", 2, 2, "", 2, unbounded)     // no attempt id
-	jm.setEpoch(3)                                          // a new leader term, named by the JobMaster as the epoch rule requires
-	resp, err := c.SubmitTasks(t.Context(), &pb.SubmitTasksRequest{Epoch: 3, Tasks: []*pb.TaskDeploymentDescriptor{a, b, busy, bad}})
+	busy := source("job", "src", 2, 3, "c", 0, unbounded)     // slot 0 holds src[0] already
+	bad := source("job", "src", 2, 2, "", 2, unbounded)       // no attempt id
+	shared := source("job", "other", 0, 1, "s", 0, unbounded) // shares slot 0 with src[0]
+	foreign := source("job2", "src", 0, 1, "e", 1, unbounded) // slot 1 holds job's src[1]
+	jm.setEpoch(3)                                            // a new leader term, named by the JobMaster as the epoch rule requires
+	resp, err := c.SubmitTasks(t.Context(), &pb.SubmitTasksRequest{Epoch: 3, Tasks: []*pb.TaskDeploymentDescriptor{a, b, busy, bad, shared, foreign}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted, codes.InvalidArgument}
+	want := []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted, codes.InvalidArgument, codes.OK, codes.ResourceExhausted}
 	for i, r := range resp.Results {
 		if codes.Code(r.Code) != want[i] {
 			t.Fatalf("result %d (%s): %s %q, want %s", i, r.AttemptId, codes.Code(r.Code), r.Message, want[i])
 		}
 	}
-	if !strings.Contains(resp.Results[2].Message, "slot 0 of tm1 is busy") || !strings.Contains(resp.Results[3].Message, "attempt_id is empty") {
-		t.Fatalf("messages: %q, %q", resp.Results[2].Message, resp.Results[3].Message)
+	if !strings.Contains(resp.Results[2].Message, "slot 0 of tm1 is busy") || !strings.Contains(resp.Results[3].Message, "attempt_id is empty") ||
+		!strings.Contains(resp.Results[5].Message, "slot 1 of tm1 is busy with attempt b (job job") {
+		t.Fatalf("messages: %q, %q, %q", resp.Results[2].Message, resp.Results[3].Message, resp.Results[5].Message)
+	}
+	jm.waitState(t, "s", running)
+	if n := tm.FreeSlots(); n != 2 {
+		t.Fatalf("%d free slots with three tasks in slots 0 and 1, want 2", n)
 	}
 	jm.waitState(t, "a", running)
 	jm.waitState(t, "b", running)
@@ -153,8 +162,8 @@ func TestSubmitTasksBatch(t *testing.T) {
 	if err != nil || again.Results[0].Code != 0 || again.Results[1].Code != 0 {
 		t.Fatalf("redelivery: %v %v", again, err)
 	}
-	if n := len(tm.Tasks()); n != 2 {
-		t.Fatalf("%d tasks after a redelivered batch, want 2", n)
+	if n := len(tm.Tasks()); n != 3 {
+		t.Fatalf("%d tasks after a redelivered batch, want 3", n)
 	}
 	// A stale attempt number of a running subtask is refused in the batch.
 	older := cloneTDD(a)

@@ -3,6 +3,7 @@ package taskmanager
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jmcluster/jmcluster/graph"
@@ -35,7 +36,8 @@ func (tm *TaskManager) newTask(tdd *pb.TaskDeploymentDescriptor) *task {
 // (operators, partitions, input connections) happens there, after the caller has answered.
 func (tm *TaskManager) launchLocked(t *task) {
 	tm.tasks[t.attempt()] = t
-	tm.slots[t.tdd.GetSlotIndex()] = t
+	s := t.tdd.GetSlotIndex()
+	tm.slots[s] = append(tm.slots[s], t)
 	go tm.runTask(t)
 }
 
@@ -175,8 +177,9 @@ func (tm *TaskManager) complete(t *task, started bool, err error) {
 	now := time.Now()
 	tm.mu.Lock()
 	t.state, t.cause, t.endedAt = state, cause, now
-	if s := t.tdd.GetSlotIndex(); tm.slots[s] == t {
-		tm.slots[s] = nil
+	s := t.tdd.GetSlotIndex()
+	if i := slices.Index(tm.slots[s], t); i >= 0 {
+		tm.slots[s] = slices.Delete(tm.slots[s], i, i+1)
 	}
 	if state == pb.ExecutionState_EXECUTION_STATE_FINISHED {
 		// Finished partitions (BLOCKING data, PIPELINED buffers nobody drained) expire with the

@@ -99,9 +99,12 @@ func (tm *TaskManager) admitLocked(d *pb.TaskDeploymentDescriptor) (codes.Code, 
 		return codes.FailedPrecondition, fmt.Sprintf("stale attempt number %d of %s[%d]: attempt %s (number %d, %s) is already on %s",
 			d.GetAttemptNumber(), d.GetVertexId(), d.GetSubtaskIndex(), o.attempt(), o.tdd.GetAttemptNumber(), o.state, tm.cfg.ID)
 	}
-	if o := tm.slots[d.GetSlotIndex()]; o != nil {
-		return codes.ResourceExhausted, fmt.Sprintf("slot %d of %s is busy with attempt %s (%s/%d, %s)",
-			d.GetSlotIndex(), tm.cfg.ID, o.attempt(), o.tdd.GetVertexId(), o.tdd.GetSubtaskIndex(), o.state)
+	// Slot sharing: a slot runs tasks of one job, at most one subtask of each vertex.
+	for _, o := range tm.slots[d.GetSlotIndex()] {
+		if o.tdd.GetJobId() != d.GetJobId() || o.tdd.GetVertexId() == d.GetVertexId() {
+			return codes.ResourceExhausted, fmt.Sprintf("slot %d of %s is busy with attempt %s (job %s, %s/%d, %s)",
+				d.GetSlotIndex(), tm.cfg.ID, o.attempt(), o.tdd.GetJobId(), o.tdd.GetVertexId(), o.tdd.GetSubtaskIndex(), o.state)
+		}
 	}
 	return codes.OK, ""
 }

@@ -59,7 +59,7 @@ type TaskManager struct {
 	mu              sync.Mutex
 	epoch           uint64
 	tasks           map[string]*task // by attempt id, terminal ones while retained
-	slots           []*task          // the non-terminal occupant of each slot
+	slots           [][]*task        // the non-terminal occupants of each slot (slot sharing)
 	cancelledUnseen *tombstones      // attempts cancelled before they were submitted here
 	leaderAddr      string
 	leaderID        string
@@ -121,7 +121,7 @@ func New(cfg Config) (*TaskManager, error) {
 		events:          newEventLog(cfg.EventLog, cfg.ID),
 		tasks:           map[string]*task{},
 		cancelledUnseen: newTombstones(MaxCancelTombstones),
-		slots:           make([]*task, cfg.Slots),
+		slots:           make([][]*task, cfg.Slots),
 		hbInterval:      cfg.HeartbeatInterval,
 		partitionExpiry: map[partitionKey]time.Time{},
 		ctx:             ctx,
@@ -305,8 +305,8 @@ func (tm *TaskManager) FreeSlots() int {
 
 func (tm *TaskManager) freeSlotsLocked() int {
 	n := 0
-	for _, t := range tm.slots {
-		if t == nil {
+	for _, occupants := range tm.slots {
+		if len(occupants) == 0 {
 			n++
 		}
 	}

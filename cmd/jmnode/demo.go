@@ -153,6 +153,9 @@ func (d *demo) run(ctx context.Context, jg *pb.JobGraph) error {
 	}
 	d.say("job RUNNING, every task RUNNING:")
 	printJob(os.Stdout, before)
+	for _, line := range placementLines(before) {
+		d.say("%s", line)
+	}
 	if err := d.waitSink(ctx, jg.JobId, 1000); err != nil {
 		return err
 	}
@@ -233,4 +236,46 @@ func describeJob(jg *pb.JobGraph) string {
 		parts = append(parts, fmt.Sprintf("%s x%d", v.Id, v.Parallelism))
 	}
 	return strings.Join(parts, " -> ")
+}
+
+// placementLines describes where each failover region of the job runs: its members and the
+// slots (TM/index) they occupy, so a reader sees which TM holds which region and what a TM's
+// loss would restart.
+func placementLines(rec *pb.JobRecord) []string {
+	regions, err := graph.FailoverRegions(rec.GetJobGraph())
+	if err != nil {
+		return []string{"placement: " + err.Error()}
+	}
+	lines := []string{fmt.Sprintf("placement: %d failover regions; a region's tasks share a slot (one subtask of each vertex), regions spread over the TaskManagers:", len(regions))}
+	for _, r := range regions {
+		var members, slots []string
+		seen := map[string]bool{}
+		tms := map[string]bool{}
+		for _, m := range r.Members {
+			members = append(members, fmt.Sprintf("%s[%d]", m.VertexID, m.Subtask))
+			e := graph.FindVertex(rec.GetExecutionGraph(), m.VertexID, m.Subtask).GetCurrent()
+			slot := fmt.Sprintf("%s/%d", e.GetSlot().GetTmId(), e.GetSlot().GetIndex())
+			tms[e.GetSlot().GetTmId()] = true
+			if !seen[slot] {
+				seen[slot] = true
+				slots = append(slots, slot)
+			}
+		}
+		const show = 6
+		if len(members) > show {
+			members = append(members[:show], fmt.Sprintf("... (%d tasks)", len(r.Members)))
+		}
+		if len(slots) > show {
+			slots = append(slots[:show], fmt.Sprintf("... (%d slots)", len(seen)))
+		}
+		plural := func(n int, word string) string {
+			if n == 1 {
+				return word
+			}
+			return word + "s"
+		}
+		lines = append(lines, fmt.Sprintf("  region %d: %s in %s %s (%d %s)", r.ID, strings.Join(members, " "),
+			plural(len(seen), "slot"), strings.Join(slots, " "), len(tms), plural(len(tms), "TaskManager")))
+	}
+	return lines
 }

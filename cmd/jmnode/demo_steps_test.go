@@ -63,3 +63,28 @@ func TestRecordSteps(t *testing.T) {
 		})
 	}
 }
+
+// TestPlacementLines: the demo's placement lines name each region's members and the slots
+// they share, from the committed record.
+func TestPlacementLines(t *testing.T) {
+	jg := &pb.JobGraph{JobId: "j", Vertices: []*pb.JobVertex{{Id: "a", Parallelism: 2}, {Id: "b", Parallelism: 2}},
+		Edges: []*pb.JobEdge{{Source: "a", Target: "b", Distribution: pb.Distribution_DISTRIBUTION_FORWARD, ResultType: pb.ResultType_RESULT_TYPE_PIPELINED}}}
+	eg := &pb.ExecutionGraph{}
+	for _, v := range jg.Vertices {
+		ejv := &pb.ExecutionJobVertex{VertexId: v.Id}
+		for i := int32(0); i < v.Parallelism; i++ {
+			tm := fmt.Sprintf("tm%d", i+1)
+			ejv.Subtasks = append(ejv.Subtasks, &pb.ExecutionVertex{VertexId: v.Id, SubtaskIndex: i, Current: &pb.Execution{Slot: &pb.SlotID{TmId: tm, Index: 0}}})
+		}
+		eg.Vertices = append(eg.Vertices, ejv)
+	}
+	got := placementLines(&pb.JobRecord{JobGraph: jg, ExecutionGraph: eg})
+	want := []string{
+		"placement: 2 failover regions; a region's tasks share a slot (one subtask of each vertex), regions spread over the TaskManagers:",
+		"  region 0: a[0] b[0] in slot tm1/0 (1 TaskManager)",
+		"  region 1: a[1] b[1] in slot tm2/0 (1 TaskManager)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

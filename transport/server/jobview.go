@@ -241,15 +241,27 @@ func jobSummaries(d Deps) []*pb.JobSummary {
 	return out
 }
 
-// slotsUsed counts, per TM, the non-terminal current executions of every job.
+// slotsUsed counts, per TM, the slots holding a non-terminal current execution of any job (a
+// slot shared by several executions of one region counts once).
 func slotsUsed(d Deps) map[string]int32 {
+	type slot struct {
+		tm    string
+		index int32
+	}
+	seen := map[slot]bool{}
 	used := map[string]int32{}
 	for _, id := range d.State.JobIDs() {
 		d.State.WithJob(id, func(rec *pb.JobRecord) {
 			for _, ejv := range rec.GetExecutionGraph().GetVertices() {
 				for _, ev := range ejv.GetSubtasks() {
-					if e := ev.GetCurrent(); e != nil && !graph.IsTerminalExecution(e.GetState()) {
-						used[e.GetSlot().GetTmId()]++
+					e := ev.GetCurrent()
+					if e == nil || graph.IsTerminalExecution(e.GetState()) {
+						continue
+					}
+					s := slot{e.GetSlot().GetTmId(), e.GetSlot().GetIndex()}
+					if !seen[s] {
+						seen[s] = true
+						used[s.tm]++
 					}
 				}
 			}
