@@ -169,6 +169,17 @@ func (t *term) sendBatch(jobID, addr string, batch []*pb.TaskDeploymentDescripto
 		case resp.Results[i].GetCode() != int32(codes.OK):
 			r := resp.Results[i]
 			cause = fmt.Sprintf("deploy to %s failed: %s: %s", addr, codes.Code(r.GetCode()), r.GetMessage())
+			if busy := r.GetBusyWithAttemptId(); busy != "" && !t.ownsLive(r.GetBusyWithJobId(), busy, addr) {
+				// The slot is held by an attempt the graph has already ended (its TM has not yet
+				// been told): cancel it there and stop this attempt without counting a restart,
+				// so the region deploys again once the slot is free.
+				t.cancelOnTM(addr, r.GetBusyWithJobId(), busy)
+				why := cause + "; that attempt is no longer the graph's: cancelled it, the region deploys again"
+				failed = append(failed,
+					&pb.ExecutionStateUpdate{JobId: jobID, AttemptId: d.AttemptId, State: stCanceling, Timestamp: nowMillis(), FailureCause: why},
+					&pb.ExecutionStateUpdate{JobId: jobID, AttemptId: d.AttemptId, State: stCanceled, Timestamp: nowMillis(), FailureCause: why})
+				continue
+			}
 		default:
 			continue
 		}
@@ -221,4 +232,16 @@ func (t *term) doneSubmitting(batch []*pb.TaskDeploymentDescriptor) {
 		delete(t.submitting, d.AttemptId)
 		t.acked[d.AttemptId] = now
 	}
+}
+
+// ownsLive reports whether attemptID is the current, non-terminal attempt of its job's graph,
+// placed on the TM at addr.
+func (t *term) ownsLive(jobID, attemptID, addr string) bool {
+	owned := false
+	t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
+		if ev := graph.FindAttempt(rec.ExecutionGraph, attemptID); ev != nil {
+			owned = !isTerminal(ev.Current.GetState()) && ev.Current.GetTmGrpcAddress() == addr
+		}
+	})
+	return owned
 }

@@ -93,3 +93,46 @@ func TestRestartOnFailoverRestartsEveryTask(t *testing.T) {
 	}
 	t.Logf("reconciliation of epoch %d: %v; %s", r.Epoch, r.Counts, tc.Describe(after))
 }
+
+// TestRedeployIntoASlotAnEndedAttemptHoldsCountsNoRestart: with restart-on-failover the new
+// leader fails every execution but cancels nothing, so the old attempts still hold their slots
+// when the regions restart. A TM refuses a new attempt into such a slot; the leader cancels
+// the attempt the graph no longer owns and commits the refused one CANCELED, so the region
+// deploys again without counting a restart. Before, every refusal failed the new attempt and
+// counted a restart, and on a loaded machine (the heartbeats that reveal the old attempts come late) the
+// strategy ran out and the job FAILED (TestRestartOnFailoverRestartsEveryTask, 2 in 20 runs).
+func TestRedeployIntoASlotAnEndedAttemptHoldsCountsNoRestart(t *testing.T) {
+	c := tc.New(t, tc.Options{JMs: 3, TMs: 3})
+	// Sources only: each region is one task, so a refused one is the region's only member and
+	// nothing else fails with it.
+	jg := tc.StreamingChain("busy-slot", 3, 100, 0)
+	jg.Vertices, jg.Edges = jg.Vertices[:1], nil
+	jg.RestartStrategy = &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_FIXED_DELAY, Attempts: 5, DelayMs: 10}
+	id, rec := runningJob(t, c, jg)
+	before := tc.Attempts(rec)
+	failpoint.Set(t, failpoint.RestartOnFailover.Name())
+	l1 := c.Leader()
+	e1 := l1.A.JM.Epoch()
+	c.KillJM(l1)
+	c.CompletedAfter(e1, 30*time.Second)
+	after := c.WaitJob(id, "the job RUNNING on new attempts, or ended", 30*time.Second, func(rec *pb.JobRecord) bool {
+		return (running(rec) && len(tc.Changed(before, tc.Attempts(rec))) == len(before)) || graph.IsGloballyTerminal(rec.Status)
+	})
+	// A refusal into a busy slot fails no attempt: the refused ones are CANCELED, naming the
+	// cancelled occupant, and the job runs.
+	refused, failedBusy := 0, 0
+	for _, ev := range tc.Executions(after) {
+		for _, e := range append(append([]*pb.Execution(nil), ev.History...), ev.Current) {
+			if strings.Contains(e.GetFailureCause(), "is busy with attempt") {
+				refused++
+				if e.GetState() != pb.ExecutionState_EXECUTION_STATE_CANCELED {
+					failedBusy++
+				}
+			}
+		}
+	}
+	if !running(after) || failedBusy > 0 {
+		t.Fatalf("after a restart on failover into busy slots: %s; %d of %d refused attempts not CANCELED; want RUNNING, every refused attempt CANCELED", tc.Describe(after), failedBusy, refused)
+	}
+	t.Logf("%d attempts refused into busy slots, all CANCELED; %s", refused, tc.Describe(after))
+}

@@ -65,6 +65,9 @@ func (s *controlService) SubmitTasks(ctx context.Context, req *pb.SubmitTasksReq
 		}
 		code, msg := tm.admitLocked(t.tdd)
 		results[i].Code, results[i].Message = int32(code), msg
+		if code == codes.ResourceExhausted {
+			results[i].BusyWithJobId, results[i].BusyWithAttemptId = tm.busyWithLocked(t.tdd)
+		}
 		if code != codes.OK || msg != "" {
 			t.cancel()
 			if code == codes.OK {
@@ -107,6 +110,16 @@ func (tm *TaskManager) admitLocked(d *pb.TaskDeploymentDescriptor) (codes.Code, 
 		}
 	}
 	return codes.OK, ""
+}
+
+// busyWithLocked names the task that keeps d out of its slot.
+func (tm *TaskManager) busyWithLocked(d *pb.TaskDeploymentDescriptor) (jobID, attemptID string) {
+	for _, o := range tm.slots[d.GetSlotIndex()] {
+		if o.tdd.GetJobId() != d.GetJobId() || o.tdd.GetVertexId() == d.GetVertexId() {
+			return o.tdd.GetJobId(), o.attempt()
+		}
+	}
+	return "", ""
 }
 
 // cancelPrepared releases the contexts of tasks that were prepared but never launched.

@@ -1170,10 +1170,14 @@ type SubmitTaskResult struct {
 	// A google.rpc.Code: 0 (OK) when the task was accepted (or was already there), otherwise
 	// what SubmitTask would have answered: INVALID_ARGUMENT, FAILED_PRECONDITION (stale attempt
 	// number), RESOURCE_EXHAUSTED (slot busy), UNAVAILABLE (the TM is stopping).
-	Code          int32  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
-	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Code    int32  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// With RESOURCE_EXHAUSTED: the job and attempt the slot is busy with (the leader cancels it
+	// when the graph no longer owns it, instead of failing the new attempt).
+	BusyWithJobId     string `protobuf:"bytes,4,opt,name=busy_with_job_id,json=busyWithJobId,proto3" json:"busy_with_job_id,omitempty"`
+	BusyWithAttemptId string `protobuf:"bytes,5,opt,name=busy_with_attempt_id,json=busyWithAttemptId,proto3" json:"busy_with_attempt_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SubmitTaskResult) Reset() {
@@ -1223,6 +1227,20 @@ func (x *SubmitTaskResult) GetCode() int32 {
 func (x *SubmitTaskResult) GetMessage() string {
 	if x != nil {
 		return x.Message
+	}
+	return ""
+}
+
+func (x *SubmitTaskResult) GetBusyWithJobId() string {
+	if x != nil {
+		return x.BusyWithJobId
+	}
+	return ""
+}
+
+func (x *SubmitTaskResult) GetBusyWithAttemptId() string {
+	if x != nil {
+		return x.BusyWithAttemptId
 	}
 	return ""
 }
@@ -1500,12 +1518,14 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\x1bAcknowledgeTerminalResponse\"h\n" +
 	"\x12SubmitTasksRequest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12<\n" +
-	"\x05tasks\x18\x02 \x03(\v2&.jmcluster.v1.TaskDeploymentDescriptorR\x05tasks\"_\n" +
+	"\x05tasks\x18\x02 \x03(\v2&.jmcluster.v1.TaskDeploymentDescriptorR\x05tasks\"\xb9\x01\n" +
 	"\x10SubmitTaskResult\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"O\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12'\n" +
+	"\x10busy_with_job_id\x18\x04 \x01(\tR\rbusyWithJobId\x12/\n" +
+	"\x14busy_with_attempt_id\x18\x05 \x01(\tR\x11busyWithAttemptId\"O\n" +
 	"\x13SubmitTasksResponse\x128\n" +
 	"\aresults\x18\x01 \x03(\v2\x1e.jmcluster.v1.SubmitTaskResultR\aresults\"+\n" +
 	"\x14LeaderContactRequest\x12\x13\n" +
