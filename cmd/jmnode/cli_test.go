@@ -190,3 +190,17 @@ func captureStdout(t *testing.T, fn func() error) string {
 	}
 	return out
 }
+
+// TestIsolationTimingsRefusedAtStart: a JobMaster whose redeploy delay (--heartbeat-timeout)
+// does not exceed what the TaskManagers' fence timeout and pool timings need refuses to start,
+// naming every term; the defaults start.
+func TestIsolationTimingsRefusedAtStart(t *testing.T) {
+	ports := testcluster.FreePorts(t, 2)
+	err := run([]string{"jobmaster", "--id", "jm1", "--data-dir", t.TempDir(), "--raft-addr", ports[0], "--grpc-addr", ports[1],
+		"--heartbeat-timeout", "8s", "--fence-timeout", "5s"})
+	for _, want := range []string{"heartbeat timeout 8s", "fence timeout 5s", "pool query timeout 1s", "pool query interval 500ms", "--fence-timeout"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("want an error naming %q, got %v", want, err)
+		}
+	}
+}
