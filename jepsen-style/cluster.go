@@ -61,7 +61,7 @@ func NewCluster(topo *netns.Topology, jmnode, runDir string, env []string, repor
 		if strings.HasPrefix(n, "jm") {
 			node.Role, node.DataDir = proccluster.JobMaster, filepath.Join(dir, "data")
 			node.Addrs = proccluster.Addrs{Raft: addr(PortRaft), GRPC: addr(PortGRPC), HTTP: addr(PortHTTP), Gossip: addr(PortGossip)}
-			node.Flags = []string{"--report-deadline", reportDeadline.String()}
+			node.Flags = []string{"--report-deadline", reportDeadline.String(), "--fence-timeout", (reportDeadline / 2).String()}
 		} else {
 			node.Role, node.Slots = proccluster.TaskManager, 6
 			node.Addrs = proccluster.Addrs{GRPC: addr(PortTMGRPC), Data: addr(PortTMData), Gossip: addr(PortGossip)}

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -40,8 +41,32 @@ type placement struct {
 }
 
 // allocate places the tasks of a deployment on the placeable TMs' free slots: usable, and
-// current with the pool (isolation.go).
+// current with the pool (isolation.go). While a usable TM is still confirming a new pool
+// version (one heartbeat, after a TM joined), the deployment waits rather than crowd the TMs
+// that already have, up to one heartbeat timeout per TM and term; a TM that takes longer is
+// left out.
 func (t *term) allocate(tasks []deployTask) ([]placement, error) {
+	now := time.Now()
+	var behind []string
+	t.mu.Lock()
+	for _, tm := range t.jm.tms.Usable(t.jm.cfg.HeartbeatTimeout) {
+		if !t.jm.poolBehind(tm.ID) {
+			delete(t.behindSince, tm.ID)
+			continue
+		}
+		since, ok := t.behindSince[tm.ID]
+		if !ok {
+			since = now
+			t.behindSince[tm.ID] = now
+		}
+		if now.Sub(since) < t.jm.cfg.HeartbeatTimeout {
+			behind = append(behind, tm.ID)
+		}
+	}
+	t.mu.Unlock()
+	if len(behind) > 0 {
+		return nil, fmt.Errorf("%w: TaskManagers %v are confirming the new pool version", ErrNoSlots, behind)
+	}
 	return place(t.jm.Placeable(), t.slotsInUse(), tasks)
 }
 

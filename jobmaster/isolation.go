@@ -61,6 +61,7 @@ func (t *term) streakOf(tmID string) {
 	s := t.streaks[tmID]
 	if s.last.IsZero() || now.Sub(s.last) > t.jm.cfg.freshGap() {
 		s.start = now
+		t.streakEpoch++ // a TM came back into contact: heldTMs must look again
 	}
 	s.last = now
 	t.streaks[tmID] = s
@@ -117,8 +118,11 @@ func sortTimes(ts []time.Time) {
 // refuses. It is computed at most once per tick (loop goroutine only) and read by the plan.
 func (t *term) heldTMs() map[string]string {
 	now := time.Now()
-	if t.heldAt.Add(t.jm.cfg.TickInterval).After(now) {
-		return t.held
+	t.streakMu.Lock()
+	started := t.streakEpoch
+	t.streakMu.Unlock()
+	if t.heldAt.Add(t.jm.cfg.TickInterval).After(now) && started == t.heldStreaks {
+		return t.held // no streak started since: the answer of this tick holds
 	}
 	ids := map[string]bool{}
 	for _, m := range t.jm.state.Pool().GetMembers() {
@@ -143,6 +147,6 @@ func (t *term) heldTMs() map[string]string {
 			held[id] = why
 		}
 	}
-	t.held, t.heldAt = held, now
+	t.held, t.heldAt, t.heldStreaks = held, now, started
 	return held
 }

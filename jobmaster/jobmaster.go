@@ -116,11 +116,13 @@ func (c *Config) setDefaults() {
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = 200 * time.Millisecond
 	}
+	// The pool's timings scale down with a short heartbeat timeout (tests, demos), so that the
+	// defaults always leave the fence timeout room.
 	if c.PoolQueryInterval <= 0 {
-		c.PoolQueryInterval = 500 * time.Millisecond
+		c.PoolQueryInterval = min(500*time.Millisecond, c.HeartbeatTimeout/20)
 	}
 	if c.PoolQueryTimeout <= 0 {
-		c.PoolQueryTimeout = time.Second
+		c.PoolQueryTimeout = min(time.Second, c.HeartbeatTimeout/10)
 	}
 	if c.TMLeaderGrace <= 0 {
 		c.TMLeaderGrace = 5 * time.Minute

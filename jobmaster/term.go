@@ -39,10 +39,15 @@ type term struct {
 
 	streakMu sync.Mutex
 	streaks  map[string]streak // TM id -> its heartbeat streak with this leader (isolation.go)
-	begun    time.Time         // when the term began
-	held     map[string]string // heldTMs' last answer and when (loop goroutine only)
-	heldAt   time.Time
-	holding  map[string]string // job id -> the restarts last logged as waiting (loop goroutine only)
+	// streakEpoch counts the streaks started (under streakMu); heldStreaks is its value when
+	// held was computed (loop goroutine only).
+	streakEpoch, heldStreaks uint64
+	begun                    time.Time         // when the term began
+	held                     map[string]string // heldTMs' last answer and when (loop goroutine only)
+	heldAt                   time.Time
+	holding                  map[string]string // job id -> the restarts last logged as waiting (loop goroutine only)
+	// behindSince: when a usable TM was first seen behind the pool version (guarded by mu).
+	behindSince map[string]time.Time
 }
 
 func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
@@ -63,6 +68,7 @@ func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
 		streaks:     map[string]streak{},
 		begun:       time.Now(),
 		holding:     map[string]string{},
+		behindSince: map[string]time.Time{},
 	}
 	t.batch = newBatcher(t)
 	// The batcher serves reconciliation too, so it runs from the start of the term.
@@ -226,8 +232,8 @@ func (t *term) forgetRemoved(ids []string) {
 
 // pending reports time-based work on a job that no commit will announce.
 func (t *term) pending(jobID string, status pb.JobStatus) bool {
-	if status == jobFailing || status == jobCancelling || status == jobRestarting || t.waiting[jobID] != "" {
-		return true
+	if status == jobFailing || status == jobCancelling || status == jobRestarting || t.waiting[jobID] != "" || t.holding[jobID] != "" {
+		return true // a region restart held by the isolation rule is looked at again every tick
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

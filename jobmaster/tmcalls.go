@@ -51,8 +51,8 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 	if err := t.poolOnRegister(ctx, req.TmId, req.GrpcAddress, req.Incarnation); err != nil {
 		return nil, fmt.Errorf("register %s: add it to the pool: %w", req.TmId, err)
 	}
-	t.kick("")
 	t.streakOf(req.TmId)
+	t.kick("")
 	resp := &pb.RegisterTaskManagerResponse{
 		Epoch: t.epoch, LeaderId: jm.raft.ID(), HeartbeatIntervalMs: jm.cfg.HeartbeatInterval.Milliseconds(),
 		FenceTimeoutMs: jm.cfg.FenceTimeout.Milliseconds(), PoolQueryIntervalMs: jm.cfg.PoolQueryInterval.Milliseconds(),

@@ -49,8 +49,9 @@ func runJobMaster(args []string) error {
 	reportDeadline := fs.Duration("report-deadline", 10*time.Second, "how long a new leader waits for TaskManager reports")
 	hbTimeout := fs.Duration("heartbeat-timeout", 10*time.Second, "a TaskManager silent for this long is declared lost; also the least delay before a silent TaskManager's tasks are redeployed (it must exceed what --fence-timeout and the pool query timings need)")
 	fenceTimeout := fs.Duration("fence-timeout", 0, "a TaskManager without leader contact this long asks its pool whether the JobMasters are down and stops its tasks unless a majority says so (0: 5s, or less if --heartbeat-timeout needs it)")
-	poolInterval := fs.Duration("pool-query-interval", 500*time.Millisecond, "how often a TaskManager past its fence timeout asks its pool")
-	poolTimeout := fs.Duration("pool-query-timeout", time.Second, "how long one pool question may take")
+	poolInterval := fs.Duration("pool-query-interval", 0, "how often a TaskManager past its fence timeout asks its pool (0: 500ms, or --heartbeat-timeout/20 if shorter)")
+	poolTimeout := fs.Duration("pool-query-timeout", 0, "how long one pool question may take (0: 1s, or --heartbeat-timeout/10 if shorter)")
+	tmHeartbeat := fs.Duration("tm-heartbeat-interval", time.Second, "the interval TaskManagers are told to heartbeat at")
 	tmGrace := fs.Duration("tm-leader-grace", 5*time.Minute, "how long TaskManagers keep their tasks through a JobMaster outage (their pool confirming it)")
 	defSize := graph.DefaultSizeLimits()
 	ceiling := graph.CeilingSizeLimits()
@@ -117,7 +118,7 @@ func runJobMaster(args []string) error {
 	cfg := agent.JobMasterConfig{
 		Cluster: ccfg, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Logger: log,
 		JobMaster: jobmaster.Config{HeartbeatTimeout: *hbTimeout, SizeLimits: sizeLimits, RetainJobs: *retainJobs, RetainJobAge: *retainAge,
-			FenceTimeout: *fenceTimeout, PoolQueryInterval: *poolInterval, PoolQueryTimeout: *poolTimeout, TMLeaderGrace: *tmGrace},
+			FenceTimeout: *fenceTimeout, PoolQueryInterval: *poolInterval, PoolQueryTimeout: *poolTimeout, TMLeaderGrace: *tmGrace, HeartbeatInterval: *tmHeartbeat},
 		Reconcile: reconcile.Config{ReportDeadline: *reportDeadline},
 	}
 	if *maxMsg <= 0 {

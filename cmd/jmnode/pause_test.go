@@ -162,6 +162,7 @@ func newProcessCluster(t *testing.T, o proccluster.LocalOptions) *procs {
 			for _, p := range d.JMs {
 				t.Logf("last lines of %s:\n%s", p.Name, p.LogTail(60))
 			}
+			keepProcessLogs(t, dir)
 		}
 	})
 	if err := d.Start(); err != nil {
@@ -173,6 +174,28 @@ func newProcessCluster(t *testing.T, o proccluster.LocalOptions) *procs {
 // fastProcs are the timings of the small-job process tests: fast Raft, short deadlines.
 var fastProcs = proccluster.LocalOptions{
 	Slots:   4,
-	JMFlags: []string{"--gossip-profile", "local", "--fast-raft", "--report-deadline", "3s", "--heartbeat-timeout", "5s"},
+	JMFlags: []string{"--gossip-profile", "local", "--fast-raft", "--report-deadline", "3s", "--heartbeat-timeout", "5s", "--tm-heartbeat-interval", "500ms"},
 	TMFlags: []string{"--gossip-profile", "local", "--heartbeat-interval", "500ms"},
+}
+
+// keepProcessLogs copies the processes' logs of a failed test into $JMC_TEST_LOG_DIR/<test>/,
+// as the in-process clusters keep theirs.
+func keepProcessLogs(t *testing.T, dir string) {
+	keep := os.Getenv("JMC_TEST_LOG_DIR")
+	if keep == "" {
+		return
+	}
+	dst := filepath.Join(keep, t.Name()+"-"+time.Now().Format("150405.000"))
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	more, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
+	for _, f := range append(logs, more...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if err := os.MkdirAll(dst, 0o755); err == nil {
+			_ = os.WriteFile(filepath.Join(dst, filepath.Base(f)), b, 0o644)
+		}
+	}
+	t.Logf("process logs kept in %s", dst)
 }

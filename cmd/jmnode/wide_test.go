@@ -25,7 +25,7 @@ import (
 // heartbeat timeout and report deadline, as it must.
 var wideProcs = proccluster.LocalOptions{
 	Slots:   400,
-	JMFlags: []string{"--report-deadline", "60s", "--heartbeat-timeout", "60s"},
+	JMFlags: []string{"--report-deadline", "60s", "--heartbeat-timeout", "60s", "--fence-timeout", "30s"},
 	TMFlags: []string{"--fence-timeout", "30s"},
 }
 
