@@ -14,8 +14,9 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-// collector asks TMs for their reports until every TM that matters answered, gossip reports it
-// dead, or the deadline passes. TMs that appear during the window are asked too. Reports that
+// collector asks TMs for their reports until every TM that matters answered, is proven dead
+// (its gRPC port refused connections: jobmaster/liveness.go), gossip reports it dead and its
+// report request failed, or the deadline passes. TMs that appear during the window are asked too. Reports that
 // arrive after the deadline are "late": the graph has already decided, so the attempts in them
 // that it no longer owns are cancelled.
 type collector struct {
@@ -25,8 +26,9 @@ type collector struct {
 
 	mu       sync.Mutex
 	reports  map[string]*Report
-	refused  map[string]error // TMs whose report passed a bound: not waited for, not asked again
-	failed   map[string]bool  // TMs a report request has failed for
+	refused  map[string]error                 // TMs whose report passed a bound: not waited for, not asked again
+	failed   map[string]bool                  // TMs a report request has failed for
+	proven   map[string]jobmaster.TaskManager // TMs not waited for because the leader proved them dead
 	asked    map[string]target
 	closed   bool // past the deadline: further reports are late
 	late     []*Report
@@ -43,7 +45,7 @@ type collector struct {
 }
 
 func newCollector(r *Reconciler, t jobmaster.Term) *collector {
-	return &collector{r: r, t: t, epoch: t.Epoch(), reports: map[string]*Report{}, refused: map[string]error{}, failed: map[string]bool{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1), at: map[string]int64{}}
+	return &collector{r: r, t: t, epoch: t.Epoch(), reports: map[string]*Report{}, refused: map[string]error{}, failed: map[string]bool{}, proven: map[string]jobmaster.TaskManager{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1), at: map[string]int64{}}
 }
 
 func (c *collector) collect(ctx context.Context, initial []target) (map[string]*Report, error) {
@@ -103,6 +105,15 @@ func (c *collector) waitingLocked() []string {
 		// for: its silence changes no execution, and a dead one would keep the gate closed
 		// until the deadline.
 		if !t.holds {
+			continue
+		}
+		// A TM whose port refused the leader's connections is gone, and its tasks with it
+		// (the assumptions are in docs/reconciliation.md): its silence is final.
+		if tm, ok := c.t.TM(id); ok && tm.Dead != "" {
+			if _, seen := c.proven[id]; !seen {
+				c.proven[id] = tm
+				c.r.step(c.epoch, "dead", "%s; not waited for", tm.Dead)
+			}
 			continue
 		}
 		// Gossip alone is not enough (it marks a busy live member dead now and then, and such a
@@ -194,8 +205,9 @@ func (c *collector) refuse(id string, err error) {
 }
 
 // record lists every TM asked for a report as the reconciliation record shows it: reported
-// or refused when it arrived, missing (waited for until collection ended) or dead (gossip
-// reports it dead and its request failed), ordered by time, then id. Call it after collect.
+// or refused when it arrived, missing (waited for until collection ended) or dead (proven
+// dead by refused connections, when the proof came; or gossip reports it dead and its request
+// failed, when collection ended), ordered by time, then id. Call it after collect.
 func (c *collector) record() (collectedAt int64, out []*pb.ReconciliationReport) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -212,6 +224,12 @@ func (c *collector) record() (collectedAt int64, out []*pb.ReconciliationReport)
 			r.Outcome, r.At, r.Detail = "refused", c.at[id], c.refused[id].Error()
 		case missing[id]:
 			r.Outcome = "missing"
+		case c.proven[id].Dead != "":
+			r.At, r.Detail = c.proven[id].DeadAt.UnixMilli(), c.proven[id].Dead
+		case !c.asked[id].holds:
+			r.Detail = "no report by the end of collection; holds no committed attempt, so not waited for"
+		default:
+			r.Detail = "gossip reports it dead and its report request failed"
 		}
 		out = append(out, r)
 	}
