@@ -311,7 +311,9 @@ func TestLeaderAndTaskManagerKilledReconciliationDoesNotWait(t *testing.T) {
 // reconciles meanwhile — and then continued. Neither the resumed leader, which heard from no
 // TM while it was stopped, nor the new one declares a TM lost, and nothing restarts.
 func TestStalledLeaderDeclaresNoTaskManagerLost(t *testing.T) {
-	const hbTimeout = 3 * time.Second
+	// Above the TMs' 5s RPC timeout: a TM whose heartbeat hangs on the stopped leader reaches the
+	// new one only after it.
+	const hbTimeout = 6 * time.Second
 	o := fastProcs
 	o.JMFlags = append(slices.Clone(fastProcs.JMFlags), "--heartbeat-timeout", hbTimeout.String())
 	d := newProcessCluster(t, o)
