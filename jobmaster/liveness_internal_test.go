@@ -56,6 +56,9 @@ func TestRefusalsProveDeathOnlyInARunSpanningTheWindow(t *testing.T) {
 	if !strings.Contains(tm.Dead, "connection refused 4 times over 300ms") || !tm.DeadAt.Equal(at(550)) {
 		t.Fatalf("proof %q at %v, want 4 refusals over 300ms at +550ms", tm.Dead, tm.DeadAt.Sub(t0))
 	}
+	if len(r.Usable(time.Minute)) != 0 {
+		t.Fatal("a TM proven dead is usable for placement")
+	}
 	if !r.Touch("tm1") {
 		t.Fatal("touch")
 	}

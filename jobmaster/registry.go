@@ -268,13 +268,13 @@ func (r *Registry) List() []TaskManager {
 	return out
 }
 
-// Usable returns the TMs a new attempt may be placed on: known address, not lost, not dead by
-// gossip, and seen directly within maxSilence.
+// Usable returns the TMs a new attempt may be placed on: known address, not lost, not proven
+// dead, not dead by gossip, and seen directly within maxSilence.
 func (r *Registry) Usable(maxSilence time.Duration) []TaskManager {
 	now := time.Now()
 	var out []TaskManager
 	for _, tm := range r.List() {
-		if tm.Lost || tm.GRPCAddr == "" || tm.Slots <= 0 || tm.GoneByGossip() {
+		if tm.Lost || tm.Dead != "" || tm.GRPCAddr == "" || tm.Slots <= 0 || tm.GoneByGossip() {
 			continue
 		}
 		if tm.LastSeen.IsZero() || now.Sub(tm.LastSeen) > maxSilence {
