@@ -29,6 +29,7 @@ type collector struct {
 	refused  map[string]error                 // TMs whose report passed a bound: not waited for, not asked again
 	failed   map[string]bool                  // TMs a report request has failed for
 	proven   map[string]jobmaster.TaskManager // TMs not waited for because the leader proved them dead
+	gone     map[string]bool                  // TMs not waited for because gossip reports them dead and their request failed
 	asked    map[string]target
 	closed   bool // past the deadline: further reports are late
 	late     []*Report
@@ -45,7 +46,7 @@ type collector struct {
 }
 
 func newCollector(r *Reconciler, t jobmaster.Term) *collector {
-	return &collector{r: r, t: t, epoch: t.Epoch(), reports: map[string]*Report{}, refused: map[string]error{}, failed: map[string]bool{}, proven: map[string]jobmaster.TaskManager{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1), at: map[string]int64{}}
+	return &collector{r: r, t: t, epoch: t.Epoch(), reports: map[string]*Report{}, refused: map[string]error{}, failed: map[string]bool{}, proven: map[string]jobmaster.TaskManager{}, gone: map[string]bool{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1), at: map[string]int64{}}
 }
 
 func (c *collector) collect(ctx context.Context, initial []target) (map[string]*Report, error) {
@@ -120,6 +121,10 @@ func (c *collector) waitingLocked() []string {
 		// TM's report would be lost with its tasks), but gossip's verdict together with a failed
 		// report request is.
 		if tm, ok := c.t.TM(id); ok && tm.GoneByGossip() && c.failed[id] {
+			if !c.gone[id] {
+				c.gone[id] = true
+				c.r.step(c.epoch, "dead", "%s; not waited for", goneDetail(id))
+			}
 			continue
 		}
 		out = append(out, id)
@@ -226,10 +231,10 @@ func (c *collector) record() (collectedAt int64, out []*pb.ReconciliationReport)
 			r.Outcome = "missing"
 		case c.proven[id].Dead != "":
 			r.At, r.Detail = c.proven[id].DeadAt.UnixMilli(), c.proven[id].Dead
-		case !c.asked[id].holds:
-			r.Detail = "no report by the end of collection; holds no committed attempt, so not waited for"
+		case c.gone[id]:
+			r.Detail = goneDetail(id)
 		default:
-			r.Detail = "gossip reports it dead and its report request failed"
+			r.Detail = idleDetail
 		}
 		out = append(out, r)
 	}
@@ -240,6 +245,24 @@ func (c *collector) record() (collectedAt int64, out []*pb.ReconciliationReport)
 		return out[i].TmId < out[j].TmId
 	})
 	return c.collectedAt, out
+}
+
+// idleDetail is the record's detail of a TM that held no committed attempt and had not
+// reported when collection ended (not waited for).
+const idleDetail = "no report by the end of collection; holds no committed attempt, so not waited for"
+
+// goneDetail is the record's detail of a TM gossip reports dead whose report request failed.
+func goneDetail(id string) string {
+	return "gossip reports " + id + " dead and its report request failed"
+}
+
+// DeadStep is the step a reconciliation logged for a TM its record shows "dead" with detail,
+// and whether it logged one (it logs none for a TM that held nothing and did not report).
+func DeadStep(detail string) (string, bool) {
+	if detail == "" || detail == idleDetail {
+		return "", false
+	}
+	return detail + "; not waited for", true
 }
 
 // handleLate cancels, on TMs whose report came after the deadline, every attempt the
