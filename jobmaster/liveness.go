@@ -111,14 +111,16 @@ func (t *term) pulse() {
 	}
 }
 
-// probeInterval spaces the probes so that DeadRefusals of them span DeadRefusalWindow.
+// probeInterval spaces the probes so that DeadRefusals of them span DeadRefusalWindow, with 5%
+// to spare (the span is measured between probe results, which scheduling jitters: without the
+// margin the last probe often lands a little short of the window and one more is needed).
 func (t *term) probeInterval() time.Duration {
 	n := t.jm.cfg.DeadRefusals
 	every := t.jm.cfg.DeadRefusalWindow
 	if n > 1 {
 		every /= time.Duration(n - 1)
 	}
-	return max(every, 10*time.Millisecond)
+	return max(every+every/20, 10*time.Millisecond)
 }
 
 // suspect: a TM worth probing — known address, not lost nor proven dead, and overdue with its
