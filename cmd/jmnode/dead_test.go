@@ -222,7 +222,7 @@ func TestKilledTaskManagerLostByRefusedConnections(t *testing.T) {
 // defaultRaftProcs are fastProcs with hashicorp's default Raft timings.
 var defaultRaftProcs = proccluster.LocalOptions{
 	Slots:   4,
-	JMFlags: []string{"--gossip-profile", "local", "--heartbeat-timeout", "5s"},
+	JMFlags: []string{"--gossip-profile", "local", "--heartbeat-timeout", "7s"},
 	TMFlags: []string{"--gossip-profile", "local", "--heartbeat-interval", "500ms"},
 }
 
@@ -311,9 +311,10 @@ func TestLeaderAndTaskManagerKilledReconciliationDoesNotWait(t *testing.T) {
 // reconciles meanwhile — and then continued. Neither the resumed leader, which heard from no
 // TM while it was stopped, nor the new one declares a TM lost, and nothing restarts.
 func TestStalledLeaderDeclaresNoTaskManagerLost(t *testing.T) {
-	// Above the TMs' 5s RPC timeout: a TM whose heartbeat hangs on the stopped leader reaches the
-	// new one only after it.
-	const hbTimeout = 6 * time.Second
+	// The least the isolation rule accepts with the default pool timings (jobmaster.Config.Validate),
+	// and above the TMs' 5s RPC timeout: a TM whose heartbeat hangs on the stopped leader reaches
+	// the new one only after it.
+	const hbTimeout = 7 * time.Second
 	o := fastProcs
 	o.JMFlags = append(slices.Clone(fastProcs.JMFlags), "--heartbeat-timeout", hbTimeout.String())
 	d := newProcessCluster(t, o)

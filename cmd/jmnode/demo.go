@@ -57,7 +57,7 @@ func runDemo(args []string) error {
 		return err
 	}
 	p, err := newProcs(bin, work, proccluster.LocalOptions{Slots: 4,
-		JMFlags: []string{"--gossip-profile", "local", "--fast-raft", "--report-deadline", deadline.String(), "--heartbeat-timeout", "5s"},
+		JMFlags: []string{"--gossip-profile", "local", "--fast-raft", "--report-deadline", deadline.String(), "--heartbeat-timeout", "7s"},
 		TMFlags: []string{"--gossip-profile", "local", "--heartbeat-interval", "500ms", "--fence-timeout", "2s"}})
 	if err != nil {
 		return err

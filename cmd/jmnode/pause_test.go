@@ -173,6 +173,6 @@ func newProcessCluster(t *testing.T, o proccluster.LocalOptions) *procs {
 // fastProcs are the timings of the small-job process tests: fast Raft, short deadlines.
 var fastProcs = proccluster.LocalOptions{
 	Slots:   4,
-	JMFlags: []string{"--gossip-profile", "local", "--fast-raft", "--report-deadline", "3s", "--heartbeat-timeout", "5s"},
+	JMFlags: []string{"--gossip-profile", "local", "--fast-raft", "--report-deadline", "3s", "--heartbeat-timeout", "7s"},
 	TMFlags: []string{"--gossip-profile", "local", "--heartbeat-interval", "500ms"},
 }
