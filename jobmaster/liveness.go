@@ -129,7 +129,8 @@ func (t *term) suspect(tm TaskManager, now time.Time) bool {
 	if tm.Lost || tm.Dead != "" || tm.GRPCAddr == "" {
 		return false
 	}
-	overdue := now.Sub(t.lastContact(tm)) > t.jm.cfg.HeartbeatInterval*3/2
+	// A quarter interval of slack: a late heartbeat of a live TM costs one probe that connects.
+	overdue := now.Sub(t.lastContact(tm)) > t.jm.cfg.HeartbeatInterval*5/4
 	failed := tm.CallFailedAt.After(tm.LastSeen)
 	return overdue || failed || tm.GoneByGossip()
 }

@@ -157,7 +157,7 @@ func endedAttempts(rec *pb.JobRecord, ids map[string]bool) []*pb.Execution {
 func TestKilledTaskManagerLostByRefusedConnections(t *testing.T) {
 	d := newProcessCluster(t, fastProcs)
 	ctx := context.Background()
-	before := submitChain(t, d, "killed-tm", 2)
+	before := submitChain(t, d, "killed-tm", 3)
 	leader, err := d.waitLeader(ctx, "", 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +205,7 @@ func TestKilledTaskManagerLostByRefusedConnections(t *testing.T) {
 			t.Errorf("an attempt of %s ended %s with %q, want FAILED by the refused connections (or CANCELED by its region's restart)", victim, graph.ExecutionStateName(e.State), e.FailureCause)
 		}
 	}
-	t.Logf("%d of the %d attempts on %s failed with the loss's cause, the others were cancelled by their region's restart first", refused, len(onVictim), victim)
+	t.Logf("%d of the %d attempts on %s failed with the loss's cause (the others, if any, were cancelled by their region's restart first)", refused, len(onVictim), victim)
 	// Memberlist's dead event: the leader logs it when gossip reports the TM gone.
 	if _, gone, ok := logLine(t, jm.LogPath, "gossip reports a task manager gone", "tm="+victim); ok && !gone.After(lost) {
 		t.Fatalf("gossip reported %s gone at %s, not after its loss at %s", victim, gone.Format(time.StampMilli), lost.Format(time.StampMilli))
@@ -236,7 +236,7 @@ func TestLeaderAndTaskManagerKilledReconciliationDoesNotWait(t *testing.T) {
 	const reportDeadline = 10 * time.Second // jmnode's default --report-deadline
 	d := newProcessCluster(t, defaultRaftProcs)
 	ctx := context.Background()
-	before := submitChain(t, d, "killed-together", 2)
+	before := submitChain(t, d, "killed-together", 3)
 	leader, err := d.waitLeader(ctx, "", 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -301,9 +301,11 @@ func TestLeaderAndTaskManagerKilledReconciliationDoesNotWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if changed := testcluster.Changed(testcluster.Attempts(before), testcluster.Attempts(after)); !slices.Equal(changed, want) {
+	changed := testcluster.Changed(testcluster.Attempts(before), testcluster.Attempts(after))
+	if !slices.Equal(changed, want) {
 		t.Fatalf("restarted %v, want exactly the regions holding %s's attempts: %v", changed, victim, want)
 	}
+	t.Logf("%s restarted; every task RUNNING, %d of %d restarted (the regions that held its attempts)", victim, len(changed), len(testcluster.Attempts(before)))
 }
 
 // TestStalledLeaderDeclaresNoTaskManagerLost runs real processes: the leader is stopped
