@@ -36,6 +36,6 @@ func (t *term) failAttempts(updates []*pb.ExecutionStateUpdate) {
 	if len(updates) == 0 {
 		return
 	}
-	t.jm.log.Warn("failing the attempts of a replaced TaskManager incarnation", "attempts", len(updates), "cause", updates[0].FailureCause)
+	t.jm.log.Warn("failing the attempts of a TaskManager that is gone", "attempts", len(updates), "cause", updates[0].FailureCause)
 	t.spawn(func() { t.batch.commit(t.ctx, updates) })
 }

@@ -114,8 +114,8 @@ func sortTimes(ts []time.Time) {
 }
 
 // heldTMs is the set of TMs whose attempts may not be redeployed now, with why: every pool
-// member and known TM that is not in a heartbeat streak with this leader and that mayRedeploy
-// refuses. It is computed at most once per tick (loop goroutine only) and read by the plan.
+// member and known TM that is not in a heartbeat streak with this leader, not proven dead,
+// and that mayRedeploy refuses. It is computed at most once per tick (loop goroutine only) and read by the plan.
 func (t *term) heldTMs() map[string]string {
 	now := time.Now()
 	t.streakMu.Lock()
@@ -139,6 +139,9 @@ func (t *term) heldTMs() map[string]string {
 		t.streakMu.Unlock()
 		if ok && now.Sub(s.last) <= gap {
 			continue // in contact: it gets the cancel of whatever it still runs
+		}
+		if tm, known := t.jm.tms.Get(id); known && tm.Dead != "" {
+			continue // proven dead (its port refused connections: liveness.go): nothing of it runs
 		}
 		if ok, why := t.mayRedeploy(id, now); !ok {
 			if t.begun.Add(t.jm.cfg.TMLeaderGrace+t.jm.cfg.HeartbeatTimeout).Before(now) && s.last.Add(t.jm.cfg.TMLeaderGrace+t.jm.cfg.HeartbeatTimeout).Before(now) {

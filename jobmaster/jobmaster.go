@@ -65,6 +65,13 @@ type Config struct {
 	// how often it asks (default 500ms), how long one question may take (default 1s), and how
 	// long it keeps its tasks through a JobMaster outage (default 5m).
 	FenceTimeout, PoolQueryInterval, PoolQueryTimeout, TMLeaderGrace time.Duration
+	// DeadRefusals and DeadRefusalWindow confirm a TM's death by its closed port: the leader
+	// probes a TM that is overdue with its heartbeat (or whose calls fail, or that gossip reports
+	// gone) with TCP connects to its gRPC address, and DeadRefusals refused connections in a
+	// row, spanning at least DeadRefusalWindow, prove the process gone: it is lost at once
+	// (defaults 3 and 300ms; --dead-refusals, --dead-refusal-window). See liveness.go.
+	DeadRefusals      int
+	DeadRefusalWindow time.Duration
 	// RetryAfter is the delay the gate's refusal suggests (default 200ms).
 	RetryAfter time.Duration
 	// RPCTimeout bounds every JM -> TM call (default 5s).
@@ -100,8 +107,12 @@ type Config struct {
 	Logger         hclog.Logger
 }
 
-// Defaults of the terminal-job retention.
+// Defaults of the terminal-job retention and of the confirmation of a TM's death by refused
+// connections.
 const (
+	DefaultDeadRefusals      = 3
+	DefaultDeadRefusalWindow = 300 * time.Millisecond
+
 	DefaultRetainJobs   = 100
 	DefaultRetainJobAge = time.Hour
 )
@@ -112,6 +123,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.HeartbeatTimeout <= 0 {
 		c.HeartbeatTimeout = 10 * time.Second
+	}
+	if c.DeadRefusals <= 0 {
+		c.DeadRefusals = DefaultDeadRefusals
+	}
+	if c.DeadRefusalWindow <= 0 {
+		c.DeadRefusalWindow = DefaultDeadRefusalWindow
 	}
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = 200 * time.Millisecond

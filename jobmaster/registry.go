@@ -36,9 +36,20 @@ type TaskManager struct {
 	// Incarnation is the process instance that registered last ("" before a registration, or
 	// from a TM that sends none).
 	Incarnation string
+	// Dead is set, with its cause, once the leader has proof that the registered process is
+	// gone (its gRPC port refused connections: liveness.go); DeadAt is when. A direct contact,
+	// or a registration, clears it.
+	Dead   string
+	DeadAt time.Time
+	// CallFailedAt is when a call of the leader to the TM last failed (a reason to probe it).
+	CallFailedAt time.Time
 	// replaced are earlier incarnations, newest last (at most maxReplaced): news of them
 	// (gossip, a late registration) is about a process that is gone.
 	replaced []string
+	// refusals counts the consecutive probes of the registered process its port refused, the
+	// first at firstRefusal (liveness.go).
+	refusals     int
+	firstRefusal time.Time
 }
 
 // maxReplaced bounds the earlier incarnations remembered per TM.
@@ -85,8 +96,20 @@ func (r *Registry) Upsert(id, grpcAddr, dataAddr string, slots int32, seen bool)
 	if seen {
 		tm.LastSeen = time.Now()
 		tm.Lost = false
+		r.contactLocked(tm)
 	}
 	return tm
+}
+
+// contactLocked clears what the probes concluded: the TM reached the leader directly. A TM
+// proven dead that talks again breaks the assumption that a refusal proves death (something
+// forges resets, or the port was closed with the process alive): say so.
+func (r *Registry) contactLocked(tm *TaskManager) {
+	if tm.Dead != "" {
+		r.log.Warn("a TaskManager proven dead by refused connections reached the leader again: something forges connection resets or it closed its port while alive", "tm", tm.ID, "proof", tm.Dead)
+	}
+	tm.Dead, tm.DeadAt = "", time.Time{}
+	tm.refusals, tm.firstRefusal = 0, time.Time{}
 }
 
 // Register records a TM's registration (a direct contact). A registration with another
@@ -111,6 +134,7 @@ func (r *Registry) Register(id, incarnation, grpcAddr, dataAddr string, slots in
 			tm.replaced = slices.Delete(tm.replaced, 0, n)
 		}
 		tm.Gossip, tm.GossipAt = "", time.Time{}
+		tm.Dead, tm.DeadAt, tm.refusals, tm.firstRefusal = "", time.Time{}, 0, time.Time{}
 	}
 	if tm != nil && incarnation != "" {
 		tm.Incarnation = incarnation
@@ -169,6 +193,9 @@ func (r *Registry) SetGossip(id, state string) {
 	if tm := r.tms[id]; tm != nil {
 		if tm.Gossip != state {
 			tm.Gossip, tm.GossipAt = state, time.Now()
+			if state == "dead" || state == "left" {
+				r.log.Info("gossip reports a task manager gone", "tm", id, "state", state)
+			}
 		}
 		if state == "alive" {
 			tm.Lost = false
@@ -202,6 +229,7 @@ func (r *Registry) TouchOf(id, incarnation string) bool {
 	}
 	tm.LastSeen = time.Now()
 	tm.Lost = false
+	r.contactLocked(tm)
 	return true
 }
 
@@ -240,13 +268,13 @@ func (r *Registry) List() []TaskManager {
 	return out
 }
 
-// Usable returns the TMs a new attempt may be placed on: known address, not lost, not dead by
-// gossip, and seen directly within maxSilence.
+// Usable returns the TMs a new attempt may be placed on: known address, not lost, not proven
+// dead, not dead by gossip, and seen directly within maxSilence.
 func (r *Registry) Usable(maxSilence time.Duration) []TaskManager {
 	now := time.Now()
 	var out []TaskManager
 	for _, tm := range r.List() {
-		if tm.Lost || tm.GRPCAddr == "" || tm.Slots <= 0 || tm.GoneByGossip() {
+		if tm.Lost || tm.Dead != "" || tm.GRPCAddr == "" || tm.Slots <= 0 || tm.GoneByGossip() {
 			continue
 		}
 		if tm.LastSeen.IsZero() || now.Sub(tm.LastSeen) > maxSilence {
@@ -292,7 +320,24 @@ func (r *Registry) Call(ctx context.Context, addr string, fn func(context.Contex
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	return fn(ctx, c)
+	err = fn(ctx, c)
+	r.noteCall(ctx, addr, err)
+	return err
+}
+
+// noteCall records a failed call to the TM at addr (a reason for the leader to probe it:
+// liveness.go). A call cancelled by its caller or refused by the TM's logic says nothing.
+func (r *Registry) noteCall(ctx context.Context, addr string, err error) {
+	if err == nil || errors.Is(ctx.Err(), context.Canceled) || !callFailed(err) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, tm := range r.tms {
+		if tm.GRPCAddr == addr {
+			tm.CallFailedAt = time.Now()
+		}
+	}
 }
 
 func (r *Registry) close() {
@@ -316,5 +361,7 @@ func (r *Registry) Stream(ctx context.Context, addr string, timeout time.Duratio
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	return fn(ctx, c)
+	err = fn(ctx, c)
+	r.noteCall(ctx, addr, err)
+	return err
 }

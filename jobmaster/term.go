@@ -48,6 +48,8 @@ type term struct {
 	holding                  map[string]string // job id -> the restarts last logged as waiting (loop goroutine only)
 	// behindSince: when a usable TM was first seen behind the pool version (guarded by mu).
 	behindSince map[string]time.Time
+	since       time.Time // when this term last established itself: its start or the end of a stall (liveness.go)
+	beat        time.Time // the pulse's last run (liveness.go)
 }
 
 func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
@@ -70,20 +72,25 @@ func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
 		holding:     map[string]string{},
 		behindSince: map[string]time.Time{},
 	}
+	t.since = time.Now()
+	t.beat = t.since
 	t.batch = newBatcher(t)
-	// The batcher serves reconciliation too, so it runs from the start of the term.
-	t.wg.Add(1)
+	// The batcher serves reconciliation too, so it runs from the start of the term; so does
+	// the pulse, whose probes let reconciliation stop waiting for a TM proven dead.
+	t.wg.Add(2)
 	go func() { defer t.wg.Done(); t.batch.run() }()
+	go func() { defer t.wg.Done(); t.pulse() }()
 	return t
 }
 
 // start launches the scheduler loop (once the gate opens).
 func (t *term) start() {
 	t.started.Do(func() {
-		// Every TM gets a fresh heartbeat deadline in a new term.
-		// A TM reconciliation found lost stays lost until it registers or heartbeats again.
+		// Every TM gets a fresh heartbeat deadline in a new term (liveness timers restart on
+		// every leadership gain: liveness.go). A TM reconciliation found lost stays lost until
+		// it registers or heartbeats again, and one proven dead stays proven.
 		for _, tm := range t.jm.tms.List() {
-			if tm.GRPCAddr != "" && !tm.Lost {
+			if tm.GRPCAddr != "" && !tm.Lost && tm.Dead == "" {
 				t.jm.tms.Touch(tm.ID)
 			}
 		}
@@ -252,18 +259,32 @@ func (t *term) driveAll() {
 	}
 }
 
-// checkTaskManagers declares lost every TM that stopped heartbeating or that gossip reports
-// dead, and fails the executions it held. A gossip death counts once the TM has had two
-// heartbeat intervals to contradict it by a direct contact (gossip marks a live but busy
-// member dead now and then); a gossip leave counts at once.
+// checkTaskManagers declares lost every TM proven dead (liveness.go), that stopped
+// heartbeating or that gossip reports dead, and fails the executions it held. Silence and a
+// gossip death count from the later of the event and this term's establishment (its start or
+// the end of a stall), so a leader that was away declares nothing lost for it. A gossip death
+// counts once the TM has had two heartbeat intervals to contradict it by a direct contact
+// (gossip marks a live but busy member dead now and then); a gossip leave counts at once.
 func (t *term) checkTaskManagers() {
 	now := time.Now()
+	if !t.awake(now) {
+		return
+	}
+	since := t.liveSince()
 	for _, tm := range t.jm.tms.List() {
 		if tm.Lost {
 			continue
 		}
-		dead := tm.GoneByGossip() && (tm.Gossip == "left" || now.Sub(tm.GossipAt) > 2*t.jm.cfg.HeartbeatInterval)
-		silent := !tm.LastSeen.IsZero() && now.Sub(tm.LastSeen) > t.jm.cfg.HeartbeatTimeout
+		if tm.Dead != "" {
+			t.taskManagerLost(tm.ID, tm.Dead)
+			continue
+		}
+		gossipAt := tm.GossipAt
+		if since.After(gossipAt) {
+			gossipAt = since
+		}
+		dead := tm.GoneByGossip() && (tm.Gossip == "left" || now.Sub(gossipAt) > 2*t.jm.cfg.HeartbeatInterval)
+		silent := !tm.LastSeen.IsZero() && now.Sub(t.lastContact(tm)) > t.jm.cfg.HeartbeatTimeout
 		if dead || silent {
 			cause := "TaskManager " + tm.ID + " lost: no heartbeat for " + t.jm.cfg.HeartbeatTimeout.String()
 			if dead {

@@ -14,8 +14,9 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-// collector asks TMs for their reports until every TM that matters answered, gossip reports it
-// dead, or the deadline passes. TMs that appear during the window are asked too. Reports that
+// collector asks TMs for their reports until every TM that matters answered, is proven dead
+// (its gRPC port refused connections: jobmaster/liveness.go), gossip reports it dead and its
+// report request failed, or the deadline passes. TMs that appear during the window are asked too. Reports that
 // arrive after the deadline are "late": the graph has already decided, so the attempts in them
 // that it no longer owns are cancelled.
 type collector struct {
@@ -25,8 +26,10 @@ type collector struct {
 
 	mu       sync.Mutex
 	reports  map[string]*Report
-	refused  map[string]error // TMs whose report passed a bound: not waited for, not asked again
-	failed   map[string]bool  // TMs a report request has failed for
+	refused  map[string]error                 // TMs whose report passed a bound: not waited for, not asked again
+	failed   map[string]bool                  // TMs a report request has failed for
+	proven   map[string]jobmaster.TaskManager // TMs not waited for because the leader proved them dead
+	gone     map[string]bool                  // TMs not waited for because gossip reports them dead and their request failed
 	asked    map[string]target
 	closed   bool // past the deadline: further reports are late
 	late     []*Report
@@ -43,7 +46,7 @@ type collector struct {
 }
 
 func newCollector(r *Reconciler, t jobmaster.Term) *collector {
-	return &collector{r: r, t: t, epoch: t.Epoch(), reports: map[string]*Report{}, refused: map[string]error{}, failed: map[string]bool{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1), at: map[string]int64{}}
+	return &collector{r: r, t: t, epoch: t.Epoch(), reports: map[string]*Report{}, refused: map[string]error{}, failed: map[string]bool{}, proven: map[string]jobmaster.TaskManager{}, gone: map[string]bool{}, asked: map[string]target{}, lateCh: make(chan struct{}, 1), wake: make(chan struct{}, 1), at: map[string]int64{}}
 }
 
 func (c *collector) collect(ctx context.Context, initial []target) (map[string]*Report, error) {
@@ -105,10 +108,23 @@ func (c *collector) waitingLocked() []string {
 		if !t.holds {
 			continue
 		}
+		// A TM whose port refused the leader's connections is gone, and its tasks with it
+		// (the assumptions are in docs/reconciliation.md): its silence is final.
+		if tm, ok := c.t.TM(id); ok && tm.Dead != "" {
+			if _, seen := c.proven[id]; !seen {
+				c.proven[id] = tm
+				c.r.step(c.epoch, "dead", "%s; not waited for", tm.Dead)
+			}
+			continue
+		}
 		// Gossip alone is not enough (it marks a busy live member dead now and then, and such a
 		// TM's report would be lost with its tasks), but gossip's verdict together with a failed
 		// report request is.
 		if tm, ok := c.t.TM(id); ok && tm.GoneByGossip() && c.failed[id] {
+			if !c.gone[id] {
+				c.gone[id] = true
+				c.r.step(c.epoch, "dead", "%s; not waited for", goneDetail(id))
+			}
 			continue
 		}
 		out = append(out, id)
@@ -194,8 +210,9 @@ func (c *collector) refuse(id string, err error) {
 }
 
 // record lists every TM asked for a report as the reconciliation record shows it: reported
-// or refused when it arrived, missing (waited for until collection ended) or dead (gossip
-// reports it dead and its request failed), ordered by time, then id. Call it after collect.
+// or refused when it arrived, missing (waited for until collection ended) or dead (proven
+// dead by refused connections, when the proof came; or gossip reports it dead and its request
+// failed, when collection ended), ordered by time, then id. Call it after collect.
 func (c *collector) record() (collectedAt int64, out []*pb.ReconciliationReport) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -212,6 +229,12 @@ func (c *collector) record() (collectedAt int64, out []*pb.ReconciliationReport)
 			r.Outcome, r.At, r.Detail = "refused", c.at[id], c.refused[id].Error()
 		case missing[id]:
 			r.Outcome = "missing"
+		case c.proven[id].Dead != "":
+			r.At, r.Detail = c.proven[id].DeadAt.UnixMilli(), c.proven[id].Dead
+		case c.gone[id]:
+			r.Detail = goneDetail(id)
+		default:
+			r.Detail = idleDetail
 		}
 		out = append(out, r)
 	}
@@ -222,6 +245,24 @@ func (c *collector) record() (collectedAt int64, out []*pb.ReconciliationReport)
 		return out[i].TmId < out[j].TmId
 	})
 	return c.collectedAt, out
+}
+
+// idleDetail is the record's detail of a TM that held no committed attempt and had not
+// reported when collection ended (not waited for).
+const idleDetail = "no report by the end of collection; holds no committed attempt, so not waited for"
+
+// goneDetail is the record's detail of a TM gossip reports dead whose report request failed.
+func goneDetail(id string) string {
+	return "gossip reports " + id + " dead and its report request failed"
+}
+
+// DeadStep is the step a reconciliation logged for a TM its record shows "dead" with detail,
+// and whether it logged one (it logs none for a TM that held nothing and did not report).
+func DeadStep(detail string) (string, bool) {
+	if detail == "" || detail == idleDetail {
+		return "", false
+	}
+	return detail + "; not waited for", true
 }
 
 // handleLate cancels, on TMs whose report came after the deadline, every attempt the

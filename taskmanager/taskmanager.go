@@ -208,12 +208,16 @@ func (tm *TaskManager) Stop() {
 		tm.cancel()
 		tm.outbox.stop()
 		tm.parts.removeAll()
-		stopServer(tm.grpcSrv, time.Until(deadline))
+		// The gRPC port closes last: a leader takes its refused connections for proof that
+		// this process and its tasks are gone (docs/reconciliation.md#dead-is-dead). A task
+		// that ignored its cancel past the deadline is cut off first — the data server and
+		// the outgoing connections close before the port does.
 		stopServer(tm.dataSrv, time.Until(deadline))
-		_ = tm.grpcLis.Close()
 		_ = tm.dataLis.Close()
-		tm.wg.Wait()
 		tm.conns.closeAll()
+		stopServer(tm.grpcSrv, time.Until(deadline))
+		_ = tm.grpcLis.Close()
+		tm.wg.Wait()
 		tm.log.Info("stopped")
 	})
 }
@@ -225,9 +229,7 @@ func (tm *TaskManager) Kill() {
 		tm.killed.Store(true)
 		tm.stopping.Store(true)
 		tm.log.Warn("killed")
-		tm.grpcSrv.Stop()
 		tm.dataSrv.Stop()
-		_ = tm.grpcLis.Close()
 		_ = tm.dataLis.Close()
 		tm.conns.closeAll()
 		tm.cancel()
@@ -235,6 +237,10 @@ func (tm *TaskManager) Kill() {
 		for _, t := range tm.cancelAll("taskmanager killed") {
 			t.wait(time.Second)
 		}
+		// The gRPC port closes once the tasks are gone, as a crashed process's tasks are
+		// when its port closes (a refused connection proves them gone).
+		tm.grpcSrv.Stop()
+		_ = tm.grpcLis.Close()
 		tm.parts.removeAll()
 		tm.wg.Wait()
 	})

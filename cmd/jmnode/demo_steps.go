@@ -89,6 +89,10 @@ func recordSteps(r *pb.ReconciliationRecord) []step {
 			out = append(out, step{ms(rep.At), "report-refused", fmt.Sprintf("%s; %s counts as not reported", rep.Detail, rep.TmId)})
 		case "missing":
 			missing = append(missing, rep.TmId)
+		case "dead":
+			if detail, ok := reconcile.DeadStep(rep.Detail); ok {
+				out = append(out, step{ms(rep.At), "dead", detail})
+			}
 		}
 	}
 	if len(missing) > 0 {

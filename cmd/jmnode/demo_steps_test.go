@@ -50,6 +50,20 @@ func TestRecordSteps(t *testing.T) {
 			"5001 merged 2 jobs, 9 executions: 6 running, 0 finished, 0 failed, 0 canceled, 3 missing, 0 rejected; cancel 0 unknown, 0 stale, 0 duplicate; 2 reports, 1 TMs missing",
 			"5003 committed reconciled graph committed in 3.003s",
 		},
+	}, {
+		name: "a TM proven dead by refused connections",
+		rec: &pb.ReconciliationRecord{Epoch: 4, StartedAt: 3000, CollectedAt: 3450, MergedAt: 3451, JobsCommittedAt: 3452, EndedAt: 3453,
+			Outcome: "completed", Jobs: []string{"j1"}, Counts: counts,
+			Reports: []*pb.ReconciliationReport{
+				{TmId: "tm1", Outcome: "reported", At: 3010, Executions: 6},
+				{TmId: "tm2", Outcome: "dead", At: 3440, Detail: "TaskManager tm2 lost: connection refused 3 times over 300ms at 127.0.0.1:7402 (its process is gone)"}}},
+		want: []string{
+			"3000 begin 1 jobs RECONCILING",
+			"3010 report tm1 reported 6 executions",
+			"3440 dead TaskManager tm2 lost: connection refused 3 times over 300ms at 127.0.0.1:7402 (its process is gone); not waited for",
+			"3451 merged 1 jobs, 9 executions: 6 running, 0 finished, 0 failed, 0 canceled, 3 missing, 0 rejected; cancel 0 unknown, 0 stale, 0 duplicate; 2 reports, 1 TMs missing",
+			"3453 committed reconciled graph committed in 453ms",
+		},
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

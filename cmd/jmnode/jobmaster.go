@@ -53,6 +53,8 @@ func runJobMaster(args []string) error {
 	poolTimeout := fs.Duration("pool-query-timeout", 0, "how long one pool question may take (0: 1s, or --heartbeat-timeout/10 if shorter)")
 	tmHeartbeat := fs.Duration("tm-heartbeat-interval", time.Second, "the interval TaskManagers are told to heartbeat at")
 	tmGrace := fs.Duration("tm-leader-grace", 5*time.Minute, "how long TaskManagers keep their tasks through a JobMaster outage (their pool confirming it)")
+	deadRefusals := fs.Int("dead-refusals", jobmaster.DefaultDeadRefusals, "a TaskManager whose gRPC port refuses this many of the leader's probe connections in a row (spanning --dead-refusal-window) is proven dead and lost at once (at least 1)")
+	deadWindow := fs.Duration("dead-refusal-window", jobmaster.DefaultDeadRefusalWindow, "the least time the refused probe connections that prove a TaskManager dead must span (above 0)")
 	defSize := graph.DefaultSizeLimits()
 	ceiling := graph.CeilingSizeLimits()
 	maxExecutions := fs.Int64(graph.LimitExecutions, defSize.MaxExecutions,
@@ -84,6 +86,9 @@ func runJobMaster(args []string) error {
 	}
 	if err := sizeLimits.Validate(); err != nil {
 		return fmt.Errorf("--%w", err)
+	}
+	if *deadRefusals < 1 || *deadWindow <= 0 {
+		return fmt.Errorf("--dead-refusals %d and --dead-refusal-window %s: must be at least 1 and above 0", *deadRefusals, *deadWindow)
 	}
 	if *retainJobs < 1 || *retainAge <= 0 {
 		return fmt.Errorf("--retain-jobs %d and --retain-job-age %s: must be at least 1 and above 0", *retainJobs, *retainAge)
@@ -117,7 +122,7 @@ func runJobMaster(args []string) error {
 	}
 	cfg := agent.JobMasterConfig{
 		Cluster: ccfg, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Logger: log,
-		JobMaster: jobmaster.Config{HeartbeatTimeout: *hbTimeout, SizeLimits: sizeLimits, RetainJobs: *retainJobs, RetainJobAge: *retainAge,
+		JobMaster: jobmaster.Config{HeartbeatTimeout: *hbTimeout, DeadRefusals: *deadRefusals, DeadRefusalWindow: *deadWindow, SizeLimits: sizeLimits, RetainJobs: *retainJobs, RetainJobAge: *retainAge,
 			FenceTimeout: *fenceTimeout, PoolQueryInterval: *poolInterval, PoolQueryTimeout: *poolTimeout, TMLeaderGrace: *tmGrace, HeartbeatInterval: *tmHeartbeat},
 		Reconcile: reconcile.Config{ReportDeadline: *reportDeadline},
 	}

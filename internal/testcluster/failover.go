@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jmcluster/jmcluster/graph"
@@ -77,11 +79,41 @@ func (c *Cluster) CompletedAfter(after uint64, timeout time.Duration) *pb.Reconc
 }
 
 // SilenceTM stops a TaskManager's servers and tasks but keeps its gossip membership alive, so
-// gossip does not report it dead: a leader must wait for its report until the deadline.
+// gossip does not report it dead, and keeps its gRPC port open — a listener takes it over that
+// accepts connections and never answers, as a hung process would — so the leader has no proof
+// that it is gone (a refused connection is such proof: KillTM): a leader must wait for its
+// report until the deadline.
 func (c *Cluster) SilenceTM(tm *TM) {
-	if tm.A != nil && tm.A.TM != nil {
-		tm.A.TM.Kill()
+	if tm.A == nil || tm.A.TM == nil {
+		return
 	}
+	addr := tm.A.TM.GRPCAddr()
+	tm.A.TM.Kill()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		c.T.Fatalf("silence %s: hold its gRPC port %s: %v", tm.ID, addr, err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, conn)
+			mu.Unlock()
+		}
+	}()
+	c.T.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, conn := range held {
+			_ = conn.Close()
+		}
+	})
 }
 
 // TMByID returns the TaskManager with the id.

@@ -965,14 +965,15 @@ type ReconciliationReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	TmId  string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
 	// "reported", "refused" (the report passed a bound: the TM counts as not reported),
-	// "missing" (no report by the deadline) or "dead" (gossip reports it dead and its report
-	// request failed: not waited for).
+	// "missing" (no report by the deadline) or "dead" (not waited for: proven dead by refused
+	// connections to its gRPC port, or gossip reports it dead and its report request failed).
 	Outcome string `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	// When the report arrived or was refused; for "missing" and "dead", when collection ended.
+	// When the report arrived or was refused; for a TM proven dead, when the proof came; for
+	// "missing" and the other "dead", when collection ended.
 	At int64 `protobuf:"varint,3,opt,name=at,proto3" json:"at,omitempty"`
 	// Executions in the report ("reported").
 	Executions int64 `protobuf:"varint,4,opt,name=executions,proto3" json:"executions,omitempty"`
-	// Why a report was refused.
+	// Why a report was refused, or why a TM counts as dead.
 	Detail        string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -1,0 +1,202 @@
+package jobmaster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Liveness of the TaskManagers, as the leader judges it.
+//
+// Dead is dead: a TM whose process is gone is declared lost on proof, not after a timeout. Two
+// things prove it: a registration of a newer incarnation (incarnation.go), and connections to
+// its gRPC port refused (ECONNREFUSED: the host answered that nothing listens there; a timeout
+// proves nothing) DeadRefusals times in a row over at least DeadRefusalWindow. The leader
+// probes — one TCP connect, nothing sent — every TM that is overdue with its heartbeat, whose
+// calls failed since its last contact or that gossip reports gone. Broken data streams reported
+// by its peers are no proof (an isolated live TM produces them too) and are not used.
+//
+// This holds only where (1) nothing forges connection resets on the way (an iptables REJECT
+// with tcp-reset would; the fault suite's partitions DROP) and (2) a TM closes its gRPC port only
+// after its tasks have stopped (taskmanager.Stop's order; a crashed process has no tasks).
+//
+// Liveness timers restart on every leadership gain: a TM's silence counts from the later of its
+// last contact and the moment this leader established itself — the term's start, or the end of
+// a stall of this process (SIGSTOP, a frozen VM): a pulse goroutine notices when it was not
+// scheduled for longer than a heartbeat interval. A leader that was away thus never declares a
+// TM lost because it did not hear from it.
+
+// probeTimeout bounds one probe's connect: a probe that neither connects nor is refused within
+// it (a dropped SYN) says nothing.
+const probeTimeout = time.Second
+
+// liveSince is when this term last established itself: its start or the end of a stall.
+func (t *term) liveSince() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.since
+}
+
+// lastContact is what a TM's silence counts from in this term.
+func (t *term) lastContact(tm TaskManager) time.Time {
+	since := t.liveSince()
+	if tm.LastSeen.After(since) {
+		return tm.LastSeen
+	}
+	return since
+}
+
+// stallAfter: a gap this long in the pulse means this process was not running.
+func (t *term) stallAfter() time.Duration { return t.jm.cfg.HeartbeatInterval }
+
+// awake reports whether the pulse ran recently; when it did not, the process was stalled (the
+// caller runs first after a resume), and the term's liveness timers restart now.
+func (t *term) awake(now time.Time) bool {
+	t.mu.Lock()
+	gap := now.Sub(t.beat)
+	stalled := gap > t.stallAfter()
+	if stalled {
+		t.since, t.beat = now, now
+	}
+	t.mu.Unlock()
+	if stalled {
+		t.jm.log.Warn("this leader was stalled; TaskManager liveness timers restart", "gap", gap.Round(time.Millisecond), "epoch", t.epoch)
+	}
+	return !stalled
+}
+
+// pulse runs for the whole term: it keeps the term's heartbeat (awake) and probes suspect TMs.
+func (t *term) pulse() {
+	tick := time.NewTicker(min(t.probeInterval(), t.stallAfter()/4))
+	defer tick.Stop()
+	probing := map[string]bool{} // TMs with a probe in flight (this goroutine only)
+	done := make(chan string, 64)
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case id := <-done:
+			delete(probing, id)
+		case <-tick.C:
+			now := time.Now()
+			if !t.awake(now) {
+				continue
+			}
+			t.mu.Lock()
+			t.beat = now
+			t.mu.Unlock()
+			for _, tm := range t.jm.tms.List() {
+				if probing[tm.ID] || !t.suspect(tm, now) {
+					continue
+				}
+				probing[tm.ID] = true
+				id, addr, inc := tm.ID, tm.GRPCAddr, tm.Incarnation
+				if !t.spawn(func() {
+					t.probe(id, addr, inc)
+					select {
+					case done <- id:
+					case <-t.ctx.Done():
+					}
+				}) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// probeInterval spaces the probes so that DeadRefusals of them span DeadRefusalWindow, with 5%
+// to spare (the span is measured between probe results, which scheduling jitters: without the
+// margin the last probe often lands a little short of the window and one more is needed).
+func (t *term) probeInterval() time.Duration {
+	n := t.jm.cfg.DeadRefusals
+	every := t.jm.cfg.DeadRefusalWindow
+	if n > 1 {
+		every /= time.Duration(n - 1)
+	}
+	return max(every+every/20, 10*time.Millisecond)
+}
+
+// suspect: a TM worth probing — known address, not lost nor proven dead, and overdue with its
+// heartbeat, or a call to it failed since its last contact, or gossip reports it gone.
+func (t *term) suspect(tm TaskManager, now time.Time) bool {
+	if tm.Lost || tm.Dead != "" || tm.GRPCAddr == "" {
+		return false
+	}
+	// A quarter interval of slack: a late heartbeat of a live TM costs one probe that connects.
+	overdue := now.Sub(t.lastContact(tm)) > t.jm.cfg.HeartbeatInterval*5/4
+	failed := tm.CallFailedAt.After(tm.LastSeen)
+	return overdue || failed || tm.GoneByGossip()
+}
+
+// probe connects once to a TM's gRPC port and counts the outcome; on proof of death it
+// declares the TM lost (once the gate is open; during reconciliation the collector reads the
+// proof and does not wait for the TM).
+func (t *term) probe(id, addr, incarnation string) {
+	ctx, cancel := context.WithTimeout(t.ctx, probeTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if conn != nil {
+		_ = conn.Close()
+	}
+	if t.ctx.Err() != nil {
+		return
+	}
+	refused := err != nil && errors.Is(err, syscall.ECONNREFUSED)
+	cause, proved := t.jm.tms.probed(id, incarnation, addr, refused, time.Now(), t.jm.cfg.DeadRefusals, t.jm.cfg.DeadRefusalWindow)
+	if !proved {
+		return
+	}
+	t.jm.log.Warn("task manager proven dead", "tm", id, "cause", cause)
+	if t.jm.gateOpen.Load() {
+		t.taskManagerLost(id, cause)
+	}
+}
+
+// probed counts one probe of a TM's registered incarnation: a refusal adds to the run, anything
+// else ends it. Once the run reaches n refusals spanning at least window, the TM is proven dead
+// (Dead, DeadAt) and the cause is returned with true (once).
+func (r *Registry) probed(id, incarnation, addr string, refused bool, at time.Time, n int, window time.Duration) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tm := r.tms[id]
+	if tm == nil || tm.Incarnation != incarnation || tm.GRPCAddr != addr || tm.Dead != "" {
+		return "", false
+	}
+	if !refused {
+		tm.refusals, tm.firstRefusal = 0, time.Time{}
+		return "", false
+	}
+	if tm.refusals == 0 {
+		tm.firstRefusal = at
+	}
+	tm.refusals++
+	span := at.Sub(tm.firstRefusal)
+	if tm.refusals < n || span < window {
+		return "", false
+	}
+	tm.Dead = fmt.Sprintf("TaskManager %s lost: connection refused %d times over %dms at %s (its process is gone)",
+		id, tm.refusals, span.Milliseconds(), addr)
+	tm.DeadAt = at
+	return tm.Dead, true
+}
+
+// callFailed: a call error that may mean the TM is gone (a transport failure or a timeout), as
+// opposed to an answer of the TM.
+func callFailed(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	s, ok := status.FromError(err)
+	if !ok {
+		return true
+	}
+	return s.Code() == codes.Unavailable || s.Code() == codes.DeadlineExceeded
+}
