@@ -40,6 +40,35 @@ func (s *cancelTM) seen() []string {
 	return append([]string(nil), s.calls...)
 }
 
+// serveCancelTM serves tm's TaskManagerService on a loopback port and returns its address.
+func serveCancelTM(t *testing.T, tm *cancelTM) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterTaskManagerServiceServer(srv, tm)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+// leadingJM is a JobMaster over a local Raft that has established leadership at epoch; the
+// reconciler keeps the term's port.
+func leadingJM(t *testing.T, epoch uint64) (*fsm.FSM, *JobMaster, *portReconciler) {
+	t.Helper()
+	f := fsm.New(nil)
+	jm := New(Config{TickInterval: 10 * time.Millisecond}, &localRaft{f: f}, f)
+	t.Cleanup(jm.Shutdown)
+	rc := &portReconciler{}
+	jm.SetReconciler(rc)
+	if err := jm.EstablishLeadership(context.Background(), epoch); err != nil {
+		t.Fatal(err)
+	}
+	return f, jm, rc
+}
+
 // portReconciler keeps the port EstablishLeadership hands it.
 type portReconciler struct{ t Term }
 
@@ -50,25 +79,9 @@ func (p *portReconciler) Reconcile(_ context.Context, t Term) error { p.t = t; r
 // deployment report gets one CancelTask per term, fenced with the term's epoch; a failed call
 // is sent again on the next request; nothing is committed for it.
 func TestReconciliationCancelsThroughTheTermsPath(t *testing.T) {
-	f := fsm.New(nil)
 	tm := &cancelTM{failUntil: 1}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	pb.RegisterTaskManagerServiceServer(srv, tm)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	addr := lis.Addr().String()
-
-	jm := New(Config{TickInterval: 10 * time.Millisecond}, &localRaft{f: f}, f)
-	t.Cleanup(jm.Shutdown)
-	rc := &portReconciler{}
-	jm.SetReconciler(rc)
-	if err := jm.EstablishLeadership(context.Background(), 7); err != nil {
-		t.Fatal(err)
-	}
+	addr := serveCancelTM(t, tm)
+	f, jm, rc := leadingJM(t, 7)
 	if rc.t == nil || rc.t.Epoch() != 7 {
 		t.Fatalf("port %v, want the term of epoch 7", rc.t)
 	}
@@ -111,25 +124,9 @@ func TestReconciliationCancelsThroughTheTermsPath(t *testing.T) {
 // attempt that is no current attempt of any job is dropped on the next prune. Before, both maps
 // only grew for the whole term.
 func TestTermForgetsOldCancelsAndMissingCounts(t *testing.T) {
-	f := fsm.New(nil)
 	tm := &cancelTM{}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	pb.RegisterTaskManagerServiceServer(srv, tm)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	addr := lis.Addr().String()
-
-	jm := New(Config{TickInterval: 10 * time.Millisecond}, &localRaft{f: f}, f)
-	t.Cleanup(jm.Shutdown)
-	rc := &portReconciler{}
-	jm.SetReconciler(rc)
-	if err := jm.EstablishLeadership(context.Background(), 3); err != nil {
-		t.Fatal(err)
-	}
+	addr := serveCancelTM(t, tm)
+	_, jm, rc := leadingJM(t, 3)
 	term, err := jm.currentTerm()
 	if err != nil {
 		t.Fatal(err)
