@@ -37,6 +37,7 @@ func Scenarios() []Scenario {
 		nemesis.Bridge:           "JMs a-b-c: a and c cannot talk, b talks to both",
 		nemesis.MajoritiesRing:   "all six nodes on a ring, each seeing a different majority",
 		nemesis.TMsFromLeader:    "cut every TM from the leader; the JMs stay connected",
+		nemesis.TMFromJMs:        "cut one TM from every JM; it still reaches the other TMs (the pool tells it the leader lives)",
 		nemesis.Delay:            "tc netem delay (50-200 ms, jitter) on every JM",
 		nemesis.Loss:             "tc netem loss (10-30%) on one JM",
 	}

@@ -25,6 +25,7 @@ const (
 	Bridge           Kind = "bridge"            // JM plane a - b - c: a and c cannot talk, b sees both
 	MajoritiesRing   Kind = "majorities-ring"   // all six nodes; each sees a different majority
 	TMsFromLeader    Kind = "tms-from-leader"   // every TM cut from the leader, JMs intact
+	TMFromJMs        Kind = "tm-from-jms"       // one TM cut from every JM; it still reaches the other TMs
 	Delay            Kind = "netem-delay"       // tc netem delay on every JM
 	Loss             Kind = "netem-loss"        // tc netem loss on one JM
 )
@@ -32,7 +33,7 @@ const (
 // AllKinds lists every fault kind, in matrix order.
 func AllKinds() []Kind {
 	return []Kind{KillJM, KillLeader, KillTM, KillMajority, PauseLeader, IsolateNode, IsolateLeader,
-		MajorityMinority, Bridge, MajoritiesRing, TMsFromLeader, Delay, Loss}
+		MajorityMinority, Bridge, MajoritiesRing, TMsFromLeader, TMFromJMs, Delay, Loss}
 }
 
 // Errors of the nemesis.

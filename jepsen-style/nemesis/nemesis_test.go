@@ -128,6 +128,24 @@ func TestResolve(t *testing.T) {
 	if got := a.AffectedTMs([]string{"jm1"}, []string{"tm1", "tm2"}); len(got) == 0 {
 		t.Fatalf("isolating %v affects no TM", a.Nodes())
 	}
+	a, _ = Resolve(Fault{Kind: TMFromJMs, Pick: 2}, view("jm1"))
+	if tm := a.Nodes(); len(tm) == 0 {
+		t.Fatalf("tm-from-jms cuts nobody: %v", a.Grudge)
+	}
+	for _, tm := range []string{"tm1", "tm2", "tm3"} {
+		cut := !a.Grudge.Visible(tm, "jm1")
+		if cut != (!a.Grudge.Visible(tm, "jm2")) || cut != (!a.Grudge.Visible(tm, "jm3")) {
+			t.Fatalf("tm-from-jms cuts %s from some JMs only: %v", tm, a.Grudge)
+		}
+		for _, other := range []string{"tm1", "tm2", "tm3", "cl"} {
+			if other != tm && !a.Grudge.Visible(tm, other) {
+				t.Fatalf("tm-from-jms cut %s from %s: %v", tm, other, a.Grudge)
+			}
+		}
+	}
+	if !a.Grudge.Visible("jm1", "jm2") {
+		t.Fatalf("tm-from-jms cut the JMs apart: %v", a.Grudge)
+	}
 	a, _ = Resolve(Fault{Kind: IsolateLeader}, view("jm1"))
 	if a.Grudge.Visible("jm1", "cl") || a.Grudge.Visible("tm3", "jm1") || !a.Grudge.Visible("jm2", "jm3") {
 		t.Fatalf("isolate-leader grudge = %v", a.Grudge)

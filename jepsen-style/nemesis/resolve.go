@@ -95,6 +95,8 @@ func Resolve(f Fault, v View) (Action, error) {
 			return a, err
 		}
 		a.Grudge = Partition([]string{l}, v.TMs)
+	case TMFromJMs:
+		a.Grudge = Partition([]string{pickOf(v.TMs)}, v.JMs)
 	case Delay:
 		a.Netem = map[string]Netem{}
 		d := Netem{DelayMs: 50 + rng.Intn(150), JitterMs: 10 + rng.Intn(40)}
