@@ -40,6 +40,12 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 		return nil, err
 	}
 	sc, _ := LookupScenario(cfg.Scenario)
+	if cfg.Duration < sc.MinDuration {
+		if cfg.Progress != nil {
+			cfg.Progress("scenario %s needs a fault phase of at least %s: running %s instead of %s", sc.Name, sc.MinDuration, sc.MinDuration, cfg.Duration)
+		}
+		cfg.Duration = sc.MinDuration
+	}
 	topo, err := netns.NewTopology(cfg.RunID)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/jmcluster/jmcluster/jepsen-style/nemesis"
 )
@@ -21,6 +22,8 @@ type Scenario struct {
 	Name        string
 	Kinds       []nemesis.Kind
 	Description string
+	// MinDuration: the fault phase is at least this long (a fault of fixed length must fit).
+	MinDuration time.Duration
 }
 
 // Scenarios is the fault matrix: one scenario per fault kind, plus "mixed" drawing from all.
@@ -38,15 +41,23 @@ func Scenarios() []Scenario {
 		nemesis.MajoritiesRing:   "all six nodes on a ring, each seeing a different majority",
 		nemesis.TMsFromLeader:    "cut every TM from the leader; the JMs stay connected",
 		nemesis.TMFromJMs:        "cut one TM from every JM; it still reaches the other TMs (the pool tells it the leader lives)",
+		nemesis.JMOutage:         "kill -9 every JM for 60 s, restart them all: tasks survive, zero restarts",
 		nemesis.Delay:            "tc netem delay (50-200 ms, jitter) on every JM",
 		nemesis.Loss:             "tc netem loss (10-30%) on one JM",
 	}
-	var out []Scenario
+	var out, mixed []Scenario
+	var mixedKinds []nemesis.Kind
 	for _, k := range nemesis.AllKinds() {
-		out = append(out, Scenario{Name: string(k), Kinds: []nemesis.Kind{k}, Description: desc[k]})
+		s := Scenario{Name: string(k), Kinds: []nemesis.Kind{k}, Description: desc[k]}
+		if l, fixed := nemesis.FixedLength(k); fixed {
+			s.MinDuration = l + 20*time.Second // the warmup, and room after the fault
+		} else {
+			mixedKinds = append(mixedKinds, k) // a minute-long fault would crowd out the rest
+		}
+		out = append(out, s)
 	}
-	out = append(out, Scenario{Name: "mixed", Kinds: nemesis.AllKinds(), Description: "every fault kind, one after another"})
-	return out
+	mixed = append(mixed, Scenario{Name: "mixed", Kinds: mixedKinds, Description: "every fault kind of variable length, one after another"})
+	return append(out, mixed...)
 }
 
 // ShortScenarios are the scenarios of `jepsen short` (and `make jepsen-short`).

@@ -26,6 +26,7 @@ const (
 	MajoritiesRing   Kind = "majorities-ring"   // all six nodes; each sees a different majority
 	TMsFromLeader    Kind = "tms-from-leader"   // every TM cut from the leader, JMs intact
 	TMFromJMs        Kind = "tm-from-jms"       // one TM cut from every JM; it still reaches the other TMs
+	JMOutage         Kind = "jm-outage"         // kill -9 every JM for JMOutageLength, restart them all
 	Delay            Kind = "netem-delay"       // tc netem delay on every JM
 	Loss             Kind = "netem-loss"        // tc netem loss on one JM
 )
@@ -33,7 +34,20 @@ const (
 // AllKinds lists every fault kind, in matrix order.
 func AllKinds() []Kind {
 	return []Kind{KillJM, KillLeader, KillTM, KillMajority, PauseLeader, IsolateNode, IsolateLeader,
-		MajorityMinority, Bridge, MajoritiesRing, TMsFromLeader, TMFromJMs, Delay, Loss}
+		MajorityMinority, Bridge, MajoritiesRing, TMsFromLeader, TMFromJMs, JMOutage, Delay, Loss}
+}
+
+// JMOutageLength is how long a jm-outage keeps every JobMaster down: long enough that every
+// TaskManager is past its fence timeout and must ask its pool (tasks are to survive it).
+const JMOutageLength = 60 * time.Second
+
+// fixedLength is the length of the faults whose length is not drawn from the schedule's range.
+var fixedLength = map[Kind]time.Duration{JMOutage: JMOutageLength}
+
+// FixedLength reports the fixed length of a fault kind, if it has one.
+func FixedLength(k Kind) (time.Duration, bool) {
+	d, ok := fixedLength[k]
+	return d, ok
 }
 
 // Errors of the nemesis.

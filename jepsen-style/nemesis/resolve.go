@@ -95,6 +95,8 @@ func Resolve(f Fault, v View) (Action, error) {
 			return a, err
 		}
 		a.Grudge = Partition([]string{l}, v.TMs)
+	case JMOutage:
+		a.Kill = append([]string(nil), v.JMs...)
 	case TMFromJMs:
 		a.Grudge = Partition([]string{pickOf(v.TMs)}, v.JMs)
 	case Delay:

@@ -55,6 +55,9 @@ func Generate(cfg ScheduleConfig) []Fault {
 	for at := cfg.Warmup; ; {
 		kind := cfg.Kinds[rng.Intn(len(cfg.Kinds))]
 		length := between(cfg.MinFault, cfg.MaxFault)
+		if l, ok := FixedLength(kind); ok {
+			length = l
+		}
 		pick := rng.Int63()
 		if at+length > cfg.Duration {
 			break
