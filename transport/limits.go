@@ -7,9 +7,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -44,13 +46,25 @@ func ServerOptions(limit int) []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit)}
 }
 
+// ReconnectMaxDelay bounds the reconnection backoff of every connection between jmcluster
+// processes.
+const ReconnectMaxDelay = time.Second
+
 // DialOptions bound what every call of a client connection sends and receives to limit (0: the
 // default), and turn gRPC's own refusals of an oversized message into MessageTooLargeError
 // naming whose limit it is (who — "TaskManager", "jmnode client", ... — or the server) and the
-// setting.
+// setting. Reconnection backs off to ReconnectMaxDelay at most.
 func DialOptions(limit int, who string) []grpc.DialOption {
 	l := sizeLimit{limit: MessageSize(limit), who: who}
 	return []grpc.DialOption{
+		// Reconnect within ReconnectMaxDelay of a peer coming back: gRPC's default backoff grows
+		// to two minutes, and a TaskManager whose connections backed off through a minute-long
+		// JobMaster outage reached the new leader only 11 s after it was established (calls on
+		// a connection in backoff fail at once without trying).
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: ReconnectMaxDelay},
+			MinConnectTimeout: 5 * time.Second,
+		}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(l.limit), grpc.MaxCallSendMsgSize(l.limit)),
 		grpc.WithChainUnaryInterceptor(l.unaryClient),
 		grpc.WithChainStreamInterceptor(l.streamClient),
