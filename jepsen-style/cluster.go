@@ -61,7 +61,11 @@ func NewCluster(topo *netns.Topology, jmnode, runDir string, env []string, repor
 		if strings.HasPrefix(n, "jm") {
 			node.Role, node.DataDir = proccluster.JobMaster, filepath.Join(dir, "data")
 			node.Addrs = proccluster.Addrs{Raft: addr(PortRaft), GRPC: addr(PortGRPC), HTTP: addr(PortHTTP), Gossip: addr(PortGossip)}
-			node.Flags = []string{"--report-deadline", reportDeadline.String(), "--fence-timeout", (reportDeadline / 2).String()}
+			// Every terminal job is kept for the run: the no-lost-submissions and linearizable
+			// checkers read each acknowledged job back at the end, and the default retention
+			// (100 terminal jobs) removed hundreds of them in a busy run, which they counted lost.
+			node.Flags = []string{"--report-deadline", reportDeadline.String(), "--fence-timeout", (reportDeadline / 2).String(),
+				"--retain-jobs", "1000000", "--retain-job-age", "24h"}
 		} else {
 			node.Role, node.Slots = proccluster.TaskManager, 6
 			node.Addrs = proccluster.Addrs{GRPC: addr(PortTMGRPC), Data: addr(PortTMData), Gossip: addr(PortGossip)}

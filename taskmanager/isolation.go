@@ -158,8 +158,38 @@ func (s *peerService) LeaderContact(_ context.Context, req *pb.LeaderContactRequ
 	return resp, nil
 }
 
-// poolCheck runs the rule once no leader has been reached for the fence timeout and no
-// JobMaster names a live leader. It returns "" to keep the tasks, or why they must stop. It
+// poolLoop applies the isolation rule on its own clock, every query interval: the leader's
+// redeploy delay counts on a check at least that often, so nothing else may hold it up (the
+// JobMaster questions of graceLoop wait up to an RPC timeout each when the JobMasters are cut
+// off by DROP; a pool check behind them came after the leader had redeployed: jepsen
+// tm-from-jms seed 1). It counts from the last heartbeat the leader answered, which calls from
+// the leader do not refresh: a TM whose heartbeats fail must not look in contact to its pool.
+func (tm *TaskManager) poolLoop(ctx context.Context) {
+	for {
+		tm.mu.Lock()
+		interval, _ := tm.poolTimingsLocked()
+		answered, contact := tm.pool.contactAt, tm.lastContact
+		f, grace := tm.fenceTimeoutLocked(), tm.leaderGraceLocked()
+		tm.mu.Unlock()
+		if !sleepCtx(ctx, interval) {
+			return
+		}
+		if answered.IsZero() || answered.After(contact) {
+			answered = contact
+		}
+		since := time.Since(answered)
+		if f <= 0 || since <= f || time.Since(contact) > grace {
+			continue // in contact, the rule off, or past the grace (graceLoop has cancelled)
+		}
+		if why := tm.poolCheck(ctx); why != "" {
+			if ts := tm.cancelAll(why); len(ts) > 0 {
+				tm.log.Error("FENCED: the pool shows no JobMaster outage; cancelling every task", "why", why, "tasks", len(ts), "since_heartbeat", since.Round(time.Millisecond))
+			}
+		}
+	}
+}
+
+// poolCheck runs the rule once no leader has answered a heartbeat for the fence timeout. It returns "" to keep the tasks, or why they must stop. It
 // decides only once contact is older than the fence timeout plus a heartbeat interval and a
 // query timeout (a member whose heartbeats were just out of phase with this TM's has then
 // passed the fence timeout too), and asks the pool at most once per query interval.

@@ -323,23 +323,10 @@ func (tm *TaskManager) graceLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		tm.mu.Lock()
-		contact, answered := tm.lastContact, tm.pool.contactAt
+		contact := tm.lastContact
 		f, grace := tm.fenceTimeoutLocked(), tm.leaderGraceLocked()
 		tm.mu.Unlock()
 		since := time.Since(contact)
-		if answered.IsZero() || answered.After(contact) {
-			answered = contact
-		}
-		// The pool rule counts from the last answered heartbeat, which calls from the leader
-		// do not refresh: a TM whose heartbeats fail must not look in contact to it.
-		if sinceAnswered := time.Since(answered); f > 0 && sinceAnswered > f && since <= f && sinceAnswered <= grace {
-			if why := tm.poolCheck(ctx); why != "" {
-				if ts := tm.cancelAll(why); len(ts) > 0 {
-					tm.log.Error("FENCED: the pool shows no JobMaster outage; cancelling every task", "why", why, "tasks", len(ts), "since_heartbeat", sinceAnswered)
-				}
-			}
-			continue
-		}
 		if f > 0 && since > f && since <= grace {
 			if leader := tm.cutOffFrom(ctx); leader != "" {
 				// Asking the JobMasters takes time; a leader may have reached this TM meanwhile
@@ -363,13 +350,8 @@ func (tm *TaskManager) graceLoop(ctx context.Context) {
 				}
 				continue
 			}
-			// No JobMaster names a live leader (or none answers): the pool tells a JobMaster
-			// outage, which tasks survive, from this TM's own isolation.
-			if why := tm.poolCheck(ctx); why != "" {
-				if ts := tm.cancelAll(why); len(ts) > 0 {
-					tm.log.Error("FENCED: the pool shows no JobMaster outage; cancelling every task", "why", why, "tasks", len(ts), "since_contact", since)
-				}
-			}
+			// No JobMaster names a live leader (or none answers): the pool rule (poolLoop)
+			// tells a JobMaster outage, which tasks survive, from this TM's own isolation.
 			continue
 		}
 		if since <= grace {

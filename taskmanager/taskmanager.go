@@ -170,6 +170,7 @@ func (tm *TaskManager) Start(ctx context.Context) error {
 	tm.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	tm.goLoop(tm.leaderLoop)
 	tm.goLoop(tm.graceLoop)
+	tm.goLoop(tm.poolLoop)
 	tm.goLoop(tm.reapLoop)
 	tm.log.Info("started", "grpc", tm.cfg.AdvertiseGRPC, "data", tm.cfg.AdvertiseData, "slots", tm.cfg.Slots)
 	return nil
