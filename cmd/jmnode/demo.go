@@ -11,6 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/jmcluster/jmcluster/examples"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/proccluster"
@@ -216,8 +219,14 @@ func (d *demo) run(ctx context.Context, jg *pb.JobGraph) error {
 	}
 	oc := d.client(old.Addrs.GRPC)
 	defer oc.cc.Close()
+	// A replica that has just restarted serves its own state, which it rebuilds by applying the
+	// log once the leader tells it the commit index: until then the job is unknown there, and
+	// the call is tried again.
 	if err := oc.call(20*time.Second, func(ctx context.Context) error {
 		r, err := oc.client().GetJob(ctx, &pb.GetJobRequest{JobId: jg.JobId})
+		if status.Code(err) == codes.NotFound {
+			return status.Errorf(codes.Unavailable, "%s has not applied the job yet: %v", old.Name, err)
+		}
 		if err == nil && r.Job.Status != pb.JobStatus_JOB_STATUS_RUNNING {
 			err = fmt.Errorf("job is %s on %s", graph.JobStatusName(r.Job.Status), old.Name)
 		}
