@@ -2,6 +2,7 @@ package jepsen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/internal/proccluster"
 	"github.com/jmcluster/jmcluster/jepsen-style/checker"
 	"github.com/jmcluster/jmcluster/jepsen-style/netns"
@@ -35,8 +37,30 @@ var (
 // and cmd/jmnode's process tests use too), each started inside its namespace through `ip netns
 // exec`, which execs jmnode so the pid is jmnode's own. It is the nemesis's Target.
 type Cluster struct {
-	topo  *netns.Topology
-	procs *proccluster.Cluster
+	topo   *netns.Topology
+	procs  *proccluster.Cluster
+	runDir string
+	// failpoints is the run's own setting, which a node's failpoints file adds to.
+	failpoints string
+	mounts     map[string]string // JM -> its data disk (tmpfs), when the scenario needs one
+}
+
+// ClusterOptions are the choices a scenario makes about the processes.
+type ClusterOptions struct {
+	// Failpoints is the run's JMNODE_FAILPOINTS ("" for a correct build).
+	Failpoints string
+	// DataDisk mounts a tmpfs of DataDiskSize as every JM's data directory, so a fault can
+	// fill it (disk-full).
+	DataDisk bool
+}
+
+// DataDiskSize is the size of a JM's tmpfs data disk: far more than a run writes, so it fills
+// only when a fault fills it.
+const DataDiskSize = "256m"
+
+// failpointsFile is where a node's JMNODE_FAILPOINTS_FILE lives.
+func failpointsFile(runDir string, topo *netns.Topology, node string) string {
+	return filepath.Join(NodeDir(runDir, topo, node), "failpoints")
 }
 
 // NodeDir is a node's directory; it is named after the node's namespace so every command line
@@ -45,14 +69,29 @@ func NodeDir(runDir string, topo *netns.Topology, node string) string {
 	return filepath.Join(runDir, topo.NS(node))
 }
 
-// NewCluster prepares (does not start) three JMs and three TMs.
-func NewCluster(topo *netns.Topology, jmnode, runDir string, env []string, reportDeadline time.Duration) (*Cluster, error) {
+// NewCluster prepares (does not start) the topology's JMs and TMs.
+// With opts.DataDisk the JMs' data disks are mounted here already: Close unmounts them.
+func NewCluster(topo *netns.Topology, jmnode, runDir string, opts ClusterOptions, reportDeadline time.Duration) (*Cluster, error) {
 	var nodes []proccluster.Node
-	for _, n := range append(JMs(), TMs()...) {
+	c := &Cluster{topo: topo, runDir: runDir, failpoints: opts.Failpoints, mounts: map[string]string{}}
+	for _, n := range append(topo.JMs(), topo.TMs()...) {
 		dir := NodeDir(runDir, topo, n)
 		work := filepath.Join(dir, "work")
 		if err := os.MkdirAll(work, 0o755); err != nil {
+			c.Close()
 			return nil, err
+		}
+		if opts.DataDisk && strings.HasPrefix(n, "jm") {
+			data := filepath.Join(dir, "data")
+			if err := mountDataDisk(data); err != nil {
+				c.Close()
+				return nil, err
+			}
+			c.mounts[n] = data
+		}
+		env := []string{"JMNODE_FAILPOINTS_FILE=" + failpointsFile(runDir, topo, n)}
+		if opts.Failpoints != "" {
+			env = append(env, failpoint.EnvVar+"="+opts.Failpoints)
 		}
 		ip := topo.IP(n)
 		addr := func(port int) string { return fmt.Sprintf("%s:%d", ip, port) }
@@ -78,9 +117,89 @@ func NewCluster(topo *netns.Topology, jmnode, runDir string, env []string, repor
 	}
 	procs, err := proccluster.New(jmnode, nodes)
 	if err != nil {
+		c.Close()
 		return nil, err
 	}
-	return &Cluster{topo: topo, procs: procs}, nil
+	c.procs = procs
+	return c, nil
+}
+
+func mountDataDisk(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+DataDiskSize+",mode=0755"); err != nil {
+		return fmt.Errorf("jepsen: mount a tmpfs data disk on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Close unmounts the JMs' data disks (after Stop: no process may still write to them).
+func (c *Cluster) Close() {
+	for _, dir := range c.mounts {
+		_ = syscall.Unmount(dir, syscall.MNT_DETACH)
+	}
+	c.mounts = map[string]string{}
+}
+
+// SetFailpoints gives a running node the run's failpoints plus extra ("" for the run's own);
+// the node reads its failpoints file within 100 ms.
+func (c *Cluster) SetFailpoints(node, extra string) error {
+	if _, ok := c.topo.Node(node); !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownNode, node)
+	}
+	path := failpointsFile(c.runDir, c.topo, node)
+	if extra == "" {
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+		return nil
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(extra+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// fillerName is the file that fills a JM's data disk.
+const fillerName = "disk-full.filler"
+
+// FillDisk writes a file into a JM's data disk until the disk has no byte left.
+func (c *Cluster) FillDisk(node string) error {
+	dir, ok := c.mounts[node]
+	if !ok {
+		return fmt.Errorf("jepsen: %s has no data disk of its own to fill (the scenario mounts none)", node)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, fillerName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for _, size := range []int{1 << 20, 4 << 10, 1} {
+		buf := make([]byte, size)
+		for {
+			if _, err := f.Write(buf); err != nil {
+				if errors.Is(err, syscall.ENOSPC) {
+					break
+				}
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// FreeDisk removes the filler from a JM's data disk (nothing when it has none).
+func (c *Cluster) FreeDisk(node string) error {
+	dir, ok := c.mounts[node]
+	if !ok {
+		return nil
+	}
+	if err := os.Remove(filepath.Join(dir, fillerName)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
 }
 
 // EventLogPath is where a TM writes its task event log.
@@ -88,11 +207,8 @@ func EventLogPath(runDir string, topo *netns.Topology, tm string) string {
 	return filepath.Join(NodeDir(runDir, topo, tm), "events.jsonl")
 }
 
-// JMs names the JobMasters; TMs the TaskManagers; ClientNode the client namespace.
+// JMs names the JobMasters of every run.
 func JMs() []string { return []string{"jm1", "jm2", "jm3"} }
-
-// TMs names the TaskManagers.
-func TMs() []string { return []string{"tm1", "tm2", "tm3"} }
 
 // ClientNode is the node the clients run from.
 const ClientNode = "cl"

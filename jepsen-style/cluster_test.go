@@ -17,7 +17,7 @@ func TestClusterCommandLines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewCluster(topo, "/opt/jmnode", t.TempDir(), []string{"JMNODE_FAILPOINTS=x"}, 10*time.Second)
+	c, err := NewCluster(topo, "/opt/jmnode", t.TempDir(), ClusterOptions{Failpoints: "early-gate"}, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,8 +30,11 @@ func TestClusterCommandLines(t *testing.T) {
 	}
 	for _, p := range c.procs.Procs() {
 		args := p.Args()
-		if want := []string{"ip", "netns", "exec", topo.NS(p.Name)}; !slices.Equal(p.Wrap, want) || p.Dir == "" || len(p.Env) != 1 {
+		if want := []string{"ip", "netns", "exec", topo.NS(p.Name)}; !slices.Equal(p.Wrap, want) || p.Dir == "" || len(p.Env) != 2 {
 			t.Fatalf("%s: wrap %v, dir %q, env %v", p.Name, p.Wrap, p.Dir, p.Env)
+		}
+		if !slices.Contains(p.Env, "JMNODE_FAILPOINTS=early-gate") || !slices.Contains(p.Env, "JMNODE_FAILPOINTS_FILE="+failpointsFile(c.runDir, topo, p.Name)) {
+			t.Fatalf("%s: env %v", p.Name, p.Env)
 		}
 		if !strings.Contains(strings.Join(args, " "), topo.Marker()) {
 			t.Fatalf("%s: no run marker in %v", p.Name, args)

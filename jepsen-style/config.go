@@ -106,10 +106,3 @@ func shortName(s string) string {
 	}
 	return s
 }
-
-func (c Config) env() []string {
-	if c.Failpoints == "" {
-		return nil
-	}
-	return []string{failpoint.EnvVar + "=" + c.Failpoints}
-}

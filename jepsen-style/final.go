@@ -123,7 +123,7 @@ func (r *run) waitRunning(ctx context.Context) {
 // sinkFiles reads every checksum document under the TMs' work dirs.
 func (r *run) sinkFiles() []checker.SinkFile {
 	var out []checker.SinkFile
-	for _, tm := range TMs() {
+	for _, tm := range r.topo.TMs() {
 		root := filepath.Join(NodeDir(r.dir, r.topo, tm), "work")
 		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".json") {
@@ -142,7 +142,7 @@ func (r *run) sinkFiles() []checker.SinkFile {
 func (r *run) events() ([]checker.TaskEvent, error) {
 	var all []checker.TaskEvent
 	var errs []string
-	for _, tm := range TMs() {
+	for _, tm := range r.topo.TMs() {
 		f, err := os.Open(EventLogPath(r.dir, r.topo, tm))
 		if err != nil {
 			errs = append(errs, err.Error())

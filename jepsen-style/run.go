@@ -46,7 +46,7 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 		}
 		cfg.Duration = sc.MinDuration
 	}
-	topo, err := netns.NewTopology(cfg.RunID)
+	topo, err := netns.NewTopologyWith(cfg.RunID, sc.tms())
 	if err != nil {
 		return nil, err
 	}
@@ -76,10 +76,11 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 func (r *run) execute(ctx context.Context) (*report.Report, error) {
 	p := r.cfg.Progress
 	var err error
-	r.cluster, err = NewCluster(r.topo, r.cfg.JMNode, r.dir, r.cfg.env(), r.cfg.ReportDeadline)
+	r.cluster, err = NewCluster(r.topo, r.cfg.JMNode, r.dir, ClusterOptions{Failpoints: r.cfg.Failpoints, DataDisk: r.scenario.needsDataDisk()}, r.cfg.ReportDeadline)
 	if err != nil {
 		return nil, err
 	}
+	defer r.cluster.Close()
 	r.exec = &nemesis.Executor{T: r.cluster, Dev: netns.NodeDevice}
 	r.exec.NetemAvailable = nemesis.ProbeNetem(ctx, r.cluster, ClientNode, netns.NodeDevice)
 	if !r.exec.NetemAvailable && needsDelay(r.scenario) {
@@ -95,14 +96,14 @@ func (r *run) execute(ctx context.Context) (*report.Report, error) {
 		p("nemesis: %v; %s runs without delay faults", nemesis.ErrNetemUnavailable, r.scenario.Name)
 		r.scenario.Kinds = kinds
 	}
-	if err := r.exec.Prepare(ctx, append(append(JMs(), TMs()...), ClientNode)); err != nil {
+	if err := r.exec.Prepare(ctx, append(append(JMs(), r.topo.TMs()...), ClientNode)); err != nil {
 		return nil, err
 	}
 	defer r.cluster.Stop(5 * time.Second)
 	if err := r.cluster.Start(); err != nil {
 		return nil, err
 	}
-	p("cluster: 3 JMs and 3 TMs started (logs in %s/<node>.log)", r.dir)
+	p("cluster: %d JMs and %d TMs started (logs in %s/<node>.log)", len(JMs()), len(r.topo.TMs()), r.dir)
 
 	addrs := map[string]string{}
 	for _, n := range JMs() {
@@ -127,7 +128,7 @@ func needsDelay(s Scenario) bool {
 	return false
 }
 
-// waitReady waits for a leader and three TMs, submits the streaming job and waits for RUNNING.
+// waitReady waits for a leader and every TM, submits the streaming job and waits for RUNNING.
 func (r *run) waitReady(ctx context.Context) error {
 	p := r.cfg.Progress
 	mon := client.NewMonitor(r.pool, "", 0, nil)
@@ -145,7 +146,7 @@ func (r *run) waitReady(ctx context.Context) error {
 						tms++
 					}
 				}
-				if tms >= len(TMs()) && !st.GetReconciling() {
+				if tms >= len(r.topo.TMs()) && !st.GetReconciling() {
 					p("cluster: leader %s, %d TMs", leader, tms)
 					break
 				}
@@ -211,7 +212,7 @@ func (r *run) workload(ctx context.Context) (*report.Report, error) {
 	go func() { defer genWG.Done(); gen.Run(genCtx) }()
 
 	r.nemesis(ctx, schedule, r.rep.Start)
-	if err := r.exec.HealAll(context.Background(), append(append(JMs(), TMs()...), ClientNode), append(JMs(), TMs()...)); err != nil {
+	if err := r.exec.HealAll(context.Background(), append(append(JMs(), r.topo.TMs()...), ClientNode), append(JMs(), r.topo.TMs()...)); err != nil {
 		p("heal-all: %v", err)
 	}
 	r.rep.HealAt = time.Now()
@@ -234,13 +235,13 @@ func (r *run) nemesis(ctx context.Context, schedule []nemesis.Fault, start time.
 		if !r.sleep(ctx, time.Until(start.Add(f.At))) {
 			return
 		}
-		view := nemesis.View{JMs: JMs(), TMs: TMs(), Client: ClientNode, Leader: r.leader(ctx)}
+		view := nemesis.View{JMs: JMs(), TMs: r.topo.TMs(), Client: ClientNode, Leader: r.leader(ctx)}
 		fr := report.FaultRecord{Index: f.Index, Kind: string(f.Kind), Start: time.Now(), Leader: view.Leader}
 		a, err := nemesis.Resolve(f, view)
 		if err == nil {
 			err = r.exec.Apply(ctx, a)
 		}
-		fr.Nodes, fr.AffectedTMs = a.Nodes(), a.AffectedTMs(JMs(), TMs())
+		fr.Nodes, fr.AffectedTMs = a.Nodes(), a.AffectedTMs(JMs(), r.topo.TMs())
 		fr.Detail = describe(a)
 		if err != nil {
 			fr.Error = err.Error()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/jepsen-style/nemesis"
+	"github.com/jmcluster/jmcluster/jepsen-style/netns"
 )
 
 // ErrUnknownScenario is returned for a scenario name not in the matrix.
@@ -24,7 +25,29 @@ type Scenario struct {
 	Description string
 	// MinDuration: the fault phase is at least this long (a fault of fixed length must fit).
 	MinDuration time.Duration
+	// TMs is the number of TaskManagers (0: netns.DefaultTMs).
+	TMs int
 }
+
+func (s Scenario) tms() int {
+	if s.TMs > 0 {
+		return s.TMs
+	}
+	return netns.DefaultTMs
+}
+
+// needsDataDisk: a kind of the scenario fills a JM's disk, so each JM gets one of its own.
+func (s Scenario) needsDataDisk() bool {
+	for _, k := range s.Kinds {
+		if nemesis.NeedsTmpfs(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// scenarioTMs: the kinds whose scenario runs with more TaskManagers than the default.
+var scenarioTMs = map[nemesis.Kind]int{nemesis.TMMajorityCut: 5}
 
 // Scenarios is the fault matrix: one scenario per fault kind, plus "mixed" drawing from all.
 func Scenarios() []Scenario {
@@ -42,17 +65,23 @@ func Scenarios() []Scenario {
 		nemesis.TMsFromLeader:    "cut every TM from the leader; the JMs stay connected",
 		nemesis.TMFromJMs:        "cut one TM from every JM; it still reaches the other TMs (the pool tells it the leader lives)",
 		nemesis.JMOutage:         "kill -9 every JM for 60 s, restart them all: tasks survive, zero restarts",
+		nemesis.TMMajorityCut:    "five TMs: three of them, each cut from every JM and every other TM for 30 s; the leader (heartbeats from a minority of the pool) must not redeploy their attempts, and they stop them",
+		nemesis.StallLeader:      "SIGSTOP the leader for 2, 5 and 15 s in turn (the last longer than the TM heartbeat timeout): no TM lost, zero restarts",
+		nemesis.FlapLeader:       "kill -9 the leader every 4-5 s, restarting each: more than ten leader kills a minute, zero restarts",
+		nemesis.SlowDisk:         "every Raft log, stable-store and snapshot write of the leader delayed 50-500 ms for 10-15 s (a slow disk)",
+		nemesis.DiskFull:         "the leader's data disk (a tmpfs of its own) filled to the last byte, freed 8-12 s later: errors, never a false acknowledgement",
 		nemesis.Delay:            "tc netem delay (50-200 ms, jitter) on every JM",
 		nemesis.Loss:             "tc netem loss (10-30%) on one JM",
 	}
 	var out, mixed []Scenario
 	var mixedKinds []nemesis.Kind
 	for _, k := range nemesis.AllKinds() {
-		s := Scenario{Name: string(k), Kinds: []nemesis.Kind{k}, Description: desc[k]}
+		s := Scenario{Name: string(k), Kinds: []nemesis.Kind{k}, Description: desc[k], TMs: scenarioTMs[k]}
 		if l, fixed := nemesis.FixedLength(k); fixed {
 			s.MinDuration = l + 20*time.Second // the warmup, and room after the fault
-		} else {
-			mixedKinds = append(mixedKinds, k) // a minute-long fault would crowd out the rest
+		} else if k != nemesis.FlapLeader {
+			// A minute-long fault would crowd out the rest; flap-leader is kill-leader again.
+			mixedKinds = append(mixedKinds, k)
 		}
 		out = append(out, s)
 	}

@@ -5,15 +5,27 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 )
 
-// setFailpoints sets this process's failpoints from JMNODE_FAILPOINTS, once, at start-up. An
-// unknown name or a retired JMNODE_UNSAFE_* variable stops the process.
+// failpointsFileEnv names a file whose failpoint terms are added to JMNODE_FAILPOINTS' while
+// the process runs: the fault suite writes it to give a running JobMaster a slow disk and
+// empties it to heal. The file is read every failpointsFilePoll; a file that does not parse is
+// logged and ignored (the setting before it stays).
+const (
+	failpointsFileEnv  = "JMNODE_FAILPOINTS_FILE"
+	failpointsFilePoll = 100 * time.Millisecond
+)
+
+// setFailpoints sets this process's failpoints from JMNODE_FAILPOINTS at start-up, and from
+// then on follows JMNODE_FAILPOINTS_FILE when it is set. An unknown name or a retired
+// JMNODE_UNSAFE_* variable stops the process.
 func setFailpoints(log hclog.Logger) error {
 	spec, err := failpoint.FromEnv(os.Environ())
 	if err != nil {
@@ -22,7 +34,36 @@ func setFailpoints(log hclog.Logger) error {
 	if spec != "" {
 		log.Warn("failpoints set: this process is broken on purpose; never in production", "failpoints", spec)
 	}
+	if path := os.Getenv(failpointsFileEnv); path != "" {
+		log.Warn("failpoints follow a file: this process may be broken on purpose at any time; never in production", "file", path)
+		go followFailpointsFile(log, path, spec)
+	}
 	return nil
+}
+
+// followFailpointsFile makes base plus the file's terms the setting whenever the file changes.
+func followFailpointsFile(log hclog.Logger, path, base string) {
+	last := ""
+	for range time.Tick(failpointsFilePoll) {
+		b, err := os.ReadFile(path)
+		if err != nil && !os.IsNotExist(err) {
+			continue
+		}
+		extra := strings.TrimSpace(string(b))
+		if extra == last {
+			continue
+		}
+		last = extra
+		spec := base
+		if extra != "" {
+			spec = strings.Trim(base+","+extra, ",")
+		}
+		if err := failpoint.Configure(spec); err != nil {
+			log.Error("failpoints file does not parse; the setting is unchanged", "file", path, "error", err)
+			continue
+		}
+		log.Warn("failpoints changed by file", "file", path, "failpoints", failpoint.Current())
+	}
 }
 
 func runFailpoints(args []string) error {

@@ -21,6 +21,22 @@ type Target interface {
 	Exec(ctx context.Context, node, name string, args ...string) (string, error)
 }
 
+// FailpointSetter is implemented by targets that can change a running JM's failpoints (a slow
+// disk): extra is added to the run's own failpoints; "" returns to them.
+type FailpointSetter interface {
+	SetFailpoints(node, extra string) error
+}
+
+// DiskFiller is implemented by targets whose JMs keep their data on a disk of their own that can
+// be filled (FillDisk) and freed again (FreeDisk).
+type DiskFiller interface {
+	FillDisk(node string) error
+	FreeDisk(node string) error
+}
+
+// ErrUnsupportedFault: the target lacks what a fault kind needs.
+var ErrUnsupportedFault = errors.New("nemesis: the target cannot inject this fault")
+
 // Executor applies and heals resolved faults on a Target.
 type Executor struct {
 	T   Target
@@ -60,6 +76,28 @@ func (e *Executor) Apply(ctx context.Context, a Action) error {
 	for _, n := range sortedNetem(a.Netem) {
 		if err := e.applyNetem(ctx, n, a.Netem[n]); err != nil {
 			return err
+		}
+	}
+	if len(a.Failpoints) > 0 {
+		fs, ok := e.T.(FailpointSetter)
+		if !ok {
+			return fmt.Errorf("%w: failpoints", ErrUnsupportedFault)
+		}
+		for _, n := range sortedKeysOf(a.Failpoints) {
+			if err := fs.SetFailpoints(n, a.Failpoints[n]); err != nil {
+				return err
+			}
+		}
+	}
+	if len(a.FillDisk) > 0 {
+		df, ok := e.T.(DiskFiller)
+		if !ok {
+			return fmt.Errorf("%w: fill a disk", ErrUnsupportedFault)
+		}
+		for _, n := range a.FillDisk {
+			if err := df.FillDisk(n); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -109,7 +147,19 @@ func (e *Executor) Heal(ctx context.Context, a Action) error {
 	for _, n := range a.Nodes() {
 		errs = append(errs, e.clearNet(ctx, n))
 	}
-	for _, n := range append(append([]string(nil), a.Pause...), a.Kill...) {
+	if fs, ok := e.T.(FailpointSetter); ok {
+		for _, n := range sortedKeysOf(a.Failpoints) {
+			errs = append(errs, fs.SetFailpoints(n, ""))
+		}
+	}
+	if df, ok := e.T.(DiskFiller); ok {
+		for _, n := range a.FillDisk {
+			errs = append(errs, df.FreeDisk(n))
+		}
+	}
+	// A JM whose disk filled may have ended itself (a failed write of its term is fatal to
+	// hashicorp/raft): it is restarted like a killed one.
+	for _, n := range append(append(append([]string(nil), a.Pause...), a.Kill...), a.FillDisk...) {
 		errs = append(errs, e.T.Revive(ctx, n))
 	}
 	return errors.Join(errs...)
@@ -120,6 +170,16 @@ func (e *Executor) HealAll(ctx context.Context, netNodes, processNodes []string)
 	var errs []error
 	for _, n := range netNodes {
 		errs = append(errs, e.clearNet(ctx, n))
+	}
+	fs, _ := e.T.(FailpointSetter)
+	df, _ := e.T.(DiskFiller)
+	for _, n := range processNodes {
+		if fs != nil {
+			errs = append(errs, fs.SetFailpoints(n, ""))
+		}
+		if df != nil {
+			errs = append(errs, df.FreeDisk(n))
+		}
 	}
 	for _, n := range processNodes {
 		errs = append(errs, e.T.Revive(ctx, n))
@@ -160,6 +220,14 @@ func sortedNetem(m map[string]Netem) []string {
 }
 
 func sortedRules(m map[string][][]string) []string {
+	set := map[string]bool{}
+	for k := range m {
+		set[k] = true
+	}
+	return sortedKeys(set)
+}
+
+func sortedKeysOf[V any](m map[string]V) []string {
 	set := map[string]bool{}
 	for k := range m {
 		set[k] = true

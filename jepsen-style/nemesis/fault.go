@@ -27,6 +27,11 @@ const (
 	TMsFromLeader    Kind = "tms-from-leader"   // every TM cut from the leader, JMs intact
 	TMFromJMs        Kind = "tm-from-jms"       // one TM cut from every JM; it still reaches the other TMs
 	JMOutage         Kind = "jm-outage"         // kill -9 every JM for JMOutageLength, restart them all
+	TMMajorityCut    Kind = "tm-majority-cut"   // a strict majority of the TMs, each cut from every JM and TM
+	StallLeader      Kind = "stall-leader"      // SIGSTOP the leader for 2, 5 and 15 s in turn
+	FlapLeader       Kind = "flap-leader"       // kill -9 the leader every few seconds: ten kills a minute
+	SlowDisk         Kind = "slow-disk"         // every Raft write of the leader delayed 50-500 ms
+	DiskFull         Kind = "disk-full"         // the leader's data disk (a tmpfs) filled to the last byte
 	Delay            Kind = "netem-delay"       // tc netem delay on every JM
 	Loss             Kind = "netem-loss"        // tc netem loss on one JM
 )
@@ -34,21 +39,53 @@ const (
 // AllKinds lists every fault kind, in matrix order.
 func AllKinds() []Kind {
 	return []Kind{KillJM, KillLeader, KillTM, KillMajority, PauseLeader, IsolateNode, IsolateLeader,
-		MajorityMinority, Bridge, MajoritiesRing, TMsFromLeader, TMFromJMs, JMOutage, Delay, Loss}
+		MajorityMinority, Bridge, MajoritiesRing, TMsFromLeader, TMFromJMs, JMOutage, TMMajorityCut,
+		StallLeader, FlapLeader, SlowDisk, DiskFull, Delay, Loss}
 }
 
 // JMOutageLength is how long a jm-outage keeps every JobMaster down: long enough that every
 // TaskManager is past its fence timeout and must ask its pool (tasks are to survive it).
 const JMOutageLength = 60 * time.Second
 
+// TMMajorityCutLength is how long a tm-majority-cut lasts: well past the TMs' fence timeout
+// and pool query, so the cut TMs must decide, and short of the leader grace, so the leader
+// (heartbeats from a minority of the pool) must not redeploy their attempts meanwhile.
+const TMMajorityCutLength = 30 * time.Second
+
+// StallLengths are the lengths of a stall-leader's faults, in turn: shorter than an election,
+// about an election, and longer than the JMs' TM heartbeat timeout.
+var StallLengths = []time.Duration{2 * time.Second, 5 * time.Second, 15 * time.Second}
+
 // fixedLength is the length of the faults whose length is not drawn from the schedule's range.
-var fixedLength = map[Kind]time.Duration{JMOutage: JMOutageLength}
+var fixedLength = map[Kind]time.Duration{JMOutage: JMOutageLength, TMMajorityCut: TMMajorityCutLength}
 
 // FixedLength reports the fixed length of a fault kind, if it has one.
 func FixedLength(k Kind) (time.Duration, bool) {
 	d, ok := fixedLength[k]
 	return d, ok
 }
+
+// Timing is the range a kind's fault lengths and the healthy gaps after them are drawn from,
+// where a kind needs other than the schedule's.
+type Timing struct{ MinFault, MaxFault, MinGap, MaxGap time.Duration }
+
+// timings: flap-leader kills a leader every 4-5 s (over ten a minute: each kill lasts until the
+// killed JM is restarted, and the gap leaves room for the next election); a slow disk lasts long
+// enough for many commits.
+var timings = map[Kind]Timing{
+	FlapLeader: {MinFault: 2 * time.Second, MaxFault: 2500 * time.Millisecond, MinGap: 2 * time.Second, MaxGap: 2500 * time.Millisecond},
+	SlowDisk:   {MinFault: 10 * time.Second, MaxFault: 15 * time.Second},
+	DiskFull:   {MinFault: 8 * time.Second, MaxFault: 12 * time.Second},
+}
+
+// KindTiming reports the timing of a kind that has its own.
+func KindTiming(k Kind) (Timing, bool) {
+	t, ok := timings[k]
+	return t, ok
+}
+
+// NeedsTmpfs reports whether a kind needs every JM's data directory on a tmpfs of its own.
+func NeedsTmpfs(k Kind) bool { return k == DiskFull }
 
 // Errors of the nemesis.
 var (
@@ -95,6 +132,11 @@ type Action struct {
 	Pause  []string         `json:"pause,omitempty"`
 	Grudge Grudge           `json:"grudge,omitempty"`
 	Netem  map[string]Netem `json:"netem,omitempty"`
+	// Failpoints maps a JM to the failpoint terms it runs with during the fault (on top of the
+	// run's own): a slow disk.
+	Failpoints map[string]string `json:"failpoints,omitempty"`
+	// FillDisk lists the JMs whose data disk is filled.
+	FillDisk []string `json:"fill_disk,omitempty"`
 	// Leader is the leader when the fault was resolved ("" when none was found).
 	Leader string `json:"leader,omitempty"`
 }
@@ -115,6 +157,12 @@ func (a Action) Nodes() []string {
 		}
 	}
 	for n := range a.Netem {
+		set[n] = true
+	}
+	for n := range a.Failpoints {
+		set[n] = true
+	}
+	for _, n := range a.FillDisk {
 		set[n] = true
 	}
 	return sortedKeys(set)

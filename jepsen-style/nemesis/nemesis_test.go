@@ -11,7 +11,15 @@ import (
 )
 
 func TestGenerateIsDeterministicPerSeed(t *testing.T) {
-	cfg := ScheduleConfig{Kinds: AllKinds(), Seed: 7, Duration: 120 * time.Second, Warmup: 5 * time.Second}
+	var kinds []Kind
+	for _, k := range AllKinds() {
+		_, fixed := FixedLength(k)
+		_, own := KindTiming(k)
+		if !fixed && !own && k != StallLeader {
+			kinds = append(kinds, k)
+		}
+	}
+	cfg := ScheduleConfig{Kinds: kinds, Seed: 7, Duration: 120 * time.Second, Warmup: 5 * time.Second}
 	a, b := Generate(cfg), Generate(cfg)
 	if !reflect.DeepEqual(a, b) {
 		t.Fatalf("same seed, different schedules:\n%v\n%v", a, b)
@@ -29,6 +37,113 @@ func TestGenerateIsDeterministicPerSeed(t *testing.T) {
 			t.Fatalf("fault out of bounds or overlapping: %+v (previous end %s)", f, prevEnd)
 		}
 		prevEnd = f.End()
+	}
+}
+
+// TestStallLeaderLengths: a stall-leader schedule stalls for 2, 5 and 15 s in turn, all three
+// within the default minute.
+func TestStallLeaderLengths(t *testing.T) {
+	for seed := int64(1); seed <= 5; seed++ {
+		got := Generate(ScheduleConfig{Kinds: []Kind{StallLeader}, Seed: seed, Duration: 60 * time.Second, Warmup: 5 * time.Second})
+		if len(got) < len(StallLengths) {
+			t.Fatalf("seed %d: %d stalls in a minute: %+v", seed, len(got), got)
+		}
+		for i, f := range got {
+			if f.Length != StallLengths[i%len(StallLengths)] {
+				t.Fatalf("seed %d: stall %d lasts %s, want %s", seed, i, f.Length, StallLengths[i%len(StallLengths)])
+			}
+		}
+	}
+}
+
+// TestFlapLeaderKillsTenTimesAMinute: flap-leader's faults are short and close together.
+func TestFlapLeaderKillsTenTimesAMinute(t *testing.T) {
+	for seed := int64(1); seed <= 5; seed++ {
+		got := Generate(ScheduleConfig{Kinds: []Kind{FlapLeader}, Seed: seed, Duration: 60 * time.Second, Warmup: 5 * time.Second})
+		if len(got) < 10 {
+			t.Fatalf("seed %d: %d leader kills in a minute", seed, len(got))
+		}
+		for i := 1; i < len(got); i++ {
+			if gap := got[i].At - got[i-1].End(); gap < 2*time.Second {
+				t.Fatalf("seed %d: %s between kills %d and %d leaves no room for an election", seed, gap, i-1, i)
+			}
+		}
+	}
+}
+
+// TestTMMajorityCut: with five TMs, three are cut, each from every JM and every other TM; the
+// client and the two others keep their links.
+func TestTMMajorityCut(t *testing.T) {
+	v := View{JMs: []string{"jm1", "jm2", "jm3"}, TMs: []string{"tm1", "tm2", "tm3", "tm4", "tm5"}, Client: "cl", Leader: "jm1"}
+	for pick := int64(0); pick < 20; pick++ {
+		a, err := Resolve(Fault{Kind: TMMajorityCut, Pick: pick}, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cut []string
+		for _, tm := range v.TMs {
+			if !a.Grudge.Visible(tm, "jm1") {
+				cut = append(cut, tm)
+			}
+		}
+		if len(cut) != 3 {
+			t.Fatalf("pick %d: cut %v, want three of five", pick, cut)
+		}
+		for _, tm := range cut {
+			for _, n := range v.cluster() {
+				if n != tm && (a.Grudge.Visible(tm, n) || a.Grudge.Visible(n, tm)) {
+					t.Fatalf("pick %d: %s still linked to %s", pick, tm, n)
+				}
+			}
+			if !a.Grudge.Visible(tm, "cl") {
+				t.Fatalf("pick %d: %s cut from the client", pick, tm)
+			}
+		}
+		// Every TM is affected: the two left lose their links to the three cut.
+		if got := a.AffectedTMs(v.JMs, v.TMs); !reflect.DeepEqual(got, v.TMs) {
+			t.Fatalf("pick %d: affected %v, want every TM", pick, got)
+		}
+	}
+}
+
+// TestSlowDiskAndDiskFullAimAtTheLeader: both touch the leader only, through the target's
+// failpoints and its data disk, and heal both.
+func TestSlowDiskAndDiskFullAimAtTheLeader(t *testing.T) {
+	a, err := Resolve(Fault{Kind: SlowDisk, Pick: 5}, view("jm2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, ok := a.Failpoints["jm2"]
+	if len(a.Failpoints) != 1 || !ok || !strings.HasPrefix(spec, "pause(disk-write)=") {
+		t.Fatalf("slow-disk = %+v", a)
+	}
+	d, err := time.ParseDuration(strings.TrimSuffix(strings.TrimPrefix(spec, "pause(disk-write)="), ""))
+	if err != nil || d < 50*time.Millisecond || d > 500*time.Millisecond {
+		t.Fatalf("slow-disk delay %q (%v)", spec, err)
+	}
+	b, err := Resolve(Fault{Kind: DiskFull, Pick: 5}, view("jm3"))
+	if err != nil || !reflect.DeepEqual(b.FillDisk, []string{"jm3"}) {
+		t.Fatalf("disk-full = %+v (%v)", b, err)
+	}
+	ft := &fakeTarget{}
+	e := &Executor{T: ft}
+	for _, act := range []Action{a, b} {
+		if err := e.Apply(context.Background(), act); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Heal(context.Background(), act); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"failpoints jm2 " + spec, "failpoints jm2 ", "fill jm3", "free jm3", "revive jm3"}
+	var got []string
+	for _, c := range ft.calls {
+		if !strings.Contains(c, ": ") {
+			got = append(got, c)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("calls %v, want %v", got, want)
 	}
 }
 
@@ -110,11 +225,12 @@ func TestResolve(t *testing.T) {
 		}
 		jmOnly := len(a.AffectedTMs(view("").JMs, view("").TMs)) == 0
 		switch k {
-		case KillLeader, PauseLeader, IsolateLeader, MajorityMinority, Bridge, KillMajority, KillJM, Delay, Loss:
+		case KillLeader, PauseLeader, IsolateLeader, MajorityMinority, Bridge, KillMajority, KillJM, Delay, Loss,
+			StallLeader, FlapLeader, SlowDisk, DiskFull, JMOutage:
 			if !jmOnly {
 				t.Fatalf("%s should touch only JMs: %v", k, a.Nodes())
 			}
-		case KillTM, MajoritiesRing, TMsFromLeader:
+		case KillTM, MajoritiesRing, TMsFromLeader, TMMajorityCut, TMFromJMs:
 			if jmOnly {
 				t.Fatalf("%s should touch TMs: %v", k, a.Nodes())
 			}
@@ -209,3 +325,12 @@ func TestExecutorApplyAndHeal(t *testing.T) {
 		}
 	}
 }
+
+func (f *fakeTarget) SetFailpoints(n, extra string) error {
+	f.calls = append(f.calls, "failpoints "+n+" "+extra)
+	return nil
+}
+
+func (f *fakeTarget) FillDisk(n string) error { f.calls = append(f.calls, "fill "+n); return nil }
+
+func (f *fakeTarget) FreeDisk(n string) error { f.calls = append(f.calls, "free "+n); return nil }

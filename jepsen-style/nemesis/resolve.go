@@ -97,6 +97,39 @@ func Resolve(f Fault, v View) (Action, error) {
 		a.Grudge = Partition([]string{l}, v.TMs)
 	case JMOutage:
 		a.Kill = append([]string(nil), v.JMs...)
+	case TMMajorityCut:
+		cut := shuffled(rng, v.TMs)[:len(v.TMs)/2+1]
+		sort.Strings(cut)
+		a.Grudge = Grudge{}
+		for _, tm := range cut {
+			for _, n := range v.cluster() {
+				a.Grudge.cut(tm, n)
+			}
+		}
+	case StallLeader:
+		l, err := needLeader()
+		if err != nil {
+			return a, err
+		}
+		a.Pause = []string{l}
+	case FlapLeader:
+		l, err := needLeader()
+		if err != nil {
+			return a, err
+		}
+		a.Kill = []string{l}
+	case SlowDisk:
+		l, err := needLeader()
+		if err != nil {
+			return a, err
+		}
+		a.Failpoints = map[string]string{l: fmt.Sprintf("pause(disk-write)=%dms", 50+rng.Intn(451))}
+	case DiskFull:
+		l, err := needLeader()
+		if err != nil {
+			return a, err
+		}
+		a.FillDisk = []string{l}
 	case TMFromJMs:
 		a.Grudge = Partition([]string{pickOf(v.TMs)}, v.JMs)
 	case Delay:

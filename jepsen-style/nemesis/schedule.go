@@ -52,18 +52,35 @@ func Generate(cfg ScheduleConfig) []Fault {
 		return lo + time.Duration(rng.Int63n(int64(hi-lo)))
 	}
 	var out []Fault
+	stalls := 0
 	for at := cfg.Warmup; ; {
 		kind := cfg.Kinds[rng.Intn(len(cfg.Kinds))]
-		length := between(cfg.MinFault, cfg.MaxFault)
+		minF, maxF, minG, maxG := cfg.MinFault, cfg.MaxFault, cfg.MinGap, cfg.MaxGap
+		if t, ok := KindTiming(kind); ok {
+			minF, maxF = or(t.MinFault, minF), or(t.MaxFault, maxF)
+			minG, maxG = or(t.MinGap, minG), or(t.MaxGap, maxG)
+		}
+		length := between(minF, maxF)
 		if l, ok := FixedLength(kind); ok {
 			length = l
+		}
+		if kind == StallLeader {
+			length = StallLengths[stalls%len(StallLengths)]
+			stalls++
 		}
 		pick := rng.Int63()
 		if at+length > cfg.Duration {
 			break
 		}
 		out = append(out, Fault{Index: len(out), Kind: kind, At: at, Length: length, Pick: pick})
-		at += length + between(cfg.MinGap, cfg.MaxGap)
+		at += length + between(minG, maxG)
 	}
 	return out
+}
+
+func or(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
 }

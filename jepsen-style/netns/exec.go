@@ -103,12 +103,32 @@ func Clean(ctx context.Context, runID string) error {
 	for _, pid := range MarkedPIDs(marker) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	// Data disks (tmpfs) of the run's JMs, mounted at a path carrying the marker.
+	for _, mp := range MarkedMounts(marker) {
+		keep(syscall.Unmount(mp, syscall.MNT_DETACH))
+	}
 	// Namespaces are deleted last so no process is left holding one anonymously.
 	for i := len(owned) - 1; i >= 0; i-- {
 		_, err := IP(ctx, "netns", "del", owned[i])
 		keep(err)
 	}
 	return first
+}
+
+// MarkedMounts returns the mount points holding a path element that starts with marker.
+func MarkedMounts(marker string) []string {
+	raw, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 1 && strings.Contains(f[1], "/"+marker) {
+			out = append(out, f[1])
+		}
+	}
+	return out
 }
 
 // MarkedPIDs returns the pids (never this process's) whose command line holds an argument

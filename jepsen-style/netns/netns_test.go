@@ -1,6 +1,7 @@
 package netns
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -89,5 +90,24 @@ func TestCmdlineHasMarker(t *testing.T) {
 	}
 	if CmdlineHasMarker(line("x", "/w/jmc-r2-jm1/data"), "jmc-r1-") {
 		t.Fatal("marker of another run matched")
+	}
+}
+
+// TestTopologyWithFiveTMs: a scenario may ask for more TaskManagers; they get the next hosts.
+func TestTopologyWithFiveTMs(t *testing.T) {
+	topo, err := NewTopologyWith("t5", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := topo.TMs(); len(got) != 5 || got[4] != "tm5" || topo.IP("tm5") != "10.77.0.25" {
+		t.Fatalf("TMs %v, tm5 at %s", got, topo.IP("tm5"))
+	}
+	if got := topo.JMs(); len(got) != 3 {
+		t.Fatalf("JMs %v", got)
+	}
+	for _, n := range []int{0, MaxTMs + 1} {
+		if _, err := NewTopologyWith("t5", n); !errors.Is(err, ErrBadTMCount) {
+			t.Fatalf("%d TMs: %v", n, err)
+		}
 	}
 }

@@ -39,14 +39,25 @@ type Node struct {
 // IP returns the node's address.
 func (n Node) IP() string { return fmt.Sprintf("10.77.0.%d", n.Host) }
 
-// DefaultNodes is the topology of every run: three JobMasters (.11-.13), three TaskManagers
+// DefaultTMs is the number of TaskManagers of a run unless its scenario asks for more;
+// MaxTMs the most a topology has (hosts .21-.29).
+const (
+	DefaultTMs = 3
+	MaxTMs     = 9
+)
+
+// DefaultNodes is the topology of most runs: three JobMasters (.11-.13), three TaskManagers
 // (.21-.23) and the client namespace (.2).
-func DefaultNodes() []Node {
-	return []Node{
-		{Name: "jm1", Host: 11}, {Name: "jm2", Host: 12}, {Name: "jm3", Host: 13},
-		{Name: "tm1", Host: 21}, {Name: "tm2", Host: 22}, {Name: "tm3", Host: 23},
-		{Name: "cl", Host: 2},
+func DefaultNodes() []Node { return NodesWith(DefaultTMs) }
+
+// NodesWith is the topology with tms TaskManagers (tm1 .21, tm2 .22, ...), the three
+// JobMasters and the client namespace.
+func NodesWith(tms int) []Node {
+	out := []Node{{Name: "jm1", Host: 11}, {Name: "jm2", Host: 12}, {Name: "jm3", Host: 13}}
+	for i := 1; i <= tms; i++ {
+		out = append(out, Node{Name: fmt.Sprintf("tm%d", i), Host: 20 + i})
 	}
+	return append(out, Node{Name: "cl", Host: 2})
 }
 
 // Topology names the namespaces of one run.
@@ -55,12 +66,21 @@ type Topology struct {
 	Nodes []Node
 }
 
+// ErrBadTMCount is returned for a TaskManager count outside 1..MaxTMs.
+var ErrBadTMCount = fmt.Errorf("netns: a topology has 1 to %d TaskManagers", MaxTMs)
+
 // NewTopology validates the run id and returns the default topology for it.
-func NewTopology(runID string) (*Topology, error) {
+func NewTopology(runID string) (*Topology, error) { return NewTopologyWith(runID, DefaultTMs) }
+
+// NewTopologyWith validates the run id and returns the topology with tms TaskManagers.
+func NewTopologyWith(runID string, tms int) (*Topology, error) {
 	if err := ValidRunID(runID); err != nil {
 		return nil, err
 	}
-	return &Topology{RunID: runID, Nodes: DefaultNodes()}, nil
+	if tms < 1 || tms > MaxTMs {
+		return nil, fmt.Errorf("%w (asked for %d)", ErrBadTMCount, tms)
+	}
+	return &Topology{RunID: runID, Nodes: NodesWith(tms)}, nil
 }
 
 // ValidRunID checks that a run id is safe inside namespace names and command lines.
@@ -79,6 +99,22 @@ func ValidRunID(runID string) error {
 // Marker is the string every process of the run carries in its command line (node directories
 // are named after their namespace), used to find leftovers after a crash.
 func (t *Topology) Marker() string { return Prefix + t.RunID + "-" }
+
+// JMs names the topology's JobMasters, TMs its TaskManagers, in order.
+func (t *Topology) JMs() []string { return t.named("jm") }
+
+// TMs names the topology's TaskManagers, in order.
+func (t *Topology) TMs() []string { return t.named("tm") }
+
+func (t *Topology) named(prefix string) []string {
+	var out []string
+	for _, n := range t.Nodes {
+		if strings.HasPrefix(n.Name, prefix) {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
 
 // NS returns the namespace name of a node.
 func (t *Topology) NS(node string) string { return t.Marker() + node }
