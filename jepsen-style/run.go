@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -300,6 +301,12 @@ func describe(a nemesis.Action) string {
 		b, _ := json.Marshal(a.Netem)
 		s += "netem " + string(b) + " "
 	}
+	for _, n := range sortedKeys(a.Failpoints) {
+		s += fmt.Sprintf("failpoints %s: %s ", n, a.Failpoints[n])
+	}
+	if len(a.FillDisk) > 0 {
+		s += fmt.Sprintf("fill the data disk of %v ", a.FillDisk)
+	}
 	if a.Leader != "" {
 		s += "(leader " + a.Leader + ")"
 	}
@@ -327,4 +334,13 @@ func WriteSummary(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o644)
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
