@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -36,15 +37,23 @@ func setFailpoints(log hclog.Logger) error {
 	}
 	if path := os.Getenv(failpointsFileEnv); path != "" {
 		log.Warn("failpoints follow a file: this process may be broken on purpose at any time; never in production", "file", path)
-		go followFailpointsFile(log, path, spec)
+		go followFailpointsFile(context.Background(), log, path, spec)
 	}
 	return nil
 }
 
-// followFailpointsFile makes base plus the file's terms the setting whenever the file changes.
-func followFailpointsFile(log hclog.Logger, path, base string) {
+// followFailpointsFile makes base plus the file's terms the setting whenever the file changes,
+// until ctx ends.
+func followFailpointsFile(ctx context.Context, log hclog.Logger, path, base string) {
 	last := ""
-	for range time.Tick(failpointsFilePoll) {
+	tick := time.NewTicker(failpointsFilePoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
 		b, err := os.ReadFile(path)
 		if err != nil && !os.IsNotExist(err) {
 			continue
