@@ -19,7 +19,8 @@ import (
 // its gRPC port refused (ECONNREFUSED: the host answered that nothing listens there; a timeout
 // proves nothing) DeadRefusals times in a row over at least DeadRefusalWindow. The leader
 // probes — one TCP connect, nothing sent — every TM that is overdue with its heartbeat, whose
-// calls failed since its last contact or that gossip reports gone. Broken data streams reported
+// calls failed or whose connection broke since its last contact (Registry.watch), or that
+// gossip reports gone. Broken data streams reported
 // by its peers are no proof (an isolated live TM produces them too) and are not used.
 //
 // This holds only where (1) nothing forges connection resets on the way (an iptables REJECT

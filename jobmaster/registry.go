@@ -41,7 +41,8 @@ type TaskManager struct {
 	// or a registration, clears it.
 	Dead   string
 	DeadAt time.Time
-	// CallFailedAt is when a call of the leader to the TM last failed (a reason to probe it).
+	// CallFailedAt is when a call of the leader to the TM last failed, or its connection to the
+	// TM broke (a reason to probe it).
 	CallFailedAt time.Time
 	// replaced are earlier incarnations, newest last (at most maxReplaced): news of them
 	// (gossip, a late registration) is about a process that is gone.
@@ -298,8 +299,39 @@ func (r *Registry) Client(addr string) (pb.TaskManagerServiceClient, error) {
 			return nil, err
 		}
 		r.conns[addr] = cc
+		go r.watch(addr, cc)
 	}
 	return pb.NewTaskManagerServiceClient(cc), nil
+}
+
+// watch follows a connection until it is closed: when a ready connection breaks (the TM's
+// process ended and its kernel closed the socket, or the network cut it), the TM at that
+// address becomes worth probing at once, as after a failed call — the leader need not wait
+// for a call or a late heartbeat to start counting refusals (liveness.go). A break of a live
+// TM's connection costs one probe that connects.
+func (r *Registry) watch(addr string, cc *grpc.ClientConn) {
+	state := cc.GetState()
+	for state != connectivity.Shutdown {
+		if !cc.WaitForStateChange(context.Background(), state) {
+			return
+		}
+		next := cc.GetState()
+		if state == connectivity.Ready && next != connectivity.Ready && next != connectivity.Shutdown {
+			r.noteBroken(addr)
+		}
+		state = next
+	}
+}
+
+// noteBroken records that the connection to the TM at addr broke.
+func (r *Registry) noteBroken(addr string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, tm := range r.tms {
+		if tm.GRPCAddr == addr {
+			tm.CallFailedAt = time.Now()
+		}
+	}
 }
 
 // Forget drops a cached connection (after the TM at that address died).
@@ -331,13 +363,7 @@ func (r *Registry) noteCall(ctx context.Context, addr string, err error) {
 	if err == nil || errors.Is(ctx.Err(), context.Canceled) || !callFailed(err) {
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, tm := range r.tms {
-		if tm.GRPCAddr == addr {
-			tm.CallFailedAt = time.Now()
-		}
-	}
+	r.noteBroken(addr)
 }
 
 func (r *Registry) close() {

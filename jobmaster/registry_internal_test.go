@@ -1,14 +1,20 @@
 package jobmaster
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/jmcluster/jmcluster/internal/failpoint"
+	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
 // TestRegistryIncarnations: a TM restarted with the same id and addresses registers a new
@@ -89,5 +95,53 @@ func registryIncarnations(t testing.TB) {
 	// nothing.
 	if prev, err := r.Register("tm2", "bbbb", "127.0.0.1:1", "127.0.0.1:2", 4); err != nil || prev != "" {
 		t.Fatalf("re-registration: %q %v", prev, err)
+	}
+}
+
+// TestBrokenConnectionMakesATaskManagerSuspect: when the leader's ready connection to a TM
+// breaks (here the TM's gRPC server stops, as when its process ends), the registry marks the TM
+// worth probing at once, without a failed call or a late heartbeat. A call the TM answers, even
+// with an error, marks nothing.
+func TestBrokenConnectionMakesATaskManagerSuspect(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterTaskManagerServiceServer(srv, pb.UnimplementedTaskManagerServiceServer{})
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	r := newRegistry(hclog.NewNullLogger(), 5*time.Second, 0)
+	defer r.close()
+	addr := lis.Addr().String()
+	if _, err := r.Register("tm1", "aaaa", addr, "127.0.0.1:1", 4); err != nil {
+		t.Fatal(err)
+	}
+	err = r.Call(context.Background(), addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
+		_, err := c.CancelTask(ctx, &pb.CancelTaskRequest{})
+		return err
+	})
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("call: %v", err)
+	}
+	if tm, _ := r.Get("tm1"); !tm.CallFailedAt.IsZero() {
+		t.Fatalf("an answered call marked the TM: %v", tm.CallFailedAt)
+	}
+	stopped := time.Now()
+	srv.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tm, _ := r.Get("tm1")
+		if !tm.CallFailedAt.IsZero() {
+			if tm.CallFailedAt.Before(stopped) {
+				t.Fatalf("marked at %v, before the server stopped at %v", tm.CallFailedAt, stopped)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after the TM's server stopped, the broken connection has not marked it (CallFailedAt %v)", tm.CallFailedAt)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
