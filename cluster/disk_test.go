@@ -2,14 +2,18 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 )
@@ -264,4 +268,161 @@ func TestDiskFullNeverAcknowledges(t *testing.T) {
 		}
 		return ok, strings.Join(seen, " ")
 	})
+}
+
+// TestFullDiskStandsForNoElection: the leader's disk fills up. Its next write fails and it
+// steps down (hashicorp/raft does that); without more, the followers, which still name it
+// leader, would vote it back, and it would fail again, election after election. A replica
+// whose write failed asks for no votes for diskFailHoldoff: a healthy replica becomes leader
+// and takes writes, and the replica with the full disk is not elected again while it is full.
+// The replica whose disk fills (jm1) has election timings five times shorter than the others',
+// so it is always the first to stand after it steps down: without the rule it wins every time.
+func TestFullDiskStandsForNoElection(t *testing.T) {
+	dirs := make([]string, 3)
+	for i := range dirs {
+		dirs[i] = mountTmpfs(t, "8m")
+	}
+	nodes := make([]*testNode, 3)
+	peers := make([]Peer, 3)
+	for i := range nodes {
+		cfg := nodeConfig(t, fmt.Sprintf("jm%d", i+1))
+		cfg.DataDir = filepath.Join(dirs[i], "data")
+		if i > 0 {
+			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
+		}
+		nodes[i] = newTestNode(t, cfg, listen(t, "127.0.0.1:0"))
+		peers[i] = Peer{ID: nodes[i].ID(), RaftAddr: nodes[i].RaftAddr(), GRPCAddr: nodes[i].GRPCAddr()}
+	}
+	for _, tn := range nodes {
+		tn.setPeers(peers)
+		if err := tn.Start(context.Background()); err != nil {
+			t.Fatalf("start %s: %v", tn.ID(), err)
+		}
+	}
+	full := nodes[0]
+	waitFor(t, full.ID()+" leads", func() (bool, string) {
+		l := currentLeader(nodes)
+		if l == nil {
+			return false, "no leader"
+		}
+		if l != full {
+			_ = l.raft.LeadershipTransferToServer(raft.ServerID(full.ID()), raft.ServerAddress(full.RaftAddr())).Error()
+			return false, l.ID() + " leads"
+		}
+		return true, ""
+	})
+	mustApply(t, full.Node, "before")
+
+	// Every leader change, as a healthy replica sees it.
+	var watcher *testNode
+	for _, tn := range nodes {
+		if tn != full {
+			watcher = tn
+			break
+		}
+	}
+	type seen struct {
+		at     time.Time
+		leader raft.ServerID
+	}
+	var mu sync.Mutex
+	var leaders []seen
+	obs := make(chan raft.Observation, 256)
+	observer := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	watcher.raft.RegisterObserver(observer)
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case o := <-obs:
+				mu.Lock()
+				leaders = append(leaders, seen{time.Now(), o.Data.(raft.LeaderObservation).LeaderID})
+				mu.Unlock()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer func() { watcher.raft.DeregisterObserver(observer); close(stop); <-watched }()
+
+	fill(t, filepath.Join(dirs[0], "filler"))
+	payload := strings.Repeat("x", 64<<10)
+	var failedAt time.Time
+	for i := 0; failedAt.IsZero(); i++ {
+		if i == 50 {
+			t.Fatalf("50 writes of 64 KiB went into a full disk")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		res, err := applyValue(ctx, full.Node, fmt.Sprintf("full-%d-%s", i, payload))
+		cancel()
+		if err == nil && res.Err != nil {
+			err = res.Err
+		}
+		if err != nil {
+			failedAt = time.Now()
+			t.Logf("write %d on the full disk failed: %v", i, err)
+		}
+	}
+	var next *testNode
+	waitFor(t, "a healthy replica leads and takes a write", func() (bool, string) {
+		next = currentLeader(nodes)
+		if next == nil {
+			return false, "no established leader"
+		}
+		if next == full {
+			return false, full.ID() + " (its disk full) leads"
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		res, err := applyValue(ctx, next.Node, "after")
+		if err == nil && res.Err != nil {
+			err = res.Err
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	t.Logf("%s leads %v after the full disk's failed write", next.ID(), time.Since(failedAt).Round(time.Millisecond))
+	mu.Lock()
+	defer mu.Unlock()
+	var after []string
+	for _, l := range leaders {
+		if l.at.After(failedAt) {
+			after = append(after, string(l.leader))
+			if l.leader == raft.ServerID(full.ID()) {
+				t.Fatalf("%s, whose disk is full, was elected leader again (leaders seen by %s since the failed write: %v)", full.ID(), watcher.ID(), after)
+			}
+		}
+	}
+	t.Logf("leaders seen by %s since the failed write: %v", watcher.ID(), after)
+	if full.raft.State() == raft.Leader {
+		t.Fatalf("%s, whose disk is full, leads", full.ID())
+	}
+}
+
+// fill writes path until its file system has no byte left.
+func fill(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, size := range []int{1 << 20, 4 << 10, 1} {
+		buf := make([]byte, size)
+		for {
+			if _, err := f.Write(buf); err != nil {
+				if !errors.Is(err, syscall.ENOSPC) {
+					t.Fatalf("fill %s: %v", path, err)
+				}
+				break
+			}
+		}
+	}
 }

@@ -37,8 +37,12 @@ func afterWrite(what string, err error) error {
 	return err
 }
 
-// faultyLogStore is the Raft log store with the disk failpoints on its writes.
-type faultyLogStore struct{ raft.LogStore }
+// faultyLogStore is the Raft log store with the disk failpoints on its writes; every write's
+// outcome goes to the replica's disk health (diskhealth.go).
+type faultyLogStore struct {
+	raft.LogStore
+	health *diskHealth
+}
 
 func (s faultyLogStore) StoreLog(l *raft.Log) error {
 	return s.StoreLogs([]*raft.Log{l})
@@ -46,7 +50,7 @@ func (s faultyLogStore) StoreLog(l *raft.Log) error {
 
 func (s faultyLogStore) StoreLogs(ls []*raft.Log) error {
 	if err := beforeWrite("store logs"); err != nil {
-		return err
+		return s.health.note("store logs", err)
 	}
 	if failpoint.Enabled(failpoint.DiskPanicMidWrite) && len(ls) > 0 {
 		// A crash in the middle of a write: the first half is on disk, the rest is not, and
@@ -54,7 +58,7 @@ func (s faultyLogStore) StoreLogs(ls []*raft.Log) error {
 		_ = s.LogStore.StoreLogs(ls[:len(ls)/2])
 		panic("failpoint disk-panic-mid-write: crashed while storing Raft log entries")
 	}
-	return afterWrite("store logs", s.LogStore.StoreLogs(ls))
+	return s.health.note("store logs", afterWrite("store logs", s.LogStore.StoreLogs(ls)))
 }
 
 func (s faultyLogStore) DeleteRange(min, max uint64) error {
@@ -65,20 +69,23 @@ func (s faultyLogStore) DeleteRange(min, max uint64) error {
 }
 
 // faultyStableStore is the stable store (current term, vote) with the disk failpoints.
-type faultyStableStore struct{ raft.StableStore }
+type faultyStableStore struct {
+	raft.StableStore
+	health *diskHealth
+}
 
 func (s faultyStableStore) Set(k, v []byte) error {
 	if err := beforeWrite("stable set"); err != nil {
-		return err
+		return s.health.note("stable set", err)
 	}
-	return afterWrite("stable set", s.StableStore.Set(k, v))
+	return s.health.note("stable set", afterWrite("stable set", s.StableStore.Set(k, v)))
 }
 
 func (s faultyStableStore) SetUint64(k []byte, v uint64) error {
 	if err := beforeWrite("stable set"); err != nil {
-		return err
+		return s.health.note("stable set", err)
 	}
-	return afterWrite("stable set", s.StableStore.SetUint64(k, v))
+	return s.health.note("stable set", afterWrite("stable set", s.StableStore.SetUint64(k, v)))
 }
 
 // faultySnapshotStore creates snapshot sinks whose writes pass the disk failpoints.

@@ -126,7 +126,8 @@ func NewNode(cfg Config, sm StateMachine, hooks LeaderHooks) (n *Node, err error
 		return nil, fmt.Errorf("cluster: open %s: %w", raftDBFile, err)
 	}
 	closers = append(closers, store.Close)
-	logs, err := raft.NewLogCache(logCacheSize, faultyLogStore{store})
+	health := newDiskHealth(logger, diskFailHoldoff)
+	logs, err := raft.NewLogCache(logCacheSize, faultyLogStore{store, health})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: log cache: %w", err)
 	}
@@ -151,7 +152,7 @@ func NewNode(cfg Config, sm StateMachine, hooks LeaderHooks) (n *Node, err error
 	closers = append(closers, trans.Close)
 
 	notifyCh := make(chan bool, 16)
-	r, err := raft.NewRaft(cfg.raftConfig(notifyCh), sm, logs, faultyStableStore{store}, faultySnapshotStore{snaps}, trans)
+	r, err := raft.NewRaft(cfg.raftConfig(notifyCh), sm, logs, faultyStableStore{store, health}, faultySnapshotStore{snaps}, diskAwareTransport{trans, health})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
