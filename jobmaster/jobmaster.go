@@ -30,7 +30,16 @@ var (
 	ErrReconciling = errors.New("jobmaster: leader is reconciling")
 	// ErrNoSlots: the usable TaskManagers do not have enough free slots for a deployment.
 	ErrNoSlots = errors.New("jobmaster: not enough free slots")
+	// ErrVerifyingLeadership: this leader was stalled and answers TaskManagers again once a
+	// quorum confirms it still leads (liveness.go).
+	ErrVerifyingLeadership = fmt.Errorf("%w: this leader was stalled and is confirming with a quorum that it still leads", ErrNotLeader)
 )
+
+// leaderVerifier is implemented by a Raft node that can confirm its leadership with a quorum
+// (cluster.Node.VerifyLeader).
+type leaderVerifier interface {
+	VerifyLeader(ctx context.Context) error
+}
 
 // Raft is what the JobMaster needs of the Raft node (cluster.Node implements it).
 type Raft interface {

@@ -32,6 +32,14 @@ import (
 // a stall of this process (SIGSTOP, a frozen VM): a pulse goroutine notices when it was not
 // scheduled for longer than a heartbeat interval. A leader that was away thus never declares a
 // TM lost because it did not hear from it.
+//
+// Nor does a leader that was away answer a TM as its leader before it knows it still is one.
+// A process stopped past its Raft leader lease and resumed can be deposed without knowing it
+// yet; a heartbeat or registration it answered in that moment would tell the TM (and, through
+// the TM's answers, its pool) that a leader lives which no longer does, and the isolation rule
+// counts on such answers only coming from the live leader. So after a stall the term answers
+// TaskManagers with ErrVerifyingLeadership until Raft's VerifyLeader (a round trip to a quorum)
+// confirms it; a deposed leader fails that and steps down.
 
 // probeTimeout bounds one probe's connect: a probe that neither connects nor is refused within
 // it (a dropped SYN) says nothing.
@@ -62,14 +70,66 @@ func (t *term) awake(now time.Time) bool {
 	t.mu.Lock()
 	gap := now.Sub(t.beat)
 	stalled := gap > t.stallAfter()
+	verify := false
 	if stalled {
 		t.since, t.beat = now, now
+		t.unverified = true
+		verify, t.verifying = !t.verifying, true
 	}
 	t.mu.Unlock()
 	if stalled {
-		t.jm.log.Warn("this leader was stalled; TaskManager liveness timers restart", "gap", gap.Round(time.Millisecond), "epoch", t.epoch)
+		t.jm.log.Warn("this leader was stalled; TaskManager liveness timers restart, and TaskManagers are answered once a quorum confirms this leader", "gap", gap.Round(time.Millisecond), "epoch", t.epoch)
+	}
+	if verify && !t.spawn(t.verifyAfterStall) {
+		t.mu.Lock()
+		t.verifying = false
+		t.mu.Unlock()
 	}
 	return !stalled
+}
+
+// verifyAfterStall confirms with a quorum that this leader still leads, trying again every
+// RetryAfter until it does or the term ends (a deposed leader's term ends when Raft steps it
+// down).
+func (t *term) verifyAfterStall() {
+	defer func() {
+		t.mu.Lock()
+		t.verifying = false
+		t.mu.Unlock()
+	}()
+	v, ok := t.jm.raft.(leaderVerifier)
+	for t.ctx.Err() == nil {
+		err := error(nil)
+		if ok {
+			ctx, cancel := context.WithTimeout(t.ctx, max(t.jm.cfg.HeartbeatInterval, time.Second))
+			err = v.VerifyLeader(ctx)
+			cancel()
+		}
+		if err == nil {
+			t.mu.Lock()
+			t.unverified = false
+			t.mu.Unlock()
+			t.jm.log.Info("leadership confirmed after the stall; answering TaskManagers again", "epoch", t.epoch)
+			return
+		}
+		t.jm.log.Warn("leadership not confirmed after the stall; TaskManagers wait", "epoch", t.epoch, "error", err)
+		select {
+		case <-t.ctx.Done():
+		case <-time.After(t.jm.cfg.RetryAfter):
+		}
+	}
+}
+
+// answersTaskManagers returns nil when this term may answer a TM as its leader now, and
+// ErrVerifyingLeadership while a stall has not been followed by a confirmation of leadership.
+func (t *term) answersTaskManagers(now time.Time) error {
+	t.awake(now)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.unverified {
+		return ErrVerifyingLeadership
+	}
+	return nil
 }
 
 // pulse runs for the whole term: it keeps the term's heartbeat (awake) and probes suspect TMs.

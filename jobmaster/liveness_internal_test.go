@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -112,7 +113,9 @@ func TestProbeCountsOnlyRefusals(t *testing.T) {
 // the stall counts its silence from the end of the stall and is not declared lost for it.
 func TestStallRestartsLivenessTimers(t *testing.T) {
 	jm := New(Config{HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: 300 * time.Millisecond}, nil, nil)
-	tr := &term{jm: jm, epoch: 1}
+	ctx, cancel := context.WithCancel(context.Background())
+	tr := &term{jm: jm, epoch: 1, ctx: ctx, cancel: cancel}
+	defer tr.stop()
 	start := time.Now()
 	tr.since, tr.beat = start, start
 	seen := TaskManager{ID: "tm1", LastSeen: start}
@@ -125,6 +128,63 @@ func TestStallRestartsLivenessTimers(t *testing.T) {
 	}
 	if !tr.awake(now.Add(50 * time.Millisecond)) {
 		t.Fatal("a gap under a heartbeat interval was taken for a stall")
+	}
+}
+
+// verifierRaft is a Raft whose VerifyLeader answers what the test sends it.
+type verifierRaft struct {
+	Raft
+	answers chan error
+	calls   atomic.Int64
+}
+
+func (v *verifierRaft) VerifyLeader(ctx context.Context) error {
+	v.calls.Add(1)
+	select {
+	case err := <-v.answers:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestStalledLeaderAnswersTaskManagersOnceConfirmed: after a stall a leader answers no TM's
+// heartbeat or registration (ErrVerifyingLeadership) until a quorum confirms it still leads:
+// not while its confirmation fails (a deposed leader fails it and steps down), and again as
+// soon as one succeeds. Without a stall it answers at once.
+func TestStalledLeaderAnswersTaskManagersOnceConfirmed(t *testing.T) {
+	raft := &verifierRaft{answers: make(chan error)}
+	jm := New(Config{HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: 300 * time.Millisecond, RetryAfter: 10 * time.Millisecond}, raft, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	tr := &term{jm: jm, epoch: 1, ctx: ctx, cancel: cancel}
+	defer tr.stop()
+	start := time.Now()
+	tr.since, tr.beat = start, start
+	if err := tr.answersTaskManagers(start.Add(50 * time.Millisecond)); err != nil {
+		t.Fatalf("no stall: %v", err)
+	}
+	resumed := start.Add(time.Second) // a second without a beat: the process was stopped
+	if err := tr.answersTaskManagers(resumed); !errors.Is(err, ErrVerifyingLeadership) || !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("right after the stall: %v, want ErrVerifyingLeadership", err)
+	}
+	raft.answers <- errors.New("leadership lost") // the first confirmation fails
+	if err := tr.answersTaskManagers(resumed.Add(time.Millisecond)); !errors.Is(err, ErrVerifyingLeadership) {
+		t.Fatalf("after a failed confirmation: %v, want ErrVerifyingLeadership", err)
+	}
+	raft.answers <- nil // the retry succeeds
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := tr.answersTaskManagers(resumed.Add(2 * time.Millisecond))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after a successful confirmation: %v (%d confirmations asked)", err, raft.calls.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := raft.calls.Load(); n != 2 {
+		t.Fatalf("%d confirmations asked, want 2 (one failed, one succeeded)", n)
 	}
 }
 

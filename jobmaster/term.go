@@ -50,6 +50,9 @@ type term struct {
 	behindSince map[string]time.Time
 	since       time.Time // when this term last established itself: its start or the end of a stall (liveness.go)
 	beat        time.Time // the pulse's last run (liveness.go)
+	// unverified: since a stall this leader answers no TM until a quorum confirmed it still
+	// leads; verifying: that confirmation is under way (both guarded by mu; liveness.go).
+	unverified, verifying bool
 }
 
 func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -30,6 +31,9 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 	}
 	if req.Slots < 1 || req.Slots > 1024 {
 		return nil, errorf(ErrInvalidRequest, "register: slots must be in [1, 1024], got %d", req.Slots)
+	}
+	if err := t.answersTaskManagers(time.Now()); err != nil {
+		return nil, err
 	}
 	if req.EpochSeen > t.epoch {
 		return nil, &StaleEpochError{Current: t.epoch, Seen: req.EpochSeen}
@@ -73,6 +77,9 @@ func (jm *JobMaster) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*
 	}
 	if req.TmId == "" {
 		return nil, errorf(ErrInvalidRequest, "heartbeat: tm_id is required")
+	}
+	if err := t.answersTaskManagers(time.Now()); err != nil {
+		return nil, err
 	}
 	if req.EpochSeen > t.epoch {
 		return nil, &StaleEpochError{Current: t.epoch, Seen: req.EpochSeen}
