@@ -137,6 +137,12 @@ func (r *Registry) Register(id, incarnation, grpcAddr, dataAddr string, slots in
 		tm.Gossip, tm.GossipAt = "", time.Time{}
 		tm.Dead, tm.DeadAt, tm.refusals, tm.firstRefusal = "", time.Time{}, 0, time.Time{}
 	}
+	if tm != nil && incarnation != "" && tm.Dead != "" && tm.Incarnation != incarnation {
+		// The proof was made for another process, or for one this leader knew no incarnation
+		// of (it learned of the TM from the pool or gossip): a new process registering breaks
+		// no assumption.
+		tm.Dead, tm.DeadAt, tm.refusals, tm.firstRefusal = "", time.Time{}, 0, time.Time{}
+	}
 	if tm != nil && incarnation != "" {
 		tm.Incarnation = incarnation
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,4 +146,59 @@ func TestBrokenConnectionMakesATaskManagerSuspect(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestNewProcessAfterAProofOfDeathIsNoBrokenAssumption: a leader that knew a TM without an
+// incarnation (from the pool or gossip) proves it dead by refused connections; the TM's new
+// process then registers. That is the expected sequel of a death, not a TM that came back
+// from a proof: no warning, and the proof is gone. The same incarnation talking again is the
+// broken assumption, and is logged.
+func TestNewProcessAfterAProofOfDeathIsNoBrokenAssumption(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	log := hclog.New(&hclog.LoggerOptions{Output: &lockedWriter{w: &buf, mu: &mu}, Level: hclog.Warn})
+	r := newRegistry(log, time.Second, 0)
+	defer r.close()
+	r.Upsert("tm1", "127.0.0.1:1", "127.0.0.1:2", 4, false)
+	at := time.Now()
+	for i := 0; i < 3; i++ {
+		r.probed("tm1", "", "127.0.0.1:1", true, at.Add(time.Duration(i)*200*time.Millisecond), 3, 300*time.Millisecond)
+	}
+	if tm, _ := r.Get("tm1"); tm.Dead == "" {
+		t.Fatal("three refusals over 400ms proved nothing")
+	}
+	if _, err := r.Register("tm1", "bbbb", "127.0.0.1:1", "127.0.0.1:2", 4); err != nil {
+		t.Fatal(err)
+	}
+	if tm, _ := r.Get("tm1"); tm.Dead != "" {
+		t.Fatalf("the new process still carries the proof: %s", tm.Dead)
+	}
+	mu.Lock()
+	logged := buf.String()
+	mu.Unlock()
+	if strings.Contains(logged, "reached the leader again") {
+		t.Fatalf("a new process registering was logged as a broken assumption:\n%s", logged)
+	}
+	// The same process (bbbb) proven dead and then heard from: that is worth the warning.
+	for i := 0; i < 3; i++ {
+		r.probed("tm1", "bbbb", "127.0.0.1:1", true, at.Add(time.Second+time.Duration(i)*200*time.Millisecond), 3, 300*time.Millisecond)
+	}
+	r.Touch("tm1")
+	mu.Lock()
+	logged = buf.String()
+	mu.Unlock()
+	if !strings.Contains(logged, "reached the leader again") {
+		t.Fatalf("the proven-dead process talking again was not logged:\n%s", logged)
+	}
+}
+
+type lockedWriter struct {
+	w  *strings.Builder
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -38,9 +38,12 @@ func registrations(t *testing.T, path string) []taskmanager.Event {
 // slot. Three times in a row, the leader and a TaskManager holding tasks are killed together;
 // once the new leader's gate is open both restart with the same ids and addresses (the TM as a
 // new incarnation). The restarted TM is given slots as soon as it registers — nothing the
-// leader knew of the dead process (its gossip death, its loss) holds it back — so within three
+// leader knew of the dead process (its gossip death, its loss) holds it back — so within six
 // TM heartbeat intervals of its registration (its event log) it holds tasks again and every
 // task of the job is RUNNING (the latest committed RUNNING timestamp of the current attempts).
+// Six, not the two or three it takes on a quiet machine (0.2-0.5 s): a run with the machine
+// loaded far beyond one busy core took 2.3 s; a TM held back by what the leader knew of the
+// dead process would wait out the report deadline (six intervals) or the heartbeat timeout.
 func TestRestartedLeaderAndTaskManagerHoldTasksAgain(t *testing.T) {
 	const heartbeat = 500 * time.Millisecond // fastProcs' --heartbeat-interval
 	d := newProcessCluster(t, fastProcs)
@@ -105,25 +108,37 @@ func TestRestartedLeaderAndTaskManagerHoldTasksAgain(t *testing.T) {
 		if err := tm.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// Its registration first: until the new leader has reconciled, the committed record
+		// still shows the attempts the killed process ran, all RUNNING.
+		var regs []taskmanager.Event
+		deadline := time.Now().Add(60 * time.Second)
+		for regs = registrations(t, tm.EventLog); len(regs) <= before; regs = registrations(t, tm.EventLog) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %s logged no registration within 60s of its restart (%d before)", round, victim, before)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		reg := regs[before]
+		if reg.Incarnation == "" || (before > 0 && reg.Incarnation == regs[before-1].Incarnation) {
+			t.Fatalf("round %d: the restarted %s registered with incarnation %q (before: %v)", round, victim, reg.Incarnation, regs[:before])
+		}
+		// Then attempts deployed to it after it registered, and every task RUNNING.
 		rec, err = d.waitJob(ctx, jg.JobId, 60*time.Second, func(r *pb.JobRecord) bool {
 			on := 0
-			for _, a := range testcluster.Attempts(r) {
-				if a.TM == victim {
-					on++
+			for _, ev := range testcluster.Executions(r) {
+				if ev.GetCurrent().GetSlot().GetTmId() != victim {
+					continue
+				}
+				for _, st := range ev.GetCurrent().GetStateTimestamps() {
+					if st.State == pb.ExecutionState_EXECUTION_STATE_RUNNING && !time.UnixMilli(st.Timestamp).Before(reg.TS.Truncate(time.Millisecond)) {
+						on++
+					}
 				}
 			}
 			return allRunning(r) && on > 0
 		})
 		if err != nil {
 			t.Fatalf("round %d: %s restarted: %v", round, victim, err)
-		}
-		regs := registrations(t, tm.EventLog)
-		if len(regs) <= before {
-			t.Fatalf("round %d: %s logged no registration after its restart", round, victim)
-		}
-		reg := regs[before]
-		if reg.Incarnation == "" || (before > 0 && reg.Incarnation == regs[before-1].Incarnation) {
-			t.Fatalf("round %d: the restarted %s registered with incarnation %q (before: %v)", round, victim, reg.Incarnation, regs[:before])
 		}
 		var lastRunning int64
 		for _, ev := range testcluster.Executions(rec) {
@@ -136,9 +151,9 @@ func TestRestartedLeaderAndTaskManagerHoldTasksAgain(t *testing.T) {
 		took := time.UnixMilli(lastRunning).Sub(reg.TS)
 		t.Logf("round %d: killed %s (leader) and %s; %s leads at epoch %d; %s registered (incarnation %s) and every task RUNNING %v later",
 			round, jm.Name, victim, next.LeaderId, next.Epoch, victim, reg.Incarnation, took.Round(time.Millisecond))
-		if took > 3*heartbeat {
+		if took > 6*heartbeat {
 			t.Logf("log of %s:\n%s", victim, tm.LogTail(80))
-			t.Fatalf("round %d: every task RUNNING %v after %s registered, want within 3 heartbeat intervals (%v)", round, took, victim, 3*heartbeat)
+			t.Fatalf("round %d: every task RUNNING %v after %s registered, want within 6 heartbeat intervals (%v)", round, took, victim, 6*heartbeat)
 		}
 		if err := d.waitTMs(ctx, 30*time.Second, 3, 0); err != nil {
 			t.Fatal(err)
