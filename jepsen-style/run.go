@@ -82,21 +82,8 @@ func (r *run) execute(ctx context.Context) (*report.Report, error) {
 		return nil, err
 	}
 	defer r.cluster.Close()
-	r.exec = &nemesis.Executor{T: r.cluster, Dev: netns.NodeDevice}
-	r.exec.NetemAvailable = nemesis.ProbeNetem(ctx, r.cluster, ClientNode, netns.NodeDevice)
-	if !r.exec.NetemAvailable && needsDelay(r.scenario) {
-		var kinds []nemesis.Kind
-		for _, k := range r.scenario.Kinds {
-			if k != nemesis.Delay {
-				kinds = append(kinds, k)
-			}
-		}
-		if len(kinds) == 0 {
-			return nil, fmt.Errorf("%w: %v", ErrUnsupported, nemesis.ErrNetemUnavailable)
-		}
-		p("nemesis: %v; %s runs without delay faults", nemesis.ErrNetemUnavailable, r.scenario.Name)
-		r.scenario.Kinds = kinds
-	}
+	// Delay and loss are made in user space (netdelay), so every kernel runs every scenario.
+	r.exec = &nemesis.Executor{T: r.cluster, Dev: netns.NodeDevice, NetNS: r.topo.NS, Logf: p}
 	if err := r.exec.Prepare(ctx, append(append(JMs(), r.topo.TMs()...), ClientNode)); err != nil {
 		return nil, err
 	}
@@ -118,15 +105,6 @@ func (r *run) execute(ctx context.Context) (*report.Report, error) {
 		return nil, err
 	}
 	return r.workload(ctx)
-}
-
-func needsDelay(s Scenario) bool {
-	for _, k := range s.Kinds {
-		if k == nemesis.Delay {
-			return true
-		}
-	}
-	return false
 }
 
 // waitReady waits for a leader and every TM, submits the streaming job and waits for RUNNING.

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
+
+	"github.com/jmcluster/jmcluster/jepsen-style/netdelay"
 )
 
 // Target is the cluster the nemesis acts on. Node names are those of the View.
@@ -41,15 +44,23 @@ var ErrUnsupportedFault = errors.New("nemesis: the target cannot inject this fau
 type Executor struct {
 	T   Target
 	Dev string // interface inside node namespaces (eth0)
-	// NetemAvailable is false on kernels without sch_netem: loss then falls back to a random
-	// iptables DROP and delay fails with ErrNetemUnavailable.
+	// NetemAvailable makes delay and loss a tc netem qdisc on Dev. When false (the suite's
+	// choice, the same on every kernel, with or without sch_netem) they are made in user space:
+	// DelayChain sends the node's outgoing packets to a netdelay queue that holds or drops them.
 	NetemAvailable bool
+	// NetNS names a node's network namespace; the user-space queue is opened inside it.
+	NetNS func(node string) string
+	// Logf, when set, receives each queue's counters when its fault is healed.
+	Logf func(format string, args ...any)
+
+	mu     sync.Mutex
+	queues map[string]*netdelay.Queue // node -> the queue of its delay or loss fault
 }
 
-// Prepare creates the nemesis chain in every node namespace.
+// Prepare creates the nemesis chains (Chain, DelayChain) in every node namespace.
 func (e *Executor) Prepare(ctx context.Context, nodes []string) error {
 	for _, n := range nodes {
-		for _, args := range PrepareArgs() {
+		for _, args := range append(PrepareArgs(), DelayPrepareArgs(e.Dev)...) {
 			if _, err := e.T.Exec(ctx, n, "iptables", args...); err != nil {
 				return err
 			}
@@ -74,7 +85,7 @@ func (e *Executor) Apply(ctx context.Context, a Action) error {
 		return err
 	}
 	for _, n := range sortedNetem(a.Netem) {
-		if err := e.applyNetem(ctx, n, a.Netem[n]); err != nil {
+		if err := e.applyNetem(ctx, n, a.Netem[n], a.Fault.Pick); err != nil {
 			return err
 		}
 	}
@@ -128,16 +139,12 @@ func (e *Executor) applyGrudge(ctx context.Context, g Grudge) error {
 	return nil
 }
 
-func (e *Executor) applyNetem(ctx context.Context, node string, n Netem) error {
+func (e *Executor) applyNetem(ctx context.Context, node string, n Netem, pick int64) error {
 	if e.NetemAvailable {
 		_, err := e.T.Exec(ctx, node, "tc", NetemArgs(e.Dev, n)...)
 		return err
 	}
-	if n.DelayMs > 0 {
-		return fmt.Errorf("%w (delay on %s)", ErrNetemUnavailable, node)
-	}
-	_, err := e.T.Exec(ctx, node, "iptables", LossFallbackArgs(n.LossPct)...)
-	return err
+	return e.applyQueued(ctx, node, n, pick)
 }
 
 // Heal ends one fault: flushes the chain and clears netem on the nodes it touched, resumes
@@ -189,6 +196,10 @@ func (e *Executor) HealAll(ctx context.Context, netNodes, processNodes []string)
 
 func (e *Executor) clearNet(ctx context.Context, node string) error {
 	_, err := e.T.Exec(ctx, node, "iptables", HealArgs()...)
+	err = errors.Join(err, e.clearQueued(ctx, node))
+	if !e.NetemAvailable {
+		return err
+	}
 	if out, terr := e.T.Exec(ctx, node, "tc", NetemClearArgs(e.Dev)...); terr != nil && !noQdisc(out, terr) {
 		err = errors.Join(err, terr)
 	}
@@ -202,7 +213,8 @@ func noQdisc(out string, err error) bool {
 		strings.Contains(s, "No such file or directory") || strings.Contains(s, "Invalid handle")
 }
 
-// ProbeNetem reports whether tc netem works, by installing and removing it on node.
+// ProbeNetem reports whether tc netem works, by installing and removing it on node. The suite
+// does not need it: without sch_netem delay and loss are made in user space.
 func ProbeNetem(ctx context.Context, t Target, node, dev string) bool {
 	if _, err := t.Exec(ctx, node, "tc", NetemArgs(dev, Netem{DelayMs: 1})...); err != nil {
 		return false

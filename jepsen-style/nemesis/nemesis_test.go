@@ -304,13 +304,13 @@ func (f *fakeTarget) IP(n string) string { return "10.0.0." + n[len(n)-1:] }
 
 func TestExecutorApplyAndHeal(t *testing.T) {
 	ft := &fakeTarget{}
-	e := &Executor{T: ft, Dev: "eth0"}
+	e := &Executor{T: ft, Dev: "eth0", NetemAvailable: true}
 	a := Action{Kill: []string{"jm1"}, Grudge: Partition([]string{"jm2"}, []string{"jm3"}), Netem: map[string]Netem{"jm3": {DelayMs: 10}}}
-	err := e.Apply(context.Background(), a)
-	if !errors.Is(err, ErrNetemUnavailable) {
-		t.Fatalf("delay without netem: %v", err)
+	if err := e.Apply(context.Background(), a); err != nil {
+		t.Fatal(err)
 	}
-	want := []string{"kill jm1", "jm2: iptables -w -A JMC -s 10.0.0.3/32 -j DROP", "jm3: iptables -w -A JMC -s 10.0.0.2/32 -j DROP"}
+	want := []string{"kill jm1", "jm2: iptables -w -A JMC -s 10.0.0.3/32 -j DROP", "jm3: iptables -w -A JMC -s 10.0.0.2/32 -j DROP",
+		"jm3: tc qdisc replace dev eth0 root netem delay 10ms"}
 	if !reflect.DeepEqual(ft.calls, want) {
 		t.Fatalf("calls = %q", ft.calls)
 	}
@@ -319,7 +319,7 @@ func TestExecutorApplyAndHeal(t *testing.T) {
 		t.Fatal(err)
 	}
 	joined := strings.Join(ft.calls, "\n")
-	for _, w := range []string{"jm2: iptables -w -F JMC", "jm3: tc qdisc del dev eth0 root", "revive jm1"} {
+	for _, w := range []string{"jm2: iptables -w -F JMC", "jm3: iptables -w -t mangle -F JMC-DELAY", "jm3: tc qdisc del dev eth0 root", "revive jm1"} {
 		if !strings.Contains(joined, w) {
 			t.Fatalf("heal did not %q:\n%s", w, joined)
 		}
@@ -334,3 +334,45 @@ func (f *fakeTarget) SetFailpoints(n, extra string) error {
 func (f *fakeTarget) FillDisk(n string) error { f.calls = append(f.calls, "fill "+n); return nil }
 
 func (f *fakeTarget) FreeDisk(n string) error { f.calls = append(f.calls, "free "+n); return nil }
+
+func TestExecutorUserSpaceDelayNeedsNamespaces(t *testing.T) {
+	ft := &fakeTarget{}
+	e := &Executor{T: ft, Dev: "eth0"}
+	err := e.Apply(context.Background(), Action{Netem: map[string]Netem{"jm3": {DelayMs: 10}}})
+	if err == nil || !strings.Contains(err.Error(), "Executor.NetNS") {
+		t.Fatalf("user-space delay without namespaces: %v", err)
+	}
+	if len(ft.calls) != 0 {
+		t.Fatalf("a rule was added without a queue reader: %q", ft.calls)
+	}
+	ft.calls = nil
+	if err := e.Prepare(context.Background(), []string{"jm1"}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"jm1: iptables -w -N JMC", "jm1: iptables -w -I INPUT -j JMC",
+		"jm1: iptables -w -t mangle -N JMC-DELAY", "jm1: iptables -w -t mangle -I OUTPUT -o eth0 -j JMC-DELAY"}
+	if !reflect.DeepEqual(ft.calls, want) {
+		t.Fatalf("prepare calls = %q", ft.calls)
+	}
+	if got := strings.Join(DelayRuleArgs(), " "); got != "-w -t mangle -A JMC-DELAY -j NFQUEUE --queue-num 7 --queue-bypass" {
+		t.Fatalf("DelayRuleArgs = %q", got)
+	}
+}
+
+func TestShapeIsSeededPerFaultAndNode(t *testing.T) {
+	n := Netem{DelayMs: 120, JitterMs: 30, LossPct: 5}
+	s := Shape(n, 42, "jm1")
+	if s.Delay != 120*time.Millisecond || s.Jitter != 30*time.Millisecond || s.LossPct != 5 {
+		t.Fatalf("Shape = %+v", s)
+	}
+	if s != Shape(n, 42, "jm1") || s.Seed == Shape(n, 42, "jm2").Seed || s.Seed == Shape(n, 43, "jm1").Seed {
+		t.Fatal("seed must depend on the pick and the node, and only on them")
+	}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// Resolve's jitter never exceeds its delay, but a hand-made one is clamped, not refused.
+	if got := Shape(Netem{DelayMs: 10, JitterMs: 40}, 1, "jm1"); got.Jitter != 10*time.Millisecond {
+		t.Fatalf("jitter above the delay: %+v", got)
+	}
+}
