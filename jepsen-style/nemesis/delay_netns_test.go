@@ -2,6 +2,7 @@ package nemesis
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -79,11 +80,26 @@ func delayNet(t *testing.T) (*netns.Topology, *Executor) {
 		}
 	})
 	e := &Executor{T: nsTarget{topo}, Dev: netns.NodeDevice, NetNS: topo.NS, Logf: t.Logf}
-	if err := e.Prepare(ctx, []string{"jm1", "jm2"}); err != nil {
+	nodes := []string{"jm1", "jm2", "tm1"}
+	if err := e.Prepare(ctx, nodes); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.HealAll(context.Background(), []string{"jm1", "jm2"}, nil) })
+	t.Cleanup(func() { _ = e.HealAll(context.Background(), nodes, nil) })
 	return topo, e
+}
+
+// queue returns the queue holding src's packets at dst.
+func (e *Executor) queue(t *testing.T, src, dst string) *netdelay.Queue {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, h := range e.queues {
+		if h.src == src && h.dst == dst {
+			return h.q
+		}
+	}
+	t.Fatalf("no queue for %s's packets at %s", src, dst)
+	return nil
 }
 
 // echoConn starts a TCP echo server in jm2 and returns a connection to it from jm1.
@@ -145,8 +161,8 @@ func TestUserSpaceDelayAddsTheDelayOnceAndHealRemovesIt(t *testing.T) {
 	base := roundTrips(t, c, 20)
 	t.Logf("round trip without delay: min %s median %s max %s", base[0], base[len(base)/2], base[len(base)-1])
 
-	// Delay on jm1's egress: each round trip carries one packet jm1 sends, held at least
-	// delay-jitter.
+	// Delay on jm1's egress: each round trip carries one packet jm1 sends, held (at jm2) at
+	// least delay-jitter.
 	a := Action{Fault: Fault{Kind: Delay, Pick: 3}, Netem: map[string]Netem{"jm1": {DelayMs: 100, JitterMs: 10}}}
 	if err := e.Apply(ctx, a); err != nil {
 		t.Fatal(err)
@@ -156,9 +172,10 @@ func TestUserSpaceDelayAddsTheDelayOnceAndHealRemovesIt(t *testing.T) {
 	if one[0] < delay*8/10 {
 		t.Fatalf("fastest delayed round trip %s, want at least %s", one[0], delay*8/10)
 	}
-	if s := e.queues["jm1"].Stats(); s.Packets < 20 {
-		t.Fatalf("jm1's queue saw %d packets for 20 round trips", s.Packets)
+	if s := e.queue(t, "jm1", "jm2").Stats(); s.Packets < 20 {
+		t.Fatalf("jm1's queue at jm2 saw %d packets for 20 round trips", s.Packets)
 	}
+	_ = e.queue(t, "jm1", "tm1") // every other prepared node holds jm1's packets too
 
 	// Delay on both ends: the round trip carries it once in each direction.
 	both := Action{Fault: Fault{Kind: Delay, Pick: 4}, Netem: map[string]Netem{"jm1": {DelayMs: 100, JitterMs: 10}, "jm2": {DelayMs: 100, JitterMs: 10}}}
@@ -179,7 +196,7 @@ func TestUserSpaceDelayAddsTheDelayOnceAndHealRemovesIt(t *testing.T) {
 	if healed[0] >= delay*8/10 {
 		t.Fatalf("after heal every round trip still took %s or more", healed[0])
 	}
-	for _, n := range []string{"jm1", "jm2"} {
+	for _, n := range []string{"jm1", "jm2", "tm1"} {
 		out, err := netns.Exec(ctx, topo.NS(n), "iptables", "-w", "-t", "mangle", "-S", DelayChain)
 		if err != nil || strings.Contains(out, "NFQUEUE") {
 			t.Fatalf("%s: chain after heal: %q %v", n, out, err)
@@ -202,7 +219,7 @@ func TestPacketsPassWhenTheQueueReaderIsGone(t *testing.T) {
 		t.Fatalf("delayed round trip %s", rt[0])
 	}
 	// The reader goes away (as when the harness dies) but the rule stays: --queue-bypass.
-	if err := e.queues["jm1"].Close(); err != nil {
+	if err := e.queue(t, "jm1", "jm2").Close(); err != nil {
 		t.Fatal(err)
 	}
 	rt := roundTrips(t, c, 10)
@@ -258,7 +275,7 @@ func TestUserSpaceLossDropsTheSeededFraction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	q := e.queues["jm1"]
+	q := e.queue(t, "jm1", "jm2")
 	deadline := time.Now().Add(20 * time.Second)
 	got := 0
 	var s netdelay.Stats
@@ -292,5 +309,76 @@ func TestUserSpaceLossDropsTheSeededFraction(t *testing.T) {
 		if _, _, err := rx.ReadFromUDP(buf); err != nil {
 			t.Fatalf("after heal only %d of 50 datagrams arrived: %v", i, err)
 		}
+	}
+}
+
+// A stream of small writes from a delayed node arrives about the delay late. Holding the
+// packets in the sender's own OUTPUT hook (they still count against the socket's TCP
+// small-queue budget there) let only a few packets through per delay: a median of 2.7 s for
+// 100 ms. The bound below is that regression's, ten times the delay.
+func TestStreamFromADelayedNodeIsNotThrottled(t *testing.T) {
+	topo, e := delayNet(t)
+	ctx := context.Background()
+	var ln net.Listener
+	if err := inNS(topo.NS("jm2"), func() (err error) {
+		ln, err = net.Listen("tcp4", topo.IP("jm2")+":7997")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const msgs, size = 1000, 200
+	lat := make(chan []time.Duration, 1)
+	go func() {
+		var out []time.Duration
+		defer func() { lat <- out }()
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, size)
+		for len(out) < msgs {
+			_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			out = append(out, time.Since(time.Unix(0, int64(binary.BigEndian.Uint64(buf)))))
+		}
+	}()
+	const delay = 100 * time.Millisecond
+	a := Action{Fault: Fault{Kind: Delay, Pick: 6}, Netem: map[string]Netem{"jm1": {DelayMs: 100, JitterMs: 20}}}
+	if err := e.Apply(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := netns.Dialer(topo.NS("jm1"))(dctx, topo.IP("jm2")+":7997")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, size)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < msgs; i++ {
+		<-tick.C
+		binary.BigEndian.PutUint64(buf, uint64(time.Now().UnixNano()))
+		if _, err := c.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := <-lat
+	if len(out) != msgs {
+		t.Fatalf("received %d of %d messages", len(out), msgs)
+	}
+	slices.Sort(out)
+	t.Logf("one-way latency of %d %d-byte writes, 1 ms apart, delay %s±20ms: min %s median %s p99 %s max %s",
+		msgs, size, delay, out[0], out[msgs/2], out[msgs*99/100], out[msgs-1])
+	if out[0] < delay*8/10 {
+		t.Fatalf("a message arrived after %s, sooner than the delay allows", out[0])
+	}
+	if out[msgs/2] > 10*delay {
+		t.Fatalf("median latency %s: the stream is throttled, not delayed", out[msgs/2])
 	}
 }

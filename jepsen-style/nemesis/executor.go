@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-
-	"github.com/jmcluster/jmcluster/jepsen-style/netdelay"
 )
 
 // Target is the cluster the nemesis acts on. Node names are those of the View.
@@ -46,19 +44,22 @@ type Executor struct {
 	Dev string // interface inside node namespaces (eth0)
 	// NetemAvailable makes delay and loss a tc netem qdisc on Dev. When false (the suite's
 	// choice, the same on every kernel, with or without sch_netem) they are made in user space:
-	// DelayChain sends the node's outgoing packets to a netdelay queue that holds or drops them.
+	// DelayChain sends the packets arriving from the node to netdelay queues that hold or drop
+	// them (netem on the node's egress, held at its receivers).
 	NetemAvailable bool
-	// NetNS names a node's network namespace; the user-space queue is opened inside it.
+	// NetNS names a node's network namespace; the user-space queues are opened inside them.
 	NetNS func(node string) string
 	// Logf, when set, receives each queue's counters when its fault is healed.
 	Logf func(format string, args ...any)
 
 	mu     sync.Mutex
-	queues map[string]*netdelay.Queue // node -> the queue of its delay or loss fault
+	nodes  []string // every node Prepare set up: the receivers of a delayed node's packets
+	queues []*held  // the user-space queues of the delay or loss faults that are on
 }
 
 // Prepare creates the nemesis chains (Chain, DelayChain) in every node namespace.
 func (e *Executor) Prepare(ctx context.Context, nodes []string) error {
+	e.nodes = append([]string(nil), nodes...)
 	for _, n := range nodes {
 		for _, args := range append(PrepareArgs(), DelayPrepareArgs(e.Dev)...) {
 			if _, err := e.T.Exec(ctx, n, "iptables", args...); err != nil {

@@ -342,6 +342,10 @@ func TestExecutorUserSpaceDelayNeedsNamespaces(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "Executor.NetNS") {
 		t.Fatalf("user-space delay without namespaces: %v", err)
 	}
+	e.NetNS = func(n string) string { return "ns-" + n }
+	if err := e.Apply(context.Background(), Action{Netem: map[string]Netem{"jm3": {DelayMs: 10}}}); err == nil || !strings.Contains(err.Error(), "not a prepared node") {
+		t.Fatalf("user-space delay on a node Prepare did not see: %v", err)
+	}
 	if len(ft.calls) != 0 {
 		t.Fatalf("a rule was added without a queue reader: %q", ft.calls)
 	}
@@ -350,29 +354,30 @@ func TestExecutorUserSpaceDelayNeedsNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"jm1: iptables -w -N JMC", "jm1: iptables -w -I INPUT -j JMC",
-		"jm1: iptables -w -t mangle -N JMC-DELAY", "jm1: iptables -w -t mangle -I OUTPUT -o eth0 -j JMC-DELAY"}
+		"jm1: iptables -w -t mangle -N JMC-DELAY", "jm1: iptables -w -t mangle -I PREROUTING -i eth0 -j JMC-DELAY"}
 	if !reflect.DeepEqual(ft.calls, want) {
 		t.Fatalf("prepare calls = %q", ft.calls)
 	}
-	if got := strings.Join(DelayRuleArgs(), " "); got != "-w -t mangle -A JMC-DELAY -j NFQUEUE --queue-num 7 --queue-bypass" {
+	if got := strings.Join(DelayRuleArgs("-A", "10.0.0.1", 101), " "); got != "-w -t mangle -A JMC-DELAY -s 10.0.0.1/32 -j NFQUEUE --queue-num 101 --queue-bypass" {
 		t.Fatalf("DelayRuleArgs = %q", got)
 	}
 }
 
 func TestShapeIsSeededPerFaultAndNode(t *testing.T) {
 	n := Netem{DelayMs: 120, JitterMs: 30, LossPct: 5}
-	s := Shape(n, 42, "jm1")
+	s := Shape(n, 42, "jm1", "tm1")
 	if s.Delay != 120*time.Millisecond || s.Jitter != 30*time.Millisecond || s.LossPct != 5 {
 		t.Fatalf("Shape = %+v", s)
 	}
-	if s != Shape(n, 42, "jm1") || s.Seed == Shape(n, 42, "jm2").Seed || s.Seed == Shape(n, 43, "jm1").Seed {
-		t.Fatal("seed must depend on the pick and the node, and only on them")
+	if s != Shape(n, 42, "jm1", "tm1") || s.Seed == Shape(n, 42, "jm2", "tm1").Seed || s.Seed == Shape(n, 42, "jm1", "tm2").Seed ||
+		s.Seed == Shape(n, 43, "jm1", "tm1").Seed || s.Seed == Shape(n, 42, "tm1", "jm1").Seed {
+		t.Fatal("seed must depend on the pick, the sender and the receiver, and only on them")
 	}
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	// Resolve's jitter never exceeds its delay, but a hand-made one is clamped, not refused.
-	if got := Shape(Netem{DelayMs: 10, JitterMs: 40}, 1, "jm1"); got.Jitter != 10*time.Millisecond {
+	if got := Shape(Netem{DelayMs: 10, JitterMs: 40}, 1, "jm1", "jm2"); got.Jitter != 10*time.Millisecond {
 		t.Fatalf("jitter above the delay: %+v", got)
 	}
 }

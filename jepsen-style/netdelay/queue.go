@@ -24,10 +24,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Number is the NFQUEUE queue number the suite uses in every namespace (queues are per
-// namespace, so one number serves them all).
-const Number = 7
-
 // MaxLen is the most packets the kernel holds for one queue; beyond it the kernel drops new
 // packets (as netem drops beyond its limit) and counts them in queue_dropped.
 const MaxLen = 20000
@@ -300,6 +296,9 @@ func (q *Queue) Stats() Stats {
 	defer q.mu.Unlock()
 	return q.stats
 }
+
+// Number is the queue's NFQUEUE number.
+func (q *Queue) Number() uint16 { return q.num }
 
 // Held is the number of packets waiting for their verdict.
 func (q *Queue) Held() int {
