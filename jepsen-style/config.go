@@ -12,7 +12,9 @@ import (
 
 // Errors of a run.
 var (
-	// ErrUnsupported: the scenario needs something this machine lacks (tc netem for delay).
+	// ErrUnsupported: the scenario needs something this machine lacks. No scenario does today
+	// (delay and loss are made in user space where the kernel has no sch_netem); the matrix
+	// still reports such a run apart from failures.
 	ErrUnsupported = errors.New("jepsen: scenario not supported here")
 	// ErrNotReady: the cluster or the streaming job did not come up.
 	ErrNotReady = errors.New("jepsen: cluster not ready")

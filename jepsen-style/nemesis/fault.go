@@ -91,8 +91,6 @@ func NeedsTmpfs(k Kind) bool { return k == DiskFull }
 var (
 	ErrUnknownKind = errors.New("nemesis: unknown fault kind")
 	ErrNoLeader    = errors.New("nemesis: no leader found")
-	// ErrNetemUnavailable: the kernel has no sch_netem; delay cannot be injected.
-	ErrNetemUnavailable = errors.New("nemesis: tc netem is not available in this kernel")
 )
 
 // ParseKind returns the kind with the given name.

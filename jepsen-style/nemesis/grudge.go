@@ -155,12 +155,5 @@ func NetemArgs(dev string, n Netem) []string {
 	return args
 }
 
-// LossFallbackArgs emulates netem loss with a random iptables DROP in the chain, for kernels
-// without sch_netem.
-func LossFallbackArgs(pct int) []string {
-	return []string{"-w", "-A", Chain, "-m", "statistic", "--mode", "random",
-		"--probability", fmt.Sprintf("%.2f", float64(pct)/100), "-j", "DROP"}
-}
-
 // NetemClearArgs removes any root qdisc from dev.
 func NetemClearArgs(dev string) []string { return []string{"qdisc", "del", "dev", dev, "root"} }

@@ -57,7 +57,7 @@ func main() {
 		return
 	}
 	if os.Geteuid() != 0 {
-		fmt.Fprintf(os.Stderr, "jepsen %s needs root: it creates network namespaces, veth pairs, iptables rules and tc qdiscs (inside its own namespaces only). Run it as root, e.g. sudo make jepsen-short.\n", cmd)
+		fmt.Fprintf(os.Stderr, "jepsen %s needs root: it creates network namespaces, veth pairs, iptables rules and netfilter queues (inside its own namespaces only). Run it as root, e.g. sudo make jepsen-short.\n", cmd)
 		os.Exit(2)
 	}
 	var err error
