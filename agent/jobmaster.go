@@ -5,6 +5,8 @@
 package agent
 
 import (
+	"github.com/jmcluster/jmcluster/security"
+
 	"context"
 	"errors"
 	"fmt"
@@ -48,7 +50,11 @@ type JobMasterConfig struct {
 	// MaxMessageSize bounds every gRPC message the replica receives or sends: its server and
 	// its connections to other JMs and to TMs (default transport.DefaultMaxMessageSize).
 	MaxMessageSize int
-	Logger         hclog.Logger
+	// TLS turns on mutual TLS on every connection of the replica: its gRPC server (any role may
+	// connect; the policy table checks each method), the Raft transport (jobmaster
+	// certificates only), its connections to other JMs and to TMs. nil: plaintext.
+	TLS    *security.TLS
+	Logger hclog.Logger
 }
 
 // JobMaster is a running JM replica.
@@ -99,6 +105,7 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	cfg.Reconcile.Logger = log
 	cfg.Cluster.MaxMessageSize = cfg.MaxMessageSize
 	cfg.JobMaster.MaxMessageSize = cfg.MaxMessageSize
+	cfg.Cluster.TLS, cfg.JobMaster.TLS = cfg.TLS, cfg.TLS
 
 	a.State = fsm.New(log)
 	a.JM = jobmaster.New(cfg.JobMaster, nil, a.State)
@@ -111,6 +118,7 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 
 	deps := server.Deps{Node: a.Node, State: a.State, JM: a.JM}
 	deps.WriteLimit = cfg.WriteLimit
+	deps.TLS = cfg.TLS
 	if cfg.Gossip != nil {
 		g := *cfg.Gossip
 		g.Logger = log

@@ -11,7 +11,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -217,9 +216,9 @@ func (n *Node) requestJoin(ctx context.Context, addr string) error {
 	return err
 }
 
-// dialOptions are the configured options (plaintext by default) with the message size limit.
+// dialOptions are the configured options (by default mutual TLS with cfg.TLS, else plaintext) with the message size limit.
 func (n *Node) dialOptions() []grpc.DialOption {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	opts := []grpc.DialOption{transport.DialCredentials(n.cfg.TLS, transport.RoleJobMaster)}
 	if len(n.cfg.DialOptions) > 0 {
 		opts = append([]grpc.DialOption(nil), n.cfg.DialOptions...)
 	}

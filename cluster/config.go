@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"github.com/jmcluster/jmcluster/security"
+
 	"fmt"
 	"net"
 	"time"
@@ -57,8 +59,11 @@ type Config struct {
 	EstablishTimeout time.Duration
 
 	// DialOptions are used for gRPC connections to other JobMasters (leader forwarding,
-	// bootstrap discovery). Empty means plaintext (insecure credentials).
+	// bootstrap discovery). Empty means the credentials TLS says.
 	DialOptions []grpc.DialOption
+	// TLS: mutual TLS on the Raft transport (a TLS stream layer that admits only jobmaster
+	// certificates) and on the gRPC connections to other JobMasters; nil for plaintext.
+	TLS *security.TLS
 	// MaxMessageSize bounds every message those connections send or receive (default
 	// transport.DefaultMaxMessageSize; --max-message-size).
 	MaxMessageSize int

@@ -142,10 +142,16 @@ func NewNode(cfg Config, sm StateMachine, hooks LeaderHooks) (n *Node, err error
 			return nil, fmt.Errorf("cluster: raft advertise address: %w", err)
 		}
 	}
-	trans, err := raft.NewTCPTransportWithConfig(cfg.RaftBindAddr, advertise, &raft.NetworkTransportConfig{
+	tcfg := &raft.NetworkTransportConfig{
 		MaxPool: transportMaxPool, Timeout: transportTimeout, Logger: logger.Named("raft-net"),
 		MaxRPCsInFlight: transportMaxInFlight,
-	})
+	}
+	var trans *raft.NetworkTransport
+	if cfg.TLS != nil {
+		trans, err = newTLSTransport(cfg.RaftBindAddr, advertise, cfg.TLS, tcfg)
+	} else {
+		trans, err = raft.NewTCPTransportWithConfig(cfg.RaftBindAddr, advertise, tcfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftBindAddr, err)
 	}
@@ -179,7 +185,7 @@ func NewNode(cfg Config, sm StateMachine, hooks LeaderHooks) (n *Node, err error
 			n.grpcAddrs[p.ID] = p.GRPCAddr
 		}
 	}
-	logger.Info("raft started", "raft_addr", n.raftAddr, "grpc_addr", cfg.GRPCAddr, "data_dir", cfg.DataDir)
+	logger.Info("raft started", "tls", cfg.TLS != nil, "raft_addr", n.raftAddr, "grpc_addr", cfg.GRPCAddr, "data_dir", cfg.DataDir)
 	return n, nil
 }
 

@@ -5,6 +5,8 @@
 package jobmaster
 
 import (
+	"github.com/jmcluster/jmcluster/security"
+
 	"context"
 	"errors"
 	"fmt"
@@ -88,6 +90,9 @@ type Config struct {
 	// MaxMessageSize bounds every message of the JM -> TM connections (default
 	// transport.DefaultMaxMessageSize; --max-message-size).
 	MaxMessageSize int
+	// TLS: mutual TLS on the JM -> TM connections (the TM's certificate must have the
+	// taskmanager role); nil for plaintext.
+	TLS *security.TLS
 	// TickInterval drives timeouts, pending deployments and restarts (default 200ms).
 	TickInterval time.Duration
 	// MaxBatch is the most execution-state updates committed in one Raft entry (default 1000).
@@ -227,6 +232,7 @@ func New(cfg Config, raft Raft, state *fsm.FSM) *JobMaster {
 		log:   cfg.Logger.Named("jobmaster"),
 	}
 	jm.tms = newRegistry(jm.log, cfg.RPCTimeout, cfg.MaxMessageSize)
+	jm.tms.tls = cfg.TLS
 	return jm
 }
 

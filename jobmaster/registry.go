@@ -1,6 +1,8 @@
 package jobmaster
 
 import (
+	"github.com/jmcluster/jmcluster/security"
+
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +14,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport"
@@ -66,6 +67,7 @@ type Registry struct {
 	log     hclog.Logger
 	timeout time.Duration
 	maxMsg  int // message size limit of the connections to TMs
+	tls     *security.TLS
 
 	mu    sync.Mutex
 	tms   map[string]*TaskManager
@@ -299,7 +301,7 @@ func (r *Registry) Client(addr string) (pb.TaskManagerServiceClient, error) {
 	cc := r.conns[addr]
 	if cc == nil {
 		var err error
-		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, transport.DialOptions(r.maxMsg, "JobMaster")...)
+		opts := append([]grpc.DialOption{transport.DialCredentials(r.tls, transport.RoleTaskManager)}, transport.DialOptions(r.maxMsg, "JobMaster")...)
 		cc, err = grpc.NewClient(addr, opts...)
 		if err != nil {
 			return nil, err

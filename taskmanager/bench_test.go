@@ -28,7 +28,7 @@ func BenchmarkPipelinedExchange(b *testing.B) {
 	key := partitionKey{job: "j", result: "r", index: 0, attempt: "p"}
 	p := newResultPartition(key, produces("r", 0, 1, forward, pipelined))
 	tm.parts.add(p)
-	conn, err := tm.conns.get(tm.DataAddr())
+	conn, err := tm.conns.peer(tm.DataAddr())
 	if err != nil {
 		b.Fatal(err)
 	}

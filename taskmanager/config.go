@@ -4,6 +4,8 @@
 package taskmanager
 
 import (
+	"github.com/jmcluster/jmcluster/security"
+
 	"context"
 	"errors"
 	"fmt"
@@ -70,6 +72,11 @@ type Config struct {
 	// every client connection (default transport.DefaultMaxMessageSize, 4 MiB;
 	// --max-message-size).
 	MaxMessageSize int
+	// TLS: mutual TLS on both servers and every connection; nil for plaintext. The gRPC server
+	// admits the jobmaster and taskmanager roles (the policy table checks each method), the
+	// data server the taskmanager role only; connections to JobMasters want a jobmaster
+	// certificate, connections to TaskManagers a taskmanager one.
+	TLS *security.TLS
 	// RPCTimeout bounds each TM -> JM call (default 5s).
 	RPCTimeout time.Duration
 	// InputConnectTimeout bounds how long an input channel waits for its producer's partition to

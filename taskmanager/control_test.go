@@ -428,7 +428,7 @@ func TestSecondReaderRefused(t *testing.T) {
 	c := client(t, tm)
 	submit(t, c, 1, source("job", "src", 0, 1, "p", 0, unbounded, produces("r", 0, 1, forward, pipelined)))
 	jm.waitState(t, "p", running)
-	conn, err := tm.conns.get(tm.DataAddr())
+	conn, err := tm.conns.peer(tm.DataAddr())
 	if err != nil {
 		t.Fatal(err)
 	}

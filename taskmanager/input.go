@@ -170,7 +170,7 @@ func (tm *TaskManager) connect(ctx context.Context, t *task, ch *inputChannel) (
 
 // open starts ReadPartition and waits for the subscription confirmation.
 func (tm *TaskManager) open(ctx context.Context, t *task, d *pb.InputChannelDescriptor) (pb.DataService_ReadPartitionClient, error) {
-	conn, err := tm.conns.get(d.GetProducerDataAddress())
+	conn, err := tm.conns.peer(d.GetProducerDataAddress())
 	if err != nil {
 		return nil, err
 	}

@@ -263,7 +263,7 @@ func (tm *TaskManager) askPool(ctx context.Context, peers []*pb.PoolPeer, myEpoc
 		go func() {
 			defer wg.Done()
 			a := answer{peer: p.TmId, sent: time.Now()}
-			if conn, err := tm.conns.get(p.GrpcAddress); err != nil {
+			if conn, err := tm.conns.peer(p.GrpcAddress); err != nil {
 				a.err = err
 			} else {
 				a.resp, a.err = pb.NewPeerServiceClient(conn).LeaderContact(qctx, &pb.LeaderContactRequest{TmId: tm.cfg.ID})

@@ -1,6 +1,8 @@
 package taskmanager
 
 import (
+	"github.com/jmcluster/jmcluster/security"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -117,7 +119,7 @@ func New(cfg Config) (*TaskManager, error) {
 		dataLis:         dl,
 		health:          health.NewServer(),
 		parts:           newPartitionRegistry(),
-		conns:           newConnPool(cfg.MaxMessageSize),
+		conns:           newConnPool(cfg.MaxMessageSize, cfg.TLS),
 		events:          newEventLog(cfg.EventLog, cfg.ID),
 		tasks:           map[string]*task{},
 		cancelledUnseen: newTombstones(MaxCancelTombstones),
@@ -131,10 +133,10 @@ func New(cfg Config) (*TaskManager, error) {
 	}
 	tm.outbox = newOutbox(tm)
 	var reg grpc.ServiceRegistrar
-	tm.grpcSrv, reg = tm.newServer()
+	tm.grpcSrv, reg = tm.newServer(security.RoleJobMaster, security.RoleTaskManager)
 	pb.RegisterTaskManagerServiceServer(reg, &controlService{tm: tm})
 	pb.RegisterPeerServiceServer(reg, &peerService{tm: tm})
-	tm.dataSrv, reg = tm.newServer()
+	tm.dataSrv, reg = tm.newServer(security.RoleTaskManager)
 	pb.RegisterDataServiceServer(reg, &dataService{tm: tm})
 	transport.MustCover(tm.grpcSrv, false)
 	transport.MustCover(tm.dataSrv, false)
@@ -145,9 +147,9 @@ func New(cfg Config) (*TaskManager, error) {
 // with no guard — every TaskManager method is served where it lands) with health and
 // reflection, and the registrar of its services: every message it receives or sends is bounded
 // by MaxMessageSize, and a message over it is refused with a status naming the limit and
-// --max-message-size.
-func (tm *TaskManager) newServer() (*grpc.Server, grpc.ServiceRegistrar) {
-	s, reg := transport.NewServer(tm.cfg.MaxMessageSize, "TaskManager", nil)
+// --max-message-size. With TLS it admits only certificates of the roles in admit.
+func (tm *TaskManager) newServer(admit ...security.Role) (*grpc.Server, grpc.ServiceRegistrar) {
+	s, reg := transport.NewServer(tm.cfg.MaxMessageSize, "TaskManager", nil, tm.cfg.TLS, admit...)
 	healthpb.RegisterHealthServer(reg, tm.health)
 	reflection.Register(s)
 	return s, reg

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/jmcluster/jmcluster/security"
 )
 
 // Guard is what the edge asks the process a server belongs to. A JobMaster replica's guard
@@ -37,9 +39,14 @@ type Guard interface {
 // bounds of ServerOptions, the policy interceptor (unary and stream) with guard g (nil on a
 // TaskManager), and the registrar to register the services through (see Registrar). Check the
 // registered services with MustCover.
-func NewServer(limit int, who string, g Guard) (*grpc.Server, grpc.ServiceRegistrar) {
-	e := &edge{g: g, who: who}
+//
+// With sec, the server speaks mutual TLS only: a client must present a certificate of sec's CA
+// naming one of the roles in admit (nil: any role), and every call is checked against its
+// row's Roles. Without (nil), the server is plaintext and admits every caller.
+func NewServer(limit int, who string, g Guard, sec *security.TLS, admit ...Role) (*grpc.Server, grpc.ServiceRegistrar) {
+	e := &edge{g: g, who: who, tls: sec != nil}
 	opts := append(ServerOptions(limit), grpc.ChainUnaryInterceptor(e.unary), grpc.ChainStreamInterceptor(e.stream))
+	opts = append(opts, roleServerOption(sec, admit)...)
 	s := grpc.NewServer(opts...)
 	return s, Registrar(s, limit, who)
 }
@@ -48,6 +55,7 @@ func NewServer(limit int, who string, g Guard) (*grpc.Server, grpc.ServiceRegist
 type edge struct {
 	g   Guard
 	who string
+	tls bool
 }
 
 func (e *edge) policy(method string) (Policy, error) {
@@ -71,6 +79,9 @@ func (e *edge) status(ctx context.Context, err error) error {
 func (e *edge) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	p, err := e.policy(info.FullMethod)
 	if err != nil {
+		return nil, err
+	}
+	if ctx, err = authorize(ctx, info.FullMethod, p, e.tls); err != nil {
 		return nil, err
 	}
 	if e.g == nil {
@@ -109,6 +120,9 @@ func (e *edge) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 	if err != nil {
 		return err
 	}
+	if _, err := authorize(ss.Context(), info.FullMethod, p, e.tls); err != nil {
+		return err
+	}
 	if e.g != nil && p.needsLeader(false) {
 		if err := e.g.Admit(ss.Context(), p, false); err != nil {
 			return e.status(ss.Context(), err)
@@ -124,7 +138,7 @@ func consistent(req any) bool {
 }
 
 // Uncovered lists the methods registered on s that the table does not cover as it must: no
-// row, a row a server without a guard (a TaskManager's) cannot apply, forwarding or a
+// row, a row without a role rule, a row a server without a guard (a TaskManager's) cannot apply, forwarding or a
 // consistent-read rule on a streaming method, or a forwardable method whose reply type is
 // unknown.
 func Uncovered(s *grpc.Server, guarded bool) []string {
@@ -137,6 +151,8 @@ func Uncovered(s *grpc.Server, guarded bool) []string {
 			switch {
 			case !ok:
 				out = append(out, name+": no policy row")
+			case len(p.Roles) == 0:
+				out = append(out, name+": the row admits no role (Roles)")
 			case !guarded && (p.needsLeader(true) || p.Forward || p.Limited):
 				out = append(out, name+": the row needs a JobMaster's guard")
 			case stream && (p.Forward || p.Leader == LeaderIfConsistent || p.Limited):

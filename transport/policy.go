@@ -35,9 +35,6 @@ func (l Leadership) String() string {
 	return "leadership(?)"
 }
 
-// Role is the role a caller's certificate names (client, operator, jobmaster, taskmanager).
-type Role string
-
 // Policy is one method's row of the edge's table, applied by the one interceptor every gRPC
 // server of both processes runs (Edge), before the handler.
 type Policy struct {
@@ -54,61 +51,78 @@ type Policy struct {
 	// Limited: counted against the caller's write rate limit on the node it called, before
 	// anything else (a forwarded call was counted by the node that forwarded it).
 	Limited bool
-	// Roles: the certificate roles allowed to call the method. Not enforced yet (nil: any
-	// caller); the mutual TLS change fills and checks this column.
+	// Roles: the certificate roles allowed to call the method (security.Role), checked before
+	// anything else on a server with mutual TLS: a caller of another role is refused
+	// PERMISSION_DENIED. Every row names at least one (Uncovered checks). A call a JobMaster
+	// forwards is checked against the role of the caller it forwards for. A plaintext server
+	// checks nothing.
 	Roles []Role
 }
+
+// The role sets of the rows. Operators may do anything a reader may; JobMasters forward
+// calls for their callers (checked against the caller's role on the leader) and call
+// NodeInfo and RaftJoin themselves (bootstrap discovery, joining).
+var (
+	operator       = []Role{RoleOperator}
+	readers        = []Role{RoleOperator, RoleReader}
+	readersAndTMs  = []Role{RoleOperator, RoleReader, RoleTaskManager}
+	readersAndJMs  = []Role{RoleOperator, RoleReader, RoleJobMaster}
+	operatorAndJMs = []Role{RoleOperator, RoleJobMaster}
+	taskManagers   = []Role{RoleTaskManager}
+	jobMasters     = []Role{RoleJobMaster}
+	anyRole        = []Role{RoleJobMaster, RoleTaskManager, RoleOperator, RoleReader}
+)
 
 // Policies is the table: one row per method of every service either process registers,
 // keyed by the full method name. A call to a method without a row is refused (Uncovered
 // finds such methods, and both processes refuse to start with one).
 var Policies = map[string]Policy{
 	// ClientService (JobMaster): users and the jmnode client.
-	pb.ClientService_SubmitJob_FullMethodName:     {Gated: true, Leader: Leader, Forward: true, Limited: true},
-	pb.ClientService_CancelJob_FullMethodName:     {Gated: true, Leader: Leader, Forward: true, Limited: true},
-	pb.ClientService_GetJob_FullMethodName:        {Leader: LeaderIfConsistent, Forward: true},
-	pb.ClientService_ListJobs_FullMethodName:      {Leader: LeaderIfConsistent, Forward: true},
-	pb.ClientService_WatchJob_FullMethodName:      {},
-	pb.ClientService_ClusterStatus_FullMethodName: {},
+	pb.ClientService_SubmitJob_FullMethodName:     {Gated: true, Leader: Leader, Forward: true, Limited: true, Roles: operator},
+	pb.ClientService_CancelJob_FullMethodName:     {Gated: true, Leader: Leader, Forward: true, Limited: true, Roles: operator},
+	pb.ClientService_GetJob_FullMethodName:        {Leader: LeaderIfConsistent, Forward: true, Roles: readers},
+	pb.ClientService_ListJobs_FullMethodName:      {Leader: LeaderIfConsistent, Forward: true, Roles: readers},
+	pb.ClientService_WatchJob_FullMethodName:      {Roles: readers},
+	pb.ClientService_ClusterStatus_FullMethodName: {Roles: readersAndTMs},
 
 	// OperatorService (JobMaster): operators, and bootstrap discovery between JobMasters.
-	pb.OperatorService_NodeInfo_FullMethodName:   {},
-	pb.OperatorService_RaftPeers_FullMethodName:  {},
-	pb.OperatorService_RaftJoin_FullMethodName:   {Forward: true},
-	pb.OperatorService_RaftRemove_FullMethodName: {Forward: true},
-	pb.OperatorService_Snapshot_FullMethodName:   {},
-	pb.OperatorService_Members_FullMethodName:    {},
-	pb.OperatorService_StateHash_FullMethodName:  {},
+	pb.OperatorService_NodeInfo_FullMethodName:   {Roles: readersAndJMs},
+	pb.OperatorService_RaftPeers_FullMethodName:  {Roles: readers},
+	pb.OperatorService_RaftJoin_FullMethodName:   {Forward: true, Roles: operatorAndJMs},
+	pb.OperatorService_RaftRemove_FullMethodName: {Forward: true, Roles: operator},
+	pb.OperatorService_Snapshot_FullMethodName:   {Roles: operator},
+	pb.OperatorService_Members_FullMethodName:    {Roles: readers},
+	pb.OperatorService_StateHash_FullMethodName:  {Roles: readers},
 
 	// JobMasterService (JobMaster): TaskManagers. Registration and heartbeats are served
 	// while the gate is closed: reconciliation needs them.
-	pb.JobMasterService_RegisterTaskManager_FullMethodName:       {Leader: Leader},
-	pb.JobMasterService_Heartbeat_FullMethodName:                 {Leader: Leader},
-	pb.JobMasterService_UpdateTaskExecutionState_FullMethodName:  {Gated: true, Leader: Leader},
-	pb.JobMasterService_ScheduleOrUpdateConsumers_FullMethodName: {Gated: true, Leader: Leader},
-	pb.JobMasterService_RequestPartitionState_FullMethodName:     {Gated: true, Leader: Leader},
+	pb.JobMasterService_RegisterTaskManager_FullMethodName:       {Leader: Leader, Roles: taskManagers},
+	pb.JobMasterService_Heartbeat_FullMethodName:                 {Leader: Leader, Roles: taskManagers},
+	pb.JobMasterService_UpdateTaskExecutionState_FullMethodName:  {Gated: true, Leader: Leader, Roles: taskManagers},
+	pb.JobMasterService_ScheduleOrUpdateConsumers_FullMethodName: {Gated: true, Leader: Leader, Roles: taskManagers},
+	pb.JobMasterService_RequestPartitionState_FullMethodName:     {Gated: true, Leader: Leader, Roles: taskManagers},
 
 	// TaskManagerService (TaskManager): the JobMaster leader. Fencing by leader epoch is the
 	// handlers' business: it needs the request.
-	pb.TaskManagerService_SubmitTask_FullMethodName:          {},
-	pb.TaskManagerService_SubmitTasks_FullMethodName:         {},
-	pb.TaskManagerService_CancelTask_FullMethodName:          {},
-	pb.TaskManagerService_UpdatePartitionInfo_FullMethodName: {},
-	pb.TaskManagerService_RequestReport_FullMethodName:       {},
-	pb.TaskManagerService_AcknowledgeTerminal_FullMethodName: {},
+	pb.TaskManagerService_SubmitTask_FullMethodName:          {Roles: jobMasters},
+	pb.TaskManagerService_SubmitTasks_FullMethodName:         {Roles: jobMasters},
+	pb.TaskManagerService_CancelTask_FullMethodName:          {Roles: jobMasters},
+	pb.TaskManagerService_UpdatePartitionInfo_FullMethodName: {Roles: jobMasters},
+	pb.TaskManagerService_RequestReport_FullMethodName:       {Roles: jobMasters},
+	pb.TaskManagerService_AcknowledgeTerminal_FullMethodName: {Roles: jobMasters},
 
 	// DataService (TaskManager): other TaskManagers.
-	pb.DataService_ReadPartition_FullMethodName: {},
+	pb.DataService_ReadPartition_FullMethodName: {Roles: taskManagers},
 
 	// PeerService (TaskManager): other TaskManagers of the pool (the isolation rule).
-	pb.PeerService_LeaderContact_FullMethodName: {},
+	pb.PeerService_LeaderContact_FullMethodName: {Roles: taskManagers},
 
 	// Health and reflection, on every server of both processes.
-	healthpb.Health_Check_FullMethodName:                                   {},
-	healthpb.Health_List_FullMethodName:                                    {},
-	healthpb.Health_Watch_FullMethodName:                                   {},
-	reflectionpb.ServerReflection_ServerReflectionInfo_FullMethodName:      {},
-	reflectionv1alpha.ServerReflection_ServerReflectionInfo_FullMethodName: {},
+	healthpb.Health_Check_FullMethodName:                                   {Roles: anyRole},
+	healthpb.Health_List_FullMethodName:                                    {Roles: anyRole},
+	healthpb.Health_Watch_FullMethodName:                                   {Roles: anyRole},
+	reflectionpb.ServerReflection_ServerReflectionInfo_FullMethodName:      {Roles: readers},
+	reflectionv1alpha.ServerReflection_ServerReflectionInfo_FullMethodName: {Roles: readers},
 }
 
 // needsLeader reports whether a call with policy p, whose request asks (or not) to be

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/jmcluster/jmcluster/security"
+
 	"context"
 	"flag"
 	"fmt"
@@ -9,7 +11,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -27,6 +28,7 @@ type cliFlags struct {
 	json    *bool
 	timeout *time.Duration
 	maxMsg  *int
+	tls     tlsFlags
 }
 
 func newCLIFlags(fs *flag.FlagSet, read bool) cliFlags {
@@ -39,6 +41,7 @@ func newCLIFlags(fs *flag.FlagSet, read bool) cliFlags {
 		timeout: fs.Duration("timeout", 15*time.Second, "give up after this long (retries while there is no leader, it reconciles or this client is over its write rate limit)"),
 		maxMsg:  fs.Int("max-message-size", transport.DefaultMaxMessageSize, "bound in bytes on every gRPC message this client sends or receives (the JobMasters have their own)"),
 	}
+	c.tls = newTLSFlags(fs, "this client's operator or reader")
 	if read {
 		c.json = fs.Bool("json", false, "print JSON")
 	} else {
@@ -54,14 +57,24 @@ type conn struct {
 
 // dial connects to a JobMaster; every message is bounded by maxMsg (0: the default), and a
 // message over that limit or the JobMaster's is refused with an error naming the limit.
-func dial(addr string, maxMsg int) (*conn, error) {
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+// With sec the connection is mutual TLS and the server must present a jobmaster certificate.
+func dial(addr string, maxMsg int, sec *security.TLS) (*conn, error) {
+	opts := append([]grpc.DialOption{transport.DialCredentials(sec, security.RoleJobMaster)},
 		transport.DialOptions(maxMsg, "jmnode client")...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("JobMaster address %q: %w", addr, err)
 	}
 	return &conn{addr: addr, cc: cc}, nil
+}
+
+// dial connects to the JobMaster the flags name, with mutual TLS when the --tls-* flags say.
+func (cf cliFlags) dial() (*conn, error) {
+	sec, err := cf.tls.load(nil)
+	if err != nil {
+		return nil, err
+	}
+	return dial(*cf.addr, *cf.maxMsg, sec)
 }
 
 func (c *conn) client() pb.ClientServiceClient     { return pb.NewClientServiceClient(c.cc) }
@@ -115,7 +128,7 @@ func (c *conn) explain(err error) error {
 // ask dials the JobMaster the flags name and makes one call with the CLI's retries.
 func ask[T any](cf cliFlags, rpc func(context.Context, *conn) (T, error)) (T, error) {
 	var resp T
-	c, err := dial(*cf.addr, *cf.maxMsg)
+	c, err := cf.dial()
 	if err != nil {
 		return resp, err
 	}

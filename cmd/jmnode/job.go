@@ -82,7 +82,7 @@ func jobSubmit(args []string) error {
 	if jg.JobId == "" {
 		jg.JobId = newJobID() // chosen here so that a retried submit is recognised
 	}
-	c, err := dial(*cf.addr, *cf.maxMsg)
+	c, err := cf.dial()
 	if err != nil {
 		return err
 	}

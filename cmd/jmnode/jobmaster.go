@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/jmcluster/jmcluster/security"
+
 	"context"
 	"encoding/base64"
 	"errors"
@@ -68,6 +70,7 @@ func runJobMaster(args []string) error {
 	fast := fs.Bool("fast-raft", false, "use fast Raft timings (loopback clusters, demos and tests)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (empty: off; for profiling only)")
+	tf := newTLSFlags(fs, "this JobMaster's jobmaster")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -99,6 +102,13 @@ func runJobMaster(args []string) error {
 	}
 	if err := setFailpoints(log); err != nil {
 		return err
+	}
+	sec, err := tf.load(log, security.RoleJobMaster)
+	if err != nil {
+		return err
+	}
+	if sec == nil {
+		warnPlaintext(log, "gRPC and Raft")
 	}
 	if *grpcAdv == "" {
 		*grpcAdv = *grpcAddr
@@ -133,6 +143,7 @@ func runJobMaster(args []string) error {
 		return fmt.Errorf("--client-write-burst %d: must be positive", *writeBurst)
 	}
 	cfg.MaxMessageSize = *maxMsg
+	cfg.TLS = sec
 	cfg.WriteLimit = server.WriteLimit{Rate: *writeRate, Burst: *writeBurst}
 	if *gossipAddr != "" {
 		g, err := gossipConfig(*gossipAddr, *gossipJoin, *gossipKey, *gossipProfile)

@@ -29,9 +29,12 @@ operator CLI (talks gRPC to any JobMaster: --addr or JMNODE_ADDR, default 127.0.
   raft peers | join | remove the Raft configuration
   members                    the gossip pool
   version                    print the version
+  tls ca create              a development CA for mutual TLS (docs/security.md)
+  tls cert create            a certificate with a role (jobmaster, taskmanager, operator, reader)
   failpoints                 the failpoints JMNODE_FAILPOINTS can set (fault-suite builds only)
 
-Read commands take --json. Run 'jmnode <command> --help' for a command's flags.
+Every process and command takes --tls-ca, --tls-cert and --tls-key for mutual TLS; without
+them it is plaintext (docs/security.md). Read commands take --json. Run 'jmnode <command> --help' for a command's flags.
 `
 
 func main() {
@@ -67,6 +70,8 @@ func run(args []string) error {
 		return runMembers(rest)
 	case "failpoints":
 		return runFailpoints(rest)
+	case "tls":
+		return runTLS(rest)
 	case "version":
 		fmt.Println("jmnode", version.Version)
 		return nil

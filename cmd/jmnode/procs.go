@@ -45,7 +45,7 @@ func (d *procs) liveJM() *proccluster.Proc {
 }
 
 func (d *procs) client(addr string) *conn {
-	c, _ := dial(addr, 0)
+	c, _ := dial(addr, 0, nil)
 	return c
 }
 

@@ -39,7 +39,7 @@ func jobStatus(args []string) error {
 	if *all && *vertex != "" {
 		return errors.New("job status: --vertex and --all exclude each other")
 	}
-	c, err := dial(*cf.addr, *cf.maxMsg)
+	c, err := cf.dial()
 	if err != nil {
 		return err
 	}

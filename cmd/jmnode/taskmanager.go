@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/jmcluster/jmcluster/security"
+
 	"context"
 	"errors"
 	"flag"
@@ -41,6 +43,7 @@ func runTaskManager(args []string) error {
 	hb := fs.Duration("heartbeat-interval", def.HeartbeatInterval, "heartbeat interval (the leader may override it)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (empty: off; for profiling only)")
+	tf := newTLSFlags(fs, "this TaskManager's taskmanager")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -55,6 +58,13 @@ func runTaskManager(args []string) error {
 	if err := setFailpoints(log); err != nil {
 		return err
 	}
+	sec, err := tf.load(log, security.RoleTaskManager)
+	if err != nil {
+		return err
+	}
+	if sec == nil {
+		warnPlaintext(log, "gRPC and data plane")
+	}
 	if *workDir != "" {
 		if err := os.MkdirAll(*workDir, 0o755); err != nil {
 			return fmt.Errorf("work dir: %w", err)
@@ -67,6 +77,7 @@ func runTaskManager(args []string) error {
 	cfg.Logger, cfg.WorkDir = log, *workDir
 	cfg.FenceTimeout = *fence
 	cfg.MaxMessageSize = *maxMsg
+	cfg.TLS = sec
 	if *eventLog != "" {
 		f, err := os.OpenFile(*eventLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {

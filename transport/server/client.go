@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/jmcluster/jmcluster/security"
+
 	"context"
 	"sort"
 	"strconv"
@@ -27,6 +29,9 @@ type Deps struct {
 	Members func() []*pb.Member
 	// WriteLimit bounds each client's SubmitJob and CancelJob rate on this JM.
 	WriteLimit WriteLimit
+	// TLS: mutual TLS on the gRPC server (any role may connect; the policy table checks each
+	// method), nil for plaintext.
+	TLS *security.TLS
 }
 
 // ClientService implements pb.ClientServiceServer. The policy table sends writes to the

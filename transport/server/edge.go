@@ -78,7 +78,7 @@ func (g *guard) Forward(ctx context.Context, method string, req any) (any, error
 	if err != nil {
 		return nil, err
 	}
-	ctx = metadata.AppendToOutgoingContext(ctx, forwardedKey, g.d.Node.ID())
+	ctx = metadata.AppendToOutgoingContext(transport.ForwardFor(ctx, ctx), forwardedKey, g.d.Node.ID())
 	if err := conn.Invoke(ctx, method, req, reply); err != nil {
 		return nil, err
 	}
