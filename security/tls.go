@@ -122,8 +122,13 @@ func (t *TLS) load(st [3]stamp) error {
 	if err != nil {
 		return fmt.Errorf("tls: certificate %s: %w", t.files.Cert, err)
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+	// The chain is checked at a moment the certificate is valid: an expired certificate loads
+	// (with a loud line), so that the refusal is the peers', as when it expires while running.
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}, CurrentTime: leaf.NotBefore.Add(time.Second)}); err != nil {
 		return fmt.Errorf("tls: certificate %s does not verify against CA %s: %w", t.files.Cert, t.files.CA, err)
+	}
+	if now := time.Now(); now.After(leaf.NotAfter) || now.Before(leaf.NotBefore) {
+		t.log.Error("this process's certificate is not valid now: every peer will refuse it", "cert", t.files.Cert, "not_before", leaf.NotBefore.UTC().Format(time.RFC3339), "not_after", leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
 	t.cert, t.pool, t.self, t.expiry, t.stamps = &cert, pool, id, leaf.NotAfter, st
 	return nil
