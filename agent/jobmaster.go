@@ -283,3 +283,6 @@ func PBMembers(ms []membership.Member) []*pb.Member {
 }
 
 var errNoLeader = errors.New("no leader in gossip metadata")
+
+// TLS is the replica's mutual TLS (nil: plaintext).
+func (a *JobMaster) TLS() *security.TLS { return a.cfg.TLS }

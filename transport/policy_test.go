@@ -124,3 +124,70 @@ func TestTaskManagerRowsNeedNoGuard(t *testing.T) {
 		t.Fatalf("with a guard: Uncovered = %q, want nothing", got)
 	}
 }
+
+// TestEveryRowHasARoleRule: every method of the table names the certificate roles that may call
+// it, each a known role; a row without one is reported by Uncovered, so a server that registers
+// such a method refuses to start.
+func TestEveryRowHasARoleRule(t *testing.T) {
+	for name, p := range transport.Policies {
+		if len(p.Roles) == 0 {
+			t.Errorf("%s: no role rule (Policy.Roles)", name)
+		}
+		for _, r := range p.Roles {
+			if !r.Valid() {
+				t.Errorf("%s: unknown role %q", name, r)
+			}
+		}
+	}
+	const m = "/jmcluster.test.Probe/Ping"
+	transport.Policies[m] = transport.Policy{}
+	defer delete(transport.Policies, m)
+	s, reg := transport.NewServer(0, "TaskManager", nil, nil)
+	reg.RegisterService(&probe, struct{}{})
+	if got := transport.Uncovered(s, false); len(got) != 1 || !strings.Contains(got[0], "admits no role") {
+		t.Fatalf("Uncovered with a row without roles: %v", got)
+	}
+}
+
+// TestRoleRulesKeepEachRoleToItsPart: the table's promises per role. A TaskManager calls no
+// OperatorService method (it cannot join Raft or change it) and none of the JobMasters' calls
+// of TaskManagerService; a reader changes nothing; the data plane and the pool's questions are
+// between TaskManagers only.
+func TestRoleRulesKeepEachRoleToItsPart(t *testing.T) {
+	has := func(p transport.Policy, r transport.Role) bool {
+		for _, x := range p.Roles {
+			if x == r {
+				return true
+			}
+		}
+		return false
+	}
+	writes := map[string]bool{
+		"/jmcluster.v1.ClientService/SubmitJob": true, "/jmcluster.v1.ClientService/CancelJob": true,
+		"/jmcluster.v1.OperatorService/RaftJoin": true, "/jmcluster.v1.OperatorService/RaftRemove": true,
+		"/jmcluster.v1.OperatorService/Snapshot": true,
+	}
+	for name, p := range transport.Policies {
+		svc := name[:strings.LastIndex(name, "/")]
+		switch {
+		case svc == "/jmcluster.v1.OperatorService" && has(p, transport.RoleTaskManager):
+			t.Errorf("%s admits TaskManagers", name)
+		case svc == "/jmcluster.v1.TaskManagerService" && (len(p.Roles) != 1 || p.Roles[0] != transport.RoleJobMaster):
+			t.Errorf("%s admits %v; want the jobmaster role only", name, p.Roles)
+		case (svc == "/jmcluster.v1.DataService" || svc == "/jmcluster.v1.PeerService" || svc == "/jmcluster.v1.JobMasterService") &&
+			(len(p.Roles) != 1 || p.Roles[0] != transport.RoleTaskManager):
+			t.Errorf("%s admits %v; want the taskmanager role only", name, p.Roles)
+		}
+		if writes[name] && has(p, transport.RoleReader) {
+			t.Errorf("%s admits readers", name)
+		}
+		if _, ok := transport.Policies[name]; ok && writes[name] && !has(p, transport.RoleOperator) {
+			t.Errorf("%s does not admit operators", name)
+		}
+	}
+	for w := range writes {
+		if _, ok := transport.Policies[w]; !ok {
+			t.Errorf("%s: no row (renamed?)", w)
+		}
+	}
+}

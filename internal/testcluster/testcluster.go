@@ -5,6 +5,10 @@
 package testcluster
 
 import (
+	"github.com/jmcluster/jmcluster/internal/tlstest"
+	"github.com/jmcluster/jmcluster/security"
+	"github.com/jmcluster/jmcluster/transport"
+
 	"bufio"
 	"context"
 	"errors"
@@ -50,6 +54,9 @@ type Options struct {
 	JM func(*agent.JobMasterConfig)
 	// LogLevel of the cluster log (default debug).
 	LogLevel hclog.Level
+	// TLS turns on mutual TLS everywhere: each JM gets a jobmaster certificate of this CA
+	// named its id, each TM a taskmanager one, and Conn connects with an operator certificate.
+	TLS *tlstest.CA
 }
 
 // Cluster is a running test cluster.
@@ -64,6 +71,8 @@ type Cluster struct {
 	logFile *os.File
 	mu      sync.Mutex
 	conns   map[string]*grpc.ClientConn
+	certMu  sync.Mutex
+	certs   map[string]*security.TLS // by node id, when Opts.TLS is set
 }
 
 // JM is one JobMaster replica; A is nil while it is stopped.
@@ -103,7 +112,7 @@ func start(t testing.TB, opts Options) *Cluster {
 	if opts.HeartbeatTimeout == 0 {
 		opts.HeartbeatTimeout = 3 * time.Second
 	}
-	c := &Cluster{T: t, Opts: opts, Dir: t.TempDir(), conns: map[string]*grpc.ClientConn{}}
+	c := &Cluster{T: t, Opts: opts, Dir: t.TempDir(), conns: map[string]*grpc.ClientConn{}, certs: map[string]*security.TLS{}}
 	f, err := os.Create(filepath.Join(c.Dir, "cluster.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -201,6 +210,7 @@ func (c *Cluster) StartJM(j *JM) {
 		g.Join = c.gossipSeeds()
 		cfg.Gossip = &g
 	}
+	cfg.TLS = c.TLSOf(security.RoleJobMaster, j.ID)
 	if c.Opts.JM != nil {
 		c.Opts.JM(&cfg)
 	}
@@ -256,6 +266,7 @@ func (c *Cluster) StartTM(tm *TM) {
 	for _, j := range c.JMs {
 		cfg.JobMasters = append(cfg.JobMasters, j.GRPCAddr)
 	}
+	cfg.TLS = c.TLSOf(security.RoleTaskManager, tm.ID)
 	if c.Opts.TM != nil {
 		c.Opts.TM(&cfg)
 	}
@@ -341,13 +352,33 @@ func (c *Cluster) Conn(addr string) *grpc.ClientConn {
 	cc := c.conns[addr]
 	if cc == nil {
 		var err error
-		cc, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds := grpc.WithTransportCredentials(insecure.NewCredentials())
+		if sec := c.TLSOf(security.RoleOperator, "test-operator"); sec != nil {
+			creds = transport.DialCredentials(sec)
+		}
+		cc, err = grpc.NewClient(addr, creds)
 		if err != nil {
 			c.T.Fatal(err)
 		}
 		c.conns[addr] = cc
 	}
 	return cc
+}
+
+// TLSOf is the certificate of the node (or client) named name with role r, made on first use
+// and kept for restarts; nil without Opts.TLS.
+func (c *Cluster) TLSOf(r security.Role, name string) *security.TLS {
+	if c.Opts.TLS == nil {
+		return nil
+	}
+	c.certMu.Lock()
+	defer c.certMu.Unlock()
+	if s := c.certs[name]; s != nil {
+		return s
+	}
+	s := c.Opts.TLS.TLS(c.T, r, name)
+	c.certs[name] = s
+	return s
 }
 
 // Client returns a ClientService client for a replica.
