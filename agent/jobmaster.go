@@ -119,6 +119,7 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	deps := server.Deps{Node: a.Node, State: a.State, JM: a.JM}
 	deps.WriteLimit = cfg.WriteLimit
 	deps.TLS = cfg.TLS
+	deps.Audit = log.Named("audit")
 	if cfg.Gossip != nil {
 		g := *cfg.Gossip
 		g.Logger = log

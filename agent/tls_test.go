@@ -143,6 +143,9 @@ func TestMutualTLSClusterChecksEveryRole(t *testing.T) {
 	// follower is refused there, before forwarding.
 	code, msg := rpc(t, operator, follower.GRPCAddr, cancelJob)
 	expect(t, "operator CancelJob at the follower", code, msg, codes.OK, "")
+	// The leader's audit lines name the callers the followers forwarded for.
+	waitForLog(t, c, `audit: submit job: caller="test-operator (operator) via jm`)
+	waitForLog(t, c, `audit: cancel job: caller="olga (operator) via `+follower.ID+`" job=`+id)
 
 	// The TaskManager's servers: TaskManagerService is the JobMasters' only.
 	cancelTask := func(ctx context.Context, cc *grpc.ClientConn) error {
@@ -242,6 +245,8 @@ func TestOnlyJobMasterCertificatesJoinRaft(t *testing.T) {
 			return err
 		})
 		expect(t, rogue.name+": RaftRemove", code, msg, codes.OK, "")
+		waitForLog(t, c, `audit: raft join: caller="olga (operator)" server=`+ccfg.ID)
+		waitForLog(t, c, `audit: raft remove: caller="olga (operator)" server=`+ccfg.ID)
 		a.Kill()
 	}
 }
@@ -295,4 +300,22 @@ func rpcWith(t *testing.T, cfg *tls.Config, addr string) (codes.Code, string) {
 	_, err = pb.NewClientServiceClient(cc).ClusterStatus(ctx, &pb.ClusterStatusRequest{})
 	st := status.Convert(err)
 	return st.Code(), st.Message()
+}
+
+// waitForLog waits until the cluster log has a line containing want.
+func waitForLog(t *testing.T, c *testcluster.Cluster, want string) {
+	t.Helper()
+	testcluster.WaitFor(t, 10*time.Second, "a log line containing "+want, func() (bool, string) {
+		b, _ := os.ReadFile(filepath.Join(c.Dir, "cluster.log"))
+		var audit []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, want) {
+				return true, ""
+			}
+			if strings.Contains(line, "audit:") {
+				audit = append(audit, line)
+			}
+		}
+		return false, "audit lines: " + strings.Join(audit, "\n")
+	})
 }

@@ -100,11 +100,17 @@ type Identity struct {
 	// Name: the certificate's subject common name.
 	Name string
 	Role Role
+	// Via names the JobMaster that forwarded the call for this caller ("" when it came
+	// directly).
+	Via string
 }
 
 func (id Identity) String() string {
 	if id.Name == "" && id.Role == "" {
 		return "anonymous"
+	}
+	if id.Via != "" {
+		return fmt.Sprintf("%s (%s) via %s", id.Name, id.Role, id.Via)
 	}
 	return fmt.Sprintf("%s (%s)", id.Name, id.Role)
 }

@@ -99,7 +99,7 @@ func callerOf(ctx context.Context) (security.Identity, bool) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	names, roles := md.Get(callerNameKey), md.Get(callerRoleKey)
 	if len(names) == 1 && len(roles) == 1 && security.Role(roles[0]).Valid() {
-		return security.Identity{Name: names[0] + " via " + id.Name, Role: security.Role(roles[0])}, true
+		return security.Identity{Name: names[0], Role: security.Role(roles[0]), Via: id.Name}, true
 	}
 	return id, true
 }

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/jmcluster/jmcluster/security"
 
 	"context"
@@ -32,6 +34,9 @@ type Deps struct {
 	// TLS: mutual TLS on the gRPC server (any role may connect; the policy table checks each
 	// method), nil for plaintext.
 	TLS *security.TLS
+	// Audit receives a line for every submit, cancel and Raft membership change this node
+	// serves, naming the caller (audit.go); nil: none.
+	Audit hclog.Logger
 }
 
 // ClientService implements pb.ClientServiceServer. The policy table sends writes to the
@@ -54,6 +59,7 @@ func (s *ClientService) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest)
 		return s.ackSubmitBeforeCommit(jg)
 	}
 	id, index, err := s.d.JM.SubmitJob(ctx, jg)
+	s.d.audit(ctx, "submit job", err, "job", id, "name", jg.GetName(), "index", index)
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +78,7 @@ func (s *ClientService) CancelJob(ctx context.Context, req *pb.CancelJobRequest)
 		return &pb.CancelJobResponse{Status: pb.JobStatus_JOB_STATUS_CANCELLING}, nil
 	}
 	st, err := s.d.JM.CancelJob(ctx, req.JobId)
+	s.d.audit(ctx, "cancel job", err, "job", req.JobId)
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,7 @@ func (s *OperatorService) RaftJoin(ctx context.Context, req *pb.RaftJoinRequest)
 		return nil, status.Error(codes.InvalidArgument, "id and raft_address are required")
 	}
 	idx, err := s.d.Node.AddVoter(req.GetId(), req.GetRaftAddress(), req.GetGrpcAddress())
+	s.d.audit(ctx, "raft join", err, "server", req.GetId(), "raft_address", req.GetRaftAddress(), "grpc_address", req.GetGrpcAddress(), "index", idx)
 	if err != nil {
 		return nil, err
 	}
@@ -54,6 +55,7 @@ func (s *OperatorService) RaftRemove(ctx context.Context, req *pb.RaftRemoveRequ
 		return nil, status.Error(codes.InvalidArgument, "id is required")
 	}
 	idx, err := s.d.Node.RemoveServer(req.GetId())
+	s.d.audit(ctx, "raft remove", err, "server", req.GetId(), "index", idx)
 	if err != nil {
 		return nil, err
 	}
