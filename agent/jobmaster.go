@@ -53,8 +53,13 @@ type JobMasterConfig struct {
 	// TLS turns on mutual TLS on every connection of the replica: its gRPC server (any role may
 	// connect; the policy table checks each method), the Raft transport (jobmaster
 	// certificates only), its connections to other JMs and to TMs. nil: plaintext.
-	TLS    *security.TLS
-	Logger hclog.Logger
+	TLS *security.TLS
+	// Tokens: bearer tokens (operator and reader) the gRPC server and HTTP accept besides
+	// certificates; needs TLS. nil: none.
+	Tokens *security.Tokens
+	// MetricsAuth: /metrics needs a token or certificate too (HTTP with TLS or tokens).
+	MetricsAuth bool
+	Logger      hclog.Logger
 }
 
 // JobMaster is a running JM replica.
@@ -88,6 +93,9 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	if err := cfg.JobMaster.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Tokens != nil && cfg.TLS == nil {
+		return nil, errors.New("bearer tokens need TLS (--tls-ca, --tls-cert, --tls-key): they would travel in plaintext")
+	}
 	a := &JobMaster{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
@@ -118,7 +126,7 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 
 	deps := server.Deps{Node: a.Node, State: a.State, JM: a.JM}
 	deps.WriteLimit = cfg.WriteLimit
-	deps.TLS = cfg.TLS
+	deps.TLS, deps.Tokens, deps.MetricsAuth = cfg.TLS, cfg.Tokens, cfg.MetricsAuth
 	deps.Audit = log.Named("audit")
 	if cfg.Gossip != nil {
 		g := *cfg.Gossip
@@ -141,7 +149,14 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 		a.httpAddr = hl.Addr().String()
 		a.http = &http.Server{Handler: server.NewHTTPHandler(deps), ReadHeaderTimeout: 5 * time.Second}
 		a.wg.Add(1)
-		go func() { defer a.wg.Done(); _ = a.http.Serve(hl) }()
+		if cfg.TLS != nil {
+			// HTTPS with this JM's certificate; a client certificate is optional (browsers
+			// authenticate with a token).
+			a.http.TLSConfig = cfg.TLS.ServerConfigOptionalClient()
+			go func() { defer a.wg.Done(); _ = a.http.ServeTLS(hl, "", "") }()
+		} else {
+			go func() { defer a.wg.Done(); _ = a.http.Serve(hl) }()
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -318,4 +319,110 @@ func waitForLog(t *testing.T, c *testcluster.Cluster, want string) {
 		}
 		return false, "audit lines: " + strings.Join(audit, "\n")
 	})
+}
+
+// TestBearerTokens: with a token file, a client without a certificate reaches the JobMaster's
+// gRPC server over TLS with a reader or operator token and is held to that role; an unknown
+// token or none is refused. HTTP is HTTPS: /healthz and /readyz stay open, /metrics is open
+// unless --http-metrics-auth, the API needs a token (bearer or basic) or a client certificate
+// of the operator or reader role.
+func TestBearerTokens(t *testing.T) {
+	ca := tlstest.NewCA(t)
+	tokenFile := filepath.Join(t.TempDir(), "tokens")
+	const readerSecret, opSecret = "reader-secret-0123456789", "operator-secret-0123456789"
+	if err := os.WriteFile(tokenFile, []byte("dash reader "+readerSecret+"\nops operator "+opSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := security.LoadTokens(tokenFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testcluster.New(t, testcluster.Options{JMs: 3, TLS: ca, NoGossip: true, JM: func(cfg *agent.JobMasterConfig) {
+		cfg.Tokens, cfg.HTTPAddr = tokens, "127.0.0.1:0"
+		cfg.MetricsAuth = cfg.Cluster.ID == "jm1"
+	}})
+	follower := c.Follower()
+	caOnly := tlstest.Load(t, security.Files{CA: ca.File})
+	withToken := func(secret string, call func(context.Context, *grpc.ClientConn) error) (codes.Code, string) {
+		opts := []grpc.DialOption{transport.DialCredentials(caOnly, security.RoleJobMaster)}
+		if secret != "" {
+			opts = append(opts, transport.TokenCredentials(secret))
+		}
+		cc, err := grpc.NewClient(follower.GRPCAddr, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st := status.Convert(call(ctx, cc))
+		return st.Code(), st.Message()
+	}
+	list := func(ctx context.Context, cc *grpc.ClientConn) error {
+		_, err := pb.NewClientServiceClient(cc).ListJobs(ctx, &pb.ListJobsRequest{})
+		return err
+	}
+	submit := func(ctx context.Context, cc *grpc.ClientConn) error {
+		_, err := pb.NewClientServiceClient(cc).SubmitJob(ctx, &pb.SubmitJobRequest{JobGraph: testcluster.StreamingChain("by-token", 1, 1, 1)})
+		return err
+	}
+	code, msg := withToken(readerSecret, list)
+	expect(t, "reader token ListJobs", code, msg, codes.OK, "")
+	code, msg = withToken(readerSecret, submit)
+	expect(t, "reader token SubmitJob", code, msg, codes.PermissionDenied, "dash (reader token) may not call /jmcluster.v1.ClientService/SubmitJob")
+	code, msg = withToken(opSecret, submit)
+	expect(t, "operator token SubmitJob through a follower", code, msg, codes.OK, "")
+	waitForLog(t, c, `audit: submit job: caller="ops (operator token) via `+follower.ID+`"`)
+	code, msg = withToken("not-a-token-0123456789", list)
+	expect(t, "unknown token", code, msg, codes.Unauthenticated, "unknown bearer token")
+	code, msg = withToken("", list)
+	expect(t, "no token, no certificate", code, msg, codes.Unauthenticated, "present a client certificate or a bearer token")
+
+	// HTTPS.
+	get := func(j *testcluster.JM, path string, sec *security.TLS, auth func(*http.Request)) int {
+		cfg := caOnly.ClientConfig(security.RoleJobMaster)
+		if sec != nil {
+			cfg = sec.ClientConfig(security.RoleJobMaster)
+		}
+		cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+		defer cl.CloseIdleConnections()
+		req, _ := http.NewRequest("GET", "https://"+j.A.HTTPAddr()+path, nil)
+		if auth != nil {
+			auth(req)
+		}
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	bearerAuth := func(s string) func(*http.Request) {
+		return func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+s) }
+	}
+	jm1, jm2 := c.JMs[0], c.JMs[1]
+	for _, x := range []struct {
+		what string
+		j    *testcluster.JM
+		path string
+		sec  *security.TLS
+		auth func(*http.Request)
+		want int
+	}{
+		{"healthz, no credentials", jm1, "/healthz", nil, nil, 200},
+		{"readyz, no credentials", jm1, "/readyz", nil, nil, 200},
+		{"metrics on a JM without --http-metrics-auth", jm2, "/metrics", nil, nil, 200},
+		{"metrics on a JM with --http-metrics-auth", jm1, "/metrics", nil, nil, 401},
+		{"metrics with a reader token", jm1, "/metrics", nil, bearerAuth(readerSecret), 200},
+		{"the API, no credentials", jm2, "/api/v1/jobs", nil, nil, 401},
+		{"the API, an unknown token", jm2, "/api/v1/jobs", nil, bearerAuth("not-a-token-0123456789"), 401},
+		{"the API, a reader token", jm2, "/api/v1/jobs", nil, bearerAuth(readerSecret), 200},
+		{"the UI, a token as the basic password", jm2, "/", nil, func(r *http.Request) { r.SetBasicAuth("dash", readerSecret) }, 200},
+		{"the API, a reader certificate", jm2, "/api/v1/cluster", ca.TLS(t, security.RoleReader, "rita"), nil, 200},
+		{"the API, a TaskManager certificate", jm2, "/api/v1/cluster", ca.TLS(t, security.RoleTaskManager, "tm9"), nil, 403},
+	} {
+		if got := get(x.j, x.path, x.sec, x.auth); got != x.want {
+			t.Errorf("%s: GET %s on %s: %d; want %d", x.what, x.path, x.j.ID, got, x.want)
+		}
+	}
 }

@@ -103,16 +103,22 @@ type Identity struct {
 	// Via names the JobMaster that forwarded the call for this caller ("" when it came
 	// directly).
 	Via string
+	// Token: the caller authenticated with a bearer token (Tokens), not a certificate.
+	Token bool
 }
 
 func (id Identity) String() string {
 	if id.Name == "" && id.Role == "" {
 		return "anonymous"
 	}
-	if id.Via != "" {
-		return fmt.Sprintf("%s (%s) via %s", id.Name, id.Role, id.Via)
+	kind := string(id.Role)
+	if id.Token {
+		kind += " token"
 	}
-	return fmt.Sprintf("%s (%s)", id.Name, id.Role)
+	if id.Via != "" {
+		return fmt.Sprintf("%s (%s) via %s", id.Name, kind, id.Via)
+	}
+	return fmt.Sprintf("%s (%s)", id.Name, kind)
 }
 
 // IdentityOf is the identity a verified leaf certificate names.

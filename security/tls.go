@@ -24,13 +24,18 @@ type Files struct {
 // Set reports whether any file is named; Validate whether all are.
 func (f Files) Set() bool { return f.CA != "" || f.Cert != "" || f.Key != "" }
 
-// Validate: all three files or none.
+// Validate: all three files or none; or, for a client that authenticates with a bearer token,
+// the CA alone (ClientOnly).
 func (f Files) Validate() error {
-	if f.Set() && (f.CA == "" || f.Cert == "" || f.Key == "") {
-		return errors.New("--tls-ca, --tls-cert and --tls-key go together: set all three or none")
+	if f.Set() && (f.CA == "" || (f.Cert == "") != (f.Key == "")) {
+		return errors.New("--tls-ca, --tls-cert and --tls-key go together: set all three, none, or (a client with a bearer token) --tls-ca alone")
 	}
 	return nil
 }
+
+// ClientOnly reports whether f names a CA and no certificate: a client that verifies the
+// server and authenticates with a bearer token.
+func (f Files) ClientOnly() bool { return f.CA != "" && f.Cert == "" && f.Key == "" }
 
 // TLS is one process's mutual TLS: its certificate and the CA, read from Files and read again
 // whenever one of the files changes on disk (its modification time or size), so a certificate
@@ -89,6 +94,9 @@ func (t *TLS) Files() Files { return t.files }
 func (t *TLS) stat() ([3]stamp, error) {
 	var out [3]stamp
 	for i, p := range []string{t.files.CA, t.files.Cert, t.files.Key} {
+		if p == "" {
+			continue
+		}
 		fi, err := os.Stat(p)
 		if err != nil {
 			return out, fmt.Errorf("tls: %w", err)
@@ -107,6 +115,10 @@ func (t *TLS) load(st [3]stamp) error {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return fmt.Errorf("tls: CA %s: no PEM certificate in it", t.files.CA)
+	}
+	if t.files.ClientOnly() {
+		t.cert, t.pool, t.stamps = &tls.Certificate{}, pool, st
+		return nil
 	}
 	cert, err := tls.LoadX509KeyPair(t.files.Cert, t.files.Key)
 	if err != nil {
@@ -173,6 +185,21 @@ func (t *TLS) ServerConfig(allowed ...Role) *tls.Config {
 			return t.verify(cs, x509.ExtKeyUsageClientAuth, "", allowed)
 		},
 	}
+}
+
+// ServerConfigOptionalClient is ServerConfig for a server that also admits a client without a
+// certificate (it must then authenticate otherwise: a bearer token on the JobMaster's gRPC
+// server, on HTTP). A certificate a client does present is verified as ServerConfig does.
+func (t *TLS) ServerConfigOptionalClient(allowed ...Role) *tls.Config {
+	c := t.ServerConfig(allowed...)
+	c.ClientAuth = tls.RequestClientCert
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return nil
+		}
+		return t.verify(cs, x509.ExtKeyUsageClientAuth, "", allowed)
+	}
+	return c
 }
 
 // ClientConfig is the tls.Config of a client: it presents the current certificate and accepts

@@ -12,8 +12,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
-
-	"github.com/jmcluster/jmcluster/security"
 )
 
 // Guard is what the edge asks the process a server belongs to. A JobMaster replica's guard
@@ -40,22 +38,23 @@ type Guard interface {
 // TaskManager), and the registrar to register the services through (see Registrar). Check the
 // registered services with MustCover.
 //
-// With sec, the server speaks mutual TLS only: a client must present a certificate of sec's CA
-// naming one of the roles in admit (nil: any role), and every call is checked against its
-// row's Roles. Without (nil), the server is plaintext and admits every caller.
-func NewServer(limit int, who string, g Guard, sec *security.TLS, admit ...Role) (*grpc.Server, grpc.ServiceRegistrar) {
-	e := &edge{g: g, who: who, tls: sec != nil}
+// With auth.TLS, the server speaks mutual TLS only: a client must present a certificate of the
+// CA naming one of the roles in auth.Admit (nil: any role), or, with auth.Tokens, a bearer
+// token, and every call is checked against its row's Roles. Without (a zero Auth), the server
+// is plaintext and admits every caller.
+func NewServer(limit int, who string, g Guard, auth Auth) (*grpc.Server, grpc.ServiceRegistrar) {
+	e := &edge{g: g, who: who, auth: auth}
 	opts := append(ServerOptions(limit), grpc.ChainUnaryInterceptor(e.unary), grpc.ChainStreamInterceptor(e.stream))
-	opts = append(opts, roleServerOption(sec, admit)...)
+	opts = append(opts, auth.serverOptions()...)
 	s := grpc.NewServer(opts...)
 	return s, Registrar(s, limit, who)
 }
 
 // edge applies the Policies table to every call of one server.
 type edge struct {
-	g   Guard
-	who string
-	tls bool
+	g    Guard
+	who  string
+	auth Auth
 }
 
 func (e *edge) policy(method string) (Policy, error) {
@@ -81,7 +80,7 @@ func (e *edge) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 	if err != nil {
 		return nil, err
 	}
-	if ctx, err = authorize(ctx, info.FullMethod, p, e.tls); err != nil {
+	if ctx, err = e.auth.authorize(ctx, info.FullMethod, p); err != nil {
 		return nil, err
 	}
 	if e.g == nil {
@@ -120,7 +119,7 @@ func (e *edge) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 	if err != nil {
 		return err
 	}
-	if _, err := authorize(ss.Context(), info.FullMethod, p, e.tls); err != nil {
+	if _, err := e.auth.authorize(ss.Context(), info.FullMethod, p); err != nil {
 		return err
 	}
 	if e.g != nil && p.needsLeader(false) {

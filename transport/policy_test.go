@@ -74,7 +74,7 @@ var probe = grpc.ServiceDesc{
 // Uncovered reports (and MustCover refuses at start-up); a call that reaches it anyway is
 // refused UNIMPLEMENTED naming the table, never served.
 func TestMethodWithoutARowIsFoundAndRefused(t *testing.T) {
-	s, reg := transport.NewServer(0, "TaskManager", nil, nil)
+	s, reg := transport.NewServer(0, "TaskManager", nil, transport.Auth{})
 	reg.RegisterService(&probe, struct{}{})
 	got := transport.Uncovered(s, false)
 	if len(got) != 1 || !strings.HasPrefix(got[0], "/jmcluster.test.Probe/Ping: no policy row") {
@@ -111,7 +111,7 @@ func TestMethodWithoutARowIsFoundAndRefused(t *testing.T) {
 // TestTaskManagerRowsNeedNoGuard: a server without a guard (a TaskManager's) cannot apply a
 // row that needs the leader, forwarding or a write limit; Uncovered says so.
 func TestTaskManagerRowsNeedNoGuard(t *testing.T) {
-	s, reg := transport.NewServer(0, "TaskManager", nil, nil)
+	s, reg := transport.NewServer(0, "TaskManager", nil, transport.Auth{})
 	reg.RegisterService(&grpc.ServiceDesc{
 		ServiceName: "jmcluster.v1.ClientService", HandlerType: (*any)(nil),
 		Methods: []grpc.MethodDesc{{MethodName: "SubmitJob", Handler: probe.Methods[0].Handler}},
@@ -142,7 +142,7 @@ func TestEveryRowHasARoleRule(t *testing.T) {
 	const m = "/jmcluster.test.Probe/Ping"
 	transport.Policies[m] = transport.Policy{}
 	defer delete(transport.Policies, m)
-	s, reg := transport.NewServer(0, "TaskManager", nil, nil)
+	s, reg := transport.NewServer(0, "TaskManager", nil, transport.Auth{})
 	reg.RegisterService(&probe, struct{}{})
 	if got := transport.Uncovered(s, false); len(got) != 1 || !strings.Contains(got[0], "admits no role") {
 		t.Fatalf("Uncovered with a row without roles: %v", got)

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"slices"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -39,8 +40,9 @@ func DialCredentials(sec *security.TLS, want ...Role) grpc.DialOption {
 // for, so the leader checks (and audits) the caller's role, not the forwarder's. The leader
 // believes them only from a peer whose certificate has the jobmaster role.
 const (
-	callerNameKey = "x-jmcluster-caller"
-	callerRoleKey = "x-jmcluster-caller-role"
+	callerNameKey  = "x-jmcluster-caller"
+	callerRoleKey  = "x-jmcluster-caller-role"
+	callerTokenKey = "x-jmcluster-caller-token"
 )
 
 // ForwardFor adds the caller of ctx (as Caller finds it) to the outgoing metadata of a call
@@ -50,7 +52,11 @@ func ForwardFor(in, out context.Context) context.Context {
 	if !ok {
 		return out
 	}
-	return metadata.AppendToOutgoingContext(out, callerNameKey, id.Name, callerRoleKey, string(id.Role))
+	out = metadata.AppendToOutgoingContext(out, callerNameKey, id.Name, callerRoleKey, string(id.Role))
+	if id.Token {
+		out = metadata.AppendToOutgoingContext(out, callerTokenKey, "true")
+	}
+	return out
 }
 
 type callerKey struct{}
@@ -99,18 +105,52 @@ func callerOf(ctx context.Context) (security.Identity, bool) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	names, roles := md.Get(callerNameKey), md.Get(callerRoleKey)
 	if len(names) == 1 && len(roles) == 1 && security.Role(roles[0]).Valid() {
-		return security.Identity{Name: names[0], Role: security.Role(roles[0]), Via: id.Name}, true
+		return security.Identity{Name: names[0], Role: security.Role(roles[0]), Via: id.Name, Token: len(md.Get(callerTokenKey)) > 0}, true
 	}
 	return id, true
 }
 
-// authorize refuses PERMISSION_DENIED a caller whose role the method's row does not admit. On
-// a plaintext server (no identity) every call is admitted: the plaintext mode's risk.
-func authorize(ctx context.Context, method string, p Policy, tlsOn bool) (context.Context, error) {
-	if !tlsOn {
+// Auth is how a server authenticates its callers (NewServer).
+type Auth struct {
+	// TLS: mutual TLS with this certificate and CA; nil: plaintext, and nothing is checked.
+	TLS *security.TLS
+	// Admit: the certificate roles admitted at the handshake (nil: any role); the table
+	// checks each method.
+	Admit []Role
+	// Tokens: bearer tokens accepted too, from clients without a certificate (the JobMaster's
+	// gRPC server, --token-file); nil: certificates only.
+	Tokens *security.Tokens
+}
+
+func (a Auth) serverOptions() []grpc.ServerOption {
+	switch {
+	case a.TLS == nil:
+		return nil
+	case a.Tokens != nil:
+		return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(a.TLS.ServerConfigOptionalClient(a.Admit...)))}
+	}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(a.TLS.ServerConfig(a.Admit...)))}
+}
+
+// authorize refuses PERMISSION_DENIED a caller whose role the method's row does not admit, and
+// UNAUTHENTICATED one without a certificate or a known bearer token. On a plaintext server (no
+// identity) every call is admitted: the plaintext mode's risk.
+func (a Auth) authorize(ctx context.Context, method string, p Policy) (context.Context, error) {
+	if a.TLS == nil {
 		return ctx, nil
 	}
 	id, ok := callerOf(ctx)
+	if !ok && a.Tokens != nil {
+		secret, found := bearer(ctx)
+		if !found {
+			return ctx, status.Errorf(codes.Unauthenticated, "%s: present a client certificate or a bearer token", method)
+		}
+		var err error
+		if id, err = a.Tokens.Lookup(secret); err != nil {
+			return ctx, status.Errorf(codes.Unauthenticated, "%s: %v", method, err)
+		}
+		ok = true
+	}
 	if !ok {
 		return ctx, status.Errorf(codes.Unauthenticated, "%s: the call carries no verified certificate", method)
 	}
@@ -119,6 +159,30 @@ func authorize(ctx context.Context, method string, p Policy, tlsOn bool) (contex
 	}
 	return context.WithValue(ctx, callerKey{}, id), nil
 }
+
+// bearer is the secret of the call's "authorization: Bearer SECRET" metadata.
+func bearer(ctx context.Context) (string, bool) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if s, ok := strings.CutPrefix(v, "Bearer "); ok {
+			return strings.TrimSpace(s), true
+		}
+	}
+	return "", false
+}
+
+// TokenCredentials send secret as a bearer token with every call (over TLS only).
+func TokenCredentials(secret string) grpc.DialOption {
+	return grpc.WithPerRPCCredentials(bearerCreds(secret))
+}
+
+type bearerCreds string
+
+func (b bearerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearerCreds) RequireTransportSecurity() bool { return true }
 
 func roleNames(rs []Role) string {
 	if len(rs) == 0 {
@@ -132,13 +196,4 @@ func roleNames(rs []Role) string {
 		s += string(r)
 	}
 	return s
-}
-
-// roleServerOption is the server's credentials: mutual TLS admitting the roles given (at the
-// handshake; the table checks each method), or none (plaintext).
-func roleServerOption(sec *security.TLS, admit []Role) []grpc.ServerOption {
-	if sec == nil {
-		return nil
-	}
-	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(sec.ServerConfig(admit...)))}
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+
 	"github.com/jmcluster/jmcluster/security"
 
 	"context"
@@ -29,6 +31,7 @@ type cliFlags struct {
 	timeout *time.Duration
 	maxMsg  *int
 	tls     tlsFlags
+	token   *string
 }
 
 func newCLIFlags(fs *flag.FlagSet, read bool) cliFlags {
@@ -42,6 +45,7 @@ func newCLIFlags(fs *flag.FlagSet, read bool) cliFlags {
 		maxMsg:  fs.Int("max-message-size", transport.DefaultMaxMessageSize, "bound in bytes on every gRPC message this client sends or receives (the JobMasters have their own)"),
 	}
 	c.tls = newTLSFlags(fs, "this client's operator or reader")
+	c.token = fs.String("token-file", "", "file holding this client's bearer token (operator or reader; instead of --tls-cert and --tls-key, with --tls-ca)")
 	if read {
 		c.json = fs.Bool("json", false, "print JSON")
 	} else {
@@ -57,10 +61,14 @@ type conn struct {
 
 // dial connects to a JobMaster; every message is bounded by maxMsg (0: the default), and a
 // message over that limit or the JobMaster's is refused with an error naming the limit.
-// With sec the connection is mutual TLS and the server must present a jobmaster certificate.
-func dial(addr string, maxMsg int, sec *security.TLS) (*conn, error) {
+// With sec the connection is (mutual) TLS and the server must present a jobmaster
+// certificate; with a token secret every call carries it.
+func dial(addr string, maxMsg int, sec *security.TLS, token ...string) (*conn, error) {
 	opts := append([]grpc.DialOption{transport.DialCredentials(sec, security.RoleJobMaster)},
 		transport.DialOptions(maxMsg, "jmnode client")...)
+	for _, t := range token {
+		opts = append(opts, transport.TokenCredentials(t))
+	}
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("JobMaster address %q: %w", addr, err)
@@ -74,7 +82,17 @@ func (cf cliFlags) dial() (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return dial(*cf.addr, *cf.maxMsg, sec)
+	if *cf.token == "" {
+		return dial(*cf.addr, *cf.maxMsg, sec)
+	}
+	if sec == nil {
+		return nil, errors.New("--token-file needs --tls-ca: a bearer token travels over TLS only")
+	}
+	secret, err := readSecret(*cf.token)
+	if err != nil {
+		return nil, err
+	}
+	return dial(*cf.addr, *cf.maxMsg, sec, secret)
 }
 
 func (c *conn) client() pb.ClientServiceClient     { return pb.NewClientServiceClient(c.cc) }

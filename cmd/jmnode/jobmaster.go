@@ -71,6 +71,8 @@ func runJobMaster(args []string) error {
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (empty: off; for profiling only)")
 	tf := newTLSFlags(fs, "this JobMaster's jobmaster")
+	tokenFile := fs.String("token-file", "", "file of bearer tokens the gRPC server and HTTP accept besides certificates, a line each: NAME ROLE SECRET (role operator or reader); needs --tls-*; read again when it changes")
+	metricsAuth := fs.Bool("http-metrics-auth", false, "with TLS or --token-file, /metrics too needs a token or client certificate (/healthz and /readyz stay open)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -143,7 +145,15 @@ func runJobMaster(args []string) error {
 		return fmt.Errorf("--client-write-burst %d: must be positive", *writeBurst)
 	}
 	cfg.MaxMessageSize = *maxMsg
-	cfg.TLS = sec
+	cfg.TLS, cfg.MetricsAuth = sec, *metricsAuth
+	if *tokenFile != "" {
+		if sec == nil {
+			return errors.New("--token-file needs --tls-ca, --tls-cert and --tls-key: tokens would travel in plaintext")
+		}
+		if cfg.Tokens, err = security.LoadTokens(*tokenFile, log); err != nil {
+			return err
+		}
+	}
 	cfg.WriteLimit = server.WriteLimit{Rate: *writeRate, Burst: *writeBurst}
 	if *gossipAddr != "" {
 		g, err := gossipConfig(*gossipAddr, *gossipJoin, *gossipKey, *gossipProfile)

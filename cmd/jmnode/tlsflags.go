@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -37,6 +40,9 @@ func (f tlsFlags) load(log hclog.Logger, want ...security.Role) (*security.TLS, 
 	if !files.Set() {
 		return nil, nil
 	}
+	if files.ClientOnly() && len(want) > 0 {
+		return nil, errors.New("--tls-cert and --tls-key are required with --tls-ca: a process presents its certificate")
+	}
 	sec, err := security.Load(files, log)
 	if err != nil {
 		return nil, err
@@ -59,4 +65,17 @@ func containsRole(rs []security.Role, r security.Role) bool {
 // warnPlaintext is the loud line a process without TLS logs at start.
 func warnPlaintext(log hclog.Logger, what string) {
 	log.Warn("PLAINTEXT: TLS is off; every " + what + " connection is unencrypted and unauthenticated, and any process that reaches a port may call any method (set --tls-ca, --tls-cert and --tls-key; see docs/security.md)")
+}
+
+// readSecret reads a bearer token's secret from file (the first line, trimmed).
+func readSecret(file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	s, _, _ := strings.Cut(string(b), "\n")
+	if s = strings.TrimSpace(s); s == "" {
+		return "", fmt.Errorf("--token-file %s: empty", file)
+	}
+	return s, nil
 }

@@ -34,6 +34,10 @@ type Deps struct {
 	// TLS: mutual TLS on the gRPC server (any role may connect; the policy table checks each
 	// method), nil for plaintext.
 	TLS *security.TLS
+	// Tokens: bearer tokens the gRPC server and HTTP accept too (--token-file); nil: none.
+	Tokens *security.Tokens
+	// MetricsAuth: /metrics, too, needs a token or certificate when HTTP authenticates.
+	MetricsAuth bool
 	// Audit receives a line for every submit, cancel and Raft membership change this node
 	// serves, naming the caller (audit.go); nil: none.
 	Audit hclog.Logger

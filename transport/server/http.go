@@ -19,7 +19,8 @@ var uiHTML []byte
 // NewHTTPHandler serves a JM's HTTP views: /healthz (the process is up), /readyz (this node
 // knows an established leader and, if it is the leader, its gate is open), /metrics
 // (Prometheus text format), /api/v1/cluster, /api/v1/jobs, /api/v1/jobs/{id} (JSON: the job
-// views of GetJob, see serveJobView) and the web UI at /.
+// views of GetJob, see serveJobView) and the web UI at /. With TLS or tokens every view but
+// /healthz, /readyz and (unless MetricsAuth) /metrics needs an operator or reader (httpauth.go).
 func NewHTTPHandler(d Deps) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -53,7 +54,7 @@ func NewHTTPHandler(d Deps) http.Handler {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_, _ = w.Write(uiHTML)
 	})
-	return mux
+	return httpAuth(d, mux)
 }
 
 func writeJSON(w http.ResponseWriter, m proto.Message) {
