@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/jmcluster/jmcluster/security"
+
 	"context"
 	"fmt"
 	"path/filepath"
@@ -19,6 +21,8 @@ import (
 type procs struct {
 	*proccluster.Cluster
 	dir string
+	// sec: the client certificate the waits connect with (nil: plaintext).
+	sec *security.TLS
 }
 
 // newProcs prepares (does not start) a loopback cluster of bin under dir.
@@ -45,7 +49,7 @@ func (d *procs) liveJM() *proccluster.Proc {
 }
 
 func (d *procs) client(addr string) *conn {
-	c, _ := dial(addr, 0, nil)
+	c, _ := dial(addr, 0, d.sec)
 	return c
 }
 
