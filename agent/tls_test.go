@@ -167,6 +167,10 @@ func TestMutualTLSClusterChecksEveryRole(t *testing.T) {
 	expect(t, "operator on a TaskManager's gRPC port", code, msg, codes.Unavailable, "")
 	code, msg = rpc(t, expired, tm.GRPCAddr(), cancelTask)
 	expect(t, "expired certificate on a TaskManager's gRPC port", code, msg, codes.Unavailable, "")
+	code, msg = rpc(t, other.TLS(t, security.RoleJobMaster, "jm-other"), tm.GRPCAddr(), cancelTask)
+	expect(t, "a JobMaster of another CA on a TaskManager's gRPC port", code, msg, codes.Unavailable, "")
+	code, msg = rpc(t, ca.TLS(t, security.RoleJobMaster, "jm-old", tlstest.Expired()), tm.GRPCAddr(), cancelTask)
+	expect(t, "an expired JobMaster certificate on a TaskManager's gRPC port", code, msg, codes.Unavailable, "")
 	// The data plane admits TaskManagers of the CA only.
 	code, msg = rpc(t, tmCert, tm.DataAddr(), read)
 	if code == codes.Unavailable || code == codes.PermissionDenied || code == codes.Unauthenticated {
@@ -182,7 +186,8 @@ func TestMutualTLSClusterChecksEveryRole(t *testing.T) {
 }
 
 // TestOnlyJobMasterCertificatesJoinRaft: a plaintext node, a node with a certificate of
-// another CA and a node with a TaskManager certificate each fail to join a cluster with mutual
+// another CA, a node with a TaskManager certificate and one with an expired JobMaster
+// certificate each fail to join a cluster with mutual
 // TLS: their join requests are refused over gRPC, and when an operator adds one anyway, the
 // leader's Raft transport refuses it (and it refuses the leader): it never receives an entry.
 func TestOnlyJobMasterCertificatesJoinRaft(t *testing.T) {
@@ -197,6 +202,7 @@ func TestOnlyJobMasterCertificatesJoinRaft(t *testing.T) {
 		{"plaintext", nil, codes.Unavailable},
 		{"another CA", other.TLS(t, security.RoleJobMaster, "jm-other"), codes.Unavailable},
 		{"a TaskManager certificate", ca.TLS(t, security.RoleTaskManager, "jm-tm"), codes.PermissionDenied},
+		{"an expired JobMaster certificate", ca.TLS(t, security.RoleJobMaster, "jm-old", tlstest.Expired()), codes.Unavailable},
 	} {
 		leader := c.Leader()
 		ports := testcluster.FreePorts(t, 2)
