@@ -68,11 +68,13 @@ type recHooks struct {
 	established []uint64
 	revoked     int
 	fail        func(epoch uint64) error
+	ctx         context.Context // of the last EstablishLeadership: the leader's work
 }
 
-func (h *recHooks) EstablishLeadership(_ context.Context, epoch uint64) error {
+func (h *recHooks) EstablishLeadership(ctx context.Context, epoch uint64) error {
 	h.mu.Lock()
 	h.established = append(h.established, epoch)
+	h.ctx = ctx
 	fail := h.fail
 	h.mu.Unlock()
 	if fail != nil {
@@ -85,6 +87,12 @@ func (h *recHooks) RevokeLeadership() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.revoked++
+}
+
+func (h *recHooks) leaderCtx() context.Context {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ctx
 }
 
 func (h *recHooks) snapshot() ([]uint64, int) {

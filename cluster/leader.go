@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/jmcluster/jmcluster/fsm"
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -36,6 +37,9 @@ func (n *Node) monitorLeadership() {
 			if !isLeader {
 				if stop != nil {
 					n.logger.Info("cluster leadership lost")
+					// The window between Raft's step-down and the end of the leader's work,
+					// which TaskManager fencing covers; a pause here widens it.
+					failpoint.Inject(n.ctx, failpoint.BeforeLeaderStop)
 				}
 				stopLoop()
 				continue

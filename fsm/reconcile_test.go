@@ -324,3 +324,37 @@ func TestBeginReconciliationLeavesScheduledAttempts(t *testing.T) {
 		t.Fatalf("the DEPLOYING attempt is %v, want RECONCILING", st)
 	}
 }
+
+// TestReconcileJobReplacesAnUpdateAppliedMeanwhile: an execution update applied while the job is
+// RECONCILING (RECONCILING -> FINISHED is a legal transition) is replaced by the ReconcileJob
+// built from the earlier report. The FSM cannot tell the two apart, which is why the leader's
+// gate stays closed until the reconciled graph is committed: with the planted bug early-gate the
+// fault suite's stopped-tasks-ended sees such an attempt held RUNNING after its task finished.
+func TestReconcileJobReplacesAnUpdateAppliedMeanwhile(t *testing.T) {
+	h := newHarness(t)
+	id := jobIDN(0)
+	h.submit(streamingJob(id, 1, 1))
+	h.setStatus(id, pb.JobStatus_JOB_STATUS_RUNNING)
+	h.attemptAll(id, 0)
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_DEPLOYING)
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_RUNNING)
+	establish(h, 1)
+	h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: 1, Timestamp: 11000})
+	sink := attemptID(id, "sink", 0, 0)
+	// The report said RUNNING; the plan keeps the attempt RUNNING.
+	ev := graph.FindVertex(h.job(id).ExecutionGraph, "sink", 0)
+	reported := proto.Clone(ev.Current).(*pb.Execution)
+	reported.State = pb.ExecutionState_EXECUTION_STATE_RUNNING
+	// The task finishes and its update is applied before the plan is committed.
+	h.ok(updateT, &pb.UpdateExecutionStatesCommand{Updates: []*pb.ExecutionStateUpdate{
+		{JobId: id, AttemptId: sink, State: pb.ExecutionState_EXECUTION_STATE_FINISHED, Timestamp: 11500},
+	}})
+	if st := graph.FindVertex(h.job(id).ExecutionGraph, "sink", 0).Current.State; st != pb.ExecutionState_EXECUTION_STATE_FINISHED {
+		t.Fatalf("the update during reconciliation was not applied: %v", st)
+	}
+	h.ok(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: id, LastChunk: true, Status: pb.JobStatus_JOB_STATUS_RUNNING, Timestamp: 12000,
+		Executions: []*pb.ReconciledExecution{{VertexId: "sink", SubtaskIndex: 0, Execution: reported}}})
+	if st := graph.FindVertex(h.job(id).ExecutionGraph, "sink", 0).Current.State; st != pb.ExecutionState_EXECUTION_STATE_RUNNING {
+		t.Fatalf("after the reconciliation commit the sink is %v, want RUNNING (the plan replaces the execution)", st)
+	}
+}

@@ -42,6 +42,10 @@ type Config struct {
 	// failpoint.Parse): a deliberately broken build, or pauses between commits and RPCs.
 	Failpoints string
 	Clients    int
+	// JobRate is the records per second of the clients' bounded jobs (0: 20, a couple of
+	// seconds each); 5 makes them run 2-10 s, so some are still running when a new leader
+	// collects its reports.
+	JobRate int64
 	// Progress receives one line per step; nil means silent.
 	Progress func(format string, args ...any)
 }

@@ -35,6 +35,7 @@ func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Gen
 	streamRec, _ := client.ConsistentRead(fctx, r.pool, r.streamID)
 	cancel()
 	p("final: %d jobs read back", len(finalReads))
+	writeJSON(filepath.Join(r.dir, "final.json"), finalReads)
 	sinkAtEnd := r.sinkFiles()
 
 	r.rep.End = time.Now()
@@ -77,6 +78,8 @@ func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Gen
 		lin,
 		checker.NoLostSubmissions(calls, finalReads),
 		checker.NoConcurrentAttempts(events, lifetimes, r.rep.End),
+		checker.StoppedTasksEnded(events, finalReads, checker.StoppedSettle),
+		checker.UpdatesInOrder(events, lifetimes),
 		checker.Restarts(checker.RestartInput{JobID: r.streamID, Graph: client.StreamingJob(r.streamID), Events: events,
 			JMOnly: r.rep.JMOnly, AffectedTMs: affectedTMs, FinalRestarts: finalRestarts}),
 		checker.StateHashes(rounds, len(JMs())),

@@ -184,7 +184,7 @@ func (r *run) workload(ctx context.Context) (*report.Report, error) {
 	go func() { defer bg.Done(); r.monitor.Run(monCtx) }()
 	defer func() { stopMon(); bg.Wait() }()
 
-	gen := client.NewGenerator(client.GeneratorConfig{Processes: r.cfg.Clients, Seed: r.cfg.Seed}, r.pool, rec)
+	gen := client.NewGenerator(client.GeneratorConfig{Processes: r.cfg.Clients, Seed: r.cfg.Seed, JobRate: r.cfg.JobRate}, r.pool, rec)
 	genCtx, stopGen := context.WithCancel(ctx)
 	var genWG sync.WaitGroup
 	genWG.Add(1)

@@ -151,6 +151,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, t jobmaster.Term) error {
 	}
 	end.MergedAt = time.Now().UnixMilli()
 	r.step(epoch, "merged", "%s", plan.Summary())
+	failpoint.Inject(ctx, failpoint.BeforeReconcileCommit)
 
 	for _, jp := range plan.Jobs {
 		if err := r.commitJob(ctx, t, jp); err != nil {

@@ -12,7 +12,8 @@ import (
 
 // Event is one line of the task lifecycle log: "start" when a task begins running its
 // operator, "stop" when it reached a terminal state, "registered" when this TM process
-// registered with a leader (Leader, Epoch and Incarnation set; no task fields). A checker uses
+// registered with a leader (Leader, Epoch and Incarnation set; no task fields), "delivered"
+// when the leader accepted an outbox message of an attempt (Seq and State set). A checker uses
 // it to prove two attempts of one subtask never ran at once; a test measures from the
 // registration how soon a restarted TM holds tasks again.
 type Event struct {
@@ -28,6 +29,13 @@ type Event struct {
 	State         string    `json:"state"`
 	Leader        string    `json:"leader,omitempty"`
 	Incarnation   string    `json:"incarnation,omitempty"`
+	// DeployEpoch and FenceEpoch (start events): the epoch of the leader call that submitted
+	// the task and the highest epoch this TM had seen when it accepted that call. Fencing
+	// keeps DeployEpoch >= FenceEpoch.
+	DeployEpoch uint64 `json:"deploy_epoch,omitempty"`
+	FenceEpoch  uint64 `json:"fence_epoch,omitempty"`
+	// Seq (delivered events): the outbox's sequence number of the accepted message.
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 type eventLog struct {
@@ -43,11 +51,38 @@ func (l *eventLog) log(kind string, t *task, epoch uint64, state pb.ExecutionSta
 		return
 	}
 	d := t.tdd
-	b, err := json.Marshal(Event{
+	ev := Event{
 		TS: time.Now().UTC(), TM: l.tm, Event: kind, Job: d.GetJobId(), Vertex: d.GetVertexId(),
 		Subtask: d.GetSubtaskIndex(), AttemptID: d.GetAttemptId(), AttemptNumber: d.GetAttemptNumber(),
 		Epoch: epoch, State: strings.TrimPrefix(state.String(), "EXECUTION_STATE_"),
-	})
+	}
+	if kind == "start" {
+		ev.DeployEpoch, ev.FenceEpoch = t.deployEpoch, t.fenceEpoch
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = l.w.Write(append(b, '\n'))
+}
+
+// delivered records that the leader accepted one outbox message: a state update (State set) or
+// a consumers notification (State "CONSUMERS"), with the sequence number the outbox gave it.
+// One worker per attempt sends its queue in order, so an attempt's delivered sequence numbers
+// only ever rise.
+func (l *eventLog) delivered(m *outMsg) {
+	if l.w == nil {
+		return
+	}
+	ev := Event{TS: time.Now().UTC(), TM: l.tm, Event: "delivered", AttemptID: m.attempt, Seq: m.seq()}
+	if m.state != nil {
+		ev.Job, ev.State = m.state.GetJobId(), strings.TrimPrefix(m.state.GetState().String(), "EXECUTION_STATE_")
+	} else {
+		ev.Job, ev.State = m.consumers.GetJobId(), "CONSUMERS"
+	}
+	b, err := json.Marshal(ev)
 	if err != nil {
 		return
 	}

@@ -162,6 +162,7 @@ func (o *outbox) worker(attempt string) {
 				o.tm.disown(attempt)
 				continue
 			}
+			o.tm.events.delivered(m)
 			o.pop(attempt, false)
 			failpoint.Inject(o.ctx, failpoint.OutboxAfterSend)
 			continue

@@ -129,10 +129,19 @@ func TestPipelineAcrossTwoTMs(t *testing.T) {
 		return tm1.FreeSlots() == 4 && tm2.FreeSlots() == 4, fmt.Sprintf("tm1=%d tm2=%d", tm1.FreeSlots(), tm2.FreeSlots())
 	})
 
-	// Each task logged a start and then a stop event.
+	// Each task logged a start and then a stop event; the outbox's deliveries of an attempt
+	// carry rising sequence numbers.
 	evs := append(log1.events(t), log2.events(t)...)
 	seen := map[string][]string{}
+	lastSeq := map[string]uint64{}
 	for _, e := range evs {
+		if e.Event == "delivered" {
+			if e.Seq <= lastSeq[e.AttemptID] {
+				t.Fatalf("%s: message %d (%s) delivered after message %d", e.AttemptID, e.Seq, e.State, lastSeq[e.AttemptID])
+			}
+			lastSeq[e.AttemptID] = e.Seq
+			continue
+		}
 		seen[e.AttemptID] = append(seen[e.AttemptID], e.Event+":"+e.State)
 	}
 	for _, a := range []string{"src-0", "src-1", "map-0", "map-1", "sink-0", "sink-1"} {

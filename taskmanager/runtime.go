@@ -11,10 +11,11 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-// startTaskLocked registers a validated task in its slot and starts its goroutine.
-func (tm *TaskManager) startTaskLocked(tdd *pb.TaskDeploymentDescriptor) *task {
+// startTaskLocked registers a validated task in its slot and starts its goroutine; epoch is
+// the leader epoch of the call that submitted it.
+func (tm *TaskManager) startTaskLocked(tdd *pb.TaskDeploymentDescriptor, epoch uint64) *task {
 	t := tm.newTask(tdd)
-	tm.launchLocked(t)
+	tm.launchLocked(t, epoch)
 	return t
 }
 
@@ -34,7 +35,11 @@ func (tm *TaskManager) newTask(tdd *pb.TaskDeploymentDescriptor) *task {
 
 // launchLocked puts a prepared task in its slot and starts its goroutine; the task's start-up
 // (operators, partitions, input connections) happens there, after the caller has answered.
-func (tm *TaskManager) launchLocked(t *task) {
+// epoch is the leader epoch of the call that submitted the task; the task records it and the
+// highest epoch this TM had seen when it accepted the call (the two differ only when fencing
+// let a deposed leader's call through), and its start event carries both.
+func (tm *TaskManager) launchLocked(t *task, epoch uint64) {
+	t.deployEpoch, t.fenceEpoch = epoch, tm.epoch
 	tm.tasks[t.attempt()] = t
 	s := t.tdd.GetSlotIndex()
 	tm.slots[s] = append(tm.slots[s], t)

@@ -44,7 +44,7 @@ func (s *controlService) SubmitTask(ctx context.Context, req *pb.SubmitTaskReque
 	case msg != "":
 		return &pb.SubmitTaskResponse{}, nil // idempotent redelivery
 	}
-	tm.startTaskLocked(proto.Clone(d).(*pb.TaskDeploymentDescriptor))
+	tm.startTaskLocked(proto.Clone(d).(*pb.TaskDeploymentDescriptor), req.GetEpoch())
 	tm.log.Info("task submitted", "job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex(),
 		"attempt", d.GetAttemptId(), "attempt_number", d.GetAttemptNumber(), "slot", d.GetSlotIndex())
 	return &pb.SubmitTaskResponse{}, nil

@@ -75,7 +75,7 @@ func (s *controlService) SubmitTasks(ctx context.Context, req *pb.SubmitTasksReq
 			}
 			continue
 		}
-		tm.launchLocked(t)
+		tm.launchLocked(t, req.GetEpoch())
 		started = append(started, t.tdd)
 		accepted++
 	}

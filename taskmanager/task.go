@@ -25,6 +25,9 @@ type task struct {
 	cancelNote string // why the TM cancelled it locally
 	failNote   string // set by FailTask: the task ends FAILED with this cause
 	produced   []partitionKey
+
+	deployEpoch uint64 // the epoch of the leader call that submitted the task
+	fenceEpoch  uint64 // the highest epoch this TM had seen when it accepted that call
 }
 
 func (t *task) attempt() string { return t.tdd.GetAttemptId() }

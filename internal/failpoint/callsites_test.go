@@ -229,7 +229,7 @@ func TestEveryFailpointHasACallSite(t *testing.T) {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		want := map[string]string{"newSwitch": "Enabled", "newHook": "Inject"}[rows[name]]
+		want := map[string]string{"newSwitch": "Enabled", "newFault": "Enabled", "newHook": "Inject"}[rows[name]]
 		if len(sites[name]) == 0 {
 			t.Errorf("failpoint.%s has no call site: add failpoint.%s(..., failpoint.%s) where it acts, or remove its row", name, want, name)
 		}
@@ -246,7 +246,8 @@ func isIdent(e ast.Expr, name string) bool {
 	return ok && id.Name == name
 }
 
-// tableRows maps each Go name declared in table.go to its constructor (newSwitch or newHook).
+// tableRows maps each Go name declared in table.go to its constructor (newSwitch, newFault or
+// newHook).
 func tableRows(t *testing.T) map[string]string {
 	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), "table.go", nil, 0)

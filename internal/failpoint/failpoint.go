@@ -43,6 +43,7 @@ func (k Kind) String() string {
 type point struct {
 	name, desc string
 	kind       Kind
+	fault      bool // a switch that injects a fault rather than breaking a safety mechanism
 
 	on      atomic.Bool           // a switch
 	pause   atomic.Pointer[pause] // a hook; nil when off
@@ -93,6 +94,14 @@ func register(p *point) {
 
 func newSwitch(name, desc string) *Switch {
 	s := &Switch{point{name: name, desc: desc, kind: KindSwitch}}
+	register(&s.point)
+	return s
+}
+
+// newFault is a switch that injects a fault the system must survive (a failing disk), rather
+// than a planted bug.
+func newFault(name, desc string) *Switch {
+	s := &Switch{point{name: name, desc: desc, kind: KindSwitch, fault: true}}
 	register(&s.point)
 	return s
 }
@@ -236,13 +245,17 @@ type Info struct {
 	Name        string
 	Kind        Kind
 	Description string
+	// Fault: a switch that injects a fault the system must survive (a failing disk), not a
+	// broken safety mechanism; every other switch is a planted bug `jepsen selftest` must
+	// see caught.
+	Fault bool
 }
 
 // List returns the table in declaration order.
 func List() []Info {
 	out := make([]Info, 0, len(registry))
 	for _, p := range registry {
-		out = append(out, Info{Name: p.name, Kind: p.kind, Description: p.desc})
+		out = append(out, Info{Name: p.name, Kind: p.kind, Description: p.desc, Fault: p.fault})
 	}
 	return out
 }

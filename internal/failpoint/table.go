@@ -16,17 +16,21 @@ var (
 	OutboxDoubleWorker    = newSwitch("outbox-double-worker", "a TaskManager's outbox starts a second sender for an attempt whose sender just sent its last message: duplicate and out-of-order updates")
 
 	// Disk faults of a JobMaster replica: every write of the Raft log, the stable store and a
-	// snapshot (cluster/faultstore.go).
+	// snapshot (cluster/faultstore.go). Switches too, but an injected fault the system must
+	// survive, not a broken mechanism: `jepsen selftest` has no row for them.
 
-	DiskFailBeforeWrite = newSwitch("disk-fail-before-write", "every Raft log, stable-store and snapshot write of a JobMaster fails before it is made (an I/O error)")
-	DiskFailAfterWrite  = newSwitch("disk-fail-after-write", "every Raft log, stable-store and snapshot write of a JobMaster is made, then reported failed")
-	DiskPanicMidWrite   = newSwitch("disk-panic-mid-write", "a JobMaster's Raft log write stores the first half of its entries, then the process panics (a crash mid-write)")
+	DiskFailBeforeWrite = newFault("disk-fail-before-write", "every Raft log, stable-store and snapshot write of a JobMaster fails before it is made (an I/O error)")
+	DiskFailAfterWrite  = newFault("disk-fail-after-write", "every Raft log, stable-store and snapshot write of a JobMaster is made, then reported failed")
+	DiskPanicMidWrite   = newFault("disk-panic-mid-write", "a JobMaster's Raft log write stores the first half of its entries, then the process panics (a crash mid-write)")
 
-	// Hooks: a point between a commit and the RPC it guards, where Inject pauses.
+	// Hooks: a point between a commit and the RPC it guards (or another window a fault can
+	// land in), where Inject pauses.
 
 	BeforeDeployingCommit = newHook("before-deploying-commit", "after a deployment's attempts are committed SCHEDULED, before their DEPLOYING commit (nothing was submitted yet)")
 	BeforeSubmitTask      = newHook("before-submit-task", "after an attempt's DEPLOYING commit, before its SubmitTask is sent")
 	OutboxAfterSend       = newHook("outbox-after-send", "after a TaskManager's outbox removed a delivered message from its queue, before it looks at the queue again")
 	DiskWrite             = newHook("disk-write", "before each Raft log, stable-store and snapshot write of a JobMaster: pause(disk-write)=200ms is a slow disk")
+	BeforeLeaderStop      = newHook("before-leader-stop", "after Raft reported this replica's leadership lost, before its leader work is stopped (the term's context cancelled): a deposed leader that has not noticed yet, which TaskManager fencing guards against")
+	BeforeReconcileCommit = newHook("before-reconcile-commit", "after a reconciliation merged the TaskManagers' reports, before it commits the reconciled graph (the gate is still closed)")
 	BeforeCancelTask      = newHook("before-cancel-task", "after an attempt's CANCELING commit, before its CancelTask is sent (also a cancel of an attempt a TM reported that the graph does not own)")
 )

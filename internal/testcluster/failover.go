@@ -126,7 +126,8 @@ func (c *Cluster) TMByID(id string) *TM {
 	return nil
 }
 
-// Events reads the task lifecycle events of a job from every TaskManager's event log.
+// Events reads the task lifecycle events (start and stop) of a job from every TaskManager's
+// event log.
 func (c *Cluster) Events(jobID string) []taskmanager.Event {
 	var out []taskmanager.Event
 	for _, tm := range c.TMs {
@@ -138,7 +139,7 @@ func (c *Cluster) Events(jobID string) []taskmanager.Event {
 		s.Buffer(make([]byte, 1<<20), 1<<20)
 		for s.Scan() {
 			var e taskmanager.Event
-			if json.Unmarshal(s.Bytes(), &e) == nil && e.Job == jobID {
+			if json.Unmarshal(s.Bytes(), &e) == nil && e.Job == jobID && (e.Event == "start" || e.Event == "stop") {
 				out = append(out, e)
 			}
 		}

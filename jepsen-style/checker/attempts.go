@@ -96,11 +96,25 @@ func NoConcurrentAttempts(events []TaskEvent, lifetimes map[string][]Window, run
 }
 
 // staleEpochStarts flags a start whose epoch is below the highest epoch of an earlier start in
-// the same TM process lifetime.
+// the same TM process lifetime, and a task a TM accepted from a deposed leader: its submitting
+// call's epoch (DeployEpoch) below the highest epoch the TM had seen when it accepted the call
+// (FenceEpoch). The TM adopts a new leader's epoch on the leader's first call (RequestReport,
+// before it registers with that leader), so after that only a call that passed fencing with a
+// stale epoch shows the difference. (A start later than a registration with a higher epoch is
+// not by itself stale: the call may have been accepted before the new leader's first call.)
 func staleEpochStarts(events []TaskEvent, lifetimes map[string][]Window, r *Result) {
 	byTM := map[string][]TaskEvent{}
 	for _, ev := range events {
-		if ev.Event == "start" && ev.Epoch > 0 {
+		if ev.Event != "start" {
+			continue
+		}
+		if ev.DeployEpoch > 0 && ev.DeployEpoch < ev.FenceEpoch {
+			r.Counts["stale-epoch-starts"]++
+			r.Counts["stale-deploys"]++
+			r.problem("%s accepted attempt %s of %s/%d from a deposed leader: deployed with epoch %d, the TM had seen epoch %d",
+				ev.TM, short(ev.AttemptID), ev.Vertex, ev.Subtask, ev.DeployEpoch, ev.FenceEpoch)
+		}
+		if ev.Epoch > 0 {
 			byTM[ev.TM] = append(byTM[ev.TM], ev)
 		}
 	}

@@ -10,7 +10,9 @@ import (
 	"time"
 )
 
-// TaskEvent is one line of a TM's event log: a task attempt started or stopped.
+// TaskEvent is one line of a TM's event log: a task attempt started or stopped, the TM
+// registered with a leader, or the leader accepted one of an attempt's outbox messages
+// ("delivered").
 type TaskEvent struct {
 	TS            time.Time `json:"-"`
 	RawTS         any       `json:"ts"`
@@ -23,6 +25,12 @@ type TaskEvent struct {
 	AttemptNumber int32     `json:"attempt_number"`
 	Epoch         uint64    `json:"epoch"`
 	State         string    `json:"state"`
+	// DeployEpoch and FenceEpoch (start events): the epoch of the leader call that submitted
+	// the task, and the highest epoch the TM had seen when it accepted that call.
+	DeployEpoch uint64 `json:"deploy_epoch"`
+	FenceEpoch  uint64 `json:"fence_epoch"`
+	// Seq (delivered events): the TM outbox's sequence number of a message the leader accepted.
+	Seq uint64 `json:"seq"`
 }
 
 // ParseEvents reads a JSON-lines event log. Timestamps may be RFC 3339 strings or unix

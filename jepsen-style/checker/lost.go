@@ -2,6 +2,7 @@ package checker
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/jmcluster/jmcluster/jepsen-style/history"
 )
@@ -11,6 +12,10 @@ type FinalRead struct {
 	Found  bool   `json:"found"`
 	Status string `json:"status,omitempty"`
 	Err    string `json:"err,omitempty"` // the read could not be done
+	// At is when the read was answered; Attempts the state the graph records for each
+	// attempt of the job it still holds (current and history), without EXECUTION_STATE_.
+	At       time.Time         `json:"at,omitzero"`
+	Attempts map[string]string `json:"attempts,omitempty"`
 }
 
 // NoLostSubmissions checks that every acknowledged submission is visible to a consistent read

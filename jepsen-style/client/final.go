@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,7 +49,8 @@ func ConsistentRead(ctx context.Context, p *Pool, id string) (*pb.JobRecord, che
 		cancel()
 		switch {
 		case err == nil:
-			return resp.GetJob(), checker.FinalRead{Found: true, Status: resp.GetJob().GetStatus().String()}
+			rec := resp.GetJob()
+			return rec, checker.FinalRead{Found: true, Status: rec.GetStatus().String(), At: time.Now(), Attempts: attemptStates(rec)}
 		case status.Code(err) == codes.NotFound:
 			return nil, checker.FinalRead{Found: false}
 		}
@@ -63,6 +65,23 @@ func ConsistentRead(ctx context.Context, p *Pool, id string) (*pb.JobRecord, che
 		msg = last.Error()
 	}
 	return nil, checker.FinalRead{Err: msg}
+}
+
+// attemptStates is the state the graph records for every attempt it holds: each subtask's
+// current execution and its history.
+func attemptStates(rec *pb.JobRecord) map[string]string {
+	out := map[string]string{}
+	for _, v := range rec.GetExecutionGraph().GetVertices() {
+		for _, ev := range v.GetSubtasks() {
+			for _, e := range ev.GetHistory() {
+				out[e.GetAttemptId()] = strings.TrimPrefix(e.GetState().String(), "EXECUTION_STATE_")
+			}
+			if e := ev.GetCurrent(); e != nil {
+				out[e.GetAttemptId()] = strings.TrimPrefix(e.GetState().String(), "EXECUTION_STATE_")
+			}
+		}
+	}
+	return out
 }
 
 // FinalReads reads every id consistently, a few at a time.

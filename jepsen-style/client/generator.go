@@ -17,6 +17,9 @@ type GeneratorConfig struct {
 	OpTimeout time.Duration // per operation; 0 means 3s
 	MinPause  time.Duration // between two operations of a process; 0 means 50ms
 	MaxPause  time.Duration // 0 means 300ms
+	// JobRate is the records per second of the bounded jobs' sources; 0 means
+	// DefaultJobRate. At 5 a job runs 2-10 s, longer than a failover takes.
+	JobRate int64
 }
 
 // Generator runs client processes that submit, cancel and read jobs against random JMs and
@@ -123,7 +126,7 @@ func (g *Generator) complete(p int, f history.F, id string, t history.Type, v *h
 
 func (g *Generator) submit(p int, node string, rng *rand.Rand) {
 	id := NewJobID(rng)
-	job := BoundedJob(id, rng)
+	job := BoundedJob(id, rng, g.cfg.JobRate)
 	g.mu.Lock()
 	g.ids = append(g.ids, id)
 	g.mu.Unlock()

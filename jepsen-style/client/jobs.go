@@ -47,9 +47,16 @@ func StreamingJob(id string) *pb.JobGraph {
 	}
 }
 
-// BoundedJob is a small job the generator submits: a source of a few dozen records at a low
-// rate (a couple of seconds of work, so some are still running when cancelled) into a log sink.
-func BoundedJob(id string, rng *rand.Rand) *pb.JobGraph {
+// DefaultJobRate is the records per second of a bounded job's source.
+const DefaultJobRate = 20
+
+// BoundedJob is a small job the generator submits: a source of 10-49 records at rate records
+// per second (0: DefaultJobRate; at 20 a couple of seconds of work, so some are still running
+// when cancelled) into a log sink.
+func BoundedJob(id string, rng *rand.Rand, rate int64) *pb.JobGraph {
+	if rate <= 0 {
+		rate = DefaultJobRate
+	}
 	count := int64(10 + rng.Intn(40))
 	return &pb.JobGraph{
 		JobId: id,
@@ -57,7 +64,7 @@ func BoundedJob(id string, rng *rand.Rand) *pb.JobGraph {
 		Type:  pb.JobType_JOB_TYPE_BATCH,
 		Vertices: []*pb.JobVertex{
 			{Id: "source", Name: "source", Parallelism: 1, Operator: &pb.Operator{Kind: &pb.Operator_SequenceSource{
-				SequenceSource: &pb.SequenceSource{Count: count, RatePerSecond: 20}}}},
+				SequenceSource: &pb.SequenceSource{Count: count, RatePerSecond: float64(rate)}}}},
 			{Id: "sink", Name: "sink", Parallelism: 1, Operator: &pb.Operator{Kind: &pb.Operator_LogSink{LogSink: &pb.LogSink{}}}},
 		},
 		Edges: []*pb.JobEdge{{Source: "source", Target: "sink", Distribution: pb.Distribution_DISTRIBUTION_FORWARD,
