@@ -171,24 +171,7 @@ func mountTmpfs(t *testing.T, size string) string {
 // write in order.
 func TestDiskFullNeverAcknowledges(t *testing.T) {
 	const size = "4m"
-	dirs := make([]string, 3)
-	for i := range dirs {
-		dirs[i] = mountTmpfs(t, size)
-	}
-	nodes := make([]*testNode, 3)
-	peers := make([]Peer, 3)
-	for i := range nodes {
-		cfg := nodeConfig(t, fmt.Sprintf("jm%d", i+1))
-		cfg.DataDir = filepath.Join(dirs[i], "data")
-		nodes[i] = newTestNode(t, cfg, listen(t, "127.0.0.1:0"))
-		peers[i] = Peer{ID: nodes[i].ID(), RaftAddr: nodes[i].RaftAddr(), GRPCAddr: nodes[i].GRPCAddr()}
-	}
-	for _, tn := range nodes {
-		tn.setPeers(peers)
-		if err := tn.Start(context.Background()); err != nil {
-			t.Fatalf("start %s: %v", tn.ID(), err)
-		}
-	}
+	nodes, dirs := startOnTmpfs(t, size, nil)
 	payload := strings.Repeat("x", 64<<10)
 	var acked, refused []string
 	fullAt := -1
@@ -235,13 +218,7 @@ func TestDiskFullNeverAcknowledges(t *testing.T) {
 		if leader == nil {
 			return false, "no established leader"
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		res, err := applyValue(ctx, leader.Node, "after")
-		if err == nil && res.Err != nil {
-			err = res.Err
-		}
-		if err != nil {
+		if err := tryApply(leader.Node, "after"); err != nil {
 			return false, err.Error()
 		}
 		return true, ""
@@ -278,27 +255,11 @@ func TestDiskFullNeverAcknowledges(t *testing.T) {
 // The replica whose disk fills (jm1) has election timings five times shorter than the others',
 // so it is always the first to stand after it steps down: without the rule it wins every time.
 func TestFullDiskStandsForNoElection(t *testing.T) {
-	dirs := make([]string, 3)
-	for i := range dirs {
-		dirs[i] = mountTmpfs(t, "8m")
-	}
-	nodes := make([]*testNode, 3)
-	peers := make([]Peer, 3)
-	for i := range nodes {
-		cfg := nodeConfig(t, fmt.Sprintf("jm%d", i+1))
-		cfg.DataDir = filepath.Join(dirs[i], "data")
+	nodes, dirs := startOnTmpfs(t, "8m", func(i int, cfg *Config) {
 		if i > 0 {
 			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
 		}
-		nodes[i] = newTestNode(t, cfg, listen(t, "127.0.0.1:0"))
-		peers[i] = Peer{ID: nodes[i].ID(), RaftAddr: nodes[i].RaftAddr(), GRPCAddr: nodes[i].GRPCAddr()}
-	}
-	for _, tn := range nodes {
-		tn.setPeers(peers)
-		if err := tn.Start(context.Background()); err != nil {
-			t.Fatalf("start %s: %v", tn.ID(), err)
-		}
-	}
+	})
 	full := nodes[0]
 	waitFor(t, full.ID()+" leads", func() (bool, string) {
 		l := currentLeader(nodes)
@@ -357,13 +318,7 @@ func TestFullDiskStandsForNoElection(t *testing.T) {
 		if i == 50 {
 			t.Fatalf("50 writes of 64 KiB went into a full disk")
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		res, err := applyValue(ctx, full.Node, fmt.Sprintf("full-%d-%s", i, payload))
-		cancel()
-		if err == nil && res.Err != nil {
-			err = res.Err
-		}
-		if err != nil {
+		if err := tryApply(full.Node, fmt.Sprintf("full-%d-%s", i, payload)); err != nil {
 			failedAt = time.Now()
 			t.Logf("write %d on the full disk failed: %v", i, err)
 		}
@@ -377,13 +332,7 @@ func TestFullDiskStandsForNoElection(t *testing.T) {
 		if next == full {
 			return false, full.ID() + " (its disk full) leads"
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		res, err := applyValue(ctx, next.Node, "after")
-		if err == nil && res.Err != nil {
-			err = res.Err
-		}
-		if err != nil {
+		if err := tryApply(next.Node, "after"); err != nil {
 			return false, err.Error()
 		}
 		return true, ""
@@ -404,6 +353,43 @@ func TestFullDiskStandsForNoElection(t *testing.T) {
 	if full.raft.State() == raft.Leader {
 		t.Fatalf("%s, whose disk is full, leads", full.ID())
 	}
+}
+
+// startOnTmpfs starts three replicas, each with its data dir on a tmpfs of its own of the
+// given size; tune, when set, adjusts replica i's config first.
+func startOnTmpfs(t *testing.T, size string, tune func(i int, cfg *Config)) ([]*testNode, []string) {
+	t.Helper()
+	dirs := make([]string, 3)
+	nodes := make([]*testNode, 3)
+	peers := make([]Peer, 3)
+	for i := range nodes {
+		dirs[i] = mountTmpfs(t, size)
+		cfg := nodeConfig(t, fmt.Sprintf("jm%d", i+1))
+		cfg.DataDir = filepath.Join(dirs[i], "data")
+		if tune != nil {
+			tune(i, &cfg)
+		}
+		nodes[i] = newTestNode(t, cfg, listen(t, "127.0.0.1:0"))
+		peers[i] = Peer{ID: nodes[i].ID(), RaftAddr: nodes[i].RaftAddr(), GRPCAddr: nodes[i].GRPCAddr()}
+	}
+	for _, tn := range nodes {
+		tn.setPeers(peers)
+		if err := tn.Start(context.Background()); err != nil {
+			t.Fatalf("start %s: %v", tn.ID(), err)
+		}
+	}
+	return nodes, dirs
+}
+
+// tryApply applies v on n within 3 s; the error is the apply's or the FSM's.
+func tryApply(n *Node, v string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	res, err := applyValue(ctx, n, v)
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	return err
 }
 
 // fill writes path until its file system has no byte left.
