@@ -59,13 +59,7 @@ func (l *eventLog) log(kind string, t *task, epoch uint64, state pb.ExecutionSta
 	if kind == "start" {
 		ev.DeployEpoch, ev.FenceEpoch = t.deployEpoch, t.fenceEpoch
 	}
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, _ = l.w.Write(append(b, '\n'))
+	l.write(ev)
 }
 
 // delivered records that the leader accepted one outbox message: a state update (State set) or
@@ -82,13 +76,7 @@ func (l *eventLog) delivered(m *outMsg) {
 	} else {
 		ev.Job, ev.State = m.consumers.GetJobId(), "CONSUMERS"
 	}
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, _ = l.w.Write(append(b, '\n'))
+	l.write(ev)
 }
 
 // registered records a registration with the leader at addr.
@@ -96,7 +84,12 @@ func (l *eventLog) registered(leader string, epoch uint64, incarnation string) {
 	if l.w == nil {
 		return
 	}
-	b, err := json.Marshal(Event{TS: time.Now().UTC(), TM: l.tm, Event: "registered", Epoch: epoch, Leader: leader, Incarnation: incarnation})
+	l.write(Event{TS: time.Now().UTC(), TM: l.tm, Event: "registered", Epoch: epoch, Leader: leader, Incarnation: incarnation})
+}
+
+// write appends one event as a line of JSON.
+func (l *eventLog) write(ev Event) {
+	b, err := json.Marshal(ev)
 	if err != nil {
 		return
 	}
