@@ -140,6 +140,12 @@ func TestNoFenceWhenALeaderReachesTheTMDuringTheCheck(t *testing.T) {
 	cl := client(t, tm)
 	submit(t, cl, 1, source("job", "src", 0, 1, "a", 0, unbounded))
 	jm.waitState(t, "a", running)
+	// The leader has the update; the TM must also have its answer before the leader goes: a
+	// message still in the outbox would go to the witness once the TM takes it for the leader,
+	// which serves no JobMasterService (on a loaded machine the answer was lost to the stop).
+	waitFor(t, 10*time.Second, "the TM's outbox empty", func() (bool, string) {
+		return tm.outbox.len() == 0, fmt.Sprintf("%d messages", tm.outbox.len())
+	})
 	hold := make(chan struct{})
 	w.mu.Lock()
 	w.hold = hold

@@ -178,6 +178,9 @@ func (tm *TaskManager) poolLoop(ctx context.Context) {
 			answered = contact
 		}
 		since := time.Since(answered)
+		if f > 0 && since > f/2 && time.Since(contact) <= grace {
+			tm.warmPool()
+		}
 		if f <= 0 || since <= f || time.Since(contact) > grace {
 			continue // in contact, the rule off, or past the grace (graceLoop has cancelled)
 		}
@@ -185,6 +188,25 @@ func (tm *TaskManager) poolLoop(ctx context.Context) {
 			if ts := tm.cancelAll(why); len(ts) > 0 {
 				tm.log.Error("FENCED: the pool shows no JobMaster outage; cancelling every task", "why", why, "tasks", len(ts), "since_heartbeat", since.Round(time.Millisecond))
 			}
+		}
+	}
+}
+
+// warmPool connects to every other pool member ahead of a check, once half the fence timeout
+// has passed without an answer from a leader: the check's queries then find their connections
+// ready and need a round trip each within the query timeout, not a dial as well (in-process
+// test clusters on a loaded machine lost whole checks to dials: every member "unreachable").
+// Connecting to an already ready member does nothing.
+func (tm *TaskManager) warmPool() {
+	tm.mu.Lock()
+	peers := append([]*pb.PoolPeer(nil), tm.pool.peers...)
+	tm.mu.Unlock()
+	for _, p := range peers {
+		if p.TmId == tm.cfg.ID || p.GrpcAddress == "" {
+			continue
+		}
+		if conn, err := tm.conns.peer(p.GrpcAddress); err == nil {
+			conn.Connect()
 		}
 	}
 }

@@ -194,9 +194,11 @@ func (c *Cluster) StartJM(j *JM) {
 	}
 	// TMs heartbeat every 200 ms: a TM's fence (half the heartbeat timeout) must outlast a
 	// heartbeat interval plus the time a follower keeps naming a dead leader (half the Raft
-	// heartbeat timeout), or an ordinary failover fences it.
+	// heartbeat timeout), or an ordinary failover fences it. A pool query may take 600 ms: on a
+	// loaded two-core machine 300 ms lost whole checks (every member "unreachable", and the TMs
+	// fenced through a JobMaster outage they should have kept running through).
 	jmc := jobmaster.Config{HeartbeatInterval: 200 * time.Millisecond, HeartbeatTimeout: c.Opts.HeartbeatTimeout, TickInterval: 50 * time.Millisecond, RetryAfter: 50 * time.Millisecond,
-		PoolQueryInterval: 100 * time.Millisecond, PoolQueryTimeout: 300 * time.Millisecond}
+		PoolQueryInterval: 100 * time.Millisecond, PoolQueryTimeout: 600 * time.Millisecond}
 	if c.Opts.JobMaster != nil {
 		c.Opts.JobMaster(&jmc)
 	}
