@@ -312,11 +312,14 @@ func (r *Registry) Client(addr string) (pb.TaskManagerServiceClient, error) {
 	return pb.NewTaskManagerServiceClient(cc), nil
 }
 
-// watch follows a connection until it is closed: when a ready connection breaks (the TM's
-// process ended and its kernel closed the socket, or the network cut it), the TM at that
-// address becomes worth probing at once, as after a failed call — the leader need not wait
-// for a call or a late heartbeat to start counting refusals (liveness.go). A break of a live
-// TM's connection costs one probe that connects.
+// watch follows a connection until it is closed: when a connection that was connecting or
+// ready falls back (IDLE or TRANSIENT_FAILURE: the TM's process ended and its kernel closed the
+// socket or refused the dial, or the network cut it), the TM at that address becomes worth
+// probing at once, as after a failed call — the leader need not wait for a call or a late
+// heartbeat to start counting refusals (liveness.go). A fall back seen from CONNECTING counts
+// too: the watcher may not have run while the connection was READY (on a loaded machine it
+// missed that state entirely). A fall back of a live TM's connection costs one probe that
+// connects.
 func (r *Registry) watch(addr string, cc *grpc.ClientConn) {
 	state := cc.GetState()
 	for state != connectivity.Shutdown {
@@ -324,7 +327,8 @@ func (r *Registry) watch(addr string, cc *grpc.ClientConn) {
 			return
 		}
 		next := cc.GetState()
-		if state == connectivity.Ready && next != connectivity.Ready && next != connectivity.Shutdown {
+		was := state == connectivity.Ready || state == connectivity.Connecting
+		if was && (next == connectivity.Idle || next == connectivity.TransientFailure) {
 			r.noteBroken(addr)
 		}
 		state = next

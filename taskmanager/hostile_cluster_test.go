@@ -27,6 +27,25 @@ func fileSinkJob(name, path string) *pb.JobGraph {
 // quiet waits until every replica has applied the same index and returns it per replica.
 func quiet(t *testing.T, c *testcluster.Cluster) map[string]uint64 {
 	t.Helper()
+	// The cluster's own commits first: every TM in the pool and every member's confirmation of
+	// the pool version (each a commit, made as heartbeats come: on a loaded machine one came in
+	// the middle of the test and moved the applied index).
+	testcluster.WaitFor(t, 20*time.Second, "every TM in the pool, every member confirming its version", func() (bool, string) {
+		l := c.Leader()
+		if l == nil {
+			return false, "no leader"
+		}
+		pool := l.A.State.Pool()
+		version, _ := l.A.State.PoolVersion()
+		var seen []string
+		for _, m := range pool.GetMembers() {
+			seen = append(seen, fmt.Sprintf("%s acked %d", m.TmId, m.AckedVersion))
+			if m.AckedVersion != version {
+				return false, fmt.Sprintf("version %d: %s", version, strings.Join(seen, ", "))
+			}
+		}
+		return len(pool.GetMembers()) == len(c.TMs), fmt.Sprintf("%d of %d TMs in the pool: %s", len(pool.GetMembers()), len(c.TMs), strings.Join(seen, ", "))
+	})
 	out := map[string]uint64{}
 	testcluster.WaitFor(t, 20*time.Second, "every replica applied the same index", func() (bool, string) {
 		var seen []string
