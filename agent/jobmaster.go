@@ -136,6 +136,7 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 			return nil, fmt.Errorf("gossip: %w", err)
 		}
 		deps.Members = func() []*pb.Member { return PBMembers(a.Gossip.Members()) }
+		deps.Gossip = a.Gossip
 	}
 	a.grpc, a.health = server.NewGRPCServer(deps, cfg.MaxMessageSize)
 	lis := a.grpcLis

@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
 
 	"github.com/jmcluster/jmcluster/internal/version"
 	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/taskmanager"
+	"github.com/jmcluster/jmcluster/transport/pb"
+	"github.com/jmcluster/jmcluster/transport/server"
 )
 
 // TaskManagerConfig configures one TM process.
@@ -28,6 +32,8 @@ type TaskManager struct {
 	TM     *taskmanager.TaskManager
 	Gossip *membership.Membership
 	cancel context.CancelFunc
+
+	gossipRef *atomic.Pointer[membership.Membership] // Gossip, for the keyring service
 }
 
 // StartTaskManager binds the TM's listeners, joins gossip with the bound addresses in the
@@ -42,6 +48,16 @@ func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 	if cfg.Gossip != nil {
 		cfg.TM.LeaderResolver = a.leaderFromGossip
 		cfg.TM.DiscoverJobMasters = a.jobMastersFromGossip
+		// The keyring service is registered before the membership exists (it needs the bound
+		// addresses); until then it answers UNAVAILABLE.
+		var gossip atomic.Pointer[membership.Membership]
+		a.gossipRef = &gossip
+		audit := cfg.Logger.Named("audit")
+		cfg.TM.RegisterServices = func(reg grpc.ServiceRegistrar) {
+			pb.RegisterGossipServiceServer(reg, server.NewGossipService(gossip.Load, func(ctx context.Context, action string, err error, kv ...any) {
+				server.Audit(ctx, audit, action, err, kv...)
+			}))
+		}
 	}
 	tm, err := taskmanager.New(cfg.TM)
 	if err != nil {
@@ -60,6 +76,7 @@ func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 			tm.Kill()
 			return nil, fmt.Errorf("gossip: %w", err)
 		}
+		a.gossipRef.Store(a.Gossip)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel

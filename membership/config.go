@@ -32,9 +32,16 @@ type Config struct {
 	// Join lists host:port addresses of existing members. If none answers
 	// at start, New keeps retrying in the background until one does.
 	Join []string
-	// SecretKey, when set, encrypts all gossip with AES (16, 24 or 32 bytes).
-	// Every member of the pool must share it.
+	// SecretKey, when set, encrypts all gossip with AES (16, 24 or 32 bytes): the keyring's
+	// primary key. Every member of the pool must hold it (keyring.go).
 	SecretKey []byte
+	// Keys are more keys this node decrypts gossip with (a rotation under way); they need
+	// SecretKey.
+	Keys [][]byte
+	// KeyringFile, when set, holds the keyring across restarts: read at start when it exists
+	// (it then wins over SecretKey and Keys, since it holds the last rotation), written when it
+	// does not, and rewritten before every keyring change takes effect.
+	KeyringFile string
 	// Meta is what this node gossips about itself.
 	Meta Meta
 	// Logger receives the package's and memberlist's logs. Default: null.
@@ -87,6 +94,14 @@ func (c Config) Validate() error {
 	case 0, 16, 24, 32:
 	default:
 		return bad("secret key must be 16, 24 or 32 bytes, got %d", len(c.SecretKey))
+	}
+	for i, k := range c.Keys {
+		if err := ValidateKey(k); err != nil {
+			return bad("key %d: %v", i, err)
+		}
+	}
+	if len(c.Keys) > 0 && len(c.SecretKey) == 0 {
+		return bad("keys need a secret key (the primary)")
 	}
 	switch c.Profile {
 	case "", ProfileLAN, ProfileLocal, ProfileTest:

@@ -7,7 +7,6 @@ package membership
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +23,11 @@ type Membership struct {
 	addr    string // advertised gossip host:port
 	tracker *tracker
 	broker  *broker
+
+	// keyring is memberlist's gossip keyring, nil when gossip is not encrypted; keyMu
+	// serializes its changes and the keyring file's writes (keyring.go).
+	keyring *memberlist.Keyring
+	keyMu   sync.Mutex
 
 	metaMu    sync.Mutex
 	meta      Meta
@@ -60,6 +64,13 @@ func New(cfg Config) (*Membership, error) {
 		meta:      cfg.Meta,
 		metaBytes: metaBytes,
 	}
+	st, err := cfg.initialKeyring()
+	if err != nil {
+		return nil, err
+	}
+	if m.keyring, err = newMemberlistKeyring(st); err != nil {
+		return nil, fmt.Errorf("%w: gossip keyring: %v", ErrInvalidConfig, err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 
@@ -68,7 +79,7 @@ func New(cfg Config) (*Membership, error) {
 		return nil, err
 	}
 	m.addr = m.list.LocalNode().Address() // no peer yet: nothing writes it concurrently
-	logger.Info("gossip started", "addr", m.addr, "role", string(cfg.Meta.Role), "profile", cfg.Profile)
+	logger.Info("gossip started", "addr", m.addr, "role", string(cfg.Meta.Role), "profile", cfg.Profile, "encrypted", m.keyring != nil)
 
 	if peers := m.others(cfg.Join); len(peers) > 0 {
 		n, err := m.list.Join(peers)
@@ -130,8 +141,10 @@ func (m *Membership) memberlistConfig(host string, port int) (*memberlist.Config
 			mc.AdvertisePort = aport
 		}
 	}
-	if len(m.cfg.SecretKey) > 0 {
-		mc.SecretKey = slices.Clone(m.cfg.SecretKey)
+	if m.keyring != nil {
+		// Encrypted, and nothing unencrypted is read or sent (memberlist's defaults, kept).
+		mc.Keyring = m.keyring
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
 	mc.Delegate = delegate{m: m}
 	mc.Events = events{t: m.tracker}

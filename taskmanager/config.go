@@ -4,8 +4,6 @@
 package taskmanager
 
 import (
-	"github.com/jmcluster/jmcluster/security"
-
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +11,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+
+	"github.com/jmcluster/jmcluster/security"
 
 	"github.com/jmcluster/jmcluster/transport"
 )
@@ -39,6 +40,9 @@ type Config struct {
 	// leader and by the self-fence's check for a live leader, so the self-fence works with
 	// gossip alone.
 	DiscoverJobMasters func() []string
+	// RegisterServices registers more services on the TaskManagerService server (the agent's
+	// GossipService); optional. Each needs a row in the policy table.
+	RegisterServices func(grpc.ServiceRegistrar)
 	// Incarnation identifies this TM process: a random id chosen by New when empty. It travels
 	// in registration, heartbeats, reports and gossip, so the leader tells a restarted TM (same
 	// id and addresses, a new incarnation) from the process that died.

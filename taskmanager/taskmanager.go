@@ -136,6 +136,9 @@ func New(cfg Config) (*TaskManager, error) {
 	tm.grpcSrv, reg = tm.newServer(security.RoleJobMaster, security.RoleTaskManager)
 	pb.RegisterTaskManagerServiceServer(reg, &controlService{tm: tm})
 	pb.RegisterPeerServiceServer(reg, &peerService{tm: tm})
+	if cfg.RegisterServices != nil {
+		cfg.RegisterServices(reg)
+	}
 	tm.dataSrv, reg = tm.newServer(security.RoleTaskManager)
 	pb.RegisterDataServiceServer(reg, &dataService{tm: tm})
 	transport.MustCover(tm.grpcSrv, false)

@@ -93,6 +93,8 @@ var Policies = map[string]Policy{
 	pb.OperatorService_Snapshot_FullMethodName:   {Roles: operator},
 	pb.OperatorService_Members_FullMethodName:    {Roles: readers},
 	pb.OperatorService_StateHash_FullMethodName:  {Roles: readers},
+	// The keyring fan-out: the JobMaster that serves it asks every member (GossipService).
+	pb.OperatorService_GossipKeyring_FullMethodName: {Roles: operator},
 
 	// JobMasterService (JobMaster): TaskManagers. Registration and heartbeats are served
 	// while the gate is closed: reconciliation needs them.
@@ -116,6 +118,10 @@ var Policies = map[string]Policy{
 
 	// PeerService (TaskManager): other TaskManagers of the pool (the isolation rule).
 	pb.PeerService_LeaderContact_FullMethodName: {Roles: taskManagers},
+
+	// GossipService (both processes): this node's gossip keyring, asked by the JobMaster that
+	// fans a keyring change out for an operator (checked against the operator's role).
+	pb.GossipService_Keyring_FullMethodName: {Roles: operatorAndJMs},
 
 	// Health and reflection, on every server of both processes.
 	healthpb.Health_Check_FullMethodName:                                   {Roles: anyRole},

@@ -4,7 +4,6 @@ import (
 	"github.com/jmcluster/jmcluster/security"
 
 	"context"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,7 +19,6 @@ import (
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/jobmaster"
-	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/reconcile"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/server"
@@ -41,10 +39,7 @@ func runJobMaster(args []string) error {
 	maxMsg := fs.Int("max-message-size", transport.DefaultMaxMessageSize, "bound in bytes on every gRPC message this JobMaster receives or sends (its server, its connections to JobMasters and TaskManagers)")
 	writeRate := fs.Float64("client-write-rate", server.DefaultWriteRate, "SubmitJob and CancelJob calls per second each client (by IP address) may make on this JobMaster; negative: no limit")
 	writeBurst := fs.Int("client-write-burst", server.DefaultWriteBurst, "SubmitJob and CancelJob calls a client may make at once on this JobMaster")
-	gossipAddr := fs.String("gossip-addr", "", "gossip bind address host:port (empty: gossip off)")
-	gossipJoin := fs.String("gossip-join", "", "comma-separated gossip addresses to join")
-	gossipKey := fs.String("gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip")
-	gossipProfile := fs.String("gossip-profile", "lan", "gossip timing profile: lan, local or test")
+	gf := newGossipFlags(fs, "<data-dir>/gossip.keyring")
 	expect := fs.Int("bootstrap-expect", 0, "bootstrap once this many JMs (including this one) are seen through --join")
 	join := fs.String("join", "", "comma-separated gRPC addresses of other JMs (bootstrap discovery or joining a running cluster)")
 	peers := fs.String("peers", "", "explicit initial cluster, id=raftaddr@grpcaddr,... (alternative to --bootstrap-expect)")
@@ -155,12 +150,8 @@ func runJobMaster(args []string) error {
 		}
 	}
 	cfg.WriteLimit = server.WriteLimit{Rate: *writeRate, Burst: *writeBurst}
-	if *gossipAddr != "" {
-		g, err := gossipConfig(*gossipAddr, *gossipJoin, *gossipKey, *gossipProfile)
-		if err != nil {
-			return err
-		}
-		cfg.Gossip = &g
+	if cfg.Gossip, err = gf.config(*dataDir, sec != nil); err != nil {
+		return err
 	}
 	a, err := agent.StartJobMaster(cfg)
 	if err != nil {
@@ -171,19 +162,6 @@ func runJobMaster(args []string) error {
 	<-ctx.Done()
 	log.Info("shutting down")
 	return a.Shutdown()
-}
-
-func gossipConfig(addr, join, key, profile string) (membership.Config, error) {
-	g := membership.DefaultConfig()
-	g.BindAddr, g.Join, g.Profile = addr, splitList(join), profile
-	if key != "" {
-		k, err := base64.StdEncoding.DecodeString(key)
-		if err != nil {
-			return g, fmt.Errorf("--gossip-key: %w", err)
-		}
-		g.SecretKey = k
-	}
-	return g, nil
 }
 
 func parsePeer(s string) (cluster.Peer, error) {

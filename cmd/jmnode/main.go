@@ -28,6 +28,8 @@ operator CLI (talks gRPC to any JobMaster: --addr or JMNODE_ADDR, default 127.0.
   status                     the cluster: leader, epoch, reconciliation, TaskManagers
   raft peers | join | remove the Raft configuration
   members                    the gossip pool
+  gossip keygen              a new gossip encryption key
+  gossip keyring list | install | use | remove   rotate the gossip key on every member
   version                    print the version
   tls ca create              a development CA for mutual TLS (docs/security.md)
   tls cert create            a certificate with a role (jobmaster, taskmanager, operator, reader)
@@ -68,6 +70,8 @@ func run(args []string) error {
 		return runRaft(rest)
 	case "members":
 		return runMembers(rest)
+	case "gossip":
+		return runGossip(rest)
 	case "failpoints":
 		return runFailpoints(rest)
 	case "tls":

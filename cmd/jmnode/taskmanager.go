@@ -31,10 +31,7 @@ func runTaskManager(args []string) error {
 	dataAdv := fs.String("data-advertise", "", "DataService address others dial (default: bound address)")
 	maxMsg := fs.Int("max-message-size", def.MaxMessageSize, "bound in bytes on every gRPC message this TaskManager receives or sends (both servers, its connections to JobMasters and TaskManagers)")
 	jms := fs.String("jm", "", "comma-separated JobMaster gRPC addresses (asked for the leader when gossip does not know it)")
-	gossipAddr := fs.String("gossip-addr", "", "gossip bind address host:port (empty: gossip off)")
-	gossipJoin := fs.String("gossip-join", "", "comma-separated gossip addresses to join")
-	gossipKey := fs.String("gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip")
-	gossipProfile := fs.String("gossip-profile", "lan", "gossip timing profile: lan, local or test")
+	gf := newGossipFlags(fs, "<work-dir>/gossip.keyring when --work-dir is set, else none")
 	workDir := fs.String("work-dir", "", "working directory: relative sink paths are written here")
 	eventLog := fs.String("event-log", "", "append task start/stop events as JSON lines to this file")
 	grace := fs.Duration("leader-grace", def.LeaderGrace, "cancel every task after no leader was reachable for this long")
@@ -87,13 +84,10 @@ func runTaskManager(args []string) error {
 		cfg.EventLog = f
 	}
 	acfg := agent.TaskManagerConfig{TM: cfg, Logger: log}
-	if *gossipAddr != "" {
-		g, err := gossipConfig(*gossipAddr, *gossipJoin, *gossipKey, *gossipProfile)
-		if err != nil {
-			return err
-		}
-		acfg.Gossip = &g
-	} else if len(cfg.JobMasters) == 0 {
+	if acfg.Gossip, err = gf.config(*workDir, sec != nil); err != nil {
+		return err
+	}
+	if acfg.Gossip == nil && len(cfg.JobMasters) == 0 {
 		return errors.New("--jm or --gossip-addr with --gossip-join is needed to find the JobMasters")
 	}
 	a, err := agent.StartTaskManager(acfg)

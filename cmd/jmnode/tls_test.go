@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmcluster/jmcluster/internal/proccluster"
+	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/security"
 )
 
@@ -57,32 +59,9 @@ func TestTLSProcessCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}
-	certs := t.TempDir()
-	mk := func(args ...string) {
-		t.Helper()
-		if err := run(append([]string{"tls"}, append(args, "--dir", certs)...)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mk("ca", "create")
-	mk("cert", "create", "--role", "jobmaster", "--name", "jm")
-	mk("cert", "create", "--role", "taskmanager", "--name", "tm")
-	mk("cert", "create", "--role", "operator", "--name", "alice")
-	mk("cert", "create", "--role", "reader", "--name", "rita")
-	ca := filepath.Join(certs, security.CAFile)
-	flags := func(role, name string) []string {
-		return []string{"--tls-ca", ca, "--tls-cert", filepath.Join(certs, role+"-"+name+".pem"), "--tls-key", filepath.Join(certs, role+"-"+name+"-key.pem")}
-	}
-	o := fastProcs
-	o.TMs = 1
-	o.JMFlags = append(append([]string(nil), o.JMFlags...), flags("jobmaster", "jm")...)
-	o.TMFlags = append(append([]string(nil), o.TMFlags...), flags("taskmanager", "tm")...)
+	o, flags, ca, certs := tlsProcs(t, 1)
 	d := newProcessCluster(t, o)
-	op, err := security.Load(security.Files{CA: ca, Cert: filepath.Join(certs, "operator-alice.pem"), Key: filepath.Join(certs, "operator-alice-key.pem")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.sec = op
+	d.sec = operatorTLS(t, ca, certs)
 	ctx := context.Background()
 	leader, err := d.waitLeader(ctx, "", 30*time.Second)
 	if err != nil {
@@ -118,4 +97,46 @@ func TestTLSProcessCluster(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "needs a jobmaster certificate") {
 		t.Errorf("a JobMaster with a TaskManager certificate: %v", err)
 	}
+}
+
+// tlsProcs makes a CA and certificates (jobmaster jm, taskmanager tm, operator alice, reader
+// rita) and returns the options of a process cluster of tms TaskManagers using them, with an
+// encrypted gossip pool: flags(role, name) are the TLS flags of a certificate.
+func tlsProcs(t *testing.T, tms int) (o proccluster.LocalOptions, flags func(role, name string) []string, ca, certs string) {
+	t.Helper()
+	certs = t.TempDir()
+	mk := func(args ...string) {
+		t.Helper()
+		if err := run(append([]string{"tls"}, append(args, "--dir", certs)...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("ca", "create")
+	mk("cert", "create", "--role", "jobmaster", "--name", "jm")
+	mk("cert", "create", "--role", "taskmanager", "--name", "tm")
+	mk("cert", "create", "--role", "operator", "--name", "alice")
+	mk("cert", "create", "--role", "reader", "--name", "rita")
+	ca = filepath.Join(certs, security.CAFile)
+	flags = func(role, name string) []string {
+		return []string{"--tls-ca", ca, "--tls-cert", filepath.Join(certs, role+"-"+name+".pem"), "--tls-key", filepath.Join(certs, role+"-"+name+"-key.pem")}
+	}
+	key, err := membership.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = fastProcs
+	o.TMs = tms
+	o.JMFlags = append(append([]string(nil), o.JMFlags...), append(flags("jobmaster", "jm"), "--gossip-key", key)...)
+	o.TMFlags = append(append([]string(nil), o.TMFlags...), append(flags("taskmanager", "tm"), "--gossip-key", key)...)
+	return o, flags, ca, certs
+}
+
+// operatorTLS is the operator alice's client TLS.
+func operatorTLS(t *testing.T, ca, certs string) *security.TLS {
+	t.Helper()
+	op, err := security.Load(security.Files{CA: ca, Cert: filepath.Join(certs, "operator-alice.pem"), Key: filepath.Join(certs, "operator-alice-key.pem")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return op
 }

@@ -770,7 +770,7 @@ var File_jmcluster_v1_operator_proto protoreflect.FileDescriptor
 
 const file_jmcluster_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1bjmcluster/v1/operator.proto\x12\fjmcluster.v1\x1a\x19jmcluster/v1/client.proto\"\x12\n" +
+	"\x1bjmcluster/v1/operator.proto\x12\fjmcluster.v1\x1a\x19jmcluster/v1/client.proto\x1a\x19jmcluster/v1/gossip.proto\"\x12\n" +
 	"\x10RaftPeersRequest\"^\n" +
 	"\x11RaftPeersResponse\x12,\n" +
 	"\x05peers\x18\x01 \x03(\v2\x16.jmcluster.v1.RaftPeerR\x05peers\x12\x1b\n" +
@@ -814,7 +814,7 @@ const file_jmcluster_v1_operator_proto_rawDesc = "" +
 	"\thas_state\x18\x04 \x01(\bR\bhasState\x12\x1b\n" +
 	"\tleader_id\x18\x05 \x01(\tR\bleaderId\x12\x1d\n" +
 	"\n" +
-	"raft_state\x18\x06 \x01(\tR\traftState2\xa7\x04\n" +
+	"raft_state\x18\x06 \x01(\tR\traftState2\xfb\x04\n" +
 	"\x0fOperatorService\x12L\n" +
 	"\tRaftPeers\x12\x1e.jmcluster.v1.RaftPeersRequest\x1a\x1f.jmcluster.v1.RaftPeersResponse\x12I\n" +
 	"\bRaftJoin\x12\x1d.jmcluster.v1.RaftJoinRequest\x1a\x1e.jmcluster.v1.RaftJoinResponse\x12O\n" +
@@ -823,7 +823,8 @@ const file_jmcluster_v1_operator_proto_rawDesc = "" +
 	"\bSnapshot\x12\x1d.jmcluster.v1.SnapshotRequest\x1a\x1e.jmcluster.v1.SnapshotResponse\x12F\n" +
 	"\aMembers\x12\x1c.jmcluster.v1.MembersRequest\x1a\x1d.jmcluster.v1.MembersResponse\x12L\n" +
 	"\tStateHash\x12\x1e.jmcluster.v1.StateHashRequest\x1a\x1f.jmcluster.v1.StateHashResponse\x12I\n" +
-	"\bNodeInfo\x12\x1d.jmcluster.v1.NodeInfoRequest\x1a\x1e.jmcluster.v1.NodeInfoResponseB-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
+	"\bNodeInfo\x12\x1d.jmcluster.v1.NodeInfoRequest\x1a\x1e.jmcluster.v1.NodeInfoResponse\x12R\n" +
+	"\rGossipKeyring\x12\x1c.jmcluster.v1.KeyringRequest\x1a#.jmcluster.v1.GossipKeyringResponseB-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
 
 var (
 	file_jmcluster_v1_operator_proto_rawDescOnce sync.Once
@@ -839,23 +840,25 @@ func file_jmcluster_v1_operator_proto_rawDescGZIP() []byte {
 
 var file_jmcluster_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_jmcluster_v1_operator_proto_goTypes = []any{
-	(*RaftPeersRequest)(nil),   // 0: jmcluster.v1.RaftPeersRequest
-	(*RaftPeersResponse)(nil),  // 1: jmcluster.v1.RaftPeersResponse
-	(*RaftJoinRequest)(nil),    // 2: jmcluster.v1.RaftJoinRequest
-	(*RaftJoinResponse)(nil),   // 3: jmcluster.v1.RaftJoinResponse
-	(*RaftRemoveRequest)(nil),  // 4: jmcluster.v1.RaftRemoveRequest
-	(*RaftRemoveResponse)(nil), // 5: jmcluster.v1.RaftRemoveResponse
-	(*SnapshotRequest)(nil),    // 6: jmcluster.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),   // 7: jmcluster.v1.SnapshotResponse
-	(*MembersRequest)(nil),     // 8: jmcluster.v1.MembersRequest
-	(*Member)(nil),             // 9: jmcluster.v1.Member
-	(*MembersResponse)(nil),    // 10: jmcluster.v1.MembersResponse
-	(*StateHashRequest)(nil),   // 11: jmcluster.v1.StateHashRequest
-	(*StateHashResponse)(nil),  // 12: jmcluster.v1.StateHashResponse
-	(*NodeInfoRequest)(nil),    // 13: jmcluster.v1.NodeInfoRequest
-	(*NodeInfoResponse)(nil),   // 14: jmcluster.v1.NodeInfoResponse
-	nil,                        // 15: jmcluster.v1.Member.MetaEntry
-	(*RaftPeer)(nil),           // 16: jmcluster.v1.RaftPeer
+	(*RaftPeersRequest)(nil),      // 0: jmcluster.v1.RaftPeersRequest
+	(*RaftPeersResponse)(nil),     // 1: jmcluster.v1.RaftPeersResponse
+	(*RaftJoinRequest)(nil),       // 2: jmcluster.v1.RaftJoinRequest
+	(*RaftJoinResponse)(nil),      // 3: jmcluster.v1.RaftJoinResponse
+	(*RaftRemoveRequest)(nil),     // 4: jmcluster.v1.RaftRemoveRequest
+	(*RaftRemoveResponse)(nil),    // 5: jmcluster.v1.RaftRemoveResponse
+	(*SnapshotRequest)(nil),       // 6: jmcluster.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),      // 7: jmcluster.v1.SnapshotResponse
+	(*MembersRequest)(nil),        // 8: jmcluster.v1.MembersRequest
+	(*Member)(nil),                // 9: jmcluster.v1.Member
+	(*MembersResponse)(nil),       // 10: jmcluster.v1.MembersResponse
+	(*StateHashRequest)(nil),      // 11: jmcluster.v1.StateHashRequest
+	(*StateHashResponse)(nil),     // 12: jmcluster.v1.StateHashResponse
+	(*NodeInfoRequest)(nil),       // 13: jmcluster.v1.NodeInfoRequest
+	(*NodeInfoResponse)(nil),      // 14: jmcluster.v1.NodeInfoResponse
+	nil,                           // 15: jmcluster.v1.Member.MetaEntry
+	(*RaftPeer)(nil),              // 16: jmcluster.v1.RaftPeer
+	(*KeyringRequest)(nil),        // 17: jmcluster.v1.KeyringRequest
+	(*GossipKeyringResponse)(nil), // 18: jmcluster.v1.GossipKeyringResponse
 }
 var file_jmcluster_v1_operator_proto_depIdxs = []int32{
 	16, // 0: jmcluster.v1.RaftPeersResponse.peers:type_name -> jmcluster.v1.RaftPeer
@@ -868,15 +871,17 @@ var file_jmcluster_v1_operator_proto_depIdxs = []int32{
 	8,  // 7: jmcluster.v1.OperatorService.Members:input_type -> jmcluster.v1.MembersRequest
 	11, // 8: jmcluster.v1.OperatorService.StateHash:input_type -> jmcluster.v1.StateHashRequest
 	13, // 9: jmcluster.v1.OperatorService.NodeInfo:input_type -> jmcluster.v1.NodeInfoRequest
-	1,  // 10: jmcluster.v1.OperatorService.RaftPeers:output_type -> jmcluster.v1.RaftPeersResponse
-	3,  // 11: jmcluster.v1.OperatorService.RaftJoin:output_type -> jmcluster.v1.RaftJoinResponse
-	5,  // 12: jmcluster.v1.OperatorService.RaftRemove:output_type -> jmcluster.v1.RaftRemoveResponse
-	7,  // 13: jmcluster.v1.OperatorService.Snapshot:output_type -> jmcluster.v1.SnapshotResponse
-	10, // 14: jmcluster.v1.OperatorService.Members:output_type -> jmcluster.v1.MembersResponse
-	12, // 15: jmcluster.v1.OperatorService.StateHash:output_type -> jmcluster.v1.StateHashResponse
-	14, // 16: jmcluster.v1.OperatorService.NodeInfo:output_type -> jmcluster.v1.NodeInfoResponse
-	10, // [10:17] is the sub-list for method output_type
-	3,  // [3:10] is the sub-list for method input_type
+	17, // 10: jmcluster.v1.OperatorService.GossipKeyring:input_type -> jmcluster.v1.KeyringRequest
+	1,  // 11: jmcluster.v1.OperatorService.RaftPeers:output_type -> jmcluster.v1.RaftPeersResponse
+	3,  // 12: jmcluster.v1.OperatorService.RaftJoin:output_type -> jmcluster.v1.RaftJoinResponse
+	5,  // 13: jmcluster.v1.OperatorService.RaftRemove:output_type -> jmcluster.v1.RaftRemoveResponse
+	7,  // 14: jmcluster.v1.OperatorService.Snapshot:output_type -> jmcluster.v1.SnapshotResponse
+	10, // 15: jmcluster.v1.OperatorService.Members:output_type -> jmcluster.v1.MembersResponse
+	12, // 16: jmcluster.v1.OperatorService.StateHash:output_type -> jmcluster.v1.StateHashResponse
+	14, // 17: jmcluster.v1.OperatorService.NodeInfo:output_type -> jmcluster.v1.NodeInfoResponse
+	18, // 18: jmcluster.v1.OperatorService.GossipKeyring:output_type -> jmcluster.v1.GossipKeyringResponse
+	11, // [11:19] is the sub-list for method output_type
+	3,  // [3:11] is the sub-list for method input_type
 	3,  // [3:3] is the sub-list for extension type_name
 	3,  // [3:3] is the sub-list for extension extendee
 	0,  // [0:3] is the sub-list for field type_name
@@ -888,6 +893,7 @@ func file_jmcluster_v1_operator_proto_init() {
 		return
 	}
 	file_jmcluster_v1_client_proto_init()
+	file_jmcluster_v1_gossip_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -21,13 +21,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OperatorService_RaftPeers_FullMethodName  = "/jmcluster.v1.OperatorService/RaftPeers"
-	OperatorService_RaftJoin_FullMethodName   = "/jmcluster.v1.OperatorService/RaftJoin"
-	OperatorService_RaftRemove_FullMethodName = "/jmcluster.v1.OperatorService/RaftRemove"
-	OperatorService_Snapshot_FullMethodName   = "/jmcluster.v1.OperatorService/Snapshot"
-	OperatorService_Members_FullMethodName    = "/jmcluster.v1.OperatorService/Members"
-	OperatorService_StateHash_FullMethodName  = "/jmcluster.v1.OperatorService/StateHash"
-	OperatorService_NodeInfo_FullMethodName   = "/jmcluster.v1.OperatorService/NodeInfo"
+	OperatorService_RaftPeers_FullMethodName     = "/jmcluster.v1.OperatorService/RaftPeers"
+	OperatorService_RaftJoin_FullMethodName      = "/jmcluster.v1.OperatorService/RaftJoin"
+	OperatorService_RaftRemove_FullMethodName    = "/jmcluster.v1.OperatorService/RaftRemove"
+	OperatorService_Snapshot_FullMethodName      = "/jmcluster.v1.OperatorService/Snapshot"
+	OperatorService_Members_FullMethodName       = "/jmcluster.v1.OperatorService/Members"
+	OperatorService_StateHash_FullMethodName     = "/jmcluster.v1.OperatorService/StateHash"
+	OperatorService_NodeInfo_FullMethodName      = "/jmcluster.v1.OperatorService/NodeInfo"
+	OperatorService_GossipKeyring_FullMethodName = "/jmcluster.v1.OperatorService/GossipKeyring"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -46,6 +47,10 @@ type OperatorServiceClient interface {
 	StateHash(ctx context.Context, in *StateHashRequest, opts ...grpc.CallOption) (*StateHashResponse, error)
 	// Who this node is and whether its Raft state exists (used by bootstrap-expect discovery).
 	NodeInfo(ctx context.Context, in *NodeInfoRequest, opts ...grpc.CallOption) (*NodeInfoResponse, error)
+	// Lists or changes the gossip keyring of every live member of the pool: the node that
+	// receives the call asks each member (GossipService.Keyring). Use is refused while a live
+	// member lacks the key, remove while one still encrypts with it.
+	GossipKeyring(ctx context.Context, in *KeyringRequest, opts ...grpc.CallOption) (*GossipKeyringResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -126,6 +131,16 @@ func (c *operatorServiceClient) NodeInfo(ctx context.Context, in *NodeInfoReques
 	return out, nil
 }
 
+func (c *operatorServiceClient) GossipKeyring(ctx context.Context, in *KeyringRequest, opts ...grpc.CallOption) (*GossipKeyringResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GossipKeyringResponse)
+	err := c.cc.Invoke(ctx, OperatorService_GossipKeyring_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -142,6 +157,10 @@ type OperatorServiceServer interface {
 	StateHash(context.Context, *StateHashRequest) (*StateHashResponse, error)
 	// Who this node is and whether its Raft state exists (used by bootstrap-expect discovery).
 	NodeInfo(context.Context, *NodeInfoRequest) (*NodeInfoResponse, error)
+	// Lists or changes the gossip keyring of every live member of the pool: the node that
+	// receives the call asks each member (GossipService.Keyring). Use is refused while a live
+	// member lacks the key, remove while one still encrypts with it.
+	GossipKeyring(context.Context, *KeyringRequest) (*GossipKeyringResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -172,6 +191,9 @@ func (UnimplementedOperatorServiceServer) StateHash(context.Context, *StateHashR
 }
 func (UnimplementedOperatorServiceServer) NodeInfo(context.Context, *NodeInfoRequest) (*NodeInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method NodeInfo not implemented")
+}
+func (UnimplementedOperatorServiceServer) GossipKeyring(context.Context, *KeyringRequest) (*GossipKeyringResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GossipKeyring not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -320,6 +342,24 @@ func _OperatorService_NodeInfo_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_GossipKeyring_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeyringRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).GossipKeyring(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_GossipKeyring_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).GossipKeyring(ctx, req.(*KeyringRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -354,6 +394,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "NodeInfo",
 			Handler:    _OperatorService_NodeInfo_Handler,
+		},
+		{
+			MethodName: "GossipKeyring",
+			Handler:    _OperatorService_GossipKeyring_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport"
@@ -15,13 +17,19 @@ import (
 // on a plaintext server), what it named and the outcome. A call this node refused as not the
 // leader is not written: it was forwarded, and the leader writes it.
 func (d Deps) audit(ctx context.Context, action string, err error, kv ...any) {
-	if d.Audit == nil || errors.Is(err, jobmaster.ErrNotLeader) || errors.Is(err, cluster.ErrNotLeader) {
+	Audit(ctx, d.Audit, action, err, kv...)
+}
+
+// Audit writes an audit line to log (nil: none), as Deps.audit does; a TaskManager's
+// GossipService writes its keyring changes with it.
+func Audit(ctx context.Context, log hclog.Logger, action string, err error, kv ...any) {
+	if log == nil || errors.Is(err, jobmaster.ErrNotLeader) || errors.Is(err, cluster.ErrNotLeader) {
 		return
 	}
 	args := append([]any{"caller", transport.CallerName(ctx)}, kv...)
 	if err != nil {
-		d.Audit.Info(action+" refused", append(args, "error", err.Error())...)
+		log.Info(action+" refused", append(args, "error", err.Error())...)
 		return
 	}
-	d.Audit.Info(action, args...)
+	log.Info(action, args...)
 }

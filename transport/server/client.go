@@ -19,6 +19,7 @@ import (
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/jobmaster"
+	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -29,6 +30,9 @@ type Deps struct {
 	JM    *jobmaster.JobMaster
 	// Members lists the gossip pool (nil when gossip is off).
 	Members func() []*pb.Member
+	// Gossip is this node's seat in the pool (nil when gossip is off): its keyring is served
+	// by GossipService, and OperatorService.GossipKeyring fans out from it.
+	Gossip *membership.Membership
 	// WriteLimit bounds each client's SubmitJob and CancelJob rate on this JM.
 	WriteLimit WriteLimit
 	// TLS: mutual TLS on the gRPC server (any role may connect; the policy table checks each

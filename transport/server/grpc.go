@@ -6,6 +6,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -15,7 +16,7 @@ import (
 const DefaultMaxMessageSize = transport.DefaultMaxMessageSize
 
 // NewGRPCServer builds a JM's gRPC server: ClientService, OperatorService, JobMasterService,
-// health and reflection, behind the edge (transport.NewServer): every call passes the policy
+// GossipService, health and reflection, behind the edge (transport.NewServer): every call passes the policy
 // interceptor with this replica's guard, and every message it receives or sends is bounded by
 // maxMsg (0: the default), a message over it refused with a status naming the limit and
 // --max-message-size. It panics when a registered method has no policy row. The health server
@@ -25,6 +26,7 @@ func NewGRPCServer(d Deps, maxMsg int) (*grpc.Server, *health.Server) {
 	pb.RegisterClientServiceServer(reg, NewClientService(d))
 	pb.RegisterOperatorServiceServer(reg, NewOperatorService(d))
 	pb.RegisterJobMasterServiceServer(reg, NewJobMasterService(d.JM))
+	pb.RegisterGossipServiceServer(reg, NewGossipService(func() *membership.Membership { return d.Gossip }, d.audit))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(reg, hs)
 	reflection.Register(s)

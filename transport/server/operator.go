@@ -2,10 +2,12 @@ package server
 
 import (
 	"context"
+	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -78,6 +80,22 @@ func (s *OperatorService) Members(context.Context, *pb.MembersRequest) (*pb.Memb
 		out.Members = s.d.Members()
 	}
 	return out, nil
+}
+
+// GossipKeyring lists or changes the gossip keyring of every live member of the pool
+// (keyringFanout), writing an audit line for a change.
+func (s *OperatorService) GossipKeyring(ctx context.Context, req *pb.KeyringRequest) (*pb.GossipKeyringResponse, error) {
+	if s.d.Gossip == nil {
+		return nil, status.Error(codes.FailedPrecondition, "gossip is off on this JobMaster (--gossip-addr)")
+	}
+	resp, err := keyringFanout(ctx, s.d.Gossip, s.d.TLS, req)
+	if req.GetOp() != pb.KeyringOp_KEYRING_OP_LIST {
+		if err == nil && resp.Failed > 0 {
+			err = fmt.Errorf("%d of %d members failed", resp.Failed, len(resp.Members))
+		}
+		s.d.audit(ctx, "gossip keyring "+opName(req.GetOp())+" on the pool", err, "key", membership.KeyFingerprint(req.GetKey()))
+	}
+	return resp, err
 }
 
 // StateHash is the hash of this replica's state and the index it was taken at.

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"path/filepath"
+
+	"github.com/jmcluster/jmcluster/membership"
+)
+
+// gossipFlags are the gossip flags of both processes.
+type gossipFlags struct {
+	addr, join, key, keyring, profile *string
+}
+
+// newGossipFlags registers the gossip flags; keyringDefault says where the keyring file goes
+// when --gossip-keyring is not given.
+func newGossipFlags(fs *flag.FlagSet, keyringDefault string) gossipFlags {
+	return gossipFlags{
+		addr:    fs.String("gossip-addr", "", "gossip bind address host:port (empty: gossip off)"),
+		join:    fs.String("gossip-join", "", "comma-separated gossip addresses to join"),
+		key:     fs.String("gossip-key", "", "base64 AES key (16, 24 or 32 bytes; jmnode gossip keygen) encrypting gossip: the keyring's first primary key. Required with --tls-*"),
+		keyring: fs.String("gossip-keyring", "", "file holding the gossip keyring across restarts, written at start and by every rotation (jmnode gossip keyring); when it exists it wins over --gossip-key (default: "+keyringDefault+")"),
+		profile: fs.String("gossip-profile", "lan", "gossip timing profile: lan, local or test"),
+	}
+}
+
+// config is the membership configuration the flags say, nil when gossip is off. dir is where
+// the keyring file goes without --gossip-keyring ("" : nowhere, a rotation then lasts until
+// the process ends); with TLS on (tlsOn), gossip must be encrypted.
+func (f gossipFlags) config(dir string, tlsOn bool) (*membership.Config, error) {
+	if *f.addr == "" {
+		return nil, nil
+	}
+	g := membership.DefaultConfig()
+	g.BindAddr, g.Join, g.Profile = *f.addr, splitList(*f.join), *f.profile
+	if *f.key != "" {
+		k, err := membership.ParseKey(*f.key)
+		if err != nil {
+			return nil, fmt.Errorf("--gossip-key: %w", err)
+		}
+		g.SecretKey = k
+	}
+	g.KeyringFile = *f.keyring
+	if g.KeyringFile == "" && dir != "" {
+		g.KeyringFile = filepath.Join(dir, "gossip.keyring")
+	}
+	if tlsOn && len(g.SecretKey) == 0 {
+		encrypted := false
+		if g.KeyringFile != "" {
+			_, ok, err := membership.LoadKeyringFile(g.KeyringFile)
+			if err != nil {
+				return nil, err
+			}
+			encrypted = ok
+		}
+		if !encrypted {
+			return nil, fmt.Errorf("--gossip-key is required with --tls-*: gossip names the leader TaskManagers report to, and unencrypted it can be read and forged by anyone on the network (make one with 'jmnode gossip keygen')")
+		}
+	}
+	return &g, nil
+}
