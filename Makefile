@@ -9,7 +9,7 @@ PKGS := ./...
 TEST_TIMEOUT ?= 15m
 FUZZTIME ?= 60s
 
-.PHONY: help build test test-short demo proto proto-check lint fmt-check fuzz bench jepsen jepsen-short jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
+.PHONY: help build test test-short demo proto proto-check lint fmt-check fuzz bench jepsen jepsen-short jepsen-short-tls jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -67,6 +67,9 @@ jepsen-root:
 
 jepsen-short: jepsen-root build bin/jepsen ## the short fault suite (kill, pause, isolate the leader; majority/minority), under 5 minutes, root
 	./bin/jepsen short --jmnode ./bin/jmnode
+
+jepsen-short-tls: jepsen-root build bin/jepsen ## the short fault suite with mutual TLS on every connection and encrypted gossip, root
+	./bin/jepsen short --tls --jmnode ./bin/jmnode
 
 jepsen-selftest: jepsen-root build bin/jepsen ## deliberately broken builds, each caught by its checker, root
 	./bin/jepsen selftest --jmnode ./bin/jmnode

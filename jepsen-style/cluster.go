@@ -15,6 +15,7 @@ import (
 	"github.com/jmcluster/jmcluster/internal/proccluster"
 	"github.com/jmcluster/jmcluster/jepsen-style/checker"
 	"github.com/jmcluster/jmcluster/jepsen-style/netns"
+	"github.com/jmcluster/jmcluster/security"
 )
 
 // Ports every node listens on, on its own address.
@@ -43,6 +44,7 @@ type Cluster struct {
 	// failpoints is the run's own setting, which a node's failpoints file adds to.
 	failpoints string
 	mounts     map[string]string // JM -> its data disk (tmpfs), when the scenario needs one
+	creds      *credentials      // TLS mode's files; nil: plaintext
 }
 
 // ClusterOptions are the choices a scenario makes about the processes.
@@ -52,6 +54,9 @@ type ClusterOptions struct {
 	// DataDisk mounts a tmpfs of DataDiskSize as every JM's data directory, so a fault can
 	// fill it (disk-full).
 	DataDisk bool
+	// TLS runs every process with mutual TLS and encrypted gossip, with credentials the
+	// harness makes in <run>/tls (tls.go).
+	TLS bool
 }
 
 // DataDiskSize is the size of a JM's tmpfs data disk: far more than a run writes, so it fills
@@ -74,6 +79,12 @@ func NodeDir(runDir string, topo *netns.Topology, node string) string {
 func NewCluster(topo *netns.Topology, jmnode, runDir string, opts ClusterOptions, reportDeadline time.Duration) (*Cluster, error) {
 	var nodes []proccluster.Node
 	c := &Cluster{topo: topo, runDir: runDir, failpoints: opts.Failpoints, mounts: map[string]string{}}
+	if opts.TLS {
+		var err error
+		if c.creds, err = makeCredentials(runDir, topo); err != nil {
+			return nil, err
+		}
+	}
 	for _, n := range append(topo.JMs(), topo.TMs()...) {
 		dir := NodeDir(runDir, topo, n)
 		work := filepath.Join(dir, "work")
@@ -113,6 +124,13 @@ func NewCluster(topo *netns.Topology, jmnode, runDir string, opts ClusterOptions
 			// Raft election (followers keep naming a vanished leader until they notice it).
 			node.Flags = []string{"--fence-timeout", (reportDeadline / 2).String()}
 		}
+		if c.creds != nil {
+			role := security.RoleTaskManager
+			if node.Role == proccluster.JobMaster {
+				role = security.RoleJobMaster
+			}
+			node.Flags = append(node.Flags, c.creds.flags(role, n)...)
+		}
 		nodes = append(nodes, node)
 	}
 	procs, err := proccluster.New(jmnode, nodes)
@@ -122,6 +140,14 @@ func NewCluster(topo *netns.Topology, jmnode, runDir string, opts ClusterOptions
 	}
 	c.procs = procs
 	return c, nil
+}
+
+// ClientTLS is the clients' operator TLS in TLS mode, nil in plaintext.
+func (c *Cluster) ClientTLS() (*security.TLS, error) {
+	if c.creds == nil {
+		return nil, nil
+	}
+	return c.creds.client()
 }
 
 func mountDataDisk(dir string) error {

@@ -1,12 +1,14 @@
 package jepsen
 
 import (
+	"crypto/x509"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jmcluster/jmcluster/jepsen-style/netns"
+	"github.com/jmcluster/jmcluster/security"
 )
 
 // TestClusterCommandLines: every process runs inside its namespace, listens on its own
@@ -53,5 +55,61 @@ func TestClusterCommandLines(t *testing.T) {
 	}
 	if got := c.Down(); len(got) != 6 {
 		t.Fatalf("down before the start: %v", got)
+	}
+}
+
+// TestTLSModeCredentials: in TLS mode every process gets a certificate of its role for its
+// namespace address, from the run's CA, and the gossip key; a JobMaster's certificate verifies
+// for the address the clients dial, and the clients hold an operator certificate.
+func TestTLSModeCredentials(t *testing.T) {
+	topo, err := netns.NewTopology("t2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCluster(topo, "/opt/jmnode", t.TempDir(), ClusterOptions{TLS: true}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flag := func(args []string, name string) string {
+		i := slices.Index(args, name)
+		if i < 0 || i+1 >= len(args) {
+			t.Fatalf("%s missing in %v", name, args)
+		}
+		return args[i+1]
+	}
+	keys := map[string]bool{}
+	for _, p := range c.procs.Procs() {
+		args := p.Args()
+		keys[flag(args, "--gossip-key")] = true
+		sec, err := security.Load(security.Files{CA: flag(args, "--tls-ca"), Cert: flag(args, "--tls-cert"), Key: flag(args, "--tls-key")}, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		want := security.RoleTaskManager
+		if strings.HasPrefix(p.Name, "jm") {
+			want = security.RoleJobMaster
+		}
+		id := sec.Identity()
+		if id.Role != want || id.Name != p.Name {
+			t.Fatalf("%s: certificate of %s, want %s (%s)", p.Name, id, p.Name, want)
+		}
+		cert, err := sec.ServerConfig().GetCertificate(nil)
+		if err != nil || cert == nil {
+			t.Fatalf("%s: no certificate: %v", p.Name, err)
+		}
+		leaf, err := x509.ParseCertificate(cert.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := leaf.VerifyHostname(topo.IP(p.Name)); err != nil {
+			t.Fatalf("%s: certificate does not name its address: %v", p.Name, err)
+		}
+	}
+	if len(keys) != 1 {
+		t.Fatalf("gossip keys: %d different ones, want one shared", len(keys))
+	}
+	cl, err := c.ClientTLS()
+	if err != nil || cl == nil || cl.Identity().Role != security.RoleOperator {
+		t.Fatalf("client TLS %v, %v; want an operator certificate", cl, err)
 	}
 }

@@ -42,6 +42,9 @@ type Config struct {
 	// failpoint.Parse): a deliberately broken build, or pauses between commits and RPCs.
 	Failpoints string
 	Clients    int
+	// TLS runs every process with mutual TLS and encrypted gossip (credentials made by the
+	// harness), and the clients with an operator certificate.
+	TLS bool
 	// JobRate is the records per second of the clients' bounded jobs (0: 20, a couple of
 	// seconds each); 5 makes them run 2-10 s, so some are still running when a new leader
 	// collects its reports.

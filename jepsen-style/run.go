@@ -77,7 +77,7 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 func (r *run) execute(ctx context.Context) (*report.Report, error) {
 	p := r.cfg.Progress
 	var err error
-	r.cluster, err = NewCluster(r.topo, r.cfg.JMNode, r.dir, ClusterOptions{Failpoints: r.cfg.Failpoints, DataDisk: r.scenario.needsDataDisk()}, r.cfg.ReportDeadline)
+	r.cluster, err = NewCluster(r.topo, r.cfg.JMNode, r.dir, ClusterOptions{Failpoints: r.cfg.Failpoints, DataDisk: r.scenario.needsDataDisk(), TLS: r.cfg.TLS}, r.cfg.ReportDeadline)
 	if err != nil {
 		return nil, err
 	}
@@ -92,12 +92,19 @@ func (r *run) execute(ctx context.Context) (*report.Report, error) {
 		return nil, err
 	}
 	p("cluster: %d JMs and %d TMs started (logs in %s/<node>.log)", len(JMs()), len(r.topo.TMs()), r.dir)
+	if r.cfg.TLS {
+		p("tls: mutual TLS on every connection, gossip encrypted; CA, certificates and key in %s/tls", r.dir)
+	}
 
 	addrs := map[string]string{}
 	for _, n := range JMs() {
 		addrs[n] = fmt.Sprintf("%s:%d", r.topo.IP(n), PortGRPC)
 	}
-	if r.pool, err = client.NewPool(addrs, netns.Dialer(r.topo.NS(ClientNode))); err != nil {
+	sec, err := r.cluster.ClientTLS()
+	if err != nil {
+		return nil, err
+	}
+	if r.pool, err = client.NewPool(addrs, netns.Dialer(r.topo.NS(ClientNode)), sec); err != nil {
 		return nil, err
 	}
 	defer r.pool.Close()

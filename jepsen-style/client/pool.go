@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/jmcluster/jmcluster/jepsen-style/history"
+	"github.com/jmcluster/jmcluster/security"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -33,7 +34,9 @@ type Pool struct {
 }
 
 // NewPool connects (lazily) to every JM; addrs maps node name to gRPC address. dial may be nil.
-func NewPool(addrs map[string]string, dial DialFunc) (*Pool, error) {
+// With sec the connections are mutual TLS (the JobMasters must present jobmaster
+// certificates); nil: plaintext.
+func NewPool(addrs map[string]string, dial DialFunc, sec ...*security.TLS) (*Pool, error) {
 	p := &Pool{conns: map[string]*grpc.ClientConn{}}
 	for node := range addrs {
 		p.nodes = append(p.nodes, node)
@@ -43,8 +46,11 @@ func NewPool(addrs map[string]string, dial DialFunc) (*Pool, error) {
 		return nil, ErrNoJM
 	}
 	for _, node := range p.nodes {
-		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
-			transport.DialOptions(transport.DefaultMaxMessageSize, "jepsen client")...)
+		creds := grpc.WithTransportCredentials(insecure.NewCredentials())
+		if len(sec) > 0 && sec[0] != nil {
+			creds = transport.DialCredentials(sec[0], security.RoleJobMaster)
+		}
+		opts := append([]grpc.DialOption{creds}, transport.DialOptions(transport.DefaultMaxMessageSize, "jepsen client")...)
 		if dial != nil {
 			opts = append(opts, grpc.WithContextDialer(dial))
 		}
