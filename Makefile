@@ -27,10 +27,22 @@ test-short: ## the quick tier: pure logic and single-process clusters, -short
 demo: build ## a local 3-JM + 3-TM cluster, a streaming job, a leader kill, the reconciliation step by step
 	./bin/jmnode demo
 
-docker: ## build the FROM-scratch image jmcluster/jmnode from a static jmnode
+docker: deploy/tls/gossip.key ## build the FROM-scratch image jmcluster/jmnode from a static jmnode, and the compose file's development TLS files
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o deploy/jmnode ./cmd/jmnode
 	docker build -t jmcluster/jmnode:dev deploy
 	rm -f deploy/jmnode
+
+# The compose file's development CA, a certificate per container (named for its host name), an
+# operator certificate for the host's CLI and a gossip key, made once (delete deploy/tls to
+# start over). The CA key is kept beside them: this is a development setup (docs/security.md).
+deploy/tls/gossip.key: | build
+	mkdir -p deploy/tls.new
+	./bin/jmnode tls ca create --dir deploy/tls.new
+	for n in jm1 jm2 jm3; do ./bin/jmnode tls cert create --dir deploy/tls.new --role jobmaster --name $$n --dns $$n || exit 1; done
+	for n in tm1 tm2 tm3; do ./bin/jmnode tls cert create --dir deploy/tls.new --role taskmanager --name $$n --dns $$n || exit 1; done
+	./bin/jmnode tls cert create --dir deploy/tls.new --role operator --name admin
+	(umask 077 && ./bin/jmnode gossip keygen > deploy/tls.new/gossip.key)
+	rm -rf deploy/tls && mv deploy/tls.new deploy/tls
 
 tools: ## install protoc (Debian) and the Go protoc plugins at pinned versions
 	@command -v protoc >/dev/null || { echo "installing protobuf-compiler"; apt-get update -qq && apt-get install -y -qq protobuf-compiler >/dev/null; }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/jmcluster/jmcluster/membership"
@@ -10,7 +12,7 @@ import (
 
 // gossipFlags are the gossip flags of both processes.
 type gossipFlags struct {
-	addr, join, key, keyring, profile *string
+	addr, join, key, keyFile, keyring, profile *string
 }
 
 // newGossipFlags registers the gossip flags; keyringDefault says where the keyring file goes
@@ -20,6 +22,7 @@ func newGossipFlags(fs *flag.FlagSet, keyringDefault string) gossipFlags {
 		addr:    fs.String("gossip-addr", "", "gossip bind address host:port (empty: gossip off)"),
 		join:    fs.String("gossip-join", "", "comma-separated gossip addresses to join"),
 		key:     fs.String("gossip-key", "", "base64 AES key (16, 24 or 32 bytes; jmnode gossip keygen) encrypting gossip: the keyring's first primary key. Required with --tls-*"),
+		keyFile: fs.String("gossip-key-file", "", "file holding --gossip-key (so the key is not on the command line)"),
 		keyring: fs.String("gossip-keyring", "", "file holding the gossip keyring across restarts, written at start and by every rotation (jmnode gossip keyring); when it exists it wins over --gossip-key (default: "+keyringDefault+")"),
 		profile: fs.String("gossip-profile", "lan", "gossip timing profile: lan, local or test"),
 	}
@@ -34,10 +37,21 @@ func (f gossipFlags) config(dir string, tlsOn bool) (*membership.Config, error) 
 	}
 	g := membership.DefaultConfig()
 	g.BindAddr, g.Join, g.Profile = *f.addr, splitList(*f.join), *f.profile
-	if *f.key != "" {
-		k, err := membership.ParseKey(*f.key)
+	key, what := *f.key, "--gossip-key"
+	if *f.keyFile != "" {
+		if key != "" {
+			return nil, errors.New("give --gossip-key or --gossip-key-file, not both")
+		}
+		b, err := os.ReadFile(*f.keyFile)
 		if err != nil {
-			return nil, fmt.Errorf("--gossip-key: %w", err)
+			return nil, fmt.Errorf("--gossip-key-file: %w", err)
+		}
+		key, what = string(b), "--gossip-key-file "+*f.keyFile
+	}
+	if key != "" {
+		k, err := membership.ParseKey(key)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		g.SecretKey = k
 	}
