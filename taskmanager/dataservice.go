@@ -1,6 +1,7 @@
 package taskmanager
 
 import (
+	"context"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -23,33 +24,48 @@ type dataService struct {
 	tm *TaskManager
 }
 
-// ReadPartition streams one subpartition. The first message is an empty batch confirming the
-// subscription, so a consumer can tell "not there yet" (retry) from "broke after connecting"
-// (fail).
+// ReadPartition streams one subpartition on its own stream (the Exchange stream carries every
+// channel between two TaskManagers on one; this stays for tools and older consumers). The
+// first message is an empty batch confirming the subscription, so a consumer can tell "not
+// there yet" (retry) from "broke after connecting" (fail).
 func (s *dataService) ReadPartition(req *pb.ReadPartitionRequest, stream pb.DataService_ReadPartitionServer) error {
-	p := s.tm.parts.lookup(req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId())
+	return s.tm.serveSubpartition(stream.Context(), req, func(rs []operators.Record, eop bool) error {
+		return stream.Send(&pb.RecordBatch{Records: toPB(rs), EndOfPartition: eop})
+	})
+}
+
+// emitFunc delivers one batch of a channel to its consumer: first an empty one (the channel is
+// open), then records, the last with eop. It may block (flow control); the records are the
+// caller's buffer, reused after it returns.
+type emitFunc func(records []operators.Record, eop bool) error
+
+// serveSubpartition finds the subpartition req names and emits it until end of partition, the
+// consumer goes (ctx) or the partition is released. A refusal before anything was emitted is
+// a status error: NotFound while the partition is not (yet) here, which consumers retry.
+func (tm *TaskManager) serveSubpartition(ctx context.Context, req *pb.ReadPartitionRequest, emit emitFunc) error {
+	p := tm.parts.lookup(req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId())
 	if p == nil || p.isReleased() {
 		return status.Errorf(codes.NotFound, "partition %s/%s/%d of producer %s not found on %s",
-			req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), s.tm.cfg.ID)
+			req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), tm.cfg.ID)
 	}
 	i := int(req.GetSubpartitionIndex())
 	if i < 0 || i >= len(p.subs) {
 		return status.Errorf(codes.InvalidArgument, "subpartition %d out of range [0,%d) for %s", i, len(p.subs), p.key)
 	}
 	if p.typ == pb.ResultType_RESULT_TYPE_BLOCKING {
-		return s.readBlocking(p, p.subs[i], stream)
+		return readBlocking(p, p.subs[i], emit)
 	}
-	return s.readPipelined(p, p.subs[i], req.GetConsumerAttemptId(), stream)
+	return tm.readPipelined(ctx, p, p.subs[i], req.GetConsumerAttemptId(), emit)
 }
 
-func (s *dataService) readBlocking(p *resultPartition, sp *subpartition, stream pb.DataService_ReadPartitionServer) error {
+func readBlocking(p *resultPartition, sp *subpartition, emit emitFunc) error {
 	if !p.isFinished() {
 		return status.Errorf(codes.NotFound, "blocking partition %s is not consumable yet (producer not finished)", p.key)
 	}
 	sp.mu.Lock()
 	data := sp.data // append-free after finish
 	sp.mu.Unlock()
-	if err := stream.Send(&pb.RecordBatch{}); err != nil {
+	if err := emit(nil, false); err != nil {
 		return err
 	}
 	for len(data) > 0 {
@@ -57,15 +73,15 @@ func (s *dataService) readBlocking(p *resultPartition, sp *subpartition, stream 
 			return status.Errorf(codes.Aborted, "partition %s released", p.key)
 		}
 		n := min(len(data), batchRecords)
-		if err := stream.Send(&pb.RecordBatch{Records: toPB(data[:n])}); err != nil {
+		if err := emit(data[:n], false); err != nil {
 			return err
 		}
 		data = data[n:]
 	}
-	return stream.Send(&pb.RecordBatch{EndOfPartition: true})
+	return emit(nil, true)
 }
 
-func (s *dataService) readPipelined(p *resultPartition, sp *subpartition, consumer string, stream pb.DataService_ReadPartitionServer) error {
+func (tm *TaskManager) readPipelined(ctx context.Context, p *resultPartition, sp *subpartition, consumer string, emit emitFunc) error {
 	sp.mu.Lock()
 	switch {
 	case sp.reader != "":
@@ -87,10 +103,9 @@ func (s *dataService) readPipelined(p *resultPartition, sp *subpartition, consum
 		sp.mu.Unlock()
 	}()
 
-	if err := stream.Send(&pb.RecordBatch{}); err != nil {
+	if err := emit(nil, false); err != nil {
 		return err
 	}
-	ctx := stream.Context()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	// A reader of a wide partition's small subpartition rarely fills a whole batch: start at
@@ -115,7 +130,7 @@ func (s *dataService) readPipelined(p *resultPartition, sp *subpartition, consum
 		if !eop {
 			eop = fill(sp.ch, &batch, timer)
 		}
-		if err := stream.Send(&pb.RecordBatch{Records: toPB(batch), EndOfPartition: eop}); err != nil {
+		if err := emit(batch, eop); err != nil {
 			return err
 		}
 		if eop {
@@ -123,7 +138,7 @@ func (s *dataService) readPipelined(p *resultPartition, sp *subpartition, consum
 			sp.drained = true
 			sp.mu.Unlock()
 			if p.allDrained() {
-				s.tm.parts.remove(p.key)
+				tm.parts.remove(p.key)
 			}
 			return nil
 		}

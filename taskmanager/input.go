@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
@@ -99,47 +98,45 @@ func (tm *TaskManager) readChannel(ctx context.Context, t *task, ch *inputChanne
 			return false
 		}
 	}
-	stream, desc, err := tm.connect(ctx, t, ch)
+	r, desc, err := tm.connect(ctx, t, ch)
 	if err != nil {
 		if ctx.Err() == nil {
 			send(inputEvent{err: err})
 		}
 		return
 	}
+	defer r.close()
 	for {
-		b, err := stream.Recv()
+		records, eop, err := r.next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
-			}
-			if errors.Is(err, io.EOF) {
-				err = errors.New("stream ended without end_of_partition")
 			}
 			send(inputEvent{err: fmt.Errorf("input %s/%d: stream from producer %s at %s broke: %w",
 				desc.GetResultId(), desc.GetPartitionIndex(), desc.GetProducerAttemptId(), desc.GetProducerDataAddress(), err)})
 			return
 		}
-		if len(b.GetRecords()) == 0 && !b.GetEndOfPartition() {
+		if len(records) == 0 && !eop {
 			continue
 		}
-		if !send(inputEvent{records: fromPB(b.GetRecords()), eop: b.GetEndOfPartition()}) || b.GetEndOfPartition() {
+		if !send(inputEvent{records: records, eop: eop}) || eop {
 			return
 		}
 	}
 }
 
-// connect opens the channel's stream, retrying with backoff while the producer is unknown or
-// its partition is not there yet (NotFound, Unavailable), up to InputConnectTimeout.
-func (tm *TaskManager) connect(ctx context.Context, t *task, ch *inputChannel) (pb.DataService_ReadPartitionClient, *pb.InputChannelDescriptor, error) {
+// connect opens the channel, retrying with backoff while the producer is unknown or its
+// partition is not there yet (NotFound, Unavailable), up to InputConnectTimeout.
+func (tm *TaskManager) connect(ctx context.Context, t *task, ch *inputChannel) (channelReader, *pb.InputChannelDescriptor, error) {
 	deadline := time.Now().Add(tm.cfg.InputConnectTimeout)
 	backoff := 10 * time.Millisecond
 	var lastErr error = errors.New("producer not yet known")
 	for {
 		d := ch.current()
 		if d.GetProducerAttemptId() != "" && d.GetProducerDataAddress() != "" {
-			stream, err := tm.open(ctx, t, d)
+			r, err := tm.openChannel(ctx, t, d)
 			if err == nil {
-				return stream, d, nil
+				return r, d, nil
 			}
 			if ctx.Err() != nil {
 				return nil, d, ctx.Err()
@@ -166,30 +163,4 @@ func (tm *TaskManager) connect(ctx context.Context, t *task, ch *inputChannel) (
 		}
 		timer.Stop()
 	}
-}
-
-// open starts ReadPartition and waits for the subscription confirmation.
-func (tm *TaskManager) open(ctx context.Context, t *task, d *pb.InputChannelDescriptor) (pb.DataService_ReadPartitionClient, error) {
-	conn, err := tm.conns.peer(d.GetProducerDataAddress())
-	if err != nil {
-		return nil, err
-	}
-	stream, err := pb.NewDataServiceClient(conn).ReadPartition(ctx, &pb.ReadPartitionRequest{
-		JobId:             t.tdd.GetJobId(),
-		ResultId:          d.GetResultId(),
-		PartitionIndex:    d.GetPartitionIndex(),
-		SubpartitionIndex: d.GetSubpartitionIndex(),
-		ProducerAttemptId: d.GetProducerAttemptId(),
-		ConsumerAttemptId: t.attempt(),
-	})
-	if err == nil {
-		var first *pb.RecordBatch
-		if first, err = stream.Recv(); err == nil {
-			if len(first.GetRecords()) > 0 || first.GetEndOfPartition() {
-				return nil, status.Error(codes.Internal, "protocol error: first batch must be empty")
-			}
-			return stream, nil
-		}
-	}
-	return nil, err
 }

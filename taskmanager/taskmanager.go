@@ -25,6 +25,10 @@ import (
 
 // TaskManager runs tasks in slots and reports them to the JobMaster leader.
 type TaskManager struct {
+	// exchanges are the Exchange streams to producer TMs, by data address (exchange.go).
+	exMu      sync.Mutex
+	exchanges map[string]*exchangeClient
+
 	// fenceChecks counts the checks for a live leader made after FenceTimeout without contact.
 	fenceChecks atomic.Int64
 	// heartbeats counts the heartbeats the leader answered; contactFailures the failed
@@ -126,6 +130,7 @@ func New(cfg Config) (*TaskManager, error) {
 		slots:           make([][]*task, cfg.Slots),
 		hbInterval:      cfg.HeartbeatInterval,
 		partitionExpiry: map[partitionKey]time.Time{},
+		exchanges:       map[string]*exchangeClient{},
 		ctx:             ctx,
 		cancel:          cancel,
 		kick:            make(chan struct{}, 1),

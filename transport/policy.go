@@ -115,6 +115,7 @@ var Policies = map[string]Policy{
 
 	// DataService (TaskManager): other TaskManagers.
 	pb.DataService_ReadPartition_FullMethodName: {Roles: taskManagers},
+	pb.DataService_Exchange_FullMethodName:      {Roles: taskManagers},
 
 	// PeerService (TaskManager): other TaskManagers of the pool (the isolation rule).
 	pb.PeerService_LeaderContact_FullMethodName: {Roles: taskManagers},

@@ -23,6 +23,239 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// What a consumer sends on an Exchange: any number of channel controls.
+type ExchangeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Controls      []*ChannelControl      `protobuf:"bytes,1,rep,name=controls,proto3" json:"controls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExchangeRequest) Reset() {
+	*x = ExchangeRequest{}
+	mi := &file_jmcluster_v1_data_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExchangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExchangeRequest) ProtoMessage() {}
+
+func (x *ExchangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_data_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExchangeRequest.ProtoReflect.Descriptor instead.
+func (*ExchangeRequest) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ExchangeRequest) GetControls() []*ChannelControl {
+	if x != nil {
+		return x.Controls
+	}
+	return nil
+}
+
+type ChannelControl struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The consumer's id of the channel, unique on its stream.
+	Channel uint64 `protobuf:"varint,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	// Set: open the channel on this subpartition (answered by an empty batch, or a refusal).
+	Open *ReadPartitionRequest `protobuf:"bytes,2,opt,name=open,proto3" json:"open,omitempty"`
+	// More batches the consumer can take on the channel.
+	Credit int32 `protobuf:"varint,3,opt,name=credit,proto3" json:"credit,omitempty"`
+	// The consumer is gone: stop sending and release the subpartition.
+	Close         bool `protobuf:"varint,4,opt,name=close,proto3" json:"close,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelControl) Reset() {
+	*x = ChannelControl{}
+	mi := &file_jmcluster_v1_data_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelControl) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelControl) ProtoMessage() {}
+
+func (x *ChannelControl) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_data_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelControl.ProtoReflect.Descriptor instead.
+func (*ChannelControl) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ChannelControl) GetChannel() uint64 {
+	if x != nil {
+		return x.Channel
+	}
+	return 0
+}
+
+func (x *ChannelControl) GetOpen() *ReadPartitionRequest {
+	if x != nil {
+		return x.Open
+	}
+	return nil
+}
+
+func (x *ChannelControl) GetCredit() int32 {
+	if x != nil {
+		return x.Credit
+	}
+	return 0
+}
+
+func (x *ChannelControl) GetClose() bool {
+	if x != nil {
+		return x.Close
+	}
+	return false
+}
+
+// What a producer sends on an Exchange: batches of any number of channels.
+type ExchangeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Batches       []*ChannelBatch        `protobuf:"bytes,1,rep,name=batches,proto3" json:"batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExchangeResponse) Reset() {
+	*x = ExchangeResponse{}
+	mi := &file_jmcluster_v1_data_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExchangeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExchangeResponse) ProtoMessage() {}
+
+func (x *ExchangeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_data_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExchangeResponse.ProtoReflect.Descriptor instead.
+func (*ExchangeResponse) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ExchangeResponse) GetBatches() []*ChannelBatch {
+	if x != nil {
+		return x.Batches
+	}
+	return nil
+}
+
+type ChannelBatch struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Channel uint64                 `protobuf:"varint,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	// Records (the first answer to an open is an empty batch: the channel is open).
+	Batch *RecordBatch `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
+	// Non-zero: the channel was refused or failed, with this gRPC status code and message;
+	// nothing more comes on it.
+	Code          int32  `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelBatch) Reset() {
+	*x = ChannelBatch{}
+	mi := &file_jmcluster_v1_data_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelBatch) ProtoMessage() {}
+
+func (x *ChannelBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_data_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelBatch.ProtoReflect.Descriptor instead.
+func (*ChannelBatch) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ChannelBatch) GetChannel() uint64 {
+	if x != nil {
+		return x.Channel
+	}
+	return 0
+}
+
+func (x *ChannelBatch) GetBatch() *RecordBatch {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+func (x *ChannelBatch) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ChannelBatch) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type ReadPartitionRequest struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	JobId             string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -37,7 +270,7 @@ type ReadPartitionRequest struct {
 
 func (x *ReadPartitionRequest) Reset() {
 	*x = ReadPartitionRequest{}
-	mi := &file_jmcluster_v1_data_proto_msgTypes[0]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -49,7 +282,7 @@ func (x *ReadPartitionRequest) String() string {
 func (*ReadPartitionRequest) ProtoMessage() {}
 
 func (x *ReadPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_data_proto_msgTypes[0]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -62,7 +295,7 @@ func (x *ReadPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadPartitionRequest.ProtoReflect.Descriptor instead.
 func (*ReadPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{0}
+	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReadPartitionRequest) GetJobId() string {
@@ -120,7 +353,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_jmcluster_v1_data_proto_msgTypes[1]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -132,7 +365,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_data_proto_msgTypes[1]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -145,7 +378,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{1}
+	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Record) GetKey() int64 {
@@ -187,7 +420,7 @@ type RecordBatch struct {
 
 func (x *RecordBatch) Reset() {
 	*x = RecordBatch{}
-	mi := &file_jmcluster_v1_data_proto_msgTypes[2]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -199,7 +432,7 @@ func (x *RecordBatch) String() string {
 func (*RecordBatch) ProtoMessage() {}
 
 func (x *RecordBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_data_proto_msgTypes[2]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -212,7 +445,7 @@ func (x *RecordBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordBatch.ProtoReflect.Descriptor instead.
 func (*RecordBatch) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{2}
+	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RecordBatch) GetRecords() []*Record {
@@ -233,7 +466,21 @@ var File_jmcluster_v1_data_proto protoreflect.FileDescriptor
 
 const file_jmcluster_v1_data_proto_rawDesc = "" +
 	"\n" +
-	"\x17jmcluster/v1/data.proto\x12\fjmcluster.v1\"\x82\x02\n" +
+	"\x17jmcluster/v1/data.proto\x12\fjmcluster.v1\"K\n" +
+	"\x0fExchangeRequest\x128\n" +
+	"\bcontrols\x18\x01 \x03(\v2\x1c.jmcluster.v1.ChannelControlR\bcontrols\"\x90\x01\n" +
+	"\x0eChannelControl\x12\x18\n" +
+	"\achannel\x18\x01 \x01(\x04R\achannel\x126\n" +
+	"\x04open\x18\x02 \x01(\v2\".jmcluster.v1.ReadPartitionRequestR\x04open\x12\x16\n" +
+	"\x06credit\x18\x03 \x01(\x05R\x06credit\x12\x14\n" +
+	"\x05close\x18\x04 \x01(\bR\x05close\"H\n" +
+	"\x10ExchangeResponse\x124\n" +
+	"\abatches\x18\x01 \x03(\v2\x1a.jmcluster.v1.ChannelBatchR\abatches\"\x83\x01\n" +
+	"\fChannelBatch\x12\x18\n" +
+	"\achannel\x18\x01 \x01(\x04R\achannel\x12/\n" +
+	"\x05batch\x18\x02 \x01(\v2\x19.jmcluster.v1.RecordBatchR\x05batch\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\x82\x02\n" +
 	"\x14ReadPartitionRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\tresult_id\x18\x02 \x01(\tR\bresultId\x12'\n" +
@@ -248,9 +495,10 @@ const file_jmcluster_v1_data_proto_rawDesc = "" +
 	"\x03seq\x18\x04 \x01(\x03R\x03seq\"g\n" +
 	"\vRecordBatch\x12.\n" +
 	"\arecords\x18\x01 \x03(\v2\x14.jmcluster.v1.RecordR\arecords\x12(\n" +
-	"\x10end_of_partition\x18\x02 \x01(\bR\x0eendOfPartition2_\n" +
+	"\x10end_of_partition\x18\x02 \x01(\bR\x0eendOfPartition2\xae\x01\n" +
 	"\vDataService\x12P\n" +
-	"\rReadPartition\x12\".jmcluster.v1.ReadPartitionRequest\x1a\x19.jmcluster.v1.RecordBatch0\x01B-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
+	"\rReadPartition\x12\".jmcluster.v1.ReadPartitionRequest\x1a\x19.jmcluster.v1.RecordBatch0\x01\x12M\n" +
+	"\bExchange\x12\x1d.jmcluster.v1.ExchangeRequest\x1a\x1e.jmcluster.v1.ExchangeResponse(\x010\x01B-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
 
 var (
 	file_jmcluster_v1_data_proto_rawDescOnce sync.Once
@@ -264,21 +512,31 @@ func file_jmcluster_v1_data_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_data_proto_rawDescData
 }
 
-var file_jmcluster_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_jmcluster_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_jmcluster_v1_data_proto_goTypes = []any{
-	(*ReadPartitionRequest)(nil), // 0: jmcluster.v1.ReadPartitionRequest
-	(*Record)(nil),               // 1: jmcluster.v1.Record
-	(*RecordBatch)(nil),          // 2: jmcluster.v1.RecordBatch
+	(*ExchangeRequest)(nil),      // 0: jmcluster.v1.ExchangeRequest
+	(*ChannelControl)(nil),       // 1: jmcluster.v1.ChannelControl
+	(*ExchangeResponse)(nil),     // 2: jmcluster.v1.ExchangeResponse
+	(*ChannelBatch)(nil),         // 3: jmcluster.v1.ChannelBatch
+	(*ReadPartitionRequest)(nil), // 4: jmcluster.v1.ReadPartitionRequest
+	(*Record)(nil),               // 5: jmcluster.v1.Record
+	(*RecordBatch)(nil),          // 6: jmcluster.v1.RecordBatch
 }
 var file_jmcluster_v1_data_proto_depIdxs = []int32{
-	1, // 0: jmcluster.v1.RecordBatch.records:type_name -> jmcluster.v1.Record
-	0, // 1: jmcluster.v1.DataService.ReadPartition:input_type -> jmcluster.v1.ReadPartitionRequest
-	2, // 2: jmcluster.v1.DataService.ReadPartition:output_type -> jmcluster.v1.RecordBatch
-	2, // [2:3] is the sub-list for method output_type
-	1, // [1:2] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	1, // 0: jmcluster.v1.ExchangeRequest.controls:type_name -> jmcluster.v1.ChannelControl
+	4, // 1: jmcluster.v1.ChannelControl.open:type_name -> jmcluster.v1.ReadPartitionRequest
+	3, // 2: jmcluster.v1.ExchangeResponse.batches:type_name -> jmcluster.v1.ChannelBatch
+	6, // 3: jmcluster.v1.ChannelBatch.batch:type_name -> jmcluster.v1.RecordBatch
+	5, // 4: jmcluster.v1.RecordBatch.records:type_name -> jmcluster.v1.Record
+	4, // 5: jmcluster.v1.DataService.ReadPartition:input_type -> jmcluster.v1.ReadPartitionRequest
+	0, // 6: jmcluster.v1.DataService.Exchange:input_type -> jmcluster.v1.ExchangeRequest
+	6, // 7: jmcluster.v1.DataService.ReadPartition:output_type -> jmcluster.v1.RecordBatch
+	2, // 8: jmcluster.v1.DataService.Exchange:output_type -> jmcluster.v1.ExchangeResponse
+	7, // [7:9] is the sub-list for method output_type
+	5, // [5:7] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_data_proto_init() }
@@ -292,7 +550,7 @@ func file_jmcluster_v1_data_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_data_proto_rawDesc), len(file_jmcluster_v1_data_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

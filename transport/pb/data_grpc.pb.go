@@ -22,6 +22,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	DataService_ReadPartition_FullMethodName = "/jmcluster.v1.DataService/ReadPartition"
+	DataService_Exchange_FullMethodName      = "/jmcluster.v1.DataService/Exchange"
 )
 
 // DataServiceClient is the client API for DataService service.
@@ -30,6 +31,11 @@ const (
 type DataServiceClient interface {
 	// Streams one subpartition of a produced result partition to a consumer.
 	ReadPartition(ctx context.Context, in *ReadPartitionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RecordBatch], error)
+	// Every channel a consumer TaskManager reads from this producer TaskManager, multiplexed on
+	// one stream with credit-based flow control: the consumer opens and closes channels and
+	// grants credit (batches it can take) per channel; the producer sends a channel's batches
+	// only against its credit, so a slow consumer holds back only its own channel.
+	Exchange(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExchangeRequest, ExchangeResponse], error)
 }
 
 type dataServiceClient struct {
@@ -59,12 +65,30 @@ func (c *dataServiceClient) ReadPartition(ctx context.Context, in *ReadPartition
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type DataService_ReadPartitionClient = grpc.ServerStreamingClient[RecordBatch]
 
+func (c *dataServiceClient) Exchange(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExchangeRequest, ExchangeResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &DataService_ServiceDesc.Streams[1], DataService_Exchange_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExchangeRequest, ExchangeResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DataService_ExchangeClient = grpc.BidiStreamingClient[ExchangeRequest, ExchangeResponse]
+
 // DataServiceServer is the server API for DataService service.
 // All implementations must embed UnimplementedDataServiceServer
 // for forward compatibility.
 type DataServiceServer interface {
 	// Streams one subpartition of a produced result partition to a consumer.
 	ReadPartition(*ReadPartitionRequest, grpc.ServerStreamingServer[RecordBatch]) error
+	// Every channel a consumer TaskManager reads from this producer TaskManager, multiplexed on
+	// one stream with credit-based flow control: the consumer opens and closes channels and
+	// grants credit (batches it can take) per channel; the producer sends a channel's batches
+	// only against its credit, so a slow consumer holds back only its own channel.
+	Exchange(grpc.BidiStreamingServer[ExchangeRequest, ExchangeResponse]) error
 	mustEmbedUnimplementedDataServiceServer()
 }
 
@@ -77,6 +101,9 @@ type UnimplementedDataServiceServer struct{}
 
 func (UnimplementedDataServiceServer) ReadPartition(*ReadPartitionRequest, grpc.ServerStreamingServer[RecordBatch]) error {
 	return status.Error(codes.Unimplemented, "method ReadPartition not implemented")
+}
+func (UnimplementedDataServiceServer) Exchange(grpc.BidiStreamingServer[ExchangeRequest, ExchangeResponse]) error {
+	return status.Error(codes.Unimplemented, "method Exchange not implemented")
 }
 func (UnimplementedDataServiceServer) mustEmbedUnimplementedDataServiceServer() {}
 func (UnimplementedDataServiceServer) testEmbeddedByValue()                     {}
@@ -110,6 +137,13 @@ func _DataService_ReadPartition_Handler(srv interface{}, stream grpc.ServerStrea
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type DataService_ReadPartitionServer = grpc.ServerStreamingServer[RecordBatch]
 
+func _DataService_Exchange_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(DataServiceServer).Exchange(&grpc.GenericServerStream[ExchangeRequest, ExchangeResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DataService_ExchangeServer = grpc.BidiStreamingServer[ExchangeRequest, ExchangeResponse]
+
 // DataService_ServiceDesc is the grpc.ServiceDesc for DataService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -122,6 +156,12 @@ var DataService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "ReadPartition",
 			Handler:       _DataService_ReadPartition_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Exchange",
+			Handler:       _DataService_Exchange_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "jmcluster/v1/data.proto",

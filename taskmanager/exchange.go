@@ -1,0 +1,547 @@
+package taskmanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// The data plane between two TaskManagers: every input channel a consumer TM reads from one
+// producer TM travels on one Exchange stream, tagged by channel id, with credit-based flow
+// control (Flink's network stack is the model). The consumer grants each channel
+// channelCredit batches when it opens it and returns credit as its task takes batches; the
+// producer sends a channel's batches only against its credit. A slow consumer therefore holds
+// back only its own channel: the others on the stream keep flowing, and neither side buffers
+// more than channelCredit batches per channel. A broken stream fails exactly the channels it
+// carried (their tasks fail; the rest of the TM is untouched); the next channel to that TM opens
+// a new stream. A channel whose producer runs on this TM does not touch the network
+// (localChannel).
+
+const (
+	// channelCredit is the batches a consumer lets a channel have in flight: at most
+	// channelCredit x batchRecords records per channel are buffered between the subpartition
+	// and the task.
+	channelCredit = 8
+	// creditReturn: the consumer returns credit once it took this many batches.
+	creditReturn = channelCredit / 2
+	// maxExchangeRecords bounds the records of one Exchange message (many channels' batches
+	// go out together when they are ready together), far below the message size limit.
+	maxExchangeRecords = 4096
+	// maxExchangeChannels bounds the channels open on one stream.
+	maxExchangeChannels = 1 << 20
+)
+
+// channelReader is one open input channel, remote (muxChannel) or local (localChannel).
+type channelReader interface {
+	// next returns the channel's next records; eop marks the last batch.
+	next(ctx context.Context) (records []operators.Record, eop bool, err error)
+	// close releases the channel (the producer stops sending and frees the subpartition).
+	close()
+}
+
+// openChannel opens the input channel d names for task t: on this TM directly, or on the
+// producer TM's Exchange stream. A refusal keeps its status code (NotFound and Unavailable are
+// retried by connect).
+func (tm *TaskManager) openChannel(ctx context.Context, t *task, d *pb.InputChannelDescriptor) (channelReader, error) {
+	req := &pb.ReadPartitionRequest{
+		JobId:             t.tdd.GetJobId(),
+		ResultId:          d.GetResultId(),
+		PartitionIndex:    d.GetPartitionIndex(),
+		SubpartitionIndex: d.GetSubpartitionIndex(),
+		ProducerAttemptId: d.GetProducerAttemptId(),
+		ConsumerAttemptId: t.attempt(),
+	}
+	if d.GetProducerDataAddress() == tm.DataAddr() {
+		return tm.openLocal(ctx, req)
+	}
+	x, err := tm.exchange(d.GetProducerDataAddress())
+	if err != nil {
+		return nil, err
+	}
+	return x.open(ctx, req)
+}
+
+// ---- the producer side ----
+
+// Exchange serves every channel one consumer TM reads from this TM.
+func (s *dataService) Exchange(stream pb.DataService_ExchangeServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.tm.ctx, cancel) // the TM stopping ends its streams
+	defer stop()
+	x := &exchangeServer{tm: s.tm, ctx: ctx, out: make(chan *pb.ChannelBatch, 1024), chans: map[uint64]*serverChannel{}}
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- x.receive(stream) }()
+	writeErr := make(chan error, 1)
+	go func() { writeErr <- x.write(stream) }()
+	var err error
+	select {
+	case err = <-recvErr:
+	case err = <-writeErr:
+	case <-ctx.Done():
+	}
+	cancel()
+	x.wg.Wait()
+	if errors.Is(err, io.EOF) || ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+type exchangeServer struct {
+	tm  *TaskManager
+	ctx context.Context
+	out chan *pb.ChannelBatch // to the writer
+
+	mu    sync.Mutex
+	chans map[uint64]*serverChannel
+	wg    sync.WaitGroup // the channels' goroutines
+}
+
+// serverChannel is one channel being served: its goroutine takes a credit token per batch.
+type serverChannel struct {
+	cancel context.CancelFunc
+	credit chan struct{}
+}
+
+func (x *exchangeServer) receive(stream pb.DataService_ExchangeServer) error {
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		for _, c := range req.GetControls() {
+			if err := x.control(c); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// control handles one channel control: open, credit, close. A protocol violation ends the
+// stream (the consumer is broken, not one of its channels).
+func (x *exchangeServer) control(c *pb.ChannelControl) error {
+	id := c.GetChannel()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ch := x.chans[id]
+	switch {
+	case c.GetOpen() != nil:
+		if ch != nil {
+			return status.Errorf(codes.InvalidArgument, "exchange: channel %d opened twice", id)
+		}
+		if len(x.chans) >= maxExchangeChannels {
+			return status.Errorf(codes.ResourceExhausted, "exchange: more than %d channels on one stream", maxExchangeChannels)
+		}
+		ctx, cancel := context.WithCancel(x.ctx)
+		ch = &serverChannel{cancel: cancel, credit: make(chan struct{}, 4*channelCredit)}
+		x.chans[id] = ch
+		ch.grant(c.GetCredit())
+		x.wg.Add(1)
+		go x.serve(ctx, id, ch, c.GetOpen())
+	case ch == nil:
+		// Credit or close for a channel that ended meanwhile: nothing to do.
+	case c.GetClose():
+		ch.cancel()
+	default:
+		ch.grant(c.GetCredit())
+	}
+	return nil
+}
+
+// grant adds n credit tokens; credit beyond what the window can hold is a consumer's mistake
+// and is dropped (the channel then just runs with its window).
+func (ch *serverChannel) grant(n int32) {
+	for range max(n, 0) {
+		select {
+		case ch.credit <- struct{}{}:
+		default:
+			return
+		}
+	}
+}
+
+// serve emits one channel's subpartition against its credit, then says why it ended if the
+// consumer did not ask for the end.
+func (x *exchangeServer) serve(ctx context.Context, id uint64, ch *serverChannel, req *pb.ReadPartitionRequest) {
+	defer x.wg.Done()
+	defer func() {
+		x.mu.Lock()
+		delete(x.chans, id)
+		x.mu.Unlock()
+		ch.cancel()
+	}()
+	err := x.tm.serveSubpartition(ctx, req, func(rs []operators.Record, eop bool) error {
+		if len(rs) > 0 || eop {
+			select {
+			case <-ch.credit:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return x.send(&pb.ChannelBatch{Channel: id, Batch: &pb.RecordBatch{Records: toPB(rs), EndOfPartition: eop}})
+	})
+	if err != nil && ctx.Err() == nil {
+		st := status.Convert(err)
+		_ = x.send(&pb.ChannelBatch{Channel: id, Code: int32(st.Code()), Error: st.Message()})
+	}
+}
+
+func (x *exchangeServer) send(b *pb.ChannelBatch) error {
+	select {
+	case x.out <- b:
+		return nil
+	case <-x.ctx.Done():
+		return x.ctx.Err()
+	}
+}
+
+// write sends the channels' batches, those ready together in one message.
+func (x *exchangeServer) write(stream pb.DataService_ExchangeServer) error {
+	for {
+		var b *pb.ChannelBatch
+		select {
+		case b = <-x.out:
+		case <-x.ctx.Done():
+			return nil
+		}
+		msg := &pb.ExchangeResponse{Batches: []*pb.ChannelBatch{b}}
+		records := len(b.GetBatch().GetRecords())
+	more:
+		for records < maxExchangeRecords {
+			select {
+			case b := <-x.out:
+				msg.Batches = append(msg.Batches, b)
+				records += len(b.GetBatch().GetRecords())
+			default:
+				break more
+			}
+		}
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+	}
+}
+
+// ---- the consumer side ----
+
+// exchange is the Exchange stream to the TM at addr, opened when there is none or the last one
+// broke.
+func (tm *TaskManager) exchange(addr string) (*exchangeClient, error) {
+	tm.exMu.Lock()
+	defer tm.exMu.Unlock()
+	if x := tm.exchanges[addr]; x != nil {
+		return x, nil
+	}
+	if tm.ctx.Err() != nil {
+		return nil, ErrStopped
+	}
+	conn, err := tm.conns.peer(addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(tm.ctx)
+	stream, err := pb.NewDataServiceClient(conn).Exchange(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	x := &exchangeClient{tm: tm, addr: addr, stream: stream, ctx: ctx, cancel: cancel,
+		out: make(chan *pb.ChannelControl, 1024), chans: map[uint64]*muxChannel{}}
+	tm.exchanges[addr] = x
+	tm.wg.Add(2)
+	go func() { defer tm.wg.Done(); x.read() }()
+	go func() { defer tm.wg.Done(); x.write() }()
+	return x, nil
+}
+
+// exchangeClient is this TM's stream to one producer TM and the channels open on it.
+type exchangeClient struct {
+	tm     *TaskManager
+	addr   string
+	stream pb.DataService_ExchangeClient
+	ctx    context.Context
+	cancel context.CancelFunc
+	out    chan *pb.ChannelControl // to the writer
+
+	mu     sync.Mutex
+	chans  map[uint64]*muxChannel
+	nextID uint64
+	err    error // why the stream ended; set once
+}
+
+// muxChannel is one input channel on an Exchange stream.
+type muxChannel struct {
+	id uint64
+	x  *exchangeClient
+	// in holds what the producer sent and the task has not taken: at most channelCredit
+	// batches, the open's answer and a refusal.
+	in       chan *pb.ChannelBatch
+	dead     chan struct{} // closed when the stream broke or the producer broke the protocol
+	err      error         // why, set before dead closes
+	deadOnce sync.Once
+	taken    int // batches taken since credit was last returned (the task's goroutine only)
+	ended    bool
+}
+
+// open opens a channel on the stream and waits for the producer's answer.
+func (x *exchangeClient) open(ctx context.Context, req *pb.ReadPartitionRequest) (*muxChannel, error) {
+	x.mu.Lock()
+	if x.err != nil {
+		err := x.err
+		x.mu.Unlock()
+		return nil, err
+	}
+	x.nextID++
+	c := &muxChannel{id: x.nextID, x: x, in: make(chan *pb.ChannelBatch, channelCredit+2), dead: make(chan struct{})}
+	x.chans[c.id] = c
+	x.mu.Unlock()
+	if err := x.send(&pb.ChannelControl{Channel: c.id, Open: req, Credit: channelCredit}); err != nil {
+		c.forget()
+		return nil, err
+	}
+	select {
+	case b := <-c.in:
+		if b.GetCode() != 0 {
+			c.forget()
+			return nil, status.Error(codes.Code(b.GetCode()), b.GetError())
+		}
+		if len(b.GetBatch().GetRecords()) > 0 || b.GetBatch().GetEndOfPartition() {
+			c.close()
+			return nil, status.Error(codes.Internal, "protocol error: the first batch of a channel must be empty")
+		}
+		return c, nil
+	case <-c.dead:
+		c.forget()
+		return nil, c.err
+	case <-ctx.Done():
+		c.close()
+		return nil, ctx.Err()
+	}
+}
+
+func (x *exchangeClient) send(c *pb.ChannelControl) error {
+	select {
+	case x.out <- c:
+		return nil
+	case <-x.ctx.Done():
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		if x.err != nil {
+			return x.err
+		}
+		return status.Error(codes.Unavailable, "exchange stream closed")
+	}
+}
+
+// read hands each batch to its channel until the stream ends, then fails every channel left.
+func (x *exchangeClient) read() {
+	for {
+		msg, err := x.stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = status.Error(codes.Unavailable, "the producer ended the stream")
+			}
+			x.broken(fmt.Errorf("exchange stream to %s broke: %w", x.addr, err))
+			return
+		}
+		for _, b := range msg.GetBatches() {
+			x.mu.Lock()
+			c := x.chans[b.GetChannel()]
+			x.mu.Unlock()
+			if c == nil {
+				continue // closed by the consumer meanwhile
+			}
+			select {
+			case c.in <- b:
+			default:
+				c.fail(status.Errorf(codes.Internal, "protocol error: producer %s sent channel %d more than its credit", x.addr, c.id))
+			}
+		}
+	}
+}
+
+// broken ends the stream: every channel on it fails with err, and the next open makes a new one.
+func (x *exchangeClient) broken(err error) {
+	x.mu.Lock()
+	if x.err == nil {
+		x.err = err
+	}
+	chans := x.chans
+	x.chans = map[uint64]*muxChannel{}
+	x.mu.Unlock()
+	x.cancel()
+	x.tm.exMu.Lock()
+	if x.tm.exchanges[x.addr] == x {
+		delete(x.tm.exchanges, x.addr)
+	}
+	x.tm.exMu.Unlock()
+	for _, c := range chans {
+		c.fail(err)
+	}
+}
+
+// write sends the channels' controls, those pending together in one message.
+func (x *exchangeClient) write() {
+	for {
+		var c *pb.ChannelControl
+		select {
+		case c = <-x.out:
+		case <-x.ctx.Done():
+			return
+		}
+		msg := &pb.ExchangeRequest{Controls: []*pb.ChannelControl{c}}
+	more:
+		for len(msg.Controls) < 1024 {
+			select {
+			case c := <-x.out:
+				msg.Controls = append(msg.Controls, c)
+			default:
+				break more
+			}
+		}
+		if err := x.stream.Send(msg); err != nil {
+			// read sees the stream's end and fails the channels.
+			x.cancel()
+			return
+		}
+	}
+}
+
+func (c *muxChannel) fail(err error) {
+	c.deadOnce.Do(func() {
+		c.err = err
+		close(c.dead)
+	})
+}
+
+// forget drops the channel from the stream without telling the producer (it ended there).
+func (c *muxChannel) forget() {
+	c.x.mu.Lock()
+	delete(c.x.chans, c.id)
+	c.x.mu.Unlock()
+}
+
+func (c *muxChannel) next(ctx context.Context) ([]operators.Record, bool, error) {
+	var b *pb.ChannelBatch
+	select {
+	case b = <-c.in:
+	default:
+		select {
+		case b = <-c.in:
+		case <-c.dead:
+			return nil, false, c.err
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+	if b.GetCode() != 0 {
+		c.ended = true
+		c.forget()
+		return nil, false, status.Error(codes.Code(b.GetCode()), b.GetError())
+	}
+	eop := b.GetBatch().GetEndOfPartition()
+	if eop {
+		c.ended = true
+		c.forget()
+	} else if c.taken++; c.taken >= creditReturn {
+		_ = c.x.send(&pb.ChannelControl{Channel: c.id, Credit: int32(c.taken)})
+		c.taken = 0
+	}
+	return fromPB(b.GetBatch().GetRecords()), eop, nil
+}
+
+// close tells the producer to stop, unless the channel ended.
+func (c *muxChannel) close() {
+	if c.ended {
+		return
+	}
+	c.ended = true
+	c.forget()
+	select {
+	case <-c.dead:
+	default:
+		_ = c.x.send(&pb.ChannelControl{Channel: c.id, Close: true})
+	}
+}
+
+// ---- a channel inside this TM ----
+
+// localChannel reads a subpartition of this TM without the network: the same producer loop as
+// a remote channel (serveSubpartition), its batches handed over in memory, at most
+// channelCredit of them in flight.
+type localChannel struct {
+	cancel context.CancelFunc
+	in     chan localBatch
+	done   chan struct{} // the producer loop returned
+}
+
+type localBatch struct {
+	records []operators.Record
+	eop     bool
+	err     error
+}
+
+func (tm *TaskManager) openLocal(ctx context.Context, req *pb.ReadPartitionRequest) (*localChannel, error) {
+	cctx, cancel := context.WithCancel(tm.ctx)
+	l := &localChannel{cancel: cancel, in: make(chan localBatch, channelCredit), done: make(chan struct{})}
+	opened := make(chan error, 1)
+	go func() {
+		defer close(l.done)
+		first := true
+		err := tm.serveSubpartition(cctx, req, func(rs []operators.Record, eop bool) error {
+			if first {
+				first = false
+				opened <- nil
+				return nil
+			}
+			select {
+			case l.in <- localBatch{records: slices.Clone(rs), eop: eop}:
+				return nil
+			case <-cctx.Done():
+				return cctx.Err()
+			}
+		})
+		if first {
+			opened <- err
+			return
+		}
+		if err != nil && cctx.Err() == nil {
+			select {
+			case l.in <- localBatch{err: err}:
+			case <-cctx.Done():
+			}
+		}
+	}()
+	select {
+	case err := <-opened:
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		return l, nil
+	case <-ctx.Done():
+		cancel()
+		return nil, ctx.Err()
+	}
+}
+
+func (l *localChannel) next(ctx context.Context) ([]operators.Record, bool, error) {
+	select {
+	case b := <-l.in:
+		return b.records, b.eop, b.err
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
+}
+
+func (l *localChannel) close() { l.cancel() }
