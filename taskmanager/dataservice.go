@@ -39,110 +39,152 @@ func (s *dataService) ReadPartition(req *pb.ReadPartitionRequest, stream pb.Data
 // caller's buffer, reused after it returns.
 type emitFunc func(records []operators.Record, eop bool) error
 
-// serveSubpartition finds the subpartition req names and emits it until end of partition, the
-// consumer goes (ctx) or the partition is released. A refusal before anything was emitted is
-// a status error: NotFound while the partition is not (yet) here, which consumers retry.
+// serveSubpartition subscribes to the subpartition req names and emits it until end of
+// partition, the consumer goes (ctx) or the partition is released. A refusal before anything
+// was emitted is a status error: NotFound while the partition is not (yet) here, which
+// consumers retry.
 func (tm *TaskManager) serveSubpartition(ctx context.Context, req *pb.ReadPartitionRequest, emit emitFunc) error {
-	p := tm.parts.lookup(req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId())
+	r, err := tm.subscribe(ctx, req)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	if err := emit(nil, false); err != nil {
+		return err
+	}
+	for {
+		rs, eop, err := r.next(ctx)
+		if err != nil {
+			return err
+		}
+		if err := emit(rs, eop); err != nil {
+			return err
+		}
+		if eop {
+			return nil
+		}
+	}
+}
+
+// subpartitionReader reads one subpartition for one consumer, in the consumer's goroutine (a
+// local channel) or in the goroutine that sends it (a remote one).
+type subpartitionReader interface {
+	// next returns the next batch, in a buffer reused by the next call; eop marks the last.
+	next(ctx context.Context) (records []operators.Record, eop bool, err error)
+	// close gives the subpartition up (a PIPELINED one may be read again by a new attempt).
+	close()
+}
+
+// partitionWait is how long a request for a partition not registered yet waits for its
+// producer to register it before it is refused NotFound (and the consumer retries).
+const partitionWait = 2 * time.Second
+
+// subscribe makes the reader of the subpartition req names, or says why there is none.
+func (tm *TaskManager) subscribe(ctx context.Context, req *pb.ReadPartitionRequest) (subpartitionReader, error) {
+	p := tm.parts.await(ctx, req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), partitionWait)
 	if p == nil || p.isReleased() {
-		return status.Errorf(codes.NotFound, "partition %s/%s/%d of producer %s not found on %s",
+		return nil, status.Errorf(codes.NotFound, "partition %s/%s/%d of producer %s not found on %s",
 			req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), tm.cfg.ID)
 	}
 	i := int(req.GetSubpartitionIndex())
 	if i < 0 || i >= len(p.subs) {
-		return status.Errorf(codes.InvalidArgument, "subpartition %d out of range [0,%d) for %s", i, len(p.subs), p.key)
+		return nil, status.Errorf(codes.InvalidArgument, "subpartition %d out of range [0,%d) for %s", i, len(p.subs), p.key)
 	}
+	sp := p.subs[i]
 	if p.typ == pb.ResultType_RESULT_TYPE_BLOCKING {
-		return readBlocking(p, p.subs[i], emit)
-	}
-	return tm.readPipelined(ctx, p, p.subs[i], req.GetConsumerAttemptId(), emit)
-}
-
-func readBlocking(p *resultPartition, sp *subpartition, emit emitFunc) error {
-	if !p.isFinished() {
-		return status.Errorf(codes.NotFound, "blocking partition %s is not consumable yet (producer not finished)", p.key)
-	}
-	sp.mu.Lock()
-	data := sp.data // append-free after finish
-	sp.mu.Unlock()
-	if err := emit(nil, false); err != nil {
-		return err
-	}
-	for len(data) > 0 {
-		if p.isReleased() {
-			return status.Errorf(codes.Aborted, "partition %s released", p.key)
+		if !p.isFinished() {
+			return nil, status.Errorf(codes.NotFound, "blocking partition %s is not consumable yet (producer not finished)", p.key)
 		}
-		n := min(len(data), batchRecords)
-		if err := emit(data[:n], false); err != nil {
-			return err
-		}
-		data = data[n:]
-	}
-	return emit(nil, true)
-}
-
-func (tm *TaskManager) readPipelined(ctx context.Context, p *resultPartition, sp *subpartition, consumer string, emit emitFunc) error {
-	sp.mu.Lock()
-	switch {
-	case sp.reader != "":
-		r := sp.reader
+		sp.mu.Lock()
+		data := sp.data // append-free after finish
 		sp.mu.Unlock()
-		return status.Errorf(codes.FailedPrecondition, "subpartition of %s is already consumed by attempt %s", p.key, r)
-	case sp.drained:
-		sp.mu.Unlock()
-		return status.Errorf(codes.FailedPrecondition, "subpartition of %s was fully consumed", p.key)
+		return &blockingReader{p: p, data: data}, nil
 	}
+	consumer := req.GetConsumerAttemptId()
 	if consumer == "" {
 		consumer = "?"
 	}
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	switch {
+	case sp.reader != "":
+		return nil, status.Errorf(codes.FailedPrecondition, "subpartition of %s is already consumed by attempt %s", p.key, sp.reader)
+	case sp.drained:
+		return nil, status.Errorf(codes.FailedPrecondition, "subpartition of %s was fully consumed", p.key)
+	}
 	sp.reader = consumer
-	sp.mu.Unlock()
-	defer func() {
-		sp.mu.Lock()
-		sp.reader = ""
-		sp.mu.Unlock()
-	}()
+	return &pipelinedReader{tm: tm, p: p, sp: sp}, nil
+}
 
-	if err := emit(nil, false); err != nil {
-		return err
+type blockingReader struct {
+	p    *resultPartition
+	data []operators.Record
+}
+
+func (r *blockingReader) next(context.Context) ([]operators.Record, bool, error) {
+	if r.p.isReleased() {
+		return nil, false, status.Errorf(codes.Aborted, "partition %s released", r.p.key)
 	}
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	// A reader of a wide partition's small subpartition rarely fills a whole batch: start at
-	// the subpartition's capacity (append grows it), which keeps 87,000 idle readers of a
-	// 512-wide ALL_TO_ALL job on one TM from holding 8 KiB each.
-	batch := make([]operators.Record, 0, min(batchRecords, max(cap(sp.ch), 1)))
-	for {
-		batch = batch[:0]
-		eop := false
-		select {
-		case r, ok := <-sp.ch:
-			if !ok {
-				eop = true
-			} else {
-				batch = append(batch, r)
-			}
-		case <-p.released:
-			return status.Errorf(codes.Aborted, "partition %s released by its producer", p.key)
-		case <-ctx.Done():
-			return ctx.Err()
+	n := min(len(r.data), batchRecords)
+	rs := r.data[:n]
+	r.data = r.data[n:]
+	return rs, len(r.data) == 0, nil
+}
+
+func (r *blockingReader) close() {}
+
+type pipelinedReader struct {
+	tm    *TaskManager
+	p     *resultPartition
+	sp    *subpartition
+	batch []operators.Record
+	timer *time.Timer // made when a batch first lingers
+}
+
+func (r *pipelinedReader) next(ctx context.Context) ([]operators.Record, bool, error) {
+	if r.batch == nil {
+		// A reader of a wide partition's small subpartition rarely fills a whole batch: start
+		// at the subpartition's capacity (append grows it), which keeps 87,000 idle readers of
+		// a 512-wide ALL_TO_ALL job on one TM from holding 8 KiB each.
+		r.batch = make([]operators.Record, 0, min(batchRecords, max(r.sp.capacity, 1)))
+	}
+	batch := r.batch[:0]
+	eop := false
+	select {
+	case rec, ok := <-r.sp.queue():
+		if !ok {
+			eop = true
+		} else {
+			batch = append(batch, rec)
 		}
-		if !eop {
-			eop = fill(sp.ch, &batch, timer)
+	case <-r.p.released:
+		return nil, false, status.Errorf(codes.Aborted, "partition %s released by its producer", r.p.key)
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
+	if !eop {
+		if r.timer == nil {
+			r.timer = time.NewTimer(time.Hour)
+			r.timer.Stop()
 		}
-		if err := emit(batch, eop); err != nil {
-			return err
-		}
-		if eop {
-			sp.mu.Lock()
-			sp.drained = true
-			sp.mu.Unlock()
-			if p.allDrained() {
-				tm.parts.remove(p.key)
-			}
-			return nil
+		eop = fill(r.sp.queue(), &batch, r.timer)
+	}
+	r.batch = batch
+	if eop {
+		r.sp.mu.Lock()
+		r.sp.drained = true
+		r.sp.mu.Unlock()
+		if r.p.allDrained() {
+			r.tm.parts.remove(r.p.key)
 		}
 	}
+	return batch, eop, nil
+}
+
+func (r *pipelinedReader) close() {
+	r.sp.mu.Lock()
+	r.sp.reader = ""
+	r.sp.mu.Unlock()
 }
 
 // fill adds records to batch until it is full, the linger time passed, or the channel closed

@@ -143,7 +143,7 @@ func (x *exchangeServer) control(c *pb.ChannelControl) error {
 			return status.Errorf(codes.ResourceExhausted, "exchange: more than %d channels on one stream", maxExchangeChannels)
 		}
 		ctx, cancel := context.WithCancel(x.ctx)
-		ch = &serverChannel{cancel: cancel, credit: make(chan struct{}, 4*channelCredit)}
+		ch = &serverChannel{cancel: cancel, credit: make(chan struct{}, 2*channelCredit)}
 		x.chans[id] = ch
 		ch.grant(c.GetCredit())
 		x.wg.Add(1)
@@ -476,72 +476,25 @@ func (c *muxChannel) close() {
 
 // ---- a channel inside this TM ----
 
-// localChannel reads a subpartition of this TM without the network: the same producer loop as
-// a remote channel (serveSubpartition), its batches handed over in memory, at most
-// channelCredit of them in flight.
+// localChannel reads a subpartition of this TM without the network: the consumer's goroutine
+// reads the subpartition itself (the reader a remote channel's sender uses), so the
+// subpartition's buffer is its only flow control.
 type localChannel struct {
-	cancel context.CancelFunc
-	in     chan localBatch
-	done   chan struct{} // the producer loop returned
-}
-
-type localBatch struct {
-	records []operators.Record
-	eop     bool
-	err     error
+	r subpartitionReader
 }
 
 func (tm *TaskManager) openLocal(ctx context.Context, req *pb.ReadPartitionRequest) (*localChannel, error) {
-	cctx, cancel := context.WithCancel(tm.ctx)
-	l := &localChannel{cancel: cancel, in: make(chan localBatch, channelCredit), done: make(chan struct{})}
-	opened := make(chan error, 1)
-	go func() {
-		defer close(l.done)
-		first := true
-		err := tm.serveSubpartition(cctx, req, func(rs []operators.Record, eop bool) error {
-			if first {
-				first = false
-				opened <- nil
-				return nil
-			}
-			select {
-			case l.in <- localBatch{records: slices.Clone(rs), eop: eop}:
-				return nil
-			case <-cctx.Done():
-				return cctx.Err()
-			}
-		})
-		if first {
-			opened <- err
-			return
-		}
-		if err != nil && cctx.Err() == nil {
-			select {
-			case l.in <- localBatch{err: err}:
-			case <-cctx.Done():
-			}
-		}
-	}()
-	select {
-	case err := <-opened:
-		if err != nil {
-			cancel()
-			return nil, err
-		}
-		return l, nil
-	case <-ctx.Done():
-		cancel()
-		return nil, ctx.Err()
+	r, err := tm.subscribe(ctx, req)
+	if err != nil {
+		return nil, err
 	}
+	return &localChannel{r: r}, nil
 }
 
+// next hands the task its own copy: the reader reuses its buffer.
 func (l *localChannel) next(ctx context.Context) ([]operators.Record, bool, error) {
-	select {
-	case b := <-l.in:
-		return b.records, b.eop, b.err
-	case <-ctx.Done():
-		return nil, false, ctx.Err()
-	}
+	rs, eop, err := l.r.next(ctx)
+	return slices.Clone(rs), eop, err
 }
 
-func (l *localChannel) close() { l.cancel() }
+func (l *localChannel) close() { l.r.close() }

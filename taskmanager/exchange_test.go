@@ -93,9 +93,9 @@ func TestSlowChannelDoesNotStallItsStream(t *testing.T) {
 	// The slow channel's producer is blocked on a full subpartition: its credit ran out.
 	waitFor(t, 10*time.Second, "the slow channel's producer to be held back", func() (bool, string) {
 		inFlight := len(slow.in)
-		full := len(slowP.subs[0].ch) == cap(slowP.subs[0].ch)
+		full := len(slowP.subs[0].queue()) == cap(slowP.subs[0].queue())
 		return full && inFlight <= channelCredit, fmt.Sprintf("subpartition %d/%d, %d batches at the consumer (window %d)",
-			len(slowP.subs[0].ch), cap(slowP.subs[0].ch), inFlight, channelCredit)
+			len(slowP.subs[0].queue()), cap(slowP.subs[0].queue()), inFlight, channelCredit)
 	})
 	select {
 	case err := <-slowDone:

@@ -125,12 +125,14 @@ func (tm *TaskManager) readChannel(ctx context.Context, t *task, ch *inputChanne
 	}
 }
 
+var errProducerUnknown = errors.New("producer not yet known")
+
 // connect opens the channel, retrying with backoff while the producer is unknown or its
 // partition is not there yet (NotFound, Unavailable), up to InputConnectTimeout.
 func (tm *TaskManager) connect(ctx context.Context, t *task, ch *inputChannel) (channelReader, *pb.InputChannelDescriptor, error) {
 	deadline := time.Now().Add(tm.cfg.InputConnectTimeout)
 	backoff := 10 * time.Millisecond
-	var lastErr error = errors.New("producer not yet known")
+	lastErr := errProducerUnknown
 	for {
 		d := ch.current()
 		if d.GetProducerAttemptId() != "" && d.GetProducerDataAddress() != "" {

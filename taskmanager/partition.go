@@ -3,7 +3,9 @@ package taskmanager
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/jmcluster/jmcluster/taskmanager/operators"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -67,7 +69,13 @@ type resultPartition struct {
 
 // subpartition is the slice of a partition one consumer subtask reads.
 type subpartition struct {
-	ch chan operators.Record // PIPELINED
+	// ch is a PIPELINED subpartition's buffer of capacity records, made when the producer or
+	// the reader first needs it (queue): a wide partition's subpartitions are many (a 512-wide
+	// ALL_TO_ALL producer has 512) and making them all before the task reports RUNNING was
+	// the largest part of deploying a wide job.
+	ch       chan operators.Record
+	capacity int
+	chOnce   sync.Once
 
 	mu      sync.Mutex
 	reader  string // PIPELINED: the consumer attempt reading it
@@ -87,12 +95,15 @@ func newResultPartition(key partitionKey, d *pb.ResultPartitionDeploymentDescrip
 	}
 	buf := subpartitionBuffer(n)
 	for i := range p.subs {
-		p.subs[i] = &subpartition{}
-		if p.typ == pb.ResultType_RESULT_TYPE_PIPELINED {
-			p.subs[i].ch = make(chan operators.Record, buf)
-		}
+		p.subs[i] = &subpartition{capacity: buf}
 	}
 	return p
+}
+
+// queue is a PIPELINED subpartition's buffer, made on first use.
+func (sp *subpartition) queue() chan operators.Record {
+	sp.chOnce.Do(func() { sp.ch = make(chan operators.Record, sp.capacity) })
+	return sp.ch
 }
 
 // resultType defaults an unspecified result type to PIPELINED.
@@ -128,7 +139,7 @@ func (p *resultPartition) add(ctx context.Context, r operators.Record) error {
 		return nil
 	}
 	select {
-	case sp.ch <- r:
+	case sp.queue() <- r:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -143,7 +154,7 @@ func (p *resultPartition) finish() {
 	p.finOnce.Do(func() {
 		if p.typ == pb.ResultType_RESULT_TYPE_PIPELINED {
 			for _, sp := range p.subs {
-				close(sp.ch)
+				close(sp.queue())
 			}
 		}
 		close(p.finished)
@@ -195,24 +206,68 @@ func (p *resultPartition) allDrained() bool {
 
 // partitionRegistry holds the partitions this TM serves.
 type partitionRegistry struct {
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	parts map[partitionKey]*resultPartition
+	// waiters: consumers waiting for a partition to be registered (await), woken by add.
+	waiters map[partitionKey][]chan struct{}
 }
 
 func newPartitionRegistry() *partitionRegistry {
-	return &partitionRegistry{parts: map[partitionKey]*resultPartition{}}
+	return &partitionRegistry{parts: map[partitionKey]*resultPartition{}, waiters: map[partitionKey][]chan struct{}{}}
 }
 
 func (r *partitionRegistry) add(p *resultPartition) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.parts[p.key] = p
+	for _, w := range r.waiters[p.key] {
+		close(w)
+	}
+	delete(r.waiters, p.key)
+}
+
+// await is lookup of a partition of a named producer attempt that waits up to wait for the
+// producer to register it: a consumer deployed with its producer usually asks first, and
+// answering NotFound at once made it poll (a round trip and a backoff per channel).
+func (r *partitionRegistry) await(ctx context.Context, job, result string, index int32, attempt string, wait time.Duration) *resultPartition {
+	if p := r.lookup(job, result, index, attempt); p != nil || attempt == "" || wait <= 0 {
+		return p
+	}
+	k := partitionKey{job, result, index, attempt}
+	w := make(chan struct{})
+	r.mu.Lock()
+	if p := r.parts[k]; p != nil {
+		r.mu.Unlock()
+		return p
+	}
+	r.waiters[k] = append(r.waiters[k], w)
+	r.mu.Unlock()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-w:
+		return r.lookup(job, result, index, attempt)
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws := r.waiters[k]
+	if i := slices.Index(ws, w); i >= 0 {
+		ws = slices.Delete(ws, i, i+1)
+		if len(ws) == 0 {
+			delete(r.waiters, k)
+		} else {
+			r.waiters[k] = ws
+		}
+	}
+	return r.parts[k]
 }
 
 // lookup finds a partition; an empty attempt matches any producer attempt.
 func (r *partitionRegistry) lookup(job, result string, index int32, attempt string) *resultPartition {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	if attempt != "" {
 		return r.parts[partitionKey{job, result, index, attempt}]
 	}
@@ -226,8 +281,8 @@ func (r *partitionRegistry) lookup(job, result string, index int32, attempt stri
 
 // has reports whether the partition is still held.
 func (r *partitionRegistry) has(k partitionKey) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	_, ok := r.parts[k]
 	return ok
 }

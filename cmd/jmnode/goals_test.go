@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// goal prints one GOAL line of `make bench-short`: name, measured, target, met or missed. A
+// goal is a report, not an assertion: a missed goal does not fail the test.
+func goal(t *testing.T, name string, measured, target float64, met bool, unit string) {
+	t.Helper()
+	verdict := "missed"
+	if met {
+		verdict = "met"
+	}
+	line := fmt.Sprintf("GOAL %s %.2f%s %s %s", name, measured, unit, fmt.Sprintf("%.2f%s", target, unit), verdict)
+	t.Log(line)
+	fmt.Println(line)
+}
+
+// deployTime is how long a job took from its submission to its last execution RUNNING, from
+// the leader's committed timestamps.
+func deployTime(rec *pb.JobRecord) time.Duration {
+	var last int64
+	for _, v := range rec.GetExecutionGraph().GetVertices() {
+		for _, ev := range v.Subtasks {
+			for _, st := range ev.GetCurrent().GetStateTimestamps() {
+				if st.GetState() == pb.ExecutionState_EXECUTION_STATE_RUNNING && st.GetTimestamp() > last {
+					last = st.GetTimestamp()
+				}
+			}
+		}
+	}
+	return time.Duration(last-rec.GetSubmittedAt()) * time.Millisecond
+}
+
+// phaseTimes is, per vertex and state, when its first and last execution reached the state,
+// from submission (committed timestamps): where a deployment's time went.
+func phaseTimes(rec *pb.JobRecord) string {
+	var out []string
+	for _, v := range rec.GetExecutionGraph().GetVertices() {
+		first, last := map[pb.ExecutionState]int64{}, map[pb.ExecutionState]int64{}
+		var order []pb.ExecutionState
+		for _, ev := range v.Subtasks {
+			for _, st := range ev.GetCurrent().GetStateTimestamps() {
+				at := st.GetTimestamp() - rec.GetSubmittedAt()
+				s := st.GetState()
+				if _, ok := first[s]; !ok {
+					first[s], last[s] = at, at
+					order = append(order, s)
+				}
+				first[s], last[s] = min(first[s], at), max(last[s], at)
+			}
+		}
+		parts := []string{}
+		for _, s := range order {
+			parts = append(parts, fmt.Sprintf("%s %d-%dms", strings.TrimPrefix(s.String(), "EXECUTION_STATE_"), first[s], last[s]))
+		}
+		out = append(out, v.GetVertexId()+": "+strings.Join(parts, ", "))
+	}
+	return strings.Join(out, "; ")
+}
+
+// TestGoalWideDeployment (JMC_GOALS=1, `make bench-short`): on three TaskManager processes, the
+// 512 -> 512 ALL_TO_ALL streaming job (262,144 input channels) against the same 1024 tasks
+// wired FORWARD (512 channels), each submitted, timed from submission to its last task
+// RUNNING (committed timestamps) and cancelled; after a warm-up job, FORWARD first and last,
+// the ratio against their mean. Goal: ALL_TO_ALL within 3 x FORWARD.
+func TestGoalWideDeployment(t *testing.T) {
+	if os.Getenv("JMC_GOALS") == "" {
+		t.Skip("a benchmark goal (make bench-short): set JMC_GOALS=1")
+	}
+	d := newProcessCluster(t, wideProcs)
+	ctx := context.Background()
+	leader, err := d.waitLeader(ctx, "", 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.waitTMs(ctx, 60*time.Second, 3, 400); err != nil {
+		t.Fatal(err)
+	}
+	c := d.client(leader.LeaderGrpcAddress)
+	defer c.cc.Close()
+	run := func(name string, dist pb.Distribution) time.Duration {
+		t.Helper()
+		jg := testcluster.WideAllToAll(name, 512, 2)
+		jg.Edges[0].Distribution = dist
+		jg.JobId = newJobID()
+		if err := c.call(60*time.Second, func(ctx context.Context) error {
+			_, err := c.client().SubmitJob(ctx, &pb.SubmitJobRequest{JobGraph: jg})
+			return err
+		}); err != nil {
+			t.Fatalf("submit %s: %v", name, err)
+		}
+		rec, err := d.waitJob(ctx, jg.JobId, 3*time.Minute, allRunning)
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := deployTime(rec)
+		t.Logf("%s: %s", name, phaseTimes(rec))
+		if err := c.call(60*time.Second, func(ctx context.Context) error {
+			_, err := c.client().CancelJob(ctx, &pb.CancelJobRequest{JobId: jg.JobId})
+			return err
+		}); err != nil {
+			t.Fatalf("cancel %s: %v", name, err)
+		}
+		if _, err := d.waitJob(ctx, jg.JobId, 3*time.Minute, func(r *pb.JobRecord) bool {
+			return r.GetStatus() == pb.JobStatus_JOB_STATUS_CANCELED
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.waitFor(ctx, time.Minute, "every slot free again", func(cs *pb.ClusterStatusResponse) bool {
+			used := 0
+			for _, tm := range cs.TaskManagers {
+				used += int(tm.SlotsUsed)
+			}
+			return used == 0
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: 1024 tasks RUNNING %s after submission", name, took)
+		return took
+	}
+	// The first job after the cluster starts waits about 2 s before its executions are created
+	// (measured; not the data plane's): a warm-up job takes that, and is not counted.
+	run("warm-up", pb.Distribution_DISTRIBUTION_FORWARD)
+	fwd1 := run("forward-512", pb.Distribution_DISTRIBUTION_FORWARD)
+	wide := run("all-to-all-512", pb.Distribution_DISTRIBUTION_ALL_TO_ALL)
+	fwd2 := run("forward-512-again", pb.Distribution_DISTRIBUTION_FORWARD)
+	base := (fwd1 + fwd2) / 2
+	ratio := float64(wide) / float64(base)
+	t.Logf("ALL_TO_ALL %s, FORWARD %s and %s: %.2fx", wide, fwd1, fwd2, ratio)
+	goal(t, "wide-deploy-512x512-vs-forward", ratio, 3, ratio <= 3, "x")
+}

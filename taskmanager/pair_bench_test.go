@@ -1,0 +1,239 @@
+package taskmanager
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// The data plane's throughput between two TaskManagers of one process (real gRPC over
+// loopback): records/s through 1, 64, 4096 and 65,536 channels multiplexed on the pair's
+// Exchange stream, against one plain gRPC stream (ReadPartition) and a Go channel in the same
+// run. `make bench` runs BenchmarkTMPair; `make bench-short` TestGoalChannels.
+
+// pairTMs are a producer and a consumer TM, quiet, for measurements.
+func pairTMs(tb testing.TB) (prod, cons *TaskManager) {
+	mk := func(id string) *TaskManager {
+		cfg := DefaultConfig()
+		cfg.ID, cfg.Logger = id, hclog.NewNullLogger()
+		tm, err := New(cfg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := tm.Start(context.Background()); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(tm.Stop)
+		return tm
+	}
+	return mk("producer"), mk("consumer")
+}
+
+var pairRun atomic.Int64
+
+// muxThroughput sends records through parts x subs channels from prod to cons (parts PIPELINED
+// partitions of subs subpartitions, each written by its own producer goroutine and each channel
+// read by its own reader) and returns records/s, from the producers' start to the last
+// channel's end of partition. Channels are opened before the clock starts.
+func muxThroughput(tb testing.TB, prod, cons *TaskManager, parts, subs, records int) float64 {
+	run := pairRun.Add(1)
+	dist := allToAll
+	if subs == 1 {
+		dist = forward
+	}
+	ps := make([]*resultPartition, parts)
+	for i := range ps {
+		ps[i] = newResultPartition(partitionKey{job: "bench", result: fmt.Sprintf("r%d-%d", run, i), attempt: fmt.Sprintf("a%d-%d", run, i)},
+			produces("r", 0, int32(subs), dist, pipelined))
+		prod.parts.add(ps[i])
+	}
+	x, err := cons.exchange(prod.DataAddr())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	readers := make([]channelReader, 0, parts*subs)
+	var mu sync.Mutex
+	var opens sync.WaitGroup
+	sem := make(chan struct{}, 512)
+	var openErr atomic.Value
+	for i, p := range ps {
+		for s := range subs {
+			opens.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer opens.Done()
+				defer func() { <-sem }()
+				r, err := x.open(ctx, &pb.ReadPartitionRequest{JobId: "bench", ResultId: p.key.result, ProducerAttemptId: p.key.attempt,
+					SubpartitionIndex: int32(s), ConsumerAttemptId: fmt.Sprintf("c%d-%d", i, s)})
+				if err != nil {
+					openErr.Store(err)
+					return
+				}
+				mu.Lock()
+				readers = append(readers, r)
+				mu.Unlock()
+			}()
+		}
+	}
+	opens.Wait()
+	if err, _ := openErr.Load().(error); err != nil {
+		tb.Fatalf("open: %v", err)
+	}
+	var got atomic.Int64
+	var done sync.WaitGroup
+	start := time.Now()
+	for _, r := range readers {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			n, err := drain(ctx, r)
+			got.Add(int64(n))
+			if err != nil {
+				tb.Errorf("channel: %v", err)
+			}
+		}()
+	}
+	per := records / parts
+	for i, p := range ps {
+		go func() {
+			for k := range per {
+				if err := p.add(ctx, operators.Record{Key: int64(k), Value: 1, Origin: int32(i), Seq: int64(k)}); err != nil {
+					return
+				}
+			}
+			p.finish()
+		}()
+	}
+	done.Wait()
+	elapsed := time.Since(start)
+	if int(got.Load()) != per*parts {
+		tb.Fatalf("%d channels delivered %d of %d records", parts*subs, got.Load(), per*parts)
+	}
+	return float64(per*parts) / elapsed.Seconds()
+}
+
+// grpcStreamThroughput sends records through one ReadPartition stream (a stream of its own,
+// as every channel was before the Exchange stream).
+func grpcStreamThroughput(tb testing.TB, prod, cons *TaskManager, records int) float64 {
+	run := pairRun.Add(1)
+	p := newResultPartition(partitionKey{job: "bench", result: fmt.Sprintf("g%d", run), attempt: fmt.Sprintf("g%d", run)}, produces("r", 0, 1, forward, pipelined))
+	prod.parts.add(p)
+	conn, err := cons.conns.peer(prod.DataAddr())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stream, err := pb.NewDataServiceClient(conn).ReadPartition(context.Background(),
+		&pb.ReadPartitionRequest{JobId: "bench", ResultId: p.key.result, ProducerAttemptId: p.key.attempt, ConsumerAttemptId: "c"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		tb.Fatal(err)
+	}
+	start := time.Now()
+	go func() {
+		for i := range records {
+			if err := p.add(context.Background(), operators.Record{Key: int64(i), Value: 1, Seq: int64(i)}); err != nil {
+				return
+			}
+		}
+		p.finish()
+	}()
+	n := 0
+	for {
+		b, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+		n += len(b.GetRecords())
+		if b.GetEndOfPartition() {
+			break
+		}
+	}
+	if n != records {
+		tb.Fatalf("received %d of %d", n, records)
+	}
+	return float64(records) / time.Since(start).Seconds()
+}
+
+// goChannelThroughput is the floor: the same records through a buffered Go channel.
+func goChannelThroughput(records int) float64 {
+	ch := make(chan operators.Record, pipelinedBuffer)
+	start := time.Now()
+	go func() {
+		for i := range records {
+			ch <- operators.Record{Key: int64(i), Value: 1, Seq: int64(i)}
+		}
+		close(ch)
+	}()
+	for range ch {
+	}
+	return float64(records) / time.Since(start).Seconds()
+}
+
+// channelShapes: channels as partitions x subpartitions (a wide job's shape: a partition per
+// producer subtask, a subpartition per consumer).
+var channelShapes = []struct{ parts, subs int }{{1, 1}, {8, 8}, {64, 64}, {256, 256}}
+
+func BenchmarkTMPair(b *testing.B) {
+	prod, cons := pairTMs(b)
+	report := func(b *testing.B, rate float64) {
+		b.ReportMetric(rate, "records/s")
+	}
+	b.Run("go-channel", func(b *testing.B) { report(b, goChannelThroughput(max(b.N, 1000))) })
+	b.Run("grpc-stream", func(b *testing.B) { report(b, grpcStreamThroughput(b, prod, cons, max(b.N, 1000))) })
+	for _, sh := range channelShapes {
+		b.Run(fmt.Sprintf("channels-%d", sh.parts*sh.subs), func(b *testing.B) {
+			report(b, muxThroughput(b, prod, cons, sh.parts, sh.subs, max(b.N, 4*sh.parts*sh.subs)))
+		})
+	}
+}
+
+// TestGoalChannels (JMC_GOALS=1, `make bench-short`): records/s through one TM pair for 1, 64,
+// 4096 and 65,536 channels of one Exchange stream, one plain gRPC stream and a Go channel, in
+// the same run (each twice, the better kept). Goal: 4096 channels carry at least half of what
+// one carries alone.
+func TestGoalChannels(t *testing.T) {
+	if os.Getenv("JMC_GOALS") == "" {
+		t.Skip("a benchmark goal (make bench-short): set JMC_GOALS=1")
+	}
+	const records = 2_000_000
+	prod, cons := pairTMs(t)
+	best := func(f func() float64) float64 {
+		a := f()
+		return max(a, f())
+	}
+	goCh := best(func() float64 { return goChannelThroughput(records) })
+	grpcS := best(func() float64 { return grpcStreamThroughput(t, prod, cons, records) })
+	t.Logf("%-22s %6.2f M records/s (1x)", "Go channel", goCh/1e6)
+	t.Logf("%-22s %6.2f M records/s (%.2fx the Go channel)", "one gRPC stream", grpcS/1e6, grpcS/goCh)
+	rates := map[int]float64{}
+	for _, sh := range channelShapes {
+		n := sh.parts * sh.subs
+		rates[n] = best(func() float64 { return muxThroughput(t, prod, cons, sh.parts, sh.subs, records) })
+		t.Logf("%-22s %6.2f M records/s (%.2fx the Go channel, %.2fx one gRPC stream)", fmt.Sprintf("%d channels, 1 stream", n), rates[n]/1e6, rates[n]/goCh, rates[n]/grpcS)
+	}
+	ratio := rates[4096] / rates[1]
+	verdict := "missed"
+	if ratio >= 0.5 {
+		verdict = "met"
+	}
+	line := fmt.Sprintf("GOAL channels-4096-vs-1 %.2fx 0.50x %s", ratio, verdict)
+	t.Log(line)
+	fmt.Println(line)
+}
