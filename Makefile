@@ -9,7 +9,7 @@ PKGS := ./...
 TEST_TIMEOUT ?= 15m
 FUZZTIME ?= 60s
 
-.PHONY: help build test test-short demo proto proto-check lint fmt-check fuzz bench jepsen jepsen-short jepsen-short-tls jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
+.PHONY: help build test test-short demo proto proto-check lint fmt-check fuzz bench bench-short jepsen jepsen-short jepsen-short-tls jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -67,6 +67,12 @@ lint: fmt-check ## gofmt and go vet
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 60s) from its seed corpus in testdata/fuzz
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
+
+bench-short: build ## the benchmark goals, under ten minutes on two cores: ends with one GOAL line per goal (docs/benchmarks.md)
+	@JMC_GOALS=1 $(GO) test -count=1 -timeout 20m -run '^TestGoal' -v ./taskmanager/ ./cmd/jmnode/ > bench-short.out 2>&1; rc=$$?; \
+		grep -E '^\s+[a-z_]+_test\.go:[0-9]+: ' bench-short.out | grep -v '^\s*helpers_test'; \
+		[ $$rc -eq 0 ] || { tail -40 bench-short.out; echo "bench-short: the goal tests failed (bench-short.out)"; exit 1; }; \
+		echo; grep '^GOAL' bench-short.out
 
 bench: ## run the benchmarks (see docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
