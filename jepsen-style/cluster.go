@@ -28,6 +28,10 @@ const (
 	PortTMData = 7500
 )
 
+// TMHeartbeatInterval is the interval the JMs tell TaskManagers to heartbeat at: jmnode's
+// default --tm-heartbeat-interval, which the harness keeps (restart-detected's bound is half of it).
+const TMHeartbeatInterval = time.Second
+
 // Errors of the cluster: the harness's own.
 var (
 	ErrUnknownNode = proccluster.ErrUnknownNode

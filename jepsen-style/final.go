@@ -79,6 +79,7 @@ func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Gen
 		checker.NoLostSubmissions(calls, finalReads),
 		checker.NoConcurrentAttempts(events, lifetimes, r.rep.End),
 		checker.StoppedTasksEnded(events, finalReads, checker.StoppedSettle),
+		checker.RestartDetected(events, finalReads, TMHeartbeatInterval/2),
 		checker.UpdatesInOrder(events, lifetimes),
 		checker.Restarts(checker.RestartInput{JobID: r.streamID, Graph: client.StreamingJob(r.streamID), Events: events,
 			JMOnly: r.rep.JMOnly, AffectedTMs: affectedTMs, FinalRestarts: finalRestarts}),

@@ -55,6 +55,7 @@ func Scenarios() []Scenario {
 		nemesis.KillJM:           "kill -9 one JM (seeded pick), restart it",
 		nemesis.KillLeader:       "kill -9 the leader JM, restart it",
 		nemesis.KillTM:           "kill -9 one TM, restart it",
+		nemesis.RestartTM:        "kill -9 one TM and start it again at once, before the leader can prove it dead: its old attempts are failed when the new process registers",
 		nemesis.KillMajority:     "kill -9 the leader and a second JM, restart both",
 		nemesis.PauseLeader:      "SIGSTOP the leader, SIGCONT it",
 		nemesis.IsolateNode:      "cut one node (JM or TM) from every other node",

@@ -31,6 +31,8 @@ type TaskEvent struct {
 	FenceEpoch  uint64 `json:"fence_epoch"`
 	// Seq (delivered events): the TM outbox's sequence number of a message the leader accepted.
 	Seq uint64 `json:"seq"`
+	// Incarnation (registered events): the TM process that registered.
+	Incarnation string `json:"incarnation"`
 }
 
 // ParseEvents reads a JSON-lines event log. Timestamps may be RFC 3339 strings or unix

@@ -16,6 +16,9 @@ type FinalRead struct {
 	// attempt of the job it still holds (current and history), without EXECUTION_STATE_.
 	At       time.Time         `json:"at,omitzero"`
 	Attempts map[string]string `json:"attempts,omitempty"`
+	// Ended is when the graph recorded each terminal attempt's terminal state (the leader's
+	// timestamp).
+	Ended map[string]time.Time `json:"ended,omitempty"`
 }
 
 // NoLostSubmissions checks that every acknowledged submission is visible to a consistent read

@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -87,5 +88,44 @@ func TestUpdatesInOrder(t *testing.T) {
 	again := []TaskEvent{delivered("tm1", "c", 7, "RUNNING", 5), delivered("tm1", "c", 1, "RUNNING", 12)}
 	if r := UpdatesInOrder(again, life); r.Verdict != Pass {
 		t.Fatalf("sequences of two TM lifetimes were compared: %+v", r)
+	}
+}
+
+// TestRestartDetected: a TM process registers with a new incarnation; the attempts its dead
+// predecessor started and never stopped must be terminal in the graph within the bound of the
+// registration. Ended in the registration or before (proven dead first) passes; ended two
+// heartbeats later (the leader took the new process for the old) and never ended fail; a
+// re-registration of the same process with a new leader is no restart.
+func TestRestartDetected(t *testing.T) {
+	reg := func(tm, inc string, sec float64) TaskEvent {
+		return TaskEvent{TS: at(sec), TM: tm, Event: "registered", Incarnation: inc}
+	}
+	events := []TaskEvent{
+		reg("tm1", "i1", 0), start("tm1", "v", 0, "a", 1, 1, 1), start("tm1", "v", 1, "b", 1, 1, 1), start("tm1", "v", 2, "c", 1, 1, 1),
+		stop("tm1", "v", 2, "c", 2),
+		reg("tm1", "i1", 5), // a new leader: the same process
+		reg("tm1", "i2", 10),
+	}
+	final := func(aEnded, bEnded time.Time) map[string]FinalRead {
+		fr := FinalRead{Found: true, At: at(30), Attempts: map[string]string{"a": "FAILED", "b": "FAILED", "c": "FINISHED"},
+			Ended: map[string]time.Time{"c": at(2)}}
+		for id, e := range map[string]time.Time{"a": aEnded, "b": bEnded} {
+			if e.IsZero() {
+				fr.Attempts[id] = "RUNNING"
+			} else {
+				fr.Ended[id] = e
+			}
+		}
+		return map[string]FinalRead{"j": fr}
+	}
+	bound := 500 * time.Millisecond
+	if r := RestartDetected(events, final(at(10), at(3)), bound); r.Verdict != Pass || r.Counts["checked"] != 2 || r.Counts["restarts"] != 1 {
+		t.Fatalf("failed in the registration and proven dead before: %v %s %v", r.Verdict, r.Summary, r.Problems)
+	}
+	if r := RestartDetected(events, final(at(12), at(10)), bound); r.Verdict != Fail || !strings.Contains(r.Problems[0], "after the new process registered") {
+		t.Fatalf("failed two heartbeats after the registration: %v %v", r.Verdict, r.Problems)
+	}
+	if r := RestartDetected(events, final(time.Time{}, at(10)), bound); r.Verdict != Fail || !strings.Contains(r.Problems[0], "never ended") {
+		t.Fatalf("never failed: %v %v", r.Verdict, r.Problems)
 	}
 }

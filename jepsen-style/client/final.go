@@ -50,7 +50,7 @@ func ConsistentRead(ctx context.Context, p *Pool, id string) (*pb.JobRecord, che
 		switch {
 		case err == nil:
 			rec := resp.GetJob()
-			return rec, checker.FinalRead{Found: true, Status: rec.GetStatus().String(), At: time.Now(), Attempts: attemptStates(rec)}
+			return rec, checker.FinalRead{Found: true, Status: rec.GetStatus().String(), At: time.Now(), Attempts: attemptStates(rec), Ended: attemptsEnded(rec)}
 		case status.Code(err) == codes.NotFound:
 			return nil, checker.FinalRead{Found: false}
 		}
@@ -79,6 +79,28 @@ func attemptStates(rec *pb.JobRecord) map[string]string {
 			if e := ev.GetCurrent(); e != nil {
 				out[e.GetAttemptId()] = strings.TrimPrefix(e.GetState().String(), "EXECUTION_STATE_")
 			}
+		}
+	}
+	return out
+}
+
+// attemptsEnded is when each terminal attempt of rec reached its terminal state.
+func attemptsEnded(rec *pb.JobRecord) map[string]time.Time {
+	out := map[string]time.Time{}
+	add := func(e *pb.Execution) {
+		for _, st := range e.GetStateTimestamps() {
+			switch st.GetState() {
+			case pb.ExecutionState_EXECUTION_STATE_FINISHED, pb.ExecutionState_EXECUTION_STATE_CANCELED, pb.ExecutionState_EXECUTION_STATE_FAILED:
+				out[e.GetAttemptId()] = time.UnixMilli(st.GetTimestamp())
+			}
+		}
+	}
+	for _, v := range rec.GetExecutionGraph().GetVertices() {
+		for _, ev := range v.GetSubtasks() {
+			for _, e := range ev.GetHistory() {
+				add(e)
+			}
+			add(ev.GetCurrent())
 		}
 	}
 	return out

@@ -17,6 +17,7 @@ const (
 	KillJM           Kind = "kill-jm"           // kill -9 one JM (seeded pick), restart at the end
 	KillLeader       Kind = "kill-leader"       // kill -9 the current leader, restart at the end
 	KillTM           Kind = "kill-tm"           // kill -9 one TM, restart at the end
+	RestartTM        Kind = "restart-tm"        // kill -9 one TM and start it again at once
 	KillMajority     Kind = "kill-majority"     // kill -9 the leader and one more JM
 	PauseLeader      Kind = "pause-leader"      // SIGSTOP the leader, SIGCONT at the end
 	IsolateNode      Kind = "isolate-node"      // one node (JM or TM) cut from every other node
@@ -38,7 +39,7 @@ const (
 
 // AllKinds lists every fault kind, in matrix order.
 func AllKinds() []Kind {
-	return []Kind{KillJM, KillLeader, KillTM, KillMajority, PauseLeader, IsolateNode, IsolateLeader,
+	return []Kind{KillJM, KillLeader, KillTM, RestartTM, KillMajority, PauseLeader, IsolateNode, IsolateLeader,
 		MajorityMinority, Bridge, MajoritiesRing, TMsFromLeader, TMFromJMs, JMOutage, TMMajorityCut,
 		StallLeader, FlapLeader, SlowDisk, DiskFull, Delay, Loss}
 }
@@ -72,7 +73,13 @@ type Timing struct{ MinFault, MaxFault, MinGap, MaxGap time.Duration }
 // timings: flap-leader kills a leader every 4-5 s (over ten a minute: each kill lasts until the
 // killed JM is restarted, and the gap leaves room for the next election); a slow disk lasts long
 // enough for many commits.
+//
+// restart-tm starts the killed TM again after 10-30 ms: the new process binds its port before
+// the leader can prove the old one dead (refused connections spanning 300 ms), so the leader
+// learns of the restart from the new process's registration, and the gaps leave room for
+// several restarts in a run.
 var timings = map[Kind]Timing{
+	RestartTM:  {MinFault: 10 * time.Millisecond, MaxFault: 30 * time.Millisecond, MinGap: 4 * time.Second, MaxGap: 6 * time.Second},
 	FlapLeader: {MinFault: 2 * time.Second, MaxFault: 2500 * time.Millisecond, MinGap: 2 * time.Second, MaxGap: 2500 * time.Millisecond},
 	SlowDisk:   {MinFault: 10 * time.Second, MaxFault: 15 * time.Second},
 	DiskFull:   {MinFault: 8 * time.Second, MaxFault: 12 * time.Second},

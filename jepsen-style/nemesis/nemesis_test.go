@@ -230,7 +230,7 @@ func TestResolve(t *testing.T) {
 			if !jmOnly {
 				t.Fatalf("%s should touch only JMs: %v", k, a.Nodes())
 			}
-		case KillTM, MajoritiesRing, TMsFromLeader, TMMajorityCut, TMFromJMs:
+		case KillTM, RestartTM, MajoritiesRing, TMsFromLeader, TMMajorityCut, TMFromJMs:
 			if jmOnly {
 				t.Fatalf("%s should touch TMs: %v", k, a.Nodes())
 			}

@@ -54,7 +54,7 @@ func Resolve(f Fault, v View) (Action, error) {
 			return a, err
 		}
 		a.Kill = []string{l}
-	case KillTM:
+	case KillTM, RestartTM:
 		a.Kill = []string{pickOf(v.TMs)}
 	case KillMajority:
 		l, err := needLeader()
