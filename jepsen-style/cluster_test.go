@@ -23,13 +23,7 @@ func TestClusterCommandLines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flag := func(args []string, name string) string {
-		i := slices.Index(args, name)
-		if i < 0 || i+1 >= len(args) {
-			t.Fatalf("%s missing in %v", name, args)
-		}
-		return args[i+1]
-	}
+	flag := func(args []string, name string) string { return flagValue(t, args, name) }
 	for _, p := range c.procs.Procs() {
 		args := p.Args()
 		if want := []string{"ip", "netns", "exec", topo.NS(p.Name)}; !slices.Equal(p.Wrap, want) || p.Dir == "" || len(p.Env) != 2 {
@@ -70,13 +64,7 @@ func TestTLSModeCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flag := func(args []string, name string) string {
-		i := slices.Index(args, name)
-		if i < 0 || i+1 >= len(args) {
-			t.Fatalf("%s missing in %v", name, args)
-		}
-		return args[i+1]
-	}
+	flag := func(args []string, name string) string { return flagValue(t, args, name) }
 	keys := map[string]bool{}
 	for _, p := range c.procs.Procs() {
 		args := p.Args()
@@ -112,4 +100,14 @@ func TestTLSModeCredentials(t *testing.T) {
 	if err != nil || cl == nil || cl.Identity().Role != security.RoleOperator {
 		t.Fatalf("client TLS %v, %v; want an operator certificate", cl, err)
 	}
+}
+
+// flagValue is the value of flag name in args, failing the test when it is missing.
+func flagValue(t *testing.T, args []string, name string) string {
+	t.Helper()
+	i := slices.Index(args, name)
+	if i < 0 || i+1 >= len(args) {
+		t.Fatalf("%s missing in %v", name, args)
+	}
+	return args[i+1]
 }
