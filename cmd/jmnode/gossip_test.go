@@ -18,8 +18,8 @@ import (
 // TestGossipKeyRotationOnAProcessCluster rotates the gossip key of a TLS cluster of six
 // processes (three JobMasters, three TaskManagers) with the CLI while a streaming job runs:
 // steps out of order are refused and change nothing; install, use, remove leave every member
-// with only the new key, in memory and in its keyring file; no member is suspected or marked
-// failed by any other, no task restarts; each change has an audit line naming the operator;
+// with only the new key, in memory and in its keyring file; no member is declared failed by
+// any other, no task restarts; each change has an audit line naming the operator;
 // and a TaskManager restarted with its old --gossip-key rejoins with the rotated keyring.
 func TestGossipKeyRotationOnAProcessCluster(t *testing.T) {
 	if testing.Short() {
@@ -110,7 +110,9 @@ func TestGossipKeyRotationOnAProcessCluster(t *testing.T) {
 		}
 	}
 
-	// The rotation cost nothing: no task restarted, nobody was suspected.
+	// The rotation cost nothing: no task restarted, no member was declared failed (a suspicion
+	// refuted at once is memberlist's normal life on a loaded machine, and not what a wrong
+	// key causes: with a key missing, the probes of every member fail until it is dead).
 	after, err := d.waitJob(context.Background(), before.JobGraph.JobId, 10*time.Second, allRunning)
 	if err != nil {
 		t.Fatal(err)
@@ -118,9 +120,9 @@ func TestGossipKeyRotationOnAProcessCluster(t *testing.T) {
 	if diff := compareAttempts(before, after); len(diff) > 0 {
 		t.Fatalf("attempts changed during the rotation: %v", diff)
 	}
-	suspected := regexp.MustCompile(`Suspect \S+ has failed|Marking \S+ as failed`)
+	declaredFailed := regexp.MustCompile(`Marking \S+ as failed`)
 	for _, p := range d.Procs() {
-		if l := suspected.FindString(p.LogTail(100000)); l != "" {
+		if l := declaredFailed.FindString(p.LogTail(100000)); l != "" {
 			t.Fatalf("%s logged %q during the rotation", p.Name, l)
 		}
 	}
