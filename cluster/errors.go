@@ -21,6 +21,11 @@ var (
 	// timed out) before raft answered; it may still commit. Transient: retried by clients with
 	// idempotent commands, never reported as a rejection.
 	ErrOutcomeUnknown = errors.New("cluster: outcome unknown")
+	// ErrUnknownServer: the operation names a server that is not in the Raft configuration.
+	ErrUnknownServer = errors.New("cluster: no such server in the Raft configuration")
+	// ErrNoTransferTarget: a leadership transfer names this leader itself, a non-voter, or
+	// there is no other voter.
+	ErrNoTransferTarget = errors.New("cluster: no voter to hand leadership to")
 	// ErrInvalidConfig: the Config failed validation.
 	ErrInvalidConfig = errors.New("cluster: invalid config")
 )

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -92,6 +93,57 @@ func (n *Node) RemoveServer(id string) (uint64, error) {
 	}
 	n.logger.Info("server removed", "id", id, "index", rf.Index())
 	return rf.Index(), nil
+}
+
+// TransferLeadership hands leadership to the voter to (any up-to-date voter when to is empty)
+// with hashicorp/raft's leadership transfer: the leader stops taking entries, brings the
+// target's log up to date and tells it to start an election at once (TimeoutNow), so the
+// cluster does not wait an election timeout. It returns when the transfer is done or failed
+// (within raft's transfer timeout), with the new leader's id as this node sees it.
+func (n *Node) TransferLeadership(to string) (string, error) {
+	if err := n.checkLeader(); err != nil {
+		return "", err
+	}
+	if to == n.cfg.ID {
+		return "", fmt.Errorf("%w: %s already leads (name another voter, or none)", ErrNoTransferTarget, to)
+	}
+	var fut raft.Future
+	if to == "" {
+		if !n.otherVoters() {
+			return "", fmt.Errorf("%w: this leader is the only voter", ErrNoTransferTarget)
+		}
+		fut = n.raft.LeadershipTransfer()
+	} else {
+		f := n.raft.GetConfiguration()
+		if err := f.Error(); err != nil {
+			return "", fmt.Errorf("cluster: configuration: %w", mapRaftErr(err))
+		}
+		var target *raft.Server
+		for _, s := range f.Configuration().Servers {
+			if string(s.ID) == to {
+				target = &s
+			}
+		}
+		switch {
+		case target == nil:
+			return "", fmt.Errorf("%w: %q", ErrUnknownServer, to)
+		case target.Suffrage != raft.Voter:
+			return "", fmt.Errorf("%w: %s is a %s, and only a voter can lead", ErrNoTransferTarget, to, target.Suffrage)
+		}
+		fut = n.raft.LeadershipTransferToServer(target.ID, target.Address)
+	}
+	if err := fut.Error(); err != nil {
+		return "", fmt.Errorf("cluster: leadership transfer: %w", mapRaftErr(err))
+	}
+	// The new leader's first heartbeat names it here; wait for it a little, for the answer.
+	deadline := time.Now().Add(2 * n.cfg.HeartbeatTimeout)
+	_, id := n.raft.LeaderWithID()
+	for (id == "" || string(id) == n.cfg.ID) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		_, id = n.raft.LeaderWithID()
+	}
+	n.logger.Info("leadership transferred", "to", string(id))
+	return string(id), nil
 }
 
 // otherVoters reports whether the configuration has a voter besides this node.

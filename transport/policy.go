@@ -86,13 +86,14 @@ var Policies = map[string]Policy{
 	pb.ClientService_ClusterStatus_FullMethodName: {Roles: readersAndTMs},
 
 	// OperatorService (JobMaster): operators, and bootstrap discovery between JobMasters.
-	pb.OperatorService_NodeInfo_FullMethodName:   {Roles: readersAndJMs},
-	pb.OperatorService_RaftPeers_FullMethodName:  {Roles: readers},
-	pb.OperatorService_RaftJoin_FullMethodName:   {Forward: true, Roles: operatorAndJMs},
-	pb.OperatorService_RaftRemove_FullMethodName: {Forward: true, Roles: operator},
-	pb.OperatorService_Snapshot_FullMethodName:   {Roles: operator},
-	pb.OperatorService_Members_FullMethodName:    {Roles: readers},
-	pb.OperatorService_StateHash_FullMethodName:  {Roles: readers},
+	pb.OperatorService_NodeInfo_FullMethodName:               {Roles: readersAndJMs},
+	pb.OperatorService_RaftPeers_FullMethodName:              {Roles: readers},
+	pb.OperatorService_RaftJoin_FullMethodName:               {Forward: true, Roles: operatorAndJMs},
+	pb.OperatorService_RaftRemove_FullMethodName:             {Forward: true, Roles: operator},
+	pb.OperatorService_RaftTransferLeadership_FullMethodName: {Forward: true, Roles: operator},
+	pb.OperatorService_Snapshot_FullMethodName:               {Roles: operator},
+	pb.OperatorService_Members_FullMethodName:                {Roles: readers},
+	pb.OperatorService_StateHash_FullMethodName:              {Roles: readers},
 	// The keyring fan-out: the JobMaster that serves it asks every member (GossipService).
 	pb.OperatorService_GossipKeyring_FullMethodName: {Roles: operator},
 

@@ -27,6 +27,7 @@ operator CLI (talks gRPC to any JobMaster: --addr or JMNODE_ADDR, default 127.0.
   job cancel ID              cancel a job
   status                     the cluster: leader, epoch, reconciliation, TaskManagers
   raft peers | join | remove the Raft configuration
+  raft transfer-leadership   hand leadership to another voter (--to ID)
   members                    the gossip pool
   gossip keygen              a new gossip encryption key
   gossip keyring list | install | use | remove   rotate the gossip key on every member

@@ -7,13 +7,14 @@ import (
 	"fmt"
 	"os"
 	"text/tabwriter"
+	"time"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
 func runRaft(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: jmnode raft peers|join|remove ...")
+		return errors.New("usage: jmnode raft peers|join|remove|transfer-leadership ...")
 	}
 	sub, rest := args[0], args[1:]
 	fs := flag.NewFlagSet("raft "+sub, flag.ContinueOnError)
@@ -25,8 +26,16 @@ func runRaft(args []string) error {
 		usageFor(fs, "jmnode raft join ID RAFT_ADDR [GRPC_ADDR]", "Adds a JobMaster as a Raft voter (the request is forwarded to the leader).")
 	case "remove":
 		usageFor(fs, "jmnode raft remove ID", "Removes a JobMaster from the Raft configuration.")
+	case "transfer-leadership":
+		usageFor(fs, "jmnode raft transfer-leadership [--to ID]", "Hands leadership to another voter (--to, or any up-to-date one) without waiting an election\n"+
+			"timeout: the leader brings it up to date and tells it to start an election at once. Running\n"+
+			"tasks keep running; the new leader reconciles with the TaskManagers as after any failover.")
 	default:
-		return fmt.Errorf("unknown raft command %q (peers, join, remove)", sub)
+		return fmt.Errorf("unknown raft command %q (peers, join, remove, transfer-leadership)", sub)
+	}
+	var to *string
+	if sub == "transfer-leadership" {
+		to = fs.String("to", "", "the voter to lead (default: any up-to-date voter)")
 	}
 	if err := parseFlags(fs, reorder(fs, rest)); err != nil {
 		return err
@@ -73,6 +82,19 @@ func runRaft(args []string) error {
 			return err
 		}
 		fmt.Printf("%s removed at index %d\n", fs.Arg(0), resp.Index)
+	case "transfer-leadership":
+		if fs.NArg() != 0 {
+			fs.Usage()
+			return errors.New("raft transfer-leadership takes no arguments (--to ID names the voter)")
+		}
+		start := time.Now()
+		resp, err := ask(cf, func(ctx context.Context, c *conn) (*pb.RaftTransferLeadershipResponse, error) {
+			return c.operator().RaftTransferLeadership(ctx, &pb.RaftTransferLeadershipRequest{ToId: *to})
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("leadership moved from %s to %s in %s\n", resp.FromId, orDash(resp.LeaderId), time.Since(start).Round(time.Millisecond))
 	}
 	return nil
 }

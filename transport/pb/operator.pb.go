@@ -303,6 +303,104 @@ func (x *RaftRemoveResponse) GetIndex() uint64 {
 	return 0
 }
 
+type RaftTransferLeadershipRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The voter to lead; empty: any up-to-date voter.
+	ToId          string `protobuf:"bytes,1,opt,name=to_id,json=toId,proto3" json:"to_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftTransferLeadershipRequest) Reset() {
+	*x = RaftTransferLeadershipRequest{}
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftTransferLeadershipRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftTransferLeadershipRequest) ProtoMessage() {}
+
+func (x *RaftTransferLeadershipRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftTransferLeadershipRequest.ProtoReflect.Descriptor instead.
+func (*RaftTransferLeadershipRequest) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RaftTransferLeadershipRequest) GetToId() string {
+	if x != nil {
+		return x.ToId
+	}
+	return ""
+}
+
+type RaftTransferLeadershipResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The leader that handed over, and the leader after the transfer as it saw it.
+	FromId        string `protobuf:"bytes,1,opt,name=from_id,json=fromId,proto3" json:"from_id,omitempty"`
+	LeaderId      string `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftTransferLeadershipResponse) Reset() {
+	*x = RaftTransferLeadershipResponse{}
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftTransferLeadershipResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftTransferLeadershipResponse) ProtoMessage() {}
+
+func (x *RaftTransferLeadershipResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftTransferLeadershipResponse.ProtoReflect.Descriptor instead.
+func (*RaftTransferLeadershipResponse) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RaftTransferLeadershipResponse) GetFromId() string {
+	if x != nil {
+		return x.FromId
+	}
+	return ""
+}
+
+func (x *RaftTransferLeadershipResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
 type SnapshotRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -311,7 +409,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[6]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -323,7 +421,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[6]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -336,7 +434,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{6}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{8}
 }
 
 type SnapshotResponse struct {
@@ -349,7 +447,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[7]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -361,7 +459,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[7]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -374,7 +472,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{7}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SnapshotResponse) GetId() string {
@@ -399,7 +497,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +509,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +522,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{8}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{10}
 }
 
 type Member struct {
@@ -442,7 +540,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +552,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +565,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{9}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Member) GetName() string {
@@ -514,7 +612,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -526,7 +624,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -539,7 +637,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{10}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -557,7 +655,7 @@ type StateHashRequest struct {
 
 func (x *StateHashRequest) Reset() {
 	*x = StateHashRequest{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +667,7 @@ func (x *StateHashRequest) String() string {
 func (*StateHashRequest) ProtoMessage() {}
 
 func (x *StateHashRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +680,7 @@ func (x *StateHashRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateHashRequest.ProtoReflect.Descriptor instead.
 func (*StateHashRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{11}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{13}
 }
 
 type StateHashResponse struct {
@@ -596,7 +694,7 @@ type StateHashResponse struct {
 
 func (x *StateHashResponse) Reset() {
 	*x = StateHashResponse{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +706,7 @@ func (x *StateHashResponse) String() string {
 func (*StateHashResponse) ProtoMessage() {}
 
 func (x *StateHashResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +719,7 @@ func (x *StateHashResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateHashResponse.ProtoReflect.Descriptor instead.
 func (*StateHashResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StateHashResponse) GetHash() string {
@@ -653,7 +751,7 @@ type NodeInfoRequest struct {
 
 func (x *NodeInfoRequest) Reset() {
 	*x = NodeInfoRequest{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -665,7 +763,7 @@ func (x *NodeInfoRequest) String() string {
 func (*NodeInfoRequest) ProtoMessage() {}
 
 func (x *NodeInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -678,7 +776,7 @@ func (x *NodeInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfoRequest.ProtoReflect.Descriptor instead.
 func (*NodeInfoRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{13}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{15}
 }
 
 type NodeInfoResponse struct {
@@ -696,7 +794,7 @@ type NodeInfoResponse struct {
 
 func (x *NodeInfoResponse) Reset() {
 	*x = NodeInfoResponse{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +806,7 @@ func (x *NodeInfoResponse) String() string {
 func (*NodeInfoResponse) ProtoMessage() {}
 
 func (x *NodeInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +819,7 @@ func (x *NodeInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfoResponse.ProtoReflect.Descriptor instead.
 func (*NodeInfoResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{14}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeInfoResponse) GetId() string {
@@ -784,7 +882,12 @@ const file_jmcluster_v1_operator_proto_rawDesc = "" +
 	"\x11RaftRemoveRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"*\n" +
 	"\x12RaftRemoveResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\"\x11\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"4\n" +
+	"\x1dRaftTransferLeadershipRequest\x12\x13\n" +
+	"\x05to_id\x18\x01 \x01(\tR\x04toId\"V\n" +
+	"\x1eRaftTransferLeadershipResponse\x12\x17\n" +
+	"\afrom_id\x18\x01 \x01(\tR\x06fromId\x12\x1b\n" +
+	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"\x11\n" +
 	"\x0fSnapshotRequest\"8\n" +
 	"\x10SnapshotResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
@@ -814,12 +917,13 @@ const file_jmcluster_v1_operator_proto_rawDesc = "" +
 	"\thas_state\x18\x04 \x01(\bR\bhasState\x12\x1b\n" +
 	"\tleader_id\x18\x05 \x01(\tR\bleaderId\x12\x1d\n" +
 	"\n" +
-	"raft_state\x18\x06 \x01(\tR\traftState2\xfb\x04\n" +
+	"raft_state\x18\x06 \x01(\tR\traftState2\xf0\x05\n" +
 	"\x0fOperatorService\x12L\n" +
 	"\tRaftPeers\x12\x1e.jmcluster.v1.RaftPeersRequest\x1a\x1f.jmcluster.v1.RaftPeersResponse\x12I\n" +
 	"\bRaftJoin\x12\x1d.jmcluster.v1.RaftJoinRequest\x1a\x1e.jmcluster.v1.RaftJoinResponse\x12O\n" +
 	"\n" +
-	"RaftRemove\x12\x1f.jmcluster.v1.RaftRemoveRequest\x1a .jmcluster.v1.RaftRemoveResponse\x12I\n" +
+	"RaftRemove\x12\x1f.jmcluster.v1.RaftRemoveRequest\x1a .jmcluster.v1.RaftRemoveResponse\x12s\n" +
+	"\x16RaftTransferLeadership\x12+.jmcluster.v1.RaftTransferLeadershipRequest\x1a,.jmcluster.v1.RaftTransferLeadershipResponse\x12I\n" +
 	"\bSnapshot\x12\x1d.jmcluster.v1.SnapshotRequest\x1a\x1e.jmcluster.v1.SnapshotResponse\x12F\n" +
 	"\aMembers\x12\x1c.jmcluster.v1.MembersRequest\x1a\x1d.jmcluster.v1.MembersResponse\x12L\n" +
 	"\tStateHash\x12\x1e.jmcluster.v1.StateHashRequest\x1a\x1f.jmcluster.v1.StateHashResponse\x12I\n" +
@@ -838,50 +942,54 @@ func file_jmcluster_v1_operator_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_operator_proto_rawDescData
 }
 
-var file_jmcluster_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_jmcluster_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_jmcluster_v1_operator_proto_goTypes = []any{
-	(*RaftPeersRequest)(nil),      // 0: jmcluster.v1.RaftPeersRequest
-	(*RaftPeersResponse)(nil),     // 1: jmcluster.v1.RaftPeersResponse
-	(*RaftJoinRequest)(nil),       // 2: jmcluster.v1.RaftJoinRequest
-	(*RaftJoinResponse)(nil),      // 3: jmcluster.v1.RaftJoinResponse
-	(*RaftRemoveRequest)(nil),     // 4: jmcluster.v1.RaftRemoveRequest
-	(*RaftRemoveResponse)(nil),    // 5: jmcluster.v1.RaftRemoveResponse
-	(*SnapshotRequest)(nil),       // 6: jmcluster.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),      // 7: jmcluster.v1.SnapshotResponse
-	(*MembersRequest)(nil),        // 8: jmcluster.v1.MembersRequest
-	(*Member)(nil),                // 9: jmcluster.v1.Member
-	(*MembersResponse)(nil),       // 10: jmcluster.v1.MembersResponse
-	(*StateHashRequest)(nil),      // 11: jmcluster.v1.StateHashRequest
-	(*StateHashResponse)(nil),     // 12: jmcluster.v1.StateHashResponse
-	(*NodeInfoRequest)(nil),       // 13: jmcluster.v1.NodeInfoRequest
-	(*NodeInfoResponse)(nil),      // 14: jmcluster.v1.NodeInfoResponse
-	nil,                           // 15: jmcluster.v1.Member.MetaEntry
-	(*RaftPeer)(nil),              // 16: jmcluster.v1.RaftPeer
-	(*KeyringRequest)(nil),        // 17: jmcluster.v1.KeyringRequest
-	(*GossipKeyringResponse)(nil), // 18: jmcluster.v1.GossipKeyringResponse
+	(*RaftPeersRequest)(nil),               // 0: jmcluster.v1.RaftPeersRequest
+	(*RaftPeersResponse)(nil),              // 1: jmcluster.v1.RaftPeersResponse
+	(*RaftJoinRequest)(nil),                // 2: jmcluster.v1.RaftJoinRequest
+	(*RaftJoinResponse)(nil),               // 3: jmcluster.v1.RaftJoinResponse
+	(*RaftRemoveRequest)(nil),              // 4: jmcluster.v1.RaftRemoveRequest
+	(*RaftRemoveResponse)(nil),             // 5: jmcluster.v1.RaftRemoveResponse
+	(*RaftTransferLeadershipRequest)(nil),  // 6: jmcluster.v1.RaftTransferLeadershipRequest
+	(*RaftTransferLeadershipResponse)(nil), // 7: jmcluster.v1.RaftTransferLeadershipResponse
+	(*SnapshotRequest)(nil),                // 8: jmcluster.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),               // 9: jmcluster.v1.SnapshotResponse
+	(*MembersRequest)(nil),                 // 10: jmcluster.v1.MembersRequest
+	(*Member)(nil),                         // 11: jmcluster.v1.Member
+	(*MembersResponse)(nil),                // 12: jmcluster.v1.MembersResponse
+	(*StateHashRequest)(nil),               // 13: jmcluster.v1.StateHashRequest
+	(*StateHashResponse)(nil),              // 14: jmcluster.v1.StateHashResponse
+	(*NodeInfoRequest)(nil),                // 15: jmcluster.v1.NodeInfoRequest
+	(*NodeInfoResponse)(nil),               // 16: jmcluster.v1.NodeInfoResponse
+	nil,                                    // 17: jmcluster.v1.Member.MetaEntry
+	(*RaftPeer)(nil),                       // 18: jmcluster.v1.RaftPeer
+	(*KeyringRequest)(nil),                 // 19: jmcluster.v1.KeyringRequest
+	(*GossipKeyringResponse)(nil),          // 20: jmcluster.v1.GossipKeyringResponse
 }
 var file_jmcluster_v1_operator_proto_depIdxs = []int32{
-	16, // 0: jmcluster.v1.RaftPeersResponse.peers:type_name -> jmcluster.v1.RaftPeer
-	15, // 1: jmcluster.v1.Member.meta:type_name -> jmcluster.v1.Member.MetaEntry
-	9,  // 2: jmcluster.v1.MembersResponse.members:type_name -> jmcluster.v1.Member
+	18, // 0: jmcluster.v1.RaftPeersResponse.peers:type_name -> jmcluster.v1.RaftPeer
+	17, // 1: jmcluster.v1.Member.meta:type_name -> jmcluster.v1.Member.MetaEntry
+	11, // 2: jmcluster.v1.MembersResponse.members:type_name -> jmcluster.v1.Member
 	0,  // 3: jmcluster.v1.OperatorService.RaftPeers:input_type -> jmcluster.v1.RaftPeersRequest
 	2,  // 4: jmcluster.v1.OperatorService.RaftJoin:input_type -> jmcluster.v1.RaftJoinRequest
 	4,  // 5: jmcluster.v1.OperatorService.RaftRemove:input_type -> jmcluster.v1.RaftRemoveRequest
-	6,  // 6: jmcluster.v1.OperatorService.Snapshot:input_type -> jmcluster.v1.SnapshotRequest
-	8,  // 7: jmcluster.v1.OperatorService.Members:input_type -> jmcluster.v1.MembersRequest
-	11, // 8: jmcluster.v1.OperatorService.StateHash:input_type -> jmcluster.v1.StateHashRequest
-	13, // 9: jmcluster.v1.OperatorService.NodeInfo:input_type -> jmcluster.v1.NodeInfoRequest
-	17, // 10: jmcluster.v1.OperatorService.GossipKeyring:input_type -> jmcluster.v1.KeyringRequest
-	1,  // 11: jmcluster.v1.OperatorService.RaftPeers:output_type -> jmcluster.v1.RaftPeersResponse
-	3,  // 12: jmcluster.v1.OperatorService.RaftJoin:output_type -> jmcluster.v1.RaftJoinResponse
-	5,  // 13: jmcluster.v1.OperatorService.RaftRemove:output_type -> jmcluster.v1.RaftRemoveResponse
-	7,  // 14: jmcluster.v1.OperatorService.Snapshot:output_type -> jmcluster.v1.SnapshotResponse
-	10, // 15: jmcluster.v1.OperatorService.Members:output_type -> jmcluster.v1.MembersResponse
-	12, // 16: jmcluster.v1.OperatorService.StateHash:output_type -> jmcluster.v1.StateHashResponse
-	14, // 17: jmcluster.v1.OperatorService.NodeInfo:output_type -> jmcluster.v1.NodeInfoResponse
-	18, // 18: jmcluster.v1.OperatorService.GossipKeyring:output_type -> jmcluster.v1.GossipKeyringResponse
-	11, // [11:19] is the sub-list for method output_type
-	3,  // [3:11] is the sub-list for method input_type
+	6,  // 6: jmcluster.v1.OperatorService.RaftTransferLeadership:input_type -> jmcluster.v1.RaftTransferLeadershipRequest
+	8,  // 7: jmcluster.v1.OperatorService.Snapshot:input_type -> jmcluster.v1.SnapshotRequest
+	10, // 8: jmcluster.v1.OperatorService.Members:input_type -> jmcluster.v1.MembersRequest
+	13, // 9: jmcluster.v1.OperatorService.StateHash:input_type -> jmcluster.v1.StateHashRequest
+	15, // 10: jmcluster.v1.OperatorService.NodeInfo:input_type -> jmcluster.v1.NodeInfoRequest
+	19, // 11: jmcluster.v1.OperatorService.GossipKeyring:input_type -> jmcluster.v1.KeyringRequest
+	1,  // 12: jmcluster.v1.OperatorService.RaftPeers:output_type -> jmcluster.v1.RaftPeersResponse
+	3,  // 13: jmcluster.v1.OperatorService.RaftJoin:output_type -> jmcluster.v1.RaftJoinResponse
+	5,  // 14: jmcluster.v1.OperatorService.RaftRemove:output_type -> jmcluster.v1.RaftRemoveResponse
+	7,  // 15: jmcluster.v1.OperatorService.RaftTransferLeadership:output_type -> jmcluster.v1.RaftTransferLeadershipResponse
+	9,  // 16: jmcluster.v1.OperatorService.Snapshot:output_type -> jmcluster.v1.SnapshotResponse
+	12, // 17: jmcluster.v1.OperatorService.Members:output_type -> jmcluster.v1.MembersResponse
+	14, // 18: jmcluster.v1.OperatorService.StateHash:output_type -> jmcluster.v1.StateHashResponse
+	16, // 19: jmcluster.v1.OperatorService.NodeInfo:output_type -> jmcluster.v1.NodeInfoResponse
+	20, // 20: jmcluster.v1.OperatorService.GossipKeyring:output_type -> jmcluster.v1.GossipKeyringResponse
+	12, // [12:21] is the sub-list for method output_type
+	3,  // [3:12] is the sub-list for method input_type
 	3,  // [3:3] is the sub-list for extension type_name
 	3,  // [3:3] is the sub-list for extension extendee
 	0,  // [0:3] is the sub-list for field type_name
@@ -900,7 +1008,7 @@ func file_jmcluster_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_operator_proto_rawDesc), len(file_jmcluster_v1_operator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

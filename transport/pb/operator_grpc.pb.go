@@ -21,14 +21,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OperatorService_RaftPeers_FullMethodName     = "/jmcluster.v1.OperatorService/RaftPeers"
-	OperatorService_RaftJoin_FullMethodName      = "/jmcluster.v1.OperatorService/RaftJoin"
-	OperatorService_RaftRemove_FullMethodName    = "/jmcluster.v1.OperatorService/RaftRemove"
-	OperatorService_Snapshot_FullMethodName      = "/jmcluster.v1.OperatorService/Snapshot"
-	OperatorService_Members_FullMethodName       = "/jmcluster.v1.OperatorService/Members"
-	OperatorService_StateHash_FullMethodName     = "/jmcluster.v1.OperatorService/StateHash"
-	OperatorService_NodeInfo_FullMethodName      = "/jmcluster.v1.OperatorService/NodeInfo"
-	OperatorService_GossipKeyring_FullMethodName = "/jmcluster.v1.OperatorService/GossipKeyring"
+	OperatorService_RaftPeers_FullMethodName              = "/jmcluster.v1.OperatorService/RaftPeers"
+	OperatorService_RaftJoin_FullMethodName               = "/jmcluster.v1.OperatorService/RaftJoin"
+	OperatorService_RaftRemove_FullMethodName             = "/jmcluster.v1.OperatorService/RaftRemove"
+	OperatorService_RaftTransferLeadership_FullMethodName = "/jmcluster.v1.OperatorService/RaftTransferLeadership"
+	OperatorService_Snapshot_FullMethodName               = "/jmcluster.v1.OperatorService/Snapshot"
+	OperatorService_Members_FullMethodName                = "/jmcluster.v1.OperatorService/Members"
+	OperatorService_StateHash_FullMethodName              = "/jmcluster.v1.OperatorService/StateHash"
+	OperatorService_NodeInfo_FullMethodName               = "/jmcluster.v1.OperatorService/NodeInfo"
+	OperatorService_GossipKeyring_FullMethodName          = "/jmcluster.v1.OperatorService/GossipKeyring"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -40,6 +41,9 @@ type OperatorServiceClient interface {
 	RaftJoin(ctx context.Context, in *RaftJoinRequest, opts ...grpc.CallOption) (*RaftJoinResponse, error)
 	// Removes a server (forwarded to the leader).
 	RaftRemove(ctx context.Context, in *RaftRemoveRequest, opts ...grpc.CallOption) (*RaftRemoveResponse, error)
+	// Hands leadership to another voter without waiting an election timeout (forwarded to the
+	// leader).
+	RaftTransferLeadership(ctx context.Context, in *RaftTransferLeadershipRequest, opts ...grpc.CallOption) (*RaftTransferLeadershipResponse, error)
 	// Takes a snapshot on the node that receives the call.
 	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (*SnapshotResponse, error)
 	Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error)
@@ -85,6 +89,16 @@ func (c *operatorServiceClient) RaftRemove(ctx context.Context, in *RaftRemoveRe
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RaftRemoveResponse)
 	err := c.cc.Invoke(ctx, OperatorService_RaftRemove_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) RaftTransferLeadership(ctx context.Context, in *RaftTransferLeadershipRequest, opts ...grpc.CallOption) (*RaftTransferLeadershipResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RaftTransferLeadershipResponse)
+	err := c.cc.Invoke(ctx, OperatorService_RaftTransferLeadership_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -150,6 +164,9 @@ type OperatorServiceServer interface {
 	RaftJoin(context.Context, *RaftJoinRequest) (*RaftJoinResponse, error)
 	// Removes a server (forwarded to the leader).
 	RaftRemove(context.Context, *RaftRemoveRequest) (*RaftRemoveResponse, error)
+	// Hands leadership to another voter without waiting an election timeout (forwarded to the
+	// leader).
+	RaftTransferLeadership(context.Context, *RaftTransferLeadershipRequest) (*RaftTransferLeadershipResponse, error)
 	// Takes a snapshot on the node that receives the call.
 	Snapshot(context.Context, *SnapshotRequest) (*SnapshotResponse, error)
 	Members(context.Context, *MembersRequest) (*MembersResponse, error)
@@ -179,6 +196,9 @@ func (UnimplementedOperatorServiceServer) RaftJoin(context.Context, *RaftJoinReq
 }
 func (UnimplementedOperatorServiceServer) RaftRemove(context.Context, *RaftRemoveRequest) (*RaftRemoveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RaftRemove not implemented")
+}
+func (UnimplementedOperatorServiceServer) RaftTransferLeadership(context.Context, *RaftTransferLeadershipRequest) (*RaftTransferLeadershipResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RaftTransferLeadership not implemented")
 }
 func (UnimplementedOperatorServiceServer) Snapshot(context.Context, *SnapshotRequest) (*SnapshotResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Snapshot not implemented")
@@ -266,6 +286,24 @@ func _OperatorService_RaftRemove_Handler(srv interface{}, ctx context.Context, d
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(OperatorServiceServer).RaftRemove(ctx, req.(*RaftRemoveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_RaftTransferLeadership_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RaftTransferLeadershipRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).RaftTransferLeadership(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_RaftTransferLeadership_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).RaftTransferLeadership(ctx, req.(*RaftTransferLeadershipRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -378,6 +416,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RaftRemove",
 			Handler:    _OperatorService_RaftRemove_Handler,
+		},
+		{
+			MethodName: "RaftTransferLeadership",
+			Handler:    _OperatorService_RaftTransferLeadership_Handler,
 		},
 		{
 			MethodName: "Snapshot",

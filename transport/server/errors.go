@@ -49,6 +49,8 @@ var errorTable = []errorRow{
 	{graph.ErrInvalidJobGraph, codes.InvalidArgument, ""},
 	{jobmaster.ErrInvalidRequest, codes.InvalidArgument, ""},
 	{fsm.ErrUnknownJob, codes.NotFound, ""},
+	{cluster.ErrUnknownServer, codes.NotFound, ""},
+	{cluster.ErrNoTransferTarget, codes.FailedPrecondition, ""},
 	{jobmaster.ErrUnknownAttempt, codes.NotFound, ""},
 	{jobmaster.ErrUnknownResult, codes.NotFound, ""},
 	{fsm.ErrJobExists, codes.AlreadyExists, ""},

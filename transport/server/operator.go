@@ -64,6 +64,16 @@ func (s *OperatorService) RaftRemove(ctx context.Context, req *pb.RaftRemoveRequ
 	return &pb.RaftRemoveResponse{Index: idx}, nil
 }
 
+// RaftTransferLeadership hands this leader's leadership to another voter.
+func (s *OperatorService) RaftTransferLeadership(ctx context.Context, req *pb.RaftTransferLeadershipRequest) (*pb.RaftTransferLeadershipResponse, error) {
+	to, err := s.d.Node.TransferLeadership(req.GetToId())
+	s.d.audit(ctx, "raft transfer leadership", err, "to", req.GetToId(), "leader", to)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.RaftTransferLeadershipResponse{FromId: s.d.Node.ID(), LeaderId: to}, nil
+}
+
 // Snapshot takes a snapshot on this node.
 func (s *OperatorService) Snapshot(context.Context, *pb.SnapshotRequest) (*pb.SnapshotResponse, error) {
 	id, index, err := s.d.Node.Snapshot()
