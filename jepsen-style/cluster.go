@@ -49,6 +49,7 @@ type Cluster struct {
 	failpoints string
 	mounts     map[string]string // JM -> its data disk (tmpfs), when the scenario needs one
 	creds      *credentials      // TLS mode's files; nil: plaintext
+	jmnode     string            // the binary, for operator commands
 }
 
 // ClusterOptions are the choices a scenario makes about the processes.
@@ -82,7 +83,7 @@ func NodeDir(runDir string, topo *netns.Topology, node string) string {
 // With opts.DataDisk the JMs' data disks are mounted here already: Close unmounts them.
 func NewCluster(topo *netns.Topology, jmnode, runDir string, opts ClusterOptions, reportDeadline time.Duration) (*Cluster, error) {
 	var nodes []proccluster.Node
-	c := &Cluster{topo: topo, runDir: runDir, failpoints: opts.Failpoints, mounts: map[string]string{}}
+	c := &Cluster{topo: topo, runDir: runDir, failpoints: opts.Failpoints, mounts: map[string]string{}, jmnode: jmnode}
 	if opts.TLS {
 		var err error
 		if c.creds, err = makeCredentials(runDir, topo); err != nil {
@@ -144,6 +145,25 @@ func NewCluster(topo *netns.Topology, jmnode, runDir string, opts ClusterOptions
 	}
 	c.procs = procs
 	return c, nil
+}
+
+// TransferLeadership asks node (the leader) to hand leadership over, with the operator CLI run
+// inside the node's namespace (the operator certificate in TLS mode).
+func (c *Cluster) TransferLeadership(ctx context.Context, node string) error {
+	args := []string{"raft", "transfer-leadership", "--addr", fmt.Sprintf("%s:%d", c.topo.IP(node), PortGRPC), "--timeout", "5s"}
+	if c.creds != nil {
+		f := c.creds.files(security.RoleOperator, ClientCertName)
+		args = append(args, "--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key)
+	}
+	bin, err := filepath.Abs(c.jmnode)
+	if err != nil {
+		return err
+	}
+	out, err := c.Exec(ctx, node, bin, args...)
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(out))
+	}
+	return nil
 }
 
 // ClientTLS is the clients' operator TLS in TLS mode, nil in plaintext.

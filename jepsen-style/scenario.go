@@ -69,6 +69,7 @@ func Scenarios() []Scenario {
 		nemesis.TMMajorityCut:    "five TMs: three of them, each cut from every JM and every other TM for 30 s; the leader (heartbeats from a minority of the pool) must not redeploy their attempts, and they stop them",
 		nemesis.StallLeader:      "SIGSTOP the leader for 2, 5 and 15 s in turn (the last longer than the TM heartbeat timeout): no TM lost, zero restarts",
 		nemesis.FlapLeader:       "kill -9 the leader every 4-5 s, restarting each: more than ten leader kills a minute, zero restarts",
+		nemesis.TransferLeader:   "the leader hands leadership to another voter (jmnode raft transfer-leadership) every 2.5-3.5 s: about twenty transfers a minute under load, zero restarts",
 		nemesis.SlowDisk:         "every Raft log, stable-store and snapshot write of the leader delayed 50-500 ms for 10-15 s (a slow disk)",
 		nemesis.DiskFull:         "the leader's data disk (a tmpfs of its own) filled to the last byte, freed 8-12 s later: errors, never a false acknowledgement",
 		nemesis.Delay:            "tc netem delay (50-200 ms, jitter) on every JM",

@@ -35,6 +35,11 @@ type DiskFiller interface {
 	FreeDisk(node string) error
 }
 
+// LeaderTransferer is implemented by targets whose leader can be asked to hand leadership over.
+type LeaderTransferer interface {
+	TransferLeadership(ctx context.Context, node string) error
+}
+
 // ErrUnsupportedFault: the target lacks what a fault kind needs.
 var ErrUnsupportedFault = errors.New("nemesis: the target cannot inject this fault")
 
@@ -99,6 +104,17 @@ func (e *Executor) Apply(ctx context.Context, a Action) error {
 			if err := fs.SetFailpoints(n, a.Failpoints[n]); err != nil {
 				return err
 			}
+		}
+	}
+	if a.Transfer != "" {
+		lt, ok := e.T.(LeaderTransferer)
+		if !ok {
+			return fmt.Errorf("%w: transfer leadership", ErrUnsupportedFault)
+		}
+		// A transfer the leader could not make (it lost leadership meanwhile, the target was
+		// not up to date in time) is a fault that did not happen, not a failed run.
+		if err := lt.TransferLeadership(ctx, a.Transfer); err != nil && e.Logf != nil {
+			e.Logf("transfer-leader: %s did not hand leadership over: %v", a.Transfer, err)
 		}
 	}
 	if len(a.FillDisk) > 0 {

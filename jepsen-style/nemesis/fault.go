@@ -31,6 +31,7 @@ const (
 	TMMajorityCut    Kind = "tm-majority-cut"   // a strict majority of the TMs, each cut from every JM and TM
 	StallLeader      Kind = "stall-leader"      // SIGSTOP the leader for 2, 5 and 15 s in turn
 	FlapLeader       Kind = "flap-leader"       // kill -9 the leader every few seconds: ten kills a minute
+	TransferLeader   Kind = "transfer-leader"   // the leader hands leadership over (raft transfer-leadership), every few seconds
 	SlowDisk         Kind = "slow-disk"         // every Raft write of the leader delayed 50-500 ms
 	DiskFull         Kind = "disk-full"         // the leader's data disk (a tmpfs) filled to the last byte
 	Delay            Kind = "netem-delay"       // tc netem delay on every JM
@@ -41,7 +42,7 @@ const (
 func AllKinds() []Kind {
 	return []Kind{KillJM, KillLeader, KillTM, RestartTM, KillMajority, PauseLeader, IsolateNode, IsolateLeader,
 		MajorityMinority, Bridge, MajoritiesRing, TMsFromLeader, TMFromJMs, JMOutage, TMMajorityCut,
-		StallLeader, FlapLeader, SlowDisk, DiskFull, Delay, Loss}
+		StallLeader, FlapLeader, TransferLeader, SlowDisk, DiskFull, Delay, Loss}
 }
 
 // JMOutageLength is how long a jm-outage keeps every JobMaster down: long enough that every
@@ -79,10 +80,12 @@ type Timing struct{ MinFault, MaxFault, MinGap, MaxGap time.Duration }
 // learns of the restart from the new process's registration, and the gaps leave room for
 // several restarts in a run.
 var timings = map[Kind]Timing{
-	RestartTM:  {MinFault: 10 * time.Millisecond, MaxFault: 30 * time.Millisecond, MinGap: 4 * time.Second, MaxGap: 6 * time.Second},
-	FlapLeader: {MinFault: 2 * time.Second, MaxFault: 2500 * time.Millisecond, MinGap: 2 * time.Second, MaxGap: 2500 * time.Millisecond},
-	SlowDisk:   {MinFault: 10 * time.Second, MaxFault: 15 * time.Second},
-	DiskFull:   {MinFault: 8 * time.Second, MaxFault: 12 * time.Second},
+	// transfer-leader: a transfer every 2.5-3.5 s, about twenty a minute.
+	TransferLeader: {MinFault: 100 * time.Millisecond, MaxFault: 200 * time.Millisecond, MinGap: 2500 * time.Millisecond, MaxGap: 3500 * time.Millisecond},
+	RestartTM:      {MinFault: 10 * time.Millisecond, MaxFault: 30 * time.Millisecond, MinGap: 4 * time.Second, MaxGap: 6 * time.Second},
+	FlapLeader:     {MinFault: 2 * time.Second, MaxFault: 2500 * time.Millisecond, MinGap: 2 * time.Second, MaxGap: 2500 * time.Millisecond},
+	SlowDisk:       {MinFault: 10 * time.Second, MaxFault: 15 * time.Second},
+	DiskFull:       {MinFault: 8 * time.Second, MaxFault: 12 * time.Second},
 }
 
 // KindTiming reports the timing of a kind that has its own.
@@ -142,6 +145,8 @@ type Action struct {
 	Failpoints map[string]string `json:"failpoints,omitempty"`
 	// FillDisk lists the JMs whose data disk is filled.
 	FillDisk []string `json:"fill_disk,omitempty"`
+	// Transfer is the leader asked to hand leadership to another voter.
+	Transfer string `json:"transfer,omitempty"`
 	// Leader is the leader when the fault was resolved ("" when none was found).
 	Leader string `json:"leader,omitempty"`
 }
@@ -169,6 +174,9 @@ func (a Action) Nodes() []string {
 	}
 	for _, n := range a.FillDisk {
 		set[n] = true
+	}
+	if a.Transfer != "" {
+		set[a.Transfer] = true
 	}
 	return sortedKeys(set)
 }

@@ -226,7 +226,7 @@ func TestResolve(t *testing.T) {
 		jmOnly := len(a.AffectedTMs(view("").JMs, view("").TMs)) == 0
 		switch k {
 		case KillLeader, PauseLeader, IsolateLeader, MajorityMinority, Bridge, KillMajority, KillJM, Delay, Loss,
-			StallLeader, FlapLeader, SlowDisk, DiskFull, JMOutage:
+			StallLeader, FlapLeader, TransferLeader, SlowDisk, DiskFull, JMOutage:
 			if !jmOnly {
 				t.Fatalf("%s should touch only JMs: %v", k, a.Nodes())
 			}

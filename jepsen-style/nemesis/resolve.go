@@ -124,6 +124,12 @@ func Resolve(f Fault, v View) (Action, error) {
 			return a, err
 		}
 		a.Failpoints = map[string]string{l: fmt.Sprintf("pause(disk-write)=%dms", 50+rng.Intn(451))}
+	case TransferLeader:
+		l, err := needLeader()
+		if err != nil {
+			return a, err
+		}
+		a.Transfer = l
 	case DiskFull:
 		l, err := needLeader()
 		if err != nil {
