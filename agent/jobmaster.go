@@ -224,6 +224,16 @@ func (a *JobMaster) feedRegistry(ctx context.Context) {
 // then the gRPC server.
 func (a *JobMaster) Shutdown() error {
 	a.stopOnce.Do(func() {
+		// A leader hands leadership over first, while its gossip, gRPC and Raft all still work:
+		// the new leader is elected at once (no election timeout) and reconciles with the
+		// TaskManagers before this one leaves their gossip view.
+		if a.Node != nil && a.Node.IsLeader() {
+			if to, err := a.Node.TransferLeadership(""); err != nil {
+				a.log.Warn("leadership transfer before shutdown failed; the others elect a leader after their timeout", "error", err)
+			} else {
+				a.log.Info("leadership handed over before shutdown", "to", to)
+			}
+		}
 		if a.health != nil {
 			a.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 		}
