@@ -83,9 +83,7 @@ func TestRollingRestartBySIGTERM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}
-	d := newProcessCluster(t, proccluster.LocalOptions{Slots: 4,
-		JMFlags: []string{"--gossip-profile", "local", "--tm-heartbeat-interval", "500ms"},
-		TMFlags: []string{"--gossip-profile", "local", "--heartbeat-interval", "500ms"}})
+	d := newProcessCluster(t, defaultRaftProcs)
 	before := submitChain(t, d, "rolling", 3)
 	ctx := context.Background()
 	jobID := before.JobGraph.JobId

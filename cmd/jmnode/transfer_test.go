@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmcluster/jmcluster/internal/proccluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -23,9 +22,7 @@ func TestTransferLeadershipKeepsTasks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}
-	d := newProcessCluster(t, proccluster.LocalOptions{Slots: 4,
-		JMFlags: []string{"--gossip-profile", "local", "--tm-heartbeat-interval", "500ms"},
-		TMFlags: []string{"--gossip-profile", "local", "--heartbeat-interval", "500ms"}})
+	d := newProcessCluster(t, defaultRaftProcs)
 	before := submitChain(t, d, "transfer", 3)
 	ctx := context.Background()
 	for round, to := range []string{"", "named"} {
