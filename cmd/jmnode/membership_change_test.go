@@ -171,4 +171,3 @@ func TestReplaceADeadJobMaster(t *testing.T) {
 		t.Fatalf("attempts changed: %v", diff)
 	}
 }
-
