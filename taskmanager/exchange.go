@@ -60,15 +60,79 @@ func (tm *TaskManager) openChannel(ctx context.Context, t *task, d *pb.InputChan
 		ProducerAttemptId: d.GetProducerAttemptId(),
 		ConsumerAttemptId: t.attempt(),
 	}
-	if d.GetProducerDataAddress() == tm.DataAddr() {
+	addr := d.GetProducerDataAddress()
+	if addr == tm.DataAddr() {
 		return tm.openLocal(ctx, req)
 	}
-	x, err := tm.exchange(d.GetProducerDataAddress())
+	if tm.legacyPeer(addr) {
+		return tm.openLegacy(ctx, addr, req)
+	}
+	x, err := tm.exchange(addr)
 	if err != nil {
 		return nil, err
 	}
-	return x.open(ctx, req)
+	r, err := x.open(ctx, req)
+	if status.Code(err) == codes.Unimplemented {
+		// A producer of an older build, without Exchange: a stream per channel, as it serves.
+		tm.log.Info("producer TaskManager has no Exchange stream (an older build): reading its channels one stream each", "addr", addr)
+		tm.exMu.Lock()
+		tm.legacy[addr] = true
+		tm.exMu.Unlock()
+		return tm.openLegacy(ctx, addr, req)
+	}
+	return r, err
 }
+
+func (tm *TaskManager) legacyPeer(addr string) bool {
+	tm.exMu.Lock()
+	defer tm.exMu.Unlock()
+	return tm.legacy[addr]
+}
+
+// legacyChannel is a channel on a ReadPartition stream of its own: what a producer of an older
+// build serves. Its flow control is the stream's (HTTP/2 windows).
+type legacyChannel struct {
+	stream pb.DataService_ReadPartitionClient
+	cancel context.CancelFunc
+}
+
+func (tm *TaskManager) openLegacy(ctx context.Context, addr string, req *pb.ReadPartitionRequest) (*legacyChannel, error) {
+	conn, err := tm.conns.peer(addr)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(tm.ctx)
+	stop := context.AfterFunc(ctx, cancel) // until it is open, the caller's context bounds it
+	defer stop()
+	stream, err := pb.NewDataServiceClient(conn).ReadPartition(sctx, req)
+	if err == nil {
+		var first *pb.RecordBatch
+		if first, err = stream.Recv(); err == nil {
+			if len(first.GetRecords()) > 0 || first.GetEndOfPartition() {
+				err = status.Error(codes.Internal, "protocol error: first batch must be empty")
+			} else {
+				return &legacyChannel{stream: stream, cancel: cancel}, nil
+			}
+		}
+	}
+	cancel()
+	return nil, err
+}
+
+func (l *legacyChannel) next(ctx context.Context) ([]operators.Record, bool, error) {
+	stop := context.AfterFunc(ctx, l.cancel)
+	defer stop()
+	b, err := l.stream.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = errors.New("stream ended without end_of_partition")
+		}
+		return nil, false, err
+	}
+	return fromPB(b.GetRecords()), b.GetEndOfPartition(), nil
+}
+
+func (l *legacyChannel) close() { l.cancel() }
 
 // ---- the producer side ----
 

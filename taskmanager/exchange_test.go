@@ -3,10 +3,12 @@ package taskmanager
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -227,5 +229,56 @@ func TestLocalChannelSkipsTheNetwork(t *testing.T) {
 	}
 	if _, err := tm.openChannel(ctx, tk, channel("none", 0, 0, "zz", tm.DataAddr())); status.Code(err) != codes.NotFound {
 		t.Fatalf("a local channel to a missing partition: %v; want NotFound", err)
+	}
+}
+
+// legacyData is the DataService of an older build: ReadPartition only (Exchange unimplemented),
+// served from a real TM's partitions.
+type legacyData struct {
+	pb.UnimplementedDataServiceServer
+	tm *TaskManager
+}
+
+func (l legacyData) ReadPartition(req *pb.ReadPartitionRequest, stream pb.DataService_ReadPartitionServer) error {
+	return (&dataService{tm: l.tm}).ReadPartition(req, stream)
+}
+
+// TestProducerWithoutExchangeIsReadAStreamPerChannel: a producer TM of an older build serves
+// ReadPartition but not Exchange; a consumer's channel to it falls back to a stream of its own
+// and delivers every record, and later channels to it go there directly.
+func TestProducerWithoutExchangeIsReadAStreamPerChannel(t *testing.T) {
+	prod, cons := newTM(t, "old-producer", nil, nil), newTM(t, "consumer", nil, nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterDataServiceServer(srv, legacyData{tm: prod})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	addr := lis.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tk := &task{tdd: &pb.TaskDeploymentDescriptor{JobId: "j", AttemptId: "c1"}}
+	for i := range 2 {
+		p := partitionOn(prod, fmt.Sprint("r", i), fmt.Sprint("a", i))
+		r, err := cons.openChannel(ctx, tk, channel(fmt.Sprint("r", i), 0, 0, fmt.Sprint("a", i), addr))
+		if err != nil {
+			t.Fatalf("channel %d to the older producer: %v", i, err)
+		}
+		if _, ok := r.(*legacyChannel); !ok {
+			t.Fatalf("channel %d to a producer without Exchange is %T, want a stream of its own", i, r)
+		}
+		done := produce(p, 20_000)
+		if n, err := drain(ctx, r); err != nil || n != 20_000 {
+			t.Fatalf("channel %d delivered %d of 20000: %v", i, n, err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		r.close()
+	}
+	if !cons.legacyPeer(addr) {
+		t.Fatal("the older producer is not remembered")
 	}
 }

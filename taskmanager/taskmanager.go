@@ -28,6 +28,7 @@ type TaskManager struct {
 	// exchanges are the Exchange streams to producer TMs, by data address (exchange.go).
 	exMu      sync.Mutex
 	exchanges map[string]*exchangeClient
+	legacy    map[string]bool // producers without Exchange (an older build), by data address
 
 	// fenceChecks counts the checks for a live leader made after FenceTimeout without contact.
 	fenceChecks atomic.Int64
@@ -131,6 +132,7 @@ func New(cfg Config) (*TaskManager, error) {
 		hbInterval:      cfg.HeartbeatInterval,
 		partitionExpiry: map[partitionKey]time.Time{},
 		exchanges:       map[string]*exchangeClient{},
+		legacy:          map[string]bool{},
 		ctx:             ctx,
 		cancel:          cancel,
 		kick:            make(chan struct{}, 1),
