@@ -9,6 +9,9 @@ import (
 // (transport/server) maps each to its status code; the message of the status is the error's
 // text, which names the request's ids.
 var (
+	// ErrIncompatibleTM: a TaskManager speaks a protocol version this JobMaster does not
+	// support (FAILED_PRECONDITION).
+	ErrIncompatibleTM = errors.New("jobmaster: incompatible TaskManager")
 	// ErrInvalidRequest: a required field is missing or out of range (INVALID_ARGUMENT).
 	ErrInvalidRequest = errors.New("jobmaster: invalid request")
 	// ErrUnknownAttempt: no execution of the job has this attempt (NOT_FOUND).

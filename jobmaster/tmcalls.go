@@ -32,6 +32,9 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 	if req.Slots < 1 || req.Slots > 1024 {
 		return nil, errorf(ErrInvalidRequest, "register: slots must be in [1, 1024], got %d", req.Slots)
 	}
+	if err := CheckTMProtocol(req.ProtocolVersion, MinTMProtocol, MaxTMProtocol); err != nil {
+		return nil, fmt.Errorf("register %s: %w", req.TmId, err)
+	}
 	if err := t.answersTaskManagers(time.Now()); err != nil {
 		return nil, err
 	}

@@ -47,6 +47,10 @@ type Config struct {
 	// in registration, heartbeats, reports and gossip, so the leader tells a restarted TM (same
 	// id and addresses, a new incarnation) from the process that died.
 	Incarnation string
+	// ProtocolVersion is the JobMaster-TaskManager protocol this TM says it speaks in its
+	// registration: ProtocolVersion (the constant) when 0. Tests set others to see a leader
+	// refuse them.
+	ProtocolVersion uint32
 	// HeartbeatInterval (default 1s); the leader's RegisterTaskManagerResponse may override it.
 	HeartbeatInterval time.Duration
 	// LeaderGrace: tasks keep running while no leader is reachable for this long, then all are
@@ -107,6 +111,10 @@ func nonNegative(d time.Duration, name string) error {
 
 // ErrInvalidConfig is returned by Validate.
 var ErrInvalidConfig = errors.New("invalid taskmanager config")
+
+// ProtocolVersion is the JobMaster-TaskManager protocol this build speaks: 2, the Exchange data
+// plane (jobmaster.MinTMProtocol and MaxTMProtocol are what a leader accepts).
+const ProtocolVersion = 2
 
 // DefaultConfig returns a Config with every default filled in (ID and addresses excepted).
 func DefaultConfig() Config {

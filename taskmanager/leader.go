@@ -6,6 +6,9 @@ import (
 	"slices"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -188,7 +191,19 @@ func (tm *TaskManager) register(ctx context.Context) error {
 	resp, err := pb.NewJobMasterServiceClient(conn).RegisterTaskManager(cctx, &pb.RegisterTaskManagerRequest{
 		TmId: tm.cfg.ID, GrpcAddress: tm.cfg.AdvertiseGRPC, DataAddress: tm.cfg.AdvertiseData,
 		Slots: int32(tm.cfg.Slots), EpochSeen: epoch, Incarnation: tm.cfg.Incarnation,
+		ProtocolVersion: tm.protocol(),
 	})
+	if status.Code(err) == codes.FailedPrecondition {
+		// Not a leader being unreachable: this TaskManager is refused (its protocol); say so
+		// loudly, once per answer.
+		tm.mu.Lock()
+		first := tm.refusedWith != err.Error()
+		tm.refusedWith = err.Error()
+		tm.mu.Unlock()
+		if first {
+			tm.log.Error("the leader refuses this TaskManager's registration", "leader", addr, "error", status.Convert(err).Message())
+		}
+	}
 	if err != nil {
 		tm.mu.Lock()
 		if tm.leaderAddr == "" || tm.leaderAddr == addr {

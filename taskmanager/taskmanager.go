@@ -26,6 +26,9 @@ import (
 // TaskManager runs tasks in slots and reports them to the JobMaster leader.
 type TaskManager struct {
 	// exchanges are the Exchange streams to producer TMs, by data address (exchange.go).
+	// refusedWith: the last registration refusal logged (guarded by mu).
+	refusedWith string
+
 	exMu      sync.Mutex
 	exchanges map[string]*exchangeClient
 	legacy    map[string]bool // producers without Exchange (an older build), by data address
@@ -290,6 +293,14 @@ func newIncarnation() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// protocol is the protocol version this TM registers with.
+func (tm *TaskManager) protocol() uint32 {
+	if tm.cfg.ProtocolVersion != 0 {
+		return tm.cfg.ProtocolVersion
+	}
+	return ProtocolVersion
 }
 
 // DataAddr returns the advertised DataService address.

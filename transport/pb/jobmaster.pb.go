@@ -35,9 +35,13 @@ type RegisterTaskManagerRequest struct {
 	EpochSeen uint64 `protobuf:"varint,5,opt,name=epoch_seen,json=epochSeen,proto3" json:"epoch_seen,omitempty"`
 	// The TM process's incarnation: a random id chosen at start-up. A registration with a new
 	// incarnation proves the previous process is gone.
-	Incarnation   string `protobuf:"bytes,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Incarnation string `protobuf:"bytes,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// The JobMaster-TaskManager protocol the TM speaks (taskmanager.ProtocolVersion); 0, from a
+	// build before the field, is protocol 1. The leader refuses one outside the range it
+	// supports (jobmaster.MinTMProtocol .. MaxTMProtocol), naming both.
+	ProtocolVersion uint32 `protobuf:"varint,7,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RegisterTaskManagerRequest) Reset() {
@@ -110,6 +114,13 @@ func (x *RegisterTaskManagerRequest) GetIncarnation() string {
 		return x.Incarnation
 	}
 	return ""
+}
+
+func (x *RegisterTaskManagerRequest) GetProtocolVersion() uint32 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
 }
 
 type RegisterTaskManagerResponse struct {
@@ -929,7 +940,7 @@ var File_jmcluster_v1_jobmaster_proto protoreflect.FileDescriptor
 
 const file_jmcluster_v1_jobmaster_proto_rawDesc = "" +
 	"\n" +
-	"\x1cjmcluster/v1/jobmaster.proto\x12\fjmcluster.v1\x1a\x18jmcluster/v1/graph.proto\"\xce\x01\n" +
+	"\x1cjmcluster/v1/jobmaster.proto\x12\fjmcluster.v1\x1a\x18jmcluster/v1/graph.proto\"\xf9\x01\n" +
 	"\x1aRegisterTaskManagerRequest\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
@@ -937,7 +948,8 @@ const file_jmcluster_v1_jobmaster_proto_rawDesc = "" +
 	"\x05slots\x18\x04 \x01(\x05R\x05slots\x12\x1d\n" +
 	"\n" +
 	"epoch_seen\x18\x05 \x01(\x04R\tepochSeen\x12 \n" +
-	"\vincarnation\x18\x06 \x01(\tR\vincarnation\"\xea\x02\n" +
+	"\vincarnation\x18\x06 \x01(\tR\vincarnation\x12)\n" +
+	"\x10protocol_version\x18\a \x01(\rR\x0fprotocolVersion\"\xea\x02\n" +
 	"\x1bRegisterTaskManagerResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x122\n" +

@@ -48,6 +48,7 @@ var errorTable = []errorRow{
 
 	{graph.ErrInvalidJobGraph, codes.InvalidArgument, ""},
 	{jobmaster.ErrInvalidRequest, codes.InvalidArgument, ""},
+	{jobmaster.ErrIncompatibleTM, codes.FailedPrecondition, ""},
 	{fsm.ErrUnknownJob, codes.NotFound, ""},
 	{cluster.ErrUnknownServer, codes.NotFound, ""},
 	{cluster.ErrNoTransferTarget, codes.FailedPrecondition, ""},

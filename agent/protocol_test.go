@@ -1,0 +1,69 @@
+package agent_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/jobmaster"
+	"github.com/jmcluster/jmcluster/taskmanager"
+)
+
+// TestLeaderRefusesATaskManagerOfAnotherProtocol: a TaskManager speaking a protocol newer than
+// the JobMasters support is refused at registration, with an error naming both versions and
+// what to upgrade, and never joins the registry; one of this build joins.
+func TestLeaderRefusesATaskManagerOfAnotherProtocol(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 3})
+	c.Opts.TM = func(cfg *taskmanager.Config) {
+		if cfg.ID == "tm-future" {
+			cfg.ProtocolVersion = jobmaster.MaxTMProtocol + 1
+		}
+	}
+	future := c.AddTM("tm-future")
+	c.AddTM("tm-now")
+	l := c.Leader()
+	// Registered: the leader heard from it (LastSeen); a TM gossip alone knows has none.
+	registered := func(id string) bool {
+		tm, ok := l.A.JM.Registry().Get(id)
+		return ok && !tm.LastSeen.IsZero()
+	}
+	testcluster.WaitFor(t, 10*time.Second, "tm-now registered", func() (bool, string) {
+		return registered("tm-now"), ""
+	})
+	// tm-future tries every heartbeat interval (200 ms) and is refused each time.
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if registered("tm-future") || future.A.TM.Epoch() != 0 {
+			t.Fatal("the leader registered a TaskManager of an unsupported protocol")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	err := jobmaster.CheckTMProtocol(jobmaster.MaxTMProtocol+1, jobmaster.MinTMProtocol, jobmaster.MaxTMProtocol)
+	if err == nil || !strings.Contains(err.Error(), "upgrade the JobMasters first") {
+		t.Fatalf("a newer TaskManager: %v", err)
+	}
+}
+
+// TestTMProtocolRange: 0 (a build before the field) is protocol 1; versions outside the range are
+// refused naming the side to upgrade.
+func TestTMProtocolRange(t *testing.T) {
+	for _, c := range []struct {
+		v, lo, hi uint32
+		want      string
+	}{
+		{0, 1, 2, ""}, {1, 1, 2, ""}, {2, 1, 2, ""},
+		{3, 1, 2, "speaks protocol 3, this JobMaster supports 1-2: upgrade the JobMasters first"},
+		{1, 2, 2, "speaks protocol 1, this JobMaster supports 2-2: upgrade the TaskManager"},
+		{0, 2, 3, "speaks protocol 1, this JobMaster supports 2-3: upgrade the TaskManager"},
+	} {
+		err := jobmaster.CheckTMProtocol(c.v, c.lo, c.hi)
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("CheckTMProtocol(%d, %d, %d) = %v; want %q", c.v, c.lo, c.hi, err, c.want)
+		}
+	}
+	if taskmanager.ProtocolVersion < jobmaster.MinTMProtocol || taskmanager.ProtocolVersion > jobmaster.MaxTMProtocol {
+		t.Fatalf("this build's TaskManager protocol %d is outside what its JobMasters support (%d-%d)",
+			taskmanager.ProtocolVersion, jobmaster.MinTMProtocol, jobmaster.MaxTMProtocol)
+	}
+}

@@ -1,0 +1,27 @@
+package jobmaster
+
+import "fmt"
+
+// The JobMaster-TaskManager protocol versions this JobMaster supports. 1: builds before the
+// version was sent (their registrations carry none); 2: TaskManagers with the Exchange data
+// plane, which also read producers of protocol 1 (a stream per channel), so a cluster can run
+// TaskManagers of both while they are upgraded one at a time. docs/operations.md#upgrades.
+const (
+	MinTMProtocol = 1
+	MaxTMProtocol = 2
+)
+
+// CheckTMProtocol refuses a TaskManager protocol version outside [lo, hi], saying which side
+// to upgrade. 0 (a registration without the field) is protocol 1.
+func CheckTMProtocol(v, lo, hi uint32) error {
+	if v == 0 {
+		v = 1
+	}
+	switch {
+	case v < lo:
+		return fmt.Errorf("%w: it speaks protocol %d, this JobMaster supports %d-%d: upgrade the TaskManager", ErrIncompatibleTM, v, lo, hi)
+	case v > hi:
+		return fmt.Errorf("%w: it speaks protocol %d, this JobMaster supports %d-%d: upgrade the JobMasters first", ErrIncompatibleTM, v, lo, hi)
+	}
+	return nil
+}
