@@ -92,8 +92,11 @@ var Policies = map[string]Policy{
 	pb.OperatorService_RaftRemove_FullMethodName:             {Forward: true, Roles: operator},
 	pb.OperatorService_RaftTransferLeadership_FullMethodName: {Forward: true, Roles: operator},
 	pb.OperatorService_Snapshot_FullMethodName:               {Roles: operator},
-	pb.OperatorService_Members_FullMethodName:                {Roles: readers},
-	pb.OperatorService_StateHash_FullMethodName:              {Roles: readers},
+	// A consistent copy from the established leader (a follower refuses it NOT_LEADER, naming
+	// the leader; it is a stream, so it is not forwarded).
+	pb.OperatorService_SnapshotSave_FullMethodName: {Leader: Leader, Roles: operator},
+	pb.OperatorService_Members_FullMethodName:      {Roles: readers},
+	pb.OperatorService_StateHash_FullMethodName:    {Roles: readers},
 	// The keyring fan-out: the JobMaster that serves it asks every member (GossipService).
 	pb.OperatorService_GossipKeyring_FullMethodName: {Roles: operator},
 

@@ -29,6 +29,7 @@ operator CLI (talks gRPC to any JobMaster: --addr or JMNODE_ADDR, default 127.0.
   raft peers | join | remove the Raft configuration
   raft transfer-leadership   hand leadership to another voter (--to ID)
   members                    the gossip pool
+  snapshot save FILE | inspect FILE   a consistent copy of the replicated state
   gossip keygen              a new gossip encryption key
   gossip keyring list | install | use | remove   rotate the gossip key on every member
   version                    print the version
@@ -73,6 +74,8 @@ func run(args []string) error {
 		return runMembers(rest)
 	case "gossip":
 		return runGossip(rest)
+	case "snapshot":
+		return runSnapshot(rest)
 	case "failpoints":
 		return runFailpoints(rest)
 	case "tls":

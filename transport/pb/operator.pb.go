@@ -401,6 +401,95 @@ func (x *RaftTransferLeadershipResponse) GetLeaderId() string {
 	return ""
 }
 
+type SnapshotSaveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotSaveRequest) Reset() {
+	*x = SnapshotSaveRequest{}
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotSaveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotSaveRequest) ProtoMessage() {}
+
+func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{8}
+}
+
+type SnapshotChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// The applied index the state is at (every chunk).
+	Index         uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 type SnapshotRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -409,7 +498,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +510,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +523,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{8}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{10}
 }
 
 type SnapshotResponse struct {
@@ -447,7 +536,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +548,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +561,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{9}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SnapshotResponse) GetId() string {
@@ -497,7 +586,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +598,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +611,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{10}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{12}
 }
 
 type Member struct {
@@ -540,7 +629,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +641,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +654,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{11}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Member) GetName() string {
@@ -612,7 +701,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +713,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +726,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -655,7 +744,7 @@ type StateHashRequest struct {
 
 func (x *StateHashRequest) Reset() {
 	*x = StateHashRequest{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +756,7 @@ func (x *StateHashRequest) String() string {
 func (*StateHashRequest) ProtoMessage() {}
 
 func (x *StateHashRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +769,7 @@ func (x *StateHashRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateHashRequest.ProtoReflect.Descriptor instead.
 func (*StateHashRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{13}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{15}
 }
 
 type StateHashResponse struct {
@@ -694,7 +783,7 @@ type StateHashResponse struct {
 
 func (x *StateHashResponse) Reset() {
 	*x = StateHashResponse{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +795,7 @@ func (x *StateHashResponse) String() string {
 func (*StateHashResponse) ProtoMessage() {}
 
 func (x *StateHashResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +808,7 @@ func (x *StateHashResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateHashResponse.ProtoReflect.Descriptor instead.
 func (*StateHashResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{14}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StateHashResponse) GetHash() string {
@@ -751,7 +840,7 @@ type NodeInfoRequest struct {
 
 func (x *NodeInfoRequest) Reset() {
 	*x = NodeInfoRequest{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +852,7 @@ func (x *NodeInfoRequest) String() string {
 func (*NodeInfoRequest) ProtoMessage() {}
 
 func (x *NodeInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +865,7 @@ func (x *NodeInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfoRequest.ProtoReflect.Descriptor instead.
 func (*NodeInfoRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{15}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{17}
 }
 
 type NodeInfoResponse struct {
@@ -794,7 +883,7 @@ type NodeInfoResponse struct {
 
 func (x *NodeInfoResponse) Reset() {
 	*x = NodeInfoResponse{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +895,7 @@ func (x *NodeInfoResponse) String() string {
 func (*NodeInfoResponse) ProtoMessage() {}
 
 func (x *NodeInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +908,7 @@ func (x *NodeInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfoResponse.ProtoReflect.Descriptor instead.
 func (*NodeInfoResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{16}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeInfoResponse) GetId() string {
@@ -887,7 +976,11 @@ const file_jmcluster_v1_operator_proto_rawDesc = "" +
 	"\x05to_id\x18\x01 \x01(\tR\x04toId\"V\n" +
 	"\x1eRaftTransferLeadershipResponse\x12\x17\n" +
 	"\afrom_id\x18\x01 \x01(\tR\x06fromId\x12\x1b\n" +
-	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"\x11\n" +
+	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"\x15\n" +
+	"\x13SnapshotSaveRequest\"9\n" +
+	"\rSnapshotChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\x11\n" +
 	"\x0fSnapshotRequest\"8\n" +
 	"\x10SnapshotResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
@@ -917,14 +1010,15 @@ const file_jmcluster_v1_operator_proto_rawDesc = "" +
 	"\thas_state\x18\x04 \x01(\bR\bhasState\x12\x1b\n" +
 	"\tleader_id\x18\x05 \x01(\tR\bleaderId\x12\x1d\n" +
 	"\n" +
-	"raft_state\x18\x06 \x01(\tR\traftState2\xf0\x05\n" +
+	"raft_state\x18\x06 \x01(\tR\traftState2\xc2\x06\n" +
 	"\x0fOperatorService\x12L\n" +
 	"\tRaftPeers\x12\x1e.jmcluster.v1.RaftPeersRequest\x1a\x1f.jmcluster.v1.RaftPeersResponse\x12I\n" +
 	"\bRaftJoin\x12\x1d.jmcluster.v1.RaftJoinRequest\x1a\x1e.jmcluster.v1.RaftJoinResponse\x12O\n" +
 	"\n" +
 	"RaftRemove\x12\x1f.jmcluster.v1.RaftRemoveRequest\x1a .jmcluster.v1.RaftRemoveResponse\x12s\n" +
 	"\x16RaftTransferLeadership\x12+.jmcluster.v1.RaftTransferLeadershipRequest\x1a,.jmcluster.v1.RaftTransferLeadershipResponse\x12I\n" +
-	"\bSnapshot\x12\x1d.jmcluster.v1.SnapshotRequest\x1a\x1e.jmcluster.v1.SnapshotResponse\x12F\n" +
+	"\bSnapshot\x12\x1d.jmcluster.v1.SnapshotRequest\x1a\x1e.jmcluster.v1.SnapshotResponse\x12P\n" +
+	"\fSnapshotSave\x12!.jmcluster.v1.SnapshotSaveRequest\x1a\x1b.jmcluster.v1.SnapshotChunk0\x01\x12F\n" +
 	"\aMembers\x12\x1c.jmcluster.v1.MembersRequest\x1a\x1d.jmcluster.v1.MembersResponse\x12L\n" +
 	"\tStateHash\x12\x1e.jmcluster.v1.StateHashRequest\x1a\x1f.jmcluster.v1.StateHashResponse\x12I\n" +
 	"\bNodeInfo\x12\x1d.jmcluster.v1.NodeInfoRequest\x1a\x1e.jmcluster.v1.NodeInfoResponse\x12R\n" +
@@ -942,7 +1036,7 @@ func file_jmcluster_v1_operator_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_operator_proto_rawDescData
 }
 
-var file_jmcluster_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_jmcluster_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_jmcluster_v1_operator_proto_goTypes = []any{
 	(*RaftPeersRequest)(nil),               // 0: jmcluster.v1.RaftPeersRequest
 	(*RaftPeersResponse)(nil),              // 1: jmcluster.v1.RaftPeersResponse
@@ -952,44 +1046,48 @@ var file_jmcluster_v1_operator_proto_goTypes = []any{
 	(*RaftRemoveResponse)(nil),             // 5: jmcluster.v1.RaftRemoveResponse
 	(*RaftTransferLeadershipRequest)(nil),  // 6: jmcluster.v1.RaftTransferLeadershipRequest
 	(*RaftTransferLeadershipResponse)(nil), // 7: jmcluster.v1.RaftTransferLeadershipResponse
-	(*SnapshotRequest)(nil),                // 8: jmcluster.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),               // 9: jmcluster.v1.SnapshotResponse
-	(*MembersRequest)(nil),                 // 10: jmcluster.v1.MembersRequest
-	(*Member)(nil),                         // 11: jmcluster.v1.Member
-	(*MembersResponse)(nil),                // 12: jmcluster.v1.MembersResponse
-	(*StateHashRequest)(nil),               // 13: jmcluster.v1.StateHashRequest
-	(*StateHashResponse)(nil),              // 14: jmcluster.v1.StateHashResponse
-	(*NodeInfoRequest)(nil),                // 15: jmcluster.v1.NodeInfoRequest
-	(*NodeInfoResponse)(nil),               // 16: jmcluster.v1.NodeInfoResponse
-	nil,                                    // 17: jmcluster.v1.Member.MetaEntry
-	(*RaftPeer)(nil),                       // 18: jmcluster.v1.RaftPeer
-	(*KeyringRequest)(nil),                 // 19: jmcluster.v1.KeyringRequest
-	(*GossipKeyringResponse)(nil),          // 20: jmcluster.v1.GossipKeyringResponse
+	(*SnapshotSaveRequest)(nil),            // 8: jmcluster.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),                  // 9: jmcluster.v1.SnapshotChunk
+	(*SnapshotRequest)(nil),                // 10: jmcluster.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),               // 11: jmcluster.v1.SnapshotResponse
+	(*MembersRequest)(nil),                 // 12: jmcluster.v1.MembersRequest
+	(*Member)(nil),                         // 13: jmcluster.v1.Member
+	(*MembersResponse)(nil),                // 14: jmcluster.v1.MembersResponse
+	(*StateHashRequest)(nil),               // 15: jmcluster.v1.StateHashRequest
+	(*StateHashResponse)(nil),              // 16: jmcluster.v1.StateHashResponse
+	(*NodeInfoRequest)(nil),                // 17: jmcluster.v1.NodeInfoRequest
+	(*NodeInfoResponse)(nil),               // 18: jmcluster.v1.NodeInfoResponse
+	nil,                                    // 19: jmcluster.v1.Member.MetaEntry
+	(*RaftPeer)(nil),                       // 20: jmcluster.v1.RaftPeer
+	(*KeyringRequest)(nil),                 // 21: jmcluster.v1.KeyringRequest
+	(*GossipKeyringResponse)(nil),          // 22: jmcluster.v1.GossipKeyringResponse
 }
 var file_jmcluster_v1_operator_proto_depIdxs = []int32{
-	18, // 0: jmcluster.v1.RaftPeersResponse.peers:type_name -> jmcluster.v1.RaftPeer
-	17, // 1: jmcluster.v1.Member.meta:type_name -> jmcluster.v1.Member.MetaEntry
-	11, // 2: jmcluster.v1.MembersResponse.members:type_name -> jmcluster.v1.Member
+	20, // 0: jmcluster.v1.RaftPeersResponse.peers:type_name -> jmcluster.v1.RaftPeer
+	19, // 1: jmcluster.v1.Member.meta:type_name -> jmcluster.v1.Member.MetaEntry
+	13, // 2: jmcluster.v1.MembersResponse.members:type_name -> jmcluster.v1.Member
 	0,  // 3: jmcluster.v1.OperatorService.RaftPeers:input_type -> jmcluster.v1.RaftPeersRequest
 	2,  // 4: jmcluster.v1.OperatorService.RaftJoin:input_type -> jmcluster.v1.RaftJoinRequest
 	4,  // 5: jmcluster.v1.OperatorService.RaftRemove:input_type -> jmcluster.v1.RaftRemoveRequest
 	6,  // 6: jmcluster.v1.OperatorService.RaftTransferLeadership:input_type -> jmcluster.v1.RaftTransferLeadershipRequest
-	8,  // 7: jmcluster.v1.OperatorService.Snapshot:input_type -> jmcluster.v1.SnapshotRequest
-	10, // 8: jmcluster.v1.OperatorService.Members:input_type -> jmcluster.v1.MembersRequest
-	13, // 9: jmcluster.v1.OperatorService.StateHash:input_type -> jmcluster.v1.StateHashRequest
-	15, // 10: jmcluster.v1.OperatorService.NodeInfo:input_type -> jmcluster.v1.NodeInfoRequest
-	19, // 11: jmcluster.v1.OperatorService.GossipKeyring:input_type -> jmcluster.v1.KeyringRequest
-	1,  // 12: jmcluster.v1.OperatorService.RaftPeers:output_type -> jmcluster.v1.RaftPeersResponse
-	3,  // 13: jmcluster.v1.OperatorService.RaftJoin:output_type -> jmcluster.v1.RaftJoinResponse
-	5,  // 14: jmcluster.v1.OperatorService.RaftRemove:output_type -> jmcluster.v1.RaftRemoveResponse
-	7,  // 15: jmcluster.v1.OperatorService.RaftTransferLeadership:output_type -> jmcluster.v1.RaftTransferLeadershipResponse
-	9,  // 16: jmcluster.v1.OperatorService.Snapshot:output_type -> jmcluster.v1.SnapshotResponse
-	12, // 17: jmcluster.v1.OperatorService.Members:output_type -> jmcluster.v1.MembersResponse
-	14, // 18: jmcluster.v1.OperatorService.StateHash:output_type -> jmcluster.v1.StateHashResponse
-	16, // 19: jmcluster.v1.OperatorService.NodeInfo:output_type -> jmcluster.v1.NodeInfoResponse
-	20, // 20: jmcluster.v1.OperatorService.GossipKeyring:output_type -> jmcluster.v1.GossipKeyringResponse
-	12, // [12:21] is the sub-list for method output_type
-	3,  // [3:12] is the sub-list for method input_type
+	10, // 7: jmcluster.v1.OperatorService.Snapshot:input_type -> jmcluster.v1.SnapshotRequest
+	8,  // 8: jmcluster.v1.OperatorService.SnapshotSave:input_type -> jmcluster.v1.SnapshotSaveRequest
+	12, // 9: jmcluster.v1.OperatorService.Members:input_type -> jmcluster.v1.MembersRequest
+	15, // 10: jmcluster.v1.OperatorService.StateHash:input_type -> jmcluster.v1.StateHashRequest
+	17, // 11: jmcluster.v1.OperatorService.NodeInfo:input_type -> jmcluster.v1.NodeInfoRequest
+	21, // 12: jmcluster.v1.OperatorService.GossipKeyring:input_type -> jmcluster.v1.KeyringRequest
+	1,  // 13: jmcluster.v1.OperatorService.RaftPeers:output_type -> jmcluster.v1.RaftPeersResponse
+	3,  // 14: jmcluster.v1.OperatorService.RaftJoin:output_type -> jmcluster.v1.RaftJoinResponse
+	5,  // 15: jmcluster.v1.OperatorService.RaftRemove:output_type -> jmcluster.v1.RaftRemoveResponse
+	7,  // 16: jmcluster.v1.OperatorService.RaftTransferLeadership:output_type -> jmcluster.v1.RaftTransferLeadershipResponse
+	11, // 17: jmcluster.v1.OperatorService.Snapshot:output_type -> jmcluster.v1.SnapshotResponse
+	9,  // 18: jmcluster.v1.OperatorService.SnapshotSave:output_type -> jmcluster.v1.SnapshotChunk
+	14, // 19: jmcluster.v1.OperatorService.Members:output_type -> jmcluster.v1.MembersResponse
+	16, // 20: jmcluster.v1.OperatorService.StateHash:output_type -> jmcluster.v1.StateHashResponse
+	18, // 21: jmcluster.v1.OperatorService.NodeInfo:output_type -> jmcluster.v1.NodeInfoResponse
+	22, // 22: jmcluster.v1.OperatorService.GossipKeyring:output_type -> jmcluster.v1.GossipKeyringResponse
+	13, // [13:23] is the sub-list for method output_type
+	3,  // [3:13] is the sub-list for method input_type
 	3,  // [3:3] is the sub-list for extension type_name
 	3,  // [3:3] is the sub-list for extension extendee
 	0,  // [0:3] is the sub-list for field type_name
@@ -1008,7 +1106,7 @@ func file_jmcluster_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_operator_proto_rawDesc), len(file_jmcluster_v1_operator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	OperatorService_RaftRemove_FullMethodName             = "/jmcluster.v1.OperatorService/RaftRemove"
 	OperatorService_RaftTransferLeadership_FullMethodName = "/jmcluster.v1.OperatorService/RaftTransferLeadership"
 	OperatorService_Snapshot_FullMethodName               = "/jmcluster.v1.OperatorService/Snapshot"
+	OperatorService_SnapshotSave_FullMethodName           = "/jmcluster.v1.OperatorService/SnapshotSave"
 	OperatorService_Members_FullMethodName                = "/jmcluster.v1.OperatorService/Members"
 	OperatorService_StateHash_FullMethodName              = "/jmcluster.v1.OperatorService/StateHash"
 	OperatorService_NodeInfo_FullMethodName               = "/jmcluster.v1.OperatorService/NodeInfo"
@@ -46,6 +47,10 @@ type OperatorServiceClient interface {
 	RaftTransferLeadership(ctx context.Context, in *RaftTransferLeadershipRequest, opts ...grpc.CallOption) (*RaftTransferLeadershipResponse, error)
 	// Takes a snapshot on the node that receives the call.
 	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (*SnapshotResponse, error)
+	// Streams a consistent copy of the replicated state from the established leader (after Raft
+	// confirms its leadership): a snapshot file (fsm.SnapshotFileMagic, the applied index, the
+	// FSM's snapshot stream), in chunks.
+	SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
 	Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error)
 	// Returns a hash of the node's FSM state and its applied index (used by tests and checkers).
 	StateHash(ctx context.Context, in *StateHashRequest, opts ...grpc.CallOption) (*StateHashResponse, error)
@@ -115,6 +120,25 @@ func (c *operatorServiceClient) Snapshot(ctx context.Context, in *SnapshotReques
 	return out, nil
 }
 
+func (c *operatorServiceClient) SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &OperatorService_ServiceDesc.Streams[0], OperatorService_SnapshotSave_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotSaveRequest, SnapshotChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OperatorService_SnapshotSaveClient = grpc.ServerStreamingClient[SnapshotChunk]
+
 func (c *operatorServiceClient) Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(MembersResponse)
@@ -169,6 +193,10 @@ type OperatorServiceServer interface {
 	RaftTransferLeadership(context.Context, *RaftTransferLeadershipRequest) (*RaftTransferLeadershipResponse, error)
 	// Takes a snapshot on the node that receives the call.
 	Snapshot(context.Context, *SnapshotRequest) (*SnapshotResponse, error)
+	// Streams a consistent copy of the replicated state from the established leader (after Raft
+	// confirms its leadership): a snapshot file (fsm.SnapshotFileMagic, the applied index, the
+	// FSM's snapshot stream), in chunks.
+	SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
 	Members(context.Context, *MembersRequest) (*MembersResponse, error)
 	// Returns a hash of the node's FSM state and its applied index (used by tests and checkers).
 	StateHash(context.Context, *StateHashRequest) (*StateHashResponse, error)
@@ -202,6 +230,9 @@ func (UnimplementedOperatorServiceServer) RaftTransferLeadership(context.Context
 }
 func (UnimplementedOperatorServiceServer) Snapshot(context.Context, *SnapshotRequest) (*SnapshotResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Snapshot not implemented")
+}
+func (UnimplementedOperatorServiceServer) SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
+	return status.Error(codes.Unimplemented, "method SnapshotSave not implemented")
 }
 func (UnimplementedOperatorServiceServer) Members(context.Context, *MembersRequest) (*MembersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Members not implemented")
@@ -326,6 +357,17 @@ func _OperatorService_Snapshot_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_SnapshotSave_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SnapshotSaveRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(OperatorServiceServer).SnapshotSave(m, &grpc.GenericServerStream[SnapshotSaveRequest, SnapshotChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OperatorService_SnapshotSaveServer = grpc.ServerStreamingServer[SnapshotChunk]
+
 func _OperatorService_Members_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(MembersRequest)
 	if err := dec(in); err != nil {
@@ -442,6 +484,12 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _OperatorService_GossipKeyring_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "SnapshotSave",
+			Handler:       _OperatorService_SnapshotSave_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "jmcluster/v1/operator.proto",
 }

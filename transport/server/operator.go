@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -73,6 +74,67 @@ func (s *OperatorService) RaftTransferLeadership(ctx context.Context, req *pb.Ra
 	}
 	return &pb.RaftTransferLeadershipResponse{FromId: s.d.Node.ID(), LeaderId: to}, nil
 }
+
+// snapshotChunk is the size of SnapshotSave's chunks: well under the message size limit.
+const snapshotChunk = 1 << 20
+
+// SnapshotSave streams a snapshot file of the replicated state, from the established leader
+// once Raft confirms it still leads (so the copy is not a deposed leader's).
+func (s *OperatorService) SnapshotSave(_ *pb.SnapshotSaveRequest, stream pb.OperatorService_SnapshotSaveServer) error {
+	ctx := stream.Context()
+	if err := s.d.Node.VerifyLeader(ctx); err != nil {
+		return err
+	}
+	snap, index, err := s.d.State.SnapshotAt()
+	if err != nil {
+		return err
+	}
+	defer snap.Release()
+	w := &chunkWriter{send: func(b []byte) error { return stream.Send(&pb.SnapshotChunk{Data: b, Index: index}) }}
+	if err := fsm.WriteSnapshotFileHeader(w, index); err != nil {
+		return err
+	}
+	if err := snap.Persist(w); err != nil {
+		return err
+	}
+	if err := w.flush(); err != nil {
+		return err
+	}
+	s.d.audit(ctx, "snapshot save", nil, "index", index, "bytes", w.total)
+	return nil
+}
+
+// chunkWriter is a raft.SnapshotSink that sends what is written in chunks of snapshotChunk.
+type chunkWriter struct {
+	send  func([]byte) error
+	buf   []byte
+	total int
+}
+
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	w.total += len(p)
+	w.buf = append(w.buf, p...)
+	for len(w.buf) >= snapshotChunk {
+		if err := w.send(w.buf[:snapshotChunk]); err != nil {
+			return 0, err
+		}
+		w.buf = append([]byte(nil), w.buf[snapshotChunk:]...)
+	}
+	return len(p), nil
+}
+
+func (w *chunkWriter) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	err := w.send(w.buf)
+	w.buf = nil
+	return err
+}
+
+func (w *chunkWriter) Close() error  { return nil }
+func (w *chunkWriter) Cancel() error { return nil }
+func (w *chunkWriter) ID() string    { return "snapshot-save" }
 
 // Snapshot takes a snapshot on this node.
 func (s *OperatorService) Snapshot(context.Context, *pb.SnapshotRequest) (*pb.SnapshotResponse, error) {

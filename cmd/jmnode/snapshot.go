@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/jmcluster/jmcluster/fsm"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+const snapshotUsage = `usage: jmnode snapshot <save FILE | inspect FILE> [flags]
+
+  jmnode snapshot save FILE      a consistent copy of the replicated state, from the leader
+  jmnode snapshot inspect FILE   what a snapshot file holds: index, epoch, jobs, records by type
+
+save asks any JobMaster (--addr) for the leader and streams the copy from it once Raft
+confirms its leadership; the file is written beside FILE and renamed over it when complete.
+inspect reads the file offline and restores it as a JobMaster would, so a file that does not
+restore is refused.
+`
+
+func runSnapshot(args []string) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Print(snapshotUsage)
+		if len(args) == 0 {
+			return errors.New("snapshot: say save or inspect")
+		}
+		return nil
+	}
+	switch args[0] {
+	case "save":
+		return runSnapshotSave(args[1:])
+	case "inspect":
+		return runSnapshotInspect(args[1:])
+	}
+	fmt.Fprint(os.Stderr, snapshotUsage)
+	return fmt.Errorf("snapshot: unknown command %q (save, inspect)", args[0])
+}
+
+func runSnapshotSave(args []string) error {
+	fs := flag.NewFlagSet("snapshot save", flag.ContinueOnError)
+	usageFor(fs, "jmnode snapshot save FILE", "Saves a consistent copy of the replicated state, streamed from the leader.")
+	cf := newCLIFlags(fs, false)
+	if err := parseFlags(fs, reorder(fs, args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return errors.New("snapshot save needs FILE")
+	}
+	path := fs.Arg(0)
+	st, err := ask(cf, func(ctx context.Context, c *conn) (*pb.ClusterStatusResponse, error) {
+		return c.client().ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+	})
+	if err != nil {
+		return err
+	}
+	if st.LeaderGrpcAddress == "" {
+		return errors.New("no leader: a snapshot is saved from the established leader")
+	}
+	leader := *cf.addr
+	*cf.addr = st.LeaderGrpcAddress
+	defer func() { *cf.addr = leader }()
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after the rename: no such file
+	var index uint64
+	var size int64
+	_, err = ask(cf, func(ctx context.Context, c *conn) (struct{}, error) {
+		if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+			return struct{}{}, err
+		}
+		if err := tmp.Truncate(0); err != nil {
+			return struct{}{}, err
+		}
+		size = 0
+		stream, err := c.operator().SnapshotSave(ctx, &pb.SnapshotSaveRequest{})
+		if err != nil {
+			return struct{}{}, err
+		}
+		for {
+			chunk, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return struct{}{}, nil
+			}
+			if err != nil {
+				return struct{}{}, err
+			}
+			index = chunk.Index
+			n, err := tmp.Write(chunk.Data)
+			size += int64(n)
+			if err != nil {
+				return struct{}{}, err
+			}
+		}
+	})
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	// Refuse to keep a file that would not restore.
+	f, err := os.Open(tmp.Name())
+	if err != nil {
+		return err
+	}
+	sum, err := fsm.InspectSnapshotFile(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("the snapshot received does not restore: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	fmt.Printf("saved the state at index %d from %s (%s): %d jobs, %d bytes, hash %s\n", index, st.LeaderId, st.LeaderGrpcAddress, len(sum.Jobs), size, sum.Hash)
+	return nil
+}
+
+func runSnapshotInspect(args []string) error {
+	fs := flag.NewFlagSet("snapshot inspect", flag.ContinueOnError)
+	usageFor(fs, "jmnode snapshot inspect FILE [--json]", "Shows what a snapshot file holds, restoring it offline as a JobMaster would.")
+	js := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, reorder(fs, args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return errors.New("snapshot inspect needs FILE")
+	}
+	f, err := os.Open(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	s, err := fsm.InspectSnapshotFile(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", fs.Arg(0), err)
+	}
+	if *js {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	fmt.Printf("index %d, epoch %d (leader %s), %d bytes, hash %s\n", s.Index, s.Epoch, orDash(s.Leader), s.Bytes, s.Hash)
+	fmt.Printf("%d jobs, %d reconciliation records, %d TaskManagers in the pool\n", len(s.Jobs), s.Reconciliations, s.PoolMembers)
+	kinds := make([]string, 0, len(s.Records))
+	for k := range s.Records {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	w := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(w, "RECORD\tCOUNT\tBYTES")
+	for _, k := range kinds {
+		fmt.Fprintf(w, "%s\t%d\t%d\n", k, s.Records[k], s.RecordBytes[k])
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "JOB ID\tNAME\tSTATUS\tEXECUTIONS\tRUNNING\tRESTARTS")
+	for _, j := range s.Jobs {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\n", j.ID, j.Name, j.Status, j.Executions, j.Running, j.Restarts)
+	}
+	return w.Flush()
+}
