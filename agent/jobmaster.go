@@ -231,7 +231,7 @@ func (a *JobMaster) Shutdown() error {
 			if to, err := a.Node.TransferLeadership(""); err != nil {
 				a.log.Warn("leadership transfer before shutdown failed; the others elect a leader after their timeout", "error", err)
 			} else {
-				a.log.Info("leadership handed over before shutdown", "to", to)
+				a.log.Info("leadership handed over before shutdown", "to", orUnknown(to))
 			}
 		}
 		if a.health != nil {
@@ -313,3 +313,11 @@ var errNoLeader = errors.New("no leader in gossip metadata")
 
 // TLS is the replica's mutual TLS (nil: plaintext).
 func (a *JobMaster) TLS() *security.TLS { return a.cfg.TLS }
+
+// orUnknown names a leader not heard of yet.
+func orUnknown(id string) string {
+	if id == "" {
+		return "(not known yet)"
+	}
+	return id
+}

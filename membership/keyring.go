@@ -145,10 +145,12 @@ func writeKeyringFile(path string, st KeyringState) error {
 		return fmt.Errorf("gossip keyring %s: %w", path, err)
 	}
 	defer os.Remove(tmp.Name()) // after the rename: no such file
-	if err := tmp.Chmod(KeyringFileMode); err == nil {
-		if _, err = tmp.Write(append(b, '\n')); err == nil {
-			err = tmp.Sync()
-		}
+	err = tmp.Chmod(KeyringFileMode)
+	if err == nil {
+		_, err = tmp.Write(append(b, '\n'))
+	}
+	if err == nil {
+		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
@@ -219,8 +221,15 @@ func (m *Membership) Keyring() (KeyringState, error) {
 	return m.keyringLocked(), nil
 }
 
+// keyringLocked copies memberlist's keyring: GetKeys returns its own slice, which RemoveKey
+// shifts in place.
 func (m *Membership) keyringLocked() KeyringState {
-	return KeyringState{Primary: m.keyring.GetPrimaryKey(), Keys: m.keyring.GetKeys()}
+	keys := m.keyring.GetKeys()
+	st := KeyringState{Primary: slices.Clone(m.keyring.GetPrimaryKey()), Keys: make([][]byte, len(keys))}
+	for i, k := range keys {
+		st.Keys[i] = slices.Clone(k)
+	}
+	return st
 }
 
 // InstallKey adds key to the keyring: this node decrypts gossip encrypted with it from now on.
@@ -283,7 +292,10 @@ func (m *Membership) changeKeyring(op string, key []byte, next func(KeyringState
 	}
 	if err := apply(key); err != nil {
 		if m.cfg.KeyringFile != "" {
-			_ = writeKeyringFile(m.cfg.KeyringFile, cur)
+			if rerr := writeKeyringFile(m.cfg.KeyringFile, cur); rerr != nil {
+				m.logger.Error("the keyring file holds a change that did not take effect, and putting the old keyring back failed: it takes effect at the next start unless the file is fixed",
+					"op", op, "key", KeyFingerprint(key), "file", m.cfg.KeyringFile, "error", rerr)
+			}
 		}
 		return fmt.Errorf("membership: %s gossip key: %w", op, err)
 	}

@@ -7,9 +7,11 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/taskmanager/operators"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -36,6 +38,9 @@ const (
 	// maxExchangeRecords bounds the records of one Exchange message (many channels' batches
 	// go out together when they are ready together), far below the message size limit.
 	maxExchangeRecords = 4096
+	// maxExchangeBytes bounds an Exchange message's batches in bytes too (and half the TM's
+	// message size limit, when that is smaller).
+	maxExchangeBytes = 1 << 20
 	// maxExchangeChannels bounds the channels open on one stream.
 	maxExchangeChannels = 1 << 20
 )
@@ -62,31 +67,51 @@ func (tm *TaskManager) openChannel(ctx context.Context, t *task, d *pb.InputChan
 	}
 	addr := d.GetProducerDataAddress()
 	if addr == tm.DataAddr() {
-		return tm.openLocal(ctx, req)
+		return asReader(tm.openLocal(ctx, req))
 	}
 	if tm.legacyPeer(addr) {
-		return tm.openLegacy(ctx, addr, req)
+		return asReader(tm.openLegacy(ctx, addr, req))
 	}
 	x, err := tm.exchange(addr)
 	if err != nil {
 		return nil, err
 	}
 	r, err := x.open(ctx, req)
+	if err == nil {
+		return r, nil
+	}
 	if status.Code(err) == codes.Unimplemented {
 		// A producer of an older build, without Exchange: a stream per channel, as it serves.
 		tm.log.Info("producer TaskManager has no Exchange stream (an older build): reading its channels one stream each", "addr", addr)
 		tm.exMu.Lock()
-		tm.legacy[addr] = true
+		tm.legacy[addr] = time.Now()
 		tm.exMu.Unlock()
-		return tm.openLegacy(ctx, addr, req)
+		return asReader(tm.openLegacy(ctx, addr, req))
 	}
-	return r, err
+	return nil, err
 }
+
+// asReader returns a nil channelReader, not a typed nil pointer, with an error.
+func asReader[R channelReader](r R, err error) (channelReader, error) {
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// legacyRecheck is how long a producer found without Exchange is read a stream per channel
+// before Exchange is tried again (it may have been upgraded).
+const legacyRecheck = time.Minute
 
 func (tm *TaskManager) legacyPeer(addr string) bool {
 	tm.exMu.Lock()
 	defer tm.exMu.Unlock()
-	return tm.legacy[addr]
+	at, ok := tm.legacy[addr]
+	if ok && time.Since(at) > legacyRecheck {
+		delete(tm.legacy, addr)
+		return false
+	}
+	return ok
 }
 
 // legacyChannel is a channel on a ReadPartition stream of its own: what a producer of an older
@@ -148,15 +173,36 @@ func (s *dataService) Exchange(stream pb.DataService_ExchangeServer) error {
 	writeErr := make(chan error, 1)
 	go func() { writeErr <- x.write(stream) }()
 	var err error
+	writerDone := false
 	select {
 	case err = <-recvErr:
 	case err = <-writeErr:
+		writerDone = true
 	case <-ctx.Done():
 	}
+	// Why it ends, before our own cancel hides it: the consumer went or the TM stops (nothing
+	// to say), or the stream failed (a protocol error, a failed send: returned to the consumer).
+	quiet := errors.Is(err, io.EOF) || stream.Context().Err() != nil || s.tm.ctx.Err() != nil
+	x.mu.Lock()
+	x.closed = true // no channel opens from here on: wg.Wait below has its final count
+	x.mu.Unlock()
 	cancel()
 	x.wg.Wait()
-	if errors.Is(err, io.EOF) || ctx.Err() != nil {
+	if !writerDone {
+		// The writer sees the cancel at once unless it is inside a Send the consumer's flow
+		// control holds: that one ends when the handler returns, so do not wait on it long.
+		t := time.NewTimer(time.Second)
+		select {
+		case <-writeErr:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	if quiet {
 		return nil
+	}
+	if err != nil {
+		s.tm.log.Warn("exchange stream from a consumer failed", "error", err)
 	}
 	return err
 }
@@ -166,9 +212,10 @@ type exchangeServer struct {
 	ctx context.Context
 	out chan *pb.ChannelBatch // to the writer
 
-	mu    sync.Mutex
-	chans map[uint64]*serverChannel
-	wg    sync.WaitGroup // the channels' goroutines
+	mu     sync.Mutex
+	chans  map[uint64]*serverChannel
+	closed bool           // the handler is ending: no more opens
+	wg     sync.WaitGroup // the channels' goroutines
 }
 
 // serverChannel is one channel being served: its goroutine takes a credit token per batch.
@@ -200,6 +247,9 @@ func (x *exchangeServer) control(c *pb.ChannelControl) error {
 	ch := x.chans[id]
 	switch {
 	case c.GetOpen() != nil:
+		if x.closed {
+			return nil
+		}
 		if ch != nil {
 			return status.Errorf(codes.InvalidArgument, "exchange: channel %d opened twice", id)
 		}
@@ -279,13 +329,14 @@ func (x *exchangeServer) write(stream pb.DataService_ExchangeServer) error {
 			return nil
 		}
 		msg := &pb.ExchangeResponse{Batches: []*pb.ChannelBatch{b}}
-		records := len(b.GetBatch().GetRecords())
+		records, size := len(b.GetBatch().GetRecords()), proto.Size(b)
+		limit := min(maxExchangeBytes, x.tm.cfg.MaxMessageSize/2)
 	more:
-		for records < maxExchangeRecords {
+		for records < maxExchangeRecords && size < limit {
 			select {
 			case b := <-x.out:
 				msg.Batches = append(msg.Batches, b)
-				records += len(b.GetBatch().GetRecords())
+				records, size = records+len(b.GetBatch().GetRecords()), size+proto.Size(b)
 			default:
 				break more
 			}
@@ -302,13 +353,17 @@ func (x *exchangeServer) write(stream pb.DataService_ExchangeServer) error {
 // broke.
 func (tm *TaskManager) exchange(addr string) (*exchangeClient, error) {
 	tm.exMu.Lock()
-	defer tm.exMu.Unlock()
-	if x := tm.exchanges[addr]; x != nil {
+	x := tm.exchanges[addr]
+	stopped := tm.ctx.Err() != nil
+	tm.exMu.Unlock()
+	switch {
+	case x != nil:
 		return x, nil
-	}
-	if tm.ctx.Err() != nil {
+	case stopped:
 		return nil, ErrStopped
 	}
+	// Opened without the lock: opening can wait for a connection that is still being made,
+	// and other producers' channels (and broken streams' cleanup) must not wait with it.
 	conn, err := tm.conns.peer(addr)
 	if err != nil {
 		return nil, err
@@ -319,7 +374,13 @@ func (tm *TaskManager) exchange(addr string) (*exchangeClient, error) {
 		cancel()
 		return nil, err
 	}
-	x := &exchangeClient{tm: tm, addr: addr, stream: stream, ctx: ctx, cancel: cancel,
+	tm.exMu.Lock()
+	defer tm.exMu.Unlock()
+	if other := tm.exchanges[addr]; other != nil { // another channel opened one meanwhile
+		cancel()
+		return other, nil
+	}
+	x = &exchangeClient{tm: tm, addr: addr, stream: stream, ctx: ctx, cancel: cancel,
 		out: make(chan *pb.ChannelControl, 1024), chans: map[uint64]*muxChannel{}}
 	tm.exchanges[addr] = x
 	tm.wg.Add(2)
@@ -517,6 +578,8 @@ func (c *muxChannel) next(ctx context.Context) ([]operators.Record, bool, error)
 	if eop {
 		c.ended = true
 		c.forget()
+	} else if len(b.GetBatch().GetRecords()) == 0 {
+		// An empty batch uses no credit.
 	} else if c.taken++; c.taken >= creditReturn {
 		_ = c.x.send(&pb.ChannelControl{Channel: c.id, Credit: int32(c.taken)})
 		c.taken = 0
@@ -531,9 +594,12 @@ func (c *muxChannel) close() {
 	}
 	c.ended = true
 	c.forget()
-	select {
-	case <-c.dead:
-	default:
+	// A channel failed by the producer breaking the protocol still holds a sender there: tell
+	// it to stop, unless the stream itself broke (then nothing is left to tell).
+	c.x.mu.Lock()
+	broken := c.x.err != nil
+	c.x.mu.Unlock()
+	if !broken {
 		_ = c.x.send(&pb.ChannelControl{Channel: c.id, Close: true})
 	}
 }

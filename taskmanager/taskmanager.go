@@ -31,7 +31,7 @@ type TaskManager struct {
 
 	exMu      sync.Mutex
 	exchanges map[string]*exchangeClient
-	legacy    map[string]bool // producers without Exchange (an older build), by data address
+	legacy    map[string]time.Time // producers without Exchange (an older build), by data address: when found
 
 	// fenceChecks counts the checks for a live leader made after FenceTimeout without contact.
 	fenceChecks atomic.Int64
@@ -135,7 +135,7 @@ func New(cfg Config) (*TaskManager, error) {
 		hbInterval:      cfg.HeartbeatInterval,
 		partitionExpiry: map[partitionKey]time.Time{},
 		exchanges:       map[string]*exchangeClient{},
-		legacy:          map[string]bool{},
+		legacy:          map[string]time.Time{},
 		ctx:             ctx,
 		cancel:          cancel,
 		kick:            make(chan struct{}, 1),

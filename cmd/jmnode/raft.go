@@ -94,7 +94,11 @@ func runRaft(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("leadership moved from %s to %s in %s\n", resp.FromId, orDash(resp.LeaderId), time.Since(start).Round(time.Millisecond))
+		to := resp.LeaderId
+		if to == "" {
+			to = "a voter not heard from yet (jmnode status names it)"
+		}
+		fmt.Printf("leadership moved from %s to %s in %s\n", resp.FromId, to, time.Since(start).Round(time.Millisecond))
 	}
 	return nil
 }
