@@ -40,20 +40,23 @@ func (s *dataService) ReadPartition(req *pb.ReadPartitionRequest, stream pb.Data
 type emitFunc func(records []operators.Record, eop bool) error
 
 // serveSubpartition subscribes to the subpartition req names and emits it until end of
-// partition, the consumer goes (ctx) or the partition is released. A refusal before anything
-// was emitted is a status error: NotFound while the partition is not (yet) here, which
-// consumers retry.
+// partition, the consumer goes (ctx) or the partition is released, waiting in the caller's
+// goroutine (ReadPartition's stream: one goroutine per channel, which the Exchange stream
+// does without). A refusal before anything was emitted is a status error: NotFound while the
+// partition is not (yet) here, which consumers retry.
 func (tm *TaskManager) serveSubpartition(ctx context.Context, req *pb.ReadPartitionRequest, emit emitFunc) error {
-	r, err := tm.subscribe(ctx, req)
+	w := &waitingReader{wake: make(chan struct{}, 1)}
+	r, err := tm.subscribe(ctx, req, w.signal)
 	if err != nil {
 		return err
 	}
+	w.r = r
 	defer r.close()
 	if err := emit(nil, false); err != nil {
 		return err
 	}
 	for {
-		rs, eop, err := r.next(ctx)
+		rs, eop, err := w.next(ctx)
 		if err != nil {
 			return err
 		}
@@ -66,11 +69,13 @@ func (tm *TaskManager) serveSubpartition(ctx context.Context, req *pb.ReadPartit
 	}
 }
 
-// subpartitionReader reads one subpartition for one consumer, in the consumer's goroutine (a
-// local channel) or in the goroutine that sends it (a remote one).
+// subpartitionReader reads one subpartition for one consumer without ever waiting: the
+// stream's writer polls it for a remote channel, the task's loop for a local one.
 type subpartitionReader interface {
-	// next returns the next batch, in a buffer reused by the next call; eop marks the last.
-	next(ctx context.Context) (records []operators.Record, eop bool, err error)
+	// poll appends up to max records to dst; eop marks the last. When it returns neither
+	// records nor the end, the reader is armed: its wake function is called once when there
+	// is something to take (records, the end, the partition's release).
+	poll(dst []operators.Record, max int) (records []operators.Record, eop bool, err error)
 	// close gives the subpartition up (a PIPELINED one may be read again by a new attempt).
 	close()
 }
@@ -79,9 +84,23 @@ type subpartitionReader interface {
 // producer to register it before it is refused NotFound (and the consumer retries).
 const partitionWait = 2 * time.Second
 
-// subscribe makes the reader of the subpartition req names, or says why there is none.
-func (tm *TaskManager) subscribe(ctx context.Context, req *pb.ReadPartitionRequest) (subpartitionReader, error) {
+// subscribe makes the reader of the subpartition req names, waiting up to partitionWait for
+// its producer to register it, or says why there is none. wake is the reader's wake function.
+func (tm *TaskManager) subscribe(ctx context.Context, req *pb.ReadPartitionRequest, wake func()) (subpartitionReader, error) {
 	p := tm.parts.await(ctx, req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), partitionWait)
+	return tm.readerOf(p, req, wake)
+}
+
+// subscribeAsync is subscribe without waiting in a goroutine: done gets the reader or the
+// refusal, at once or when the producer registers the partition (or partitionWait passed); it
+// must not block. stop ends the wait without done being called.
+func (tm *TaskManager) subscribeAsync(req *pb.ReadPartitionRequest, wake func(), done func(subpartitionReader, error)) (stop func()) {
+	return tm.parts.awaitFunc(req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), partitionWait,
+		func(p *resultPartition) { done(tm.readerOf(p, req, wake)) })
+}
+
+// readerOf makes the reader of one subpartition of p (nil: not found).
+func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest, wake func()) (subpartitionReader, error) {
 	if p == nil || p.isReleased() {
 		return nil, status.Errorf(codes.NotFound, "partition %s/%s/%d of producer %s not found on %s",
 			req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), tm.cfg.ID)
@@ -112,114 +131,114 @@ func (tm *TaskManager) subscribe(ctx context.Context, req *pb.ReadPartitionReque
 	case sp.drained:
 		return nil, status.Errorf(codes.FailedPrecondition, "subpartition of %s was fully consumed", p.key)
 	}
-	sp.reader = consumer
+	sp.reader, sp.wake, sp.armed = consumer, wake, false
 	return &pipelinedReader{tm: tm, p: p, sp: sp}, nil
 }
 
+// blockingReader reads a finished BLOCKING subpartition: always something to take.
 type blockingReader struct {
 	p    *resultPartition
 	data []operators.Record
 }
 
-func (r *blockingReader) next(context.Context) ([]operators.Record, bool, error) {
+func (r *blockingReader) poll(dst []operators.Record, max int) ([]operators.Record, bool, error) {
 	if r.p.isReleased() {
 		return nil, false, status.Errorf(codes.Aborted, "partition %s released", r.p.key)
 	}
-	n := min(len(r.data), batchRecords)
-	rs := r.data[:n]
+	n := min(len(r.data), max)
+	dst = append(dst, r.data[:n]...)
 	r.data = r.data[n:]
-	return rs, len(r.data) == 0, nil
+	return dst, len(r.data) == 0, nil
 }
 
 func (r *blockingReader) close() {}
 
 type pipelinedReader struct {
-	tm    *TaskManager
-	p     *resultPartition
-	sp    *subpartition
-	batch []operators.Record
-	timer *time.Timer // made when a batch first lingers
+	tm *TaskManager
+	p  *resultPartition
+	sp *subpartition
 }
 
-func (r *pipelinedReader) next(ctx context.Context) ([]operators.Record, bool, error) {
-	if r.batch == nil {
-		// A reader of a wide partition's small subpartition rarely fills a whole batch: start
-		// at the subpartition's capacity (append grows it), which keeps 87,000 idle readers of
-		// a 512-wide ALL_TO_ALL job on one TM from holding 8 KiB each.
-		r.batch = make([]operators.Record, 0, min(batchRecords, max(r.sp.capacity, 1)))
-	}
-	batch := r.batch[:0]
-	eop := false
-	select {
-	case rec, ok := <-r.sp.queue():
-		if !ok {
-			eop = true
-		} else {
-			batch = append(batch, rec)
-		}
-	case <-r.p.released:
+func (r *pipelinedReader) poll(dst []operators.Record, max int) ([]operators.Record, bool, error) {
+	if r.p.gone.Load() {
 		return nil, false, status.Errorf(codes.Aborted, "partition %s released by its producer", r.p.key)
-	case <-ctx.Done():
-		return nil, false, ctx.Err()
 	}
-	if !eop {
-		if r.timer == nil {
-			r.timer = time.NewTimer(time.Hour)
-			r.timer.Stop()
-		}
-		eop = fill(r.sp.queue(), &batch, r.timer)
-	}
-	r.batch = batch
+	r.sp.mu.Lock()
+	dst, eop := r.sp.take(dst, max)
 	if eop {
-		r.sp.mu.Lock()
 		r.sp.drained = true
-		r.sp.mu.Unlock()
-		if r.p.allDrained() {
-			r.tm.parts.remove(r.p.key)
-		}
 	}
-	return batch, eop, nil
+	r.sp.mu.Unlock()
+	if eop && r.p.allDrained() {
+		r.tm.parts.remove(r.p.key)
+	}
+	return dst, eop, nil
 }
 
 func (r *pipelinedReader) close() {
 	r.sp.mu.Lock()
-	r.sp.reader = ""
+	r.sp.reader, r.sp.wake, r.sp.armed = "", nil, false
 	r.sp.mu.Unlock()
 }
 
-// fill adds records to batch until it is full, the linger time passed, or the channel closed
-// (then it returns true).
-func fill(ch <-chan operators.Record, batch *[]operators.Record, timer *time.Timer) bool {
-	// Take what is already there without waiting.
-	for len(*batch) < batchRecords {
-		select {
-		case r, ok := <-ch:
-			if !ok {
-				return true
-			}
-			*batch = append(*batch, r)
-			continue
-		default:
+// waitingReader is a subpartitionReader read by one goroutine that waits for it: batches of
+// up to batchRecords, lingering up to batchLinger to fill one once it holds a record.
+type waitingReader struct {
+	r     subpartitionReader
+	wake  chan struct{} // capacity 1: signal is the reader's wake function
+	buf   []operators.Record
+	timer *time.Timer
+}
+
+func (w *waitingReader) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// next returns the next batch, in a buffer reused by the next call; eop marks the last.
+func (w *waitingReader) next(ctx context.Context) ([]operators.Record, bool, error) {
+	batch := w.buf[:0]
+	var linger <-chan time.Time
+	defer func() {
+		if linger != nil {
+			w.timer.Stop()
 		}
-		break
-	}
-	if len(*batch) >= batchRecords {
-		return false
-	}
-	timer.Reset(batchLinger)
-	defer timer.Stop()
-	for len(*batch) < batchRecords {
-		select {
-		case r, ok := <-ch:
-			if !ok {
-				return true
+	}()
+	for {
+		had := len(batch)
+		var (
+			eop bool
+			err error
+		)
+		batch, eop, err = w.r.poll(batch, batchRecords-len(batch))
+		if err != nil {
+			return nil, false, err
+		}
+		w.buf = batch
+		if eop || len(batch) >= batchRecords {
+			return batch, eop, nil
+		}
+		if len(batch) > had {
+			continue // it took some: there may be more (the reader is not armed)
+		}
+		if len(batch) > 0 && linger == nil {
+			if w.timer == nil {
+				w.timer = time.NewTimer(batchLinger)
+			} else {
+				w.timer.Reset(batchLinger)
 			}
-			*batch = append(*batch, r)
-		case <-timer.C:
-			return false
+			linger = w.timer.C
+		}
+		select {
+		case <-w.wake:
+		case <-linger:
+			return batch, false, nil
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
 		}
 	}
-	return false
 }
 
 // toPB converts records for the wire, with one allocation per batch.

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -45,60 +45,6 @@ const (
 	maxExchangeChannels = 1 << 20
 )
 
-// channelReader is one open input channel, remote (muxChannel) or local (localChannel).
-type channelReader interface {
-	// next returns the channel's next records; eop marks the last batch.
-	next(ctx context.Context) (records []operators.Record, eop bool, err error)
-	// close releases the channel (the producer stops sending and frees the subpartition).
-	close()
-}
-
-// openChannel opens the input channel d names for task t: on this TM directly, or on the
-// producer TM's Exchange stream. A refusal keeps its status code (NotFound and Unavailable are
-// retried by connect).
-func (tm *TaskManager) openChannel(ctx context.Context, t *task, d *pb.InputChannelDescriptor) (channelReader, error) {
-	req := &pb.ReadPartitionRequest{
-		JobId:             t.tdd.GetJobId(),
-		ResultId:          d.GetResultId(),
-		PartitionIndex:    d.GetPartitionIndex(),
-		SubpartitionIndex: d.GetSubpartitionIndex(),
-		ProducerAttemptId: d.GetProducerAttemptId(),
-		ConsumerAttemptId: t.attempt(),
-	}
-	addr := d.GetProducerDataAddress()
-	if addr == tm.DataAddr() {
-		return asReader(tm.openLocal(ctx, req))
-	}
-	if tm.legacyPeer(addr) {
-		return asReader(tm.openLegacy(ctx, addr, req))
-	}
-	x, err := tm.exchange(addr)
-	if err != nil {
-		return nil, err
-	}
-	r, err := x.open(ctx, req)
-	if err == nil {
-		return r, nil
-	}
-	if status.Code(err) == codes.Unimplemented {
-		// A producer of an older build, without Exchange: a stream per channel, as it serves.
-		tm.log.Info("producer TaskManager has no Exchange stream (an older build): reading its channels one stream each", "addr", addr)
-		tm.exMu.Lock()
-		tm.legacy[addr] = time.Now()
-		tm.exMu.Unlock()
-		return asReader(tm.openLegacy(ctx, addr, req))
-	}
-	return nil, err
-}
-
-// asReader returns a nil channelReader, not a typed nil pointer, with an error.
-func asReader[R channelReader](r R, err error) (channelReader, error) {
-	if err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-
 // legacyRecheck is how long a producer found without Exchange is read a stream per channel
 // before Exchange is tried again (it may have been upgraded).
 const legacyRecheck = time.Minute
@@ -114,60 +60,31 @@ func (tm *TaskManager) legacyPeer(addr string) bool {
 	return ok
 }
 
-// legacyChannel is a channel on a ReadPartition stream of its own: what a producer of an older
-// build serves. Its flow control is the stream's (HTTP/2 windows).
-type legacyChannel struct {
-	stream pb.DataService_ReadPartitionClient
-	cancel context.CancelFunc
-}
 
-func (tm *TaskManager) openLegacy(ctx context.Context, addr string, req *pb.ReadPartitionRequest) (*legacyChannel, error) {
-	conn, err := tm.conns.peer(addr)
-	if err != nil {
-		return nil, err
+// markLegacy remembers that the producer TM at addr answered Exchange UNIMPLEMENTED.
+func (tm *TaskManager) markLegacy(addr string) {
+	tm.exMu.Lock()
+	defer tm.exMu.Unlock()
+	if _, ok := tm.legacy[addr]; !ok {
+		tm.log.Info("producer TaskManager has no Exchange stream (an older build): reading its channels one stream each", "addr", addr)
+		tm.legacy[addr] = time.Now()
 	}
-	sctx, cancel := context.WithCancel(tm.ctx)
-	stop := context.AfterFunc(ctx, cancel) // until it is open, the caller's context bounds it
-	defer stop()
-	stream, err := pb.NewDataServiceClient(conn).ReadPartition(sctx, req)
-	if err == nil {
-		var first *pb.RecordBatch
-		if first, err = stream.Recv(); err == nil {
-			if len(first.GetRecords()) > 0 || first.GetEndOfPartition() {
-				err = status.Error(codes.Internal, "protocol error: first batch must be empty")
-			} else {
-				return &legacyChannel{stream: stream, cancel: cancel}, nil
-			}
-		}
-	}
-	cancel()
-	return nil, err
 }
-
-func (l *legacyChannel) next(ctx context.Context) ([]operators.Record, bool, error) {
-	stop := context.AfterFunc(ctx, l.cancel)
-	defer stop()
-	b, err := l.stream.Recv()
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			err = errors.New("stream ended without end_of_partition")
-		}
-		return nil, false, err
-	}
-	return fromPB(b.GetRecords()), b.GetEndOfPartition(), nil
-}
-
-func (l *legacyChannel) close() { l.cancel() }
 
 // ---- the producer side ----
 
-// Exchange serves every channel one consumer TM reads from this TM.
+// Exchange serves every channel one consumer TM reads from this TM. Two goroutines per
+// stream, whatever its channels: receive handles the consumer's controls, write sends. A
+// channel is served without a goroutine of its own: its subpartition wakes it when records
+// arrive (it joins the stream's ready list) and the writer takes from each ready channel that
+// has credit, the batches of all of them in one message.
 func (s *dataService) Exchange(stream pb.DataService_ExchangeServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	stop := context.AfterFunc(s.tm.ctx, cancel) // the TM stopping ends its streams
 	defer stop()
-	x := &exchangeServer{tm: s.tm, ctx: ctx, out: make(chan *pb.ChannelBatch, 1024), chans: map[uint64]*serverChannel{}}
+	x := &exchangeServer{tm: s.tm, ctx: ctx, signal: make(chan struct{}, 1), chans: map[uint64]*serverChannel{},
+		limit: min(maxExchangeBytes, s.tm.cfg.MaxMessageSize/2)}
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- x.receive(stream) }()
 	writeErr := make(chan error, 1)
@@ -183,11 +100,8 @@ func (s *dataService) Exchange(stream pb.DataService_ExchangeServer) error {
 	// Why it ends, before our own cancel hides it: the consumer went or the TM stops (nothing
 	// to say), or the stream failed (a protocol error, a failed send: returned to the consumer).
 	quiet := errors.Is(err, io.EOF) || stream.Context().Err() != nil || s.tm.ctx.Err() != nil
-	x.mu.Lock()
-	x.closed = true // no channel opens from here on: wg.Wait below has its final count
-	x.mu.Unlock()
 	cancel()
-	x.wg.Wait()
+	x.end()
 	if !writerDone {
 		// The writer sees the cancel at once unless it is inside a Send the consumer's flow
 		// control holds: that one ends when the handler returns, so do not wait on it long.
@@ -208,20 +122,27 @@ func (s *dataService) Exchange(stream pb.DataService_ExchangeServer) error {
 }
 
 type exchangeServer struct {
-	tm  *TaskManager
-	ctx context.Context
-	out chan *pb.ChannelBatch // to the writer
+	tm     *TaskManager
+	ctx    context.Context
+	signal chan struct{} // capacity 1: the ready list is not empty
+	limit  int           // bytes per message
 
 	mu     sync.Mutex
 	chans  map[uint64]*serverChannel
-	closed bool           // the handler is ending: no more opens
-	wg     sync.WaitGroup // the channels' goroutines
+	ready  []*serverChannel // channels with something to send, in the order they became ready
+	closed bool             // the handler is ending: no more opens
+	buf    []operators.Record
 }
 
-// serverChannel is one channel being served: its goroutine takes a credit token per batch.
+// serverChannel is one channel being served. Guarded by its exchangeServer's mu.
 type serverChannel struct {
-	cancel context.CancelFunc
-	credit chan struct{}
+	id     uint64
+	r      subpartitionReader // nil until subscribed
+	stop   func()             // ends the wait for the partition
+	credit int                // batches the consumer can take
+	answer *pb.ChannelBatch   // the open's answer, sent first: an empty batch or a refusal
+	queued bool               // in the ready list
+	done   bool
 }
 
 func (x *exchangeServer) receive(stream pb.DataService_ExchangeServer) error {
@@ -243,149 +164,219 @@ func (x *exchangeServer) receive(stream pb.DataService_ExchangeServer) error {
 func (x *exchangeServer) control(c *pb.ChannelControl) error {
 	id := c.GetChannel()
 	x.mu.Lock()
-	defer x.mu.Unlock()
 	ch := x.chans[id]
 	switch {
 	case c.GetOpen() != nil:
-		if x.closed {
+		switch {
+		case x.closed:
+			x.mu.Unlock()
 			return nil
-		}
-		if ch != nil {
+		case ch != nil:
+			x.mu.Unlock()
 			return status.Errorf(codes.InvalidArgument, "exchange: channel %d opened twice", id)
-		}
-		if len(x.chans) >= maxExchangeChannels {
+		case len(x.chans) >= maxExchangeChannels:
+			x.mu.Unlock()
 			return status.Errorf(codes.ResourceExhausted, "exchange: more than %d channels on one stream", maxExchangeChannels)
 		}
-		ctx, cancel := context.WithCancel(x.ctx)
-		ch = &serverChannel{cancel: cancel, credit: make(chan struct{}, 2*channelCredit)}
-		x.chans[id] = ch
+		ch = &serverChannel{id: id}
 		ch.grant(c.GetCredit())
-		x.wg.Add(1)
-		go x.serve(ctx, id, ch, c.GetOpen())
+		x.chans[id] = ch
+		x.mu.Unlock()
+		// Outside the lock: done may run at once, and takes it.
+		stop := x.tm.subscribeAsync(c.GetOpen(), func() { x.wake(ch) }, func(r subpartitionReader, err error) { x.subscribed(ch, r, err) })
+		x.mu.Lock()
+		if ch.r == nil && ch.answer == nil && !ch.done {
+			ch.stop = stop
+		}
+		x.mu.Unlock()
+		return nil
 	case ch == nil:
 		// Credit or close for a channel that ended meanwhile: nothing to do.
 	case c.GetClose():
-		ch.cancel()
+		x.finishLocked(ch)
 	default:
 		ch.grant(c.GetCredit())
+		x.readyLocked(ch)
 	}
+	x.mu.Unlock()
 	return nil
 }
 
-// grant adds n credit tokens; credit beyond what the window can hold is a consumer's mistake
-// and is dropped (the channel then just runs with its window).
+// grant adds n batches of credit; credit beyond twice the window is a consumer's mistake and
+// is dropped (the channel then just runs with its window).
 func (ch *serverChannel) grant(n int32) {
-	for range max(n, 0) {
-		select {
-		case ch.credit <- struct{}{}:
-		default:
-			return
-		}
-	}
+	ch.credit = min(ch.credit+int(max(n, 0)), 2*channelCredit)
 }
 
-// serve emits one channel's subpartition against its credit, then says why it ended if the
-// consumer did not ask for the end.
-func (x *exchangeServer) serve(ctx context.Context, id uint64, ch *serverChannel, req *pb.ReadPartitionRequest) {
-	defer x.wg.Done()
-	defer func() {
-		x.mu.Lock()
-		delete(x.chans, id)
-		x.mu.Unlock()
-		ch.cancel()
-	}()
-	err := x.tm.serveSubpartition(ctx, req, func(rs []operators.Record, eop bool) error {
-		if len(rs) > 0 || eop {
-			select {
-			case <-ch.credit:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+// subscribed is the answer to a channel's open: the reader of its subpartition, or a refusal.
+func (x *exchangeServer) subscribed(ch *serverChannel, r subpartitionReader, err error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if ch.done || x.closed {
+		if r != nil {
+			r.close()
 		}
-		return x.send(&pb.ChannelBatch{Channel: id, Batch: &pb.RecordBatch{Records: toPB(rs), EndOfPartition: eop}})
-	})
-	if err != nil && ctx.Err() == nil {
+		return
+	}
+	ch.stop = nil
+	if err != nil {
 		st := status.Convert(err)
-		_ = x.send(&pb.ChannelBatch{Channel: id, Code: int32(st.Code()), Error: st.Message()})
+		ch.answer = &pb.ChannelBatch{Channel: ch.id, Code: int32(st.Code()), Error: st.Message()}
+	} else {
+		ch.r = r
+		ch.answer = &pb.ChannelBatch{Channel: ch.id, Batch: &pb.RecordBatch{}}
 	}
+	x.readyLocked(ch)
 }
 
-func (x *exchangeServer) send(b *pb.ChannelBatch) error {
+// wake is a channel's subpartition saying it has something to take.
+func (x *exchangeServer) wake(ch *serverChannel) {
+	x.mu.Lock()
+	x.readyLocked(ch)
+	x.mu.Unlock()
+}
+
+func (x *exchangeServer) readyLocked(ch *serverChannel) {
+	if ch.queued || ch.done {
+		return
+	}
+	ch.queued = true
+	x.ready = append(x.ready, ch)
 	select {
-	case x.out <- b:
-		return nil
-	case <-x.ctx.Done():
-		return x.ctx.Err()
+	case x.signal <- struct{}{}:
+	default:
 	}
 }
 
-// write sends the channels' batches, those ready together in one message.
+// finishLocked ends a channel: no more sends, its subpartition given up.
+func (x *exchangeServer) finishLocked(ch *serverChannel) {
+	if ch.done {
+		return
+	}
+	ch.done = true
+	delete(x.chans, ch.id)
+	if ch.stop != nil {
+		ch.stop()
+	}
+	if ch.r != nil {
+		ch.r.close()
+	}
+}
+
+// end finishes every channel: the handler returns.
+func (x *exchangeServer) end() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.closed = true
+	for _, ch := range x.chans {
+		x.finishLocked(ch)
+	}
+	x.ready = nil
+}
+
+// write sends what the ready channels have, those ready together in one message.
 func (x *exchangeServer) write(stream pb.DataService_ExchangeServer) error {
 	for {
-		var b *pb.ChannelBatch
 		select {
-		case b = <-x.out:
+		case <-x.signal:
 		case <-x.ctx.Done():
 			return nil
 		}
-		msg := &pb.ExchangeResponse{Batches: []*pb.ChannelBatch{b}}
-		records, size := len(b.GetBatch().GetRecords()), proto.Size(b)
-		limit := min(maxExchangeBytes, x.tm.cfg.MaxMessageSize/2)
-	more:
-		for records < maxExchangeRecords && size < limit {
-			select {
-			case b := <-x.out:
-				msg.Batches = append(msg.Batches, b)
-				records, size = records+len(b.GetBatch().GetRecords()), size+proto.Size(b)
-			default:
-				break more
+		for {
+			msg := x.collect()
+			if msg == nil {
+				break
+			}
+			if err := stream.Send(msg); err != nil {
+				return err
 			}
 		}
-		if err := stream.Send(msg); err != nil {
-			return err
+	}
+}
+
+// recordWireMax bounds one record's encoded size (four varint fields with their tags and the
+// length prefix), so that a message's size is known without encoding it twice.
+const recordWireMax = 48
+
+// collect takes one batch from each ready channel with credit, in turn, until the message is
+// full; a channel that gave records goes to the back of the list (it may have more). A channel
+// that had nothing is armed by its poll and not listed again until its subpartition wakes it;
+// one without credit waits for the consumer's next credit. nil: nothing to send.
+func (x *exchangeServer) collect() *pb.ExchangeResponse {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var msg *pb.ExchangeResponse
+	records, size := 0, 0
+	add := func(b *pb.ChannelBatch, n, bytes int) {
+		if msg == nil {
+			msg = &pb.ExchangeResponse{}
+		}
+		msg.Batches = append(msg.Batches, b)
+		records, size = records+n, size+bytes
+	}
+	for len(x.ready) > 0 && records < maxExchangeRecords && size < x.limit {
+		ch := x.ready[0]
+		x.ready[0] = nil
+		x.ready = x.ready[1:]
+		ch.queued = false
+		if ch.done {
+			continue
+		}
+		if a := ch.answer; a != nil {
+			ch.answer = nil
+			add(a, 0, 16+len(a.GetError()))
+			if ch.r == nil { // a refusal
+				x.finishLocked(ch)
+				continue
+			}
+		}
+		if ch.r == nil || ch.credit <= 0 {
+			continue
+		}
+		rs, eop, err := ch.r.poll(x.buf[:0], batchRecords)
+		x.buf = rs[:0]
+		if err != nil {
+			st := status.Convert(err)
+			add(&pb.ChannelBatch{Channel: ch.id, Code: int32(st.Code()), Error: st.Message()}, 0, 16+len(st.Message()))
+			x.finishLocked(ch)
+			continue
+		}
+		if len(rs) == 0 && !eop {
+			continue // armed: its subpartition wakes it
+		}
+		ch.credit--
+		add(&pb.ChannelBatch{Channel: ch.id, Batch: &pb.RecordBatch{Records: toPB(rs), EndOfPartition: eop}}, len(rs), 16+len(rs)*recordWireMax)
+		if eop {
+			x.finishLocked(ch)
+		} else {
+			x.readyLocked(ch)
 		}
 	}
+	if len(x.ready) == 0 {
+		x.ready = nil // let the backing array go
+	}
+	return msg
 }
 
 // ---- the consumer side ----
 
-// exchange is the Exchange stream to the TM at addr, opened when there is none or the last one
-// broke.
+// exchange is the Exchange stream to the TM at addr, made when there is none or the last one
+// broke. It never waits: the stream is opened by its own goroutine, and controls sent before
+// it is open go out once it is (or their channels fail with the reason it could not open).
 func (tm *TaskManager) exchange(addr string) (*exchangeClient, error) {
 	tm.exMu.Lock()
-	x := tm.exchanges[addr]
-	stopped := tm.ctx.Err() != nil
-	tm.exMu.Unlock()
-	switch {
-	case x != nil:
+	defer tm.exMu.Unlock()
+	if x := tm.exchanges[addr]; x != nil {
 		return x, nil
-	case stopped:
+	}
+	if tm.ctx.Err() != nil {
 		return nil, ErrStopped
 	}
-	// Opened without the lock: opening can wait for a connection that is still being made,
-	// and other producers' channels (and broken streams' cleanup) must not wait with it.
-	conn, err := tm.conns.peer(addr)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(tm.ctx)
-	stream, err := pb.NewDataServiceClient(conn).Exchange(ctx)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	tm.exMu.Lock()
-	defer tm.exMu.Unlock()
-	if other := tm.exchanges[addr]; other != nil { // another channel opened one meanwhile
-		cancel()
-		return other, nil
-	}
-	x = &exchangeClient{tm: tm, addr: addr, stream: stream, ctx: ctx, cancel: cancel,
-		out: make(chan *pb.ChannelControl, 1024), chans: map[uint64]*muxChannel{}}
+	x := &exchangeClient{tm: tm, addr: addr, ctx: ctx, cancel: cancel, signal: make(chan struct{}, 1), chans: map[uint64]*muxChannel{}}
 	tm.exchanges[addr] = x
-	tm.wg.Add(2)
-	go func() { defer tm.wg.Done(); x.read() }()
-	go func() { defer tm.wg.Done(); x.write() }()
+	tm.wg.Add(1)
+	go func() { defer tm.wg.Done(); x.run() }()
 	return x, nil
 }
 
@@ -393,85 +384,119 @@ func (tm *TaskManager) exchange(addr string) (*exchangeClient, error) {
 type exchangeClient struct {
 	tm     *TaskManager
 	addr   string
-	stream pb.DataService_ExchangeClient
 	ctx    context.Context
 	cancel context.CancelFunc
-	out    chan *pb.ChannelControl // to the writer
+	signal chan struct{} // capacity 1: controls are pending
 
-	mu     sync.Mutex
-	chans  map[uint64]*muxChannel
-	nextID uint64
-	err    error // why the stream ended; set once
+	mu       sync.Mutex
+	controls []*pb.ChannelControl // to the writer
+	chans    map[uint64]*muxChannel
+	nextID   uint64
+	err      error // why the stream ended; set once
 }
 
-// muxChannel is one input channel on an Exchange stream.
+// muxChannel is one input channel on an Exchange stream. What the producer sends for it goes
+// straight into its task's inbox (as many batches as its credit, so the stream's reader never
+// waits for a task); the task returns the credit as it takes them.
 type muxChannel struct {
-	id uint64
-	x  *exchangeClient
-	// in holds what the producer sent and the task has not taken: at most channelCredit
-	// batches, the open's answer and a refusal.
-	in       chan *pb.ChannelBatch
-	dead     chan struct{} // closed when the stream broke or the producer broke the protocol
-	err      error         // why, set before dead closes
-	deadOnce sync.Once
-	taken    int // batches taken since credit was last returned (the task's goroutine only)
-	ended    bool
+	id  uint64
+	x   *exchangeClient
+	in  *inbox
+	idx int    // the channel's index in its channelSet
+	gen uint32 // the channel's open, in its channelSet
+
+	opened   bool         // the producer answered the open (the stream's reader only)
+	inFlight atomic.Int32 // batches in the inbox the task has not taken
+	taken    int          // batches taken since credit was last returned (the task only)
 }
 
-// open opens a channel on the stream and waits for the producer's answer.
-func (x *exchangeClient) open(ctx context.Context, req *pb.ReadPartitionRequest) (*muxChannel, error) {
+// open asks the producer for the channel req names; what it answers arrives in in.
+func (x *exchangeClient) open(req *pb.ReadPartitionRequest, in *inbox, idx int, gen uint32) (*muxChannel, error) {
 	x.mu.Lock()
+	defer x.mu.Unlock()
 	if x.err != nil {
-		err := x.err
-		x.mu.Unlock()
-		return nil, err
+		return nil, x.err
 	}
 	x.nextID++
-	c := &muxChannel{id: x.nextID, x: x, in: make(chan *pb.ChannelBatch, channelCredit+2), dead: make(chan struct{})}
+	c := &muxChannel{id: x.nextID, x: x, in: in, idx: idx, gen: gen}
 	x.chans[c.id] = c
+	x.sendLocked(&pb.ChannelControl{Channel: c.id, Open: req, Credit: channelCredit})
+	return c, nil
+}
+
+func (x *exchangeClient) sendLocked(c *pb.ChannelControl) {
+	if x.err != nil {
+		return
+	}
+	x.controls = append(x.controls, c)
+	select {
+	case x.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (x *exchangeClient) send(c *pb.ChannelControl) {
+	x.mu.Lock()
+	x.sendLocked(c)
 	x.mu.Unlock()
-	if err := x.send(&pb.ChannelControl{Channel: c.id, Open: req, Credit: channelCredit}); err != nil {
-		c.forget()
-		return nil, err
-	}
-	select {
-	case b := <-c.in:
-		if b.GetCode() != 0 {
-			c.forget()
-			return nil, status.Error(codes.Code(b.GetCode()), b.GetError())
-		}
-		if len(b.GetBatch().GetRecords()) > 0 || b.GetBatch().GetEndOfPartition() {
-			c.close()
-			return nil, status.Error(codes.Internal, "protocol error: the first batch of a channel must be empty")
-		}
-		return c, nil
-	case <-c.dead:
-		c.forget()
-		return nil, c.err
-	case <-ctx.Done():
-		c.close()
-		return nil, ctx.Err()
-	}
 }
 
-func (x *exchangeClient) send(c *pb.ChannelControl) error {
-	select {
-	case x.out <- c:
-		return nil
-	case <-x.ctx.Done():
-		x.mu.Lock()
-		defer x.mu.Unlock()
-		if x.err != nil {
-			return x.err
-		}
-		return status.Error(codes.Unavailable, "exchange stream closed")
+// run opens the stream, then reads it (in a goroutine of its own) and writes the controls
+// until it ends.
+func (x *exchangeClient) run() {
+	conn, err := x.tm.conns.peer(x.addr)
+	if err != nil {
+		x.broken(fmt.Errorf("exchange stream to %s: %w", x.addr, err))
+		return
 	}
+	stream, err := pb.NewDataServiceClient(conn).Exchange(x.ctx)
+	if err != nil {
+		x.broken(fmt.Errorf("exchange stream to %s could not open: %w", x.addr, err))
+		return
+	}
+	x.tm.wg.Add(1)
+	go func() { defer x.tm.wg.Done(); x.read(stream) }()
+	x.write(stream)
 }
 
-// read hands each batch to its channel until the stream ends, then fails every channel left.
-func (x *exchangeClient) read() {
+// maxControlBytes bounds one ExchangeRequest's controls (opens carry ids).
+const maxControlBytes = 512 << 10
+
+// write sends the pending controls, those pending together in one message.
+func (x *exchangeClient) write(stream pb.DataService_ExchangeClient) {
+	var pending []*pb.ChannelControl
 	for {
-		msg, err := x.stream.Recv()
+		select {
+		case <-x.signal:
+		case <-x.ctx.Done():
+			return
+		}
+		x.mu.Lock()
+		pending, x.controls = x.controls, pending[:0]
+		x.mu.Unlock()
+		for len(pending) > 0 {
+			msg := &pb.ExchangeRequest{}
+			size := 0
+			for len(pending) > 0 && size < maxControlBytes {
+				size += proto.Size(pending[0]) + 4
+				msg.Controls = append(msg.Controls, pending[0])
+				pending[0] = nil
+				pending = pending[1:]
+			}
+			if err := stream.Send(msg); err != nil {
+				// read sees the stream's end and fails the channels.
+				x.cancel()
+				return
+			}
+		}
+	}
+}
+
+// read hands each batch to its channel's inbox until the stream ends, then fails every
+// channel left.
+func (x *exchangeClient) read(stream pb.DataService_ExchangeClient) {
+	for {
+		msg, err := stream.Recv()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = status.Error(codes.Unavailable, "the producer ended the stream")
@@ -486,13 +511,37 @@ func (x *exchangeClient) read() {
 			if c == nil {
 				continue // closed by the consumer meanwhile
 			}
-			select {
-			case c.in <- b:
-			default:
-				c.fail(status.Errorf(codes.Internal, "protocol error: producer %s sent channel %d more than its credit", x.addr, c.id))
-			}
+			x.deliver(c, b)
 		}
 	}
+}
+
+// deliver puts one batch of c into its task's inbox: the open's answer, records, the end, a
+// refusal. A producer breaking the protocol (records before the answer, more than the credit)
+// fails the channel and is told to stop it.
+func (x *exchangeClient) deliver(c *muxChannel, b *pb.ChannelBatch) {
+	ev := inputEvent{ch: c.idx, gen: c.gen}
+	switch {
+	case b.GetCode() != 0:
+		c.forget()
+		ev.kind, ev.err = evRefused, status.Error(codes.Code(b.GetCode()), b.GetError())
+	case !c.opened:
+		c.opened = true
+		ev.kind = evOpened
+		if len(b.GetBatch().GetRecords()) > 0 || b.GetBatch().GetEndOfPartition() {
+			c.abort()
+			ev.kind, ev.err = evRefused, status.Error(codes.Internal, "protocol error: the first batch of a channel must be empty")
+		}
+	case c.inFlight.Add(1) > channelCredit:
+		c.abort()
+		ev.kind, ev.err = evBroken, status.Errorf(codes.Internal, "protocol error: producer %s sent channel %d more than its credit", x.addr, c.id)
+	default:
+		ev.kind, ev.batch = evBatch, b.GetBatch()
+		if b.GetBatch().GetEndOfPartition() {
+			c.forget()
+		}
+	}
+	c.in.push(ev)
 }
 
 // broken ends the stream: every channel on it fails with err, and the next open makes a new one.
@@ -503,6 +552,7 @@ func (x *exchangeClient) broken(err error) {
 	}
 	chans := x.chans
 	x.chans = map[uint64]*muxChannel{}
+	x.controls = nil
 	x.mu.Unlock()
 	x.cancel()
 	x.tm.exMu.Lock()
@@ -511,42 +561,8 @@ func (x *exchangeClient) broken(err error) {
 	}
 	x.tm.exMu.Unlock()
 	for _, c := range chans {
-		c.fail(err)
+		c.in.push(inputEvent{kind: evBroken, ch: c.idx, gen: c.gen, err: err})
 	}
-}
-
-// write sends the channels' controls, those pending together in one message.
-func (x *exchangeClient) write() {
-	for {
-		var c *pb.ChannelControl
-		select {
-		case c = <-x.out:
-		case <-x.ctx.Done():
-			return
-		}
-		msg := &pb.ExchangeRequest{Controls: []*pb.ChannelControl{c}}
-	more:
-		for len(msg.Controls) < 1024 {
-			select {
-			case c := <-x.out:
-				msg.Controls = append(msg.Controls, c)
-			default:
-				break more
-			}
-		}
-		if err := x.stream.Send(msg); err != nil {
-			// read sees the stream's end and fails the channels.
-			x.cancel()
-			return
-		}
-	}
-}
-
-func (c *muxChannel) fail(err error) {
-	c.deadOnce.Do(func() {
-		c.err = err
-		close(c.dead)
-	})
 }
 
 // forget drops the channel from the stream without telling the producer (it ended there).
@@ -556,75 +572,103 @@ func (c *muxChannel) forget() {
 	c.x.mu.Unlock()
 }
 
-func (c *muxChannel) next(ctx context.Context) ([]operators.Record, bool, error) {
-	var b *pb.ChannelBatch
-	select {
-	case b = <-c.in:
-	default:
-		select {
-		case b = <-c.in:
-		case <-c.dead:
-			return nil, false, c.err
-		case <-ctx.Done():
-			return nil, false, ctx.Err()
-		}
-	}
-	if b.GetCode() != 0 {
-		c.ended = true
-		c.forget()
-		return nil, false, status.Error(codes.Code(b.GetCode()), b.GetError())
-	}
-	eop := b.GetBatch().GetEndOfPartition()
-	if eop {
-		c.ended = true
-		c.forget()
-	} else if len(b.GetBatch().GetRecords()) == 0 {
-		// An empty batch uses no credit.
-	} else if c.taken++; c.taken >= creditReturn {
-		_ = c.x.send(&pb.ChannelControl{Channel: c.id, Credit: int32(c.taken)})
+// abort drops the channel and tells the producer to stop it.
+func (c *muxChannel) abort() {
+	c.x.mu.Lock()
+	delete(c.x.chans, c.id)
+	c.x.sendLocked(&pb.ChannelControl{Channel: c.id, Close: true})
+	c.x.mu.Unlock()
+}
+
+// took is the task taking one of the channel's batches: credit goes back every creditReturn.
+func (c *muxChannel) took() {
+	c.inFlight.Add(-1)
+	if c.taken++; c.taken >= creditReturn {
+		c.x.send(&pb.ChannelControl{Channel: c.id, Credit: int32(c.taken)})
 		c.taken = 0
 	}
-	return fromPB(b.GetBatch().GetRecords()), eop, nil
 }
 
-// close tells the producer to stop, unless the channel ended.
-func (c *muxChannel) close() {
-	if c.ended {
-		return
+// ---- a channel of an older producer ----
+
+// legacyChannel is a channel on a ReadPartition stream of its own: what a producer of an older
+// build serves. A goroutine reads it into the task's inbox, at most channelCredit batches ahead
+// of the task.
+type legacyChannel struct {
+	cancel context.CancelFunc
+	credit chan struct{} // a token per batch in the inbox
+}
+
+// openLegacy starts reading the channel req names from addr on a stream of its own.
+func (tm *TaskManager) openLegacy(ctx context.Context, addr string, req *pb.ReadPartitionRequest, in *inbox, idx int, gen uint32) *legacyChannel {
+	sctx, cancel := context.WithCancel(ctx)
+	l := &legacyChannel{cancel: cancel, credit: make(chan struct{}, channelCredit)}
+	push := func(ev inputEvent) bool {
+		ev.ch, ev.gen = idx, gen
+		if ev.kind == evBatch {
+			select {
+			case l.credit <- struct{}{}:
+			case <-sctx.Done():
+				return false
+			}
+		}
+		in.push(ev)
+		return true
 	}
-	c.ended = true
-	c.forget()
-	// A channel failed by the producer breaking the protocol still holds a sender there: tell
-	// it to stop, unless the stream itself broke (then nothing is left to tell).
-	c.x.mu.Lock()
-	broken := c.x.err != nil
-	c.x.mu.Unlock()
-	if !broken {
-		_ = c.x.send(&pb.ChannelControl{Channel: c.id, Close: true})
-	}
+	tm.wg.Add(1)
+	go func() {
+		defer tm.wg.Done()
+		defer cancel()
+		stream, err := tm.legacyStream(sctx, addr, req)
+		if err != nil {
+			push(inputEvent{kind: evRefused, err: err})
+			return
+		}
+		push(inputEvent{kind: evOpened})
+		for {
+			b, err := stream.Recv()
+			if err != nil {
+				if sctx.Err() != nil {
+					return
+				}
+				if errors.Is(err, io.EOF) {
+					err = errors.New("stream ended without end_of_partition")
+				}
+				push(inputEvent{kind: evBroken, err: err})
+				return
+			}
+			if len(b.GetRecords()) == 0 && !b.GetEndOfPartition() {
+				continue
+			}
+			if !push(inputEvent{kind: evBatch, batch: b}) || b.GetEndOfPartition() {
+				return
+			}
+		}
+	}()
+	return l
 }
 
-// ---- a channel inside this TM ----
-
-// localChannel reads a subpartition of this TM without the network: the consumer's goroutine
-// reads the subpartition itself (the reader a remote channel's sender uses), so the
-// subpartition's buffer is its only flow control.
-type localChannel struct {
-	r subpartitionReader
-}
-
-func (tm *TaskManager) openLocal(ctx context.Context, req *pb.ReadPartitionRequest) (*localChannel, error) {
-	r, err := tm.subscribe(ctx, req)
+// legacyStream opens a ReadPartition stream and reads its confirmation.
+func (tm *TaskManager) legacyStream(ctx context.Context, addr string, req *pb.ReadPartitionRequest) (pb.DataService_ReadPartitionClient, error) {
+	conn, err := tm.conns.peer(addr)
 	if err != nil {
 		return nil, err
 	}
-	return &localChannel{r: r}, nil
+	stream, err := pb.NewDataServiceClient(conn).ReadPartition(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	if len(first.GetRecords()) > 0 || first.GetEndOfPartition() {
+		return nil, status.Error(codes.Internal, "protocol error: first batch must be empty")
+	}
+	return stream, nil
 }
 
-// next hands the task its own copy: the reader reuses its buffer.
-func (l *localChannel) next(ctx context.Context) ([]operators.Record, bool, error) {
-	rs, eop, err := l.r.next(ctx)
-	return slices.Clone(rs), eop, err
-}
+// took is the task taking one batch.
+func (l *legacyChannel) took() { <-l.credit }
 
-func (l *localChannel) close() { l.r.close() }
+func (l *legacyChannel) close() { l.cancel() }

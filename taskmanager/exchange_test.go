@@ -44,6 +44,17 @@ func produce(p *resultPartition, n int) <-chan error {
 	return done
 }
 
+// openOn opens the channel req names on the producer TM at addr, for a reader that waits.
+func openOn(ctx context.Context, cons *TaskManager, addr string, req *pb.ReadPartitionRequest) (*setReader, error) {
+	tk := &task{tdd: &pb.TaskDeploymentDescriptor{JobId: req.GetJobId(), AttemptId: req.GetConsumerAttemptId()}}
+	r, err := cons.openChannel(ctx, tk, &pb.InputChannelDescriptor{ResultId: req.GetResultId(), PartitionIndex: req.GetPartitionIndex(),
+		SubpartitionIndex: req.GetSubpartitionIndex(), ProducerAttemptId: req.GetProducerAttemptId(), ProducerDataAddress: addr})
+	if err != nil {
+		return nil, err
+	}
+	return r.(*setReader), nil
+}
+
 // drain reads r to its end and returns the records read.
 func drain(ctx context.Context, r channelReader) (int, error) {
 	n := 0
@@ -72,11 +83,11 @@ func TestSlowChannelDoesNotStallItsStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slow, err := x.open(ctx, readReq("slow", "a1"))
+	slow, err := openOn(ctx, cons, x.addr, readReq("slow", "a1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fast, err := x.open(ctx, readReq("fast", "a2"))
+	fast, err := openOn(ctx, cons, x.addr, readReq("fast", "a2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,10 +105,10 @@ func TestSlowChannelDoesNotStallItsStream(t *testing.T) {
 	}
 	// The slow channel's producer is blocked on a full subpartition: its credit ran out.
 	waitFor(t, 10*time.Second, "the slow channel's producer to be held back", func() (bool, string) {
-		inFlight := len(slow.in)
-		full := len(slowP.subs[0].queue()) == cap(slowP.subs[0].queue())
+		inFlight, sp := slow.inFlight(), slowP.subs[0]
+		full := sp.buffered() == sp.capacity
 		return full && inFlight <= channelCredit, fmt.Sprintf("subpartition %d/%d, %d batches at the consumer (window %d)",
-			len(slowP.subs[0].queue()), cap(slowP.subs[0].queue()), inFlight, channelCredit)
+			sp.buffered(), sp.capacity, inFlight, channelCredit)
 	})
 	select {
 	case err := <-slowDone:
@@ -126,7 +137,7 @@ func TestBrokenStreamFailsExactlyItsChannels(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := x.open(ctx, readReq(fmt.Sprint("d", i), fmt.Sprint("a", i)))
+		r, err := openOn(ctx, cons, x.addr, readReq(fmt.Sprint("d", i), fmt.Sprint("a", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +148,7 @@ func TestBrokenStreamFailsExactlyItsChannels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	survivor, err := xo.open(ctx, readReq("o", "b1"))
+	survivor, err := openOn(ctx, cons, xo.addr, readReq("o", "b1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +171,7 @@ func TestBrokenStreamFailsExactlyItsChannels(t *testing.T) {
 	// consumer retries that), not with the old stream's error.
 	x, err := cons.exchange(dying.DataAddr())
 	if err == nil {
-		_, err = x.open(ctx, readReq("d0", "a0"))
+		_, err = openOn(ctx, cons, x.addr, readReq("d0", "a0"))
 	}
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("open to the dead TM after the break: %v; want Unavailable", err)
@@ -179,14 +190,14 @@ func TestExchangeRefusalsKeepTheirCodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := x.open(ctx, readReq("missing", "zz")); status.Code(err) != codes.NotFound {
+	if _, err := openOn(ctx, cons, x.addr, readReq("missing", "zz")); status.Code(err) != codes.NotFound {
 		t.Fatalf("open of a missing partition: %v; want NotFound", err)
 	}
-	first, err := x.open(ctx, readReq("r", "a1"))
+	first, err := openOn(ctx, cons, x.addr, readReq("r", "a1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := x.open(ctx, readReq("r", "a1")); status.Code(err) != codes.FailedPrecondition {
+	if _, err := openOn(ctx, cons, x.addr, readReq("r", "a1")); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("a second reader: %v; want FailedPrecondition", err)
 	}
 	done := produce(p, 5000)
@@ -211,7 +222,7 @@ func TestLocalChannelSkipsTheNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := r.(*localChannel); !ok {
+	if r.(*setReader).s.chans[0].local == nil {
 		t.Fatalf("a channel to this TM's own address is %T, want a local channel", r)
 	}
 	done := produce(p, 50_000)
@@ -266,7 +277,7 @@ func TestProducerWithoutExchangeIsReadAStreamPerChannel(t *testing.T) {
 		if err != nil {
 			t.Fatalf("channel %d to the older producer: %v", i, err)
 		}
-		if _, ok := r.(*legacyChannel); !ok {
+		if r.(*setReader).s.chans[0].legacy == nil {
 			t.Fatalf("channel %d to a producer without Exchange is %T, want a stream of its own", i, r)
 		}
 		done := produce(p, 20_000)

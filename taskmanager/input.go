@@ -24,16 +24,9 @@ type inputGate struct {
 // inputChannel reads one subpartition of one producer partition. Its descriptor may be partial
 // (no producer yet) until UpdatePartitionInfo completes it.
 type inputChannel struct {
-	mu      sync.Mutex
-	desc    *pb.InputChannelDescriptor
-	updated chan struct{}
-}
-
-// inputEvent is what a channel reader hands to the task loop.
-type inputEvent struct {
-	records []operators.Record
-	eop     bool
-	err     error
+	mu     sync.Mutex
+	desc   *pb.InputChannelDescriptor
+	notify func() // set by the channelSet reading it: the descriptor changed
 }
 
 func buildGates(tdd *pb.TaskDeploymentDescriptor) []*inputGate {
@@ -45,7 +38,7 @@ func buildGates(tdd *pb.TaskDeploymentDescriptor) []*inputGate {
 			if d.GetResultId() == "" {
 				d.ResultId = g.GetResultId()
 			}
-			ig.channels = append(ig.channels, &inputChannel{desc: d, updated: make(chan struct{}, 1)})
+			ig.channels = append(ig.channels, &inputChannel{desc: d})
 		}
 		gates = append(gates, ig)
 	}
@@ -73,7 +66,7 @@ func (c *inputChannel) current() *pb.InputChannelDescriptor {
 	return c.desc
 }
 
-// update replaces the descriptor and wakes a waiting reader.
+// update replaces the descriptor and tells the channel's reader.
 func (c *inputChannel) update(d *pb.InputChannelDescriptor) {
 	d = proto.Clone(d).(*pb.InputChannelDescriptor)
 	c.mu.Lock()
@@ -81,88 +74,448 @@ func (c *inputChannel) update(d *pb.InputChannelDescriptor) {
 		d.ResultId = c.desc.GetResultId()
 	}
 	c.desc = d
+	notify := c.notify
 	c.mu.Unlock()
-	select {
-	case c.updated <- struct{}{}:
-	default:
+	if notify != nil {
+		notify()
 	}
 }
 
-// readChannel connects to the producer and forwards batches until end_of_partition.
-func (tm *TaskManager) readChannel(ctx context.Context, t *task, ch *inputChannel, out chan<- inputEvent) {
-	send := func(ev inputEvent) bool {
-		select {
-		case out <- ev:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	r, desc, err := tm.connect(ctx, t, ch)
-	if err != nil {
-		if ctx.Err() == nil {
-			send(inputEvent{err: err})
-		}
-		return
-	}
-	defer r.close()
-	for {
-		records, eop, err := r.next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			send(inputEvent{err: fmt.Errorf("input %s/%d: stream from producer %s at %s broke: %w",
-				desc.GetResultId(), desc.GetPartitionIndex(), desc.GetProducerAttemptId(), desc.GetProducerDataAddress(), err)})
-			return
-		}
-		if len(records) == 0 && !eop {
-			continue
-		}
-		if !send(inputEvent{records: records, eop: eop}) || eop {
-			return
-		}
-	}
+func (c *inputChannel) watch(notify func()) {
+	c.mu.Lock()
+	c.notify = notify
+	c.mu.Unlock()
 }
 
 var errProducerUnknown = errors.New("producer not yet known")
 
-// connect opens the channel, retrying with backoff while the producer is unknown or its
-// partition is not there yet (NotFound, Unavailable), up to InputConnectTimeout.
-func (tm *TaskManager) connect(ctx context.Context, t *task, ch *inputChannel) (channelReader, *pb.InputChannelDescriptor, error) {
-	deadline := time.Now().Add(tm.cfg.InputConnectTimeout)
-	backoff := 10 * time.Millisecond
-	lastErr := errProducerUnknown
-	for {
-		d := ch.current()
-		if d.GetProducerAttemptId() != "" && d.GetProducerDataAddress() != "" {
-			r, err := tm.openChannel(ctx, t, d)
-			if err == nil {
-				return r, d, nil
-			}
-			if ctx.Err() != nil {
-				return nil, d, ctx.Err()
-			}
-			lastErr = err
-			if c := status.Code(err); c != codes.NotFound && c != codes.Unavailable {
-				return nil, d, fmt.Errorf("input %s/%d: producer %s at %s refused: %w",
-					d.GetResultId(), d.GetPartitionIndex(), d.GetProducerAttemptId(), d.GetProducerDataAddress(), err)
-			}
-		}
-		if time.Now().After(deadline) {
-			return nil, d, fmt.Errorf("input %s/%d: producer %s at %q not available after %v: %w",
-				d.GetResultId(), d.GetPartitionIndex(), d.GetProducerAttemptId(), d.GetProducerDataAddress(), tm.cfg.InputConnectTimeout, lastErr)
-		}
-		timer := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, d, ctx.Err()
-		case <-ch.updated:
-			backoff = 10 * time.Millisecond
-		case <-timer.C:
-			backoff = min(2*backoff, time.Second)
-		}
-		timer.Stop()
+// ---- a task's inbox ----
+
+// eventKind says what an inputEvent brings.
+type eventKind uint8
+
+const (
+	evOpened  eventKind = iota + 1 // the producer accepted the channel
+	evBatch                        // records of a remote channel (batch), the last with end_of_partition
+	evReady                        // a local channel has something: poll it
+	evLocal                        // a local channel's subscription answered (local or err)
+	evRefused                      // the producer refused the channel (err); after the open: it failed there
+	evBroken                       // the channel's stream broke (err)
+	evUpdated                      // the channel's descriptor changed (UpdatePartitionInfo)
+	evRetry                        // a backoff passed, or the wait for a producer ended: open again
+)
+
+// inputEvent is one thing that happened to channel ch of a channelSet, in its open gen.
+type inputEvent struct {
+	kind  eventKind
+	ch    int
+	gen   uint32
+	batch *pb.RecordBatch
+	local subpartitionReader
+	err   error
+}
+
+// inbox is where every channel of one task delivers: the Exchange streams' readers, the local
+// subpartitions' wake-ups, descriptor updates and timers push events, and the task's loop takes
+// them all at once. Pushing never waits: what a channel may have in it is bounded by its
+// credit (remote) or by one wake-up (local).
+type inbox struct {
+	mu     sync.Mutex
+	events []inputEvent
+	spare  []inputEvent
+	closed bool
+	signal chan struct{} // capacity 1: events are waiting
+}
+
+func newInbox() *inbox { return &inbox{signal: make(chan struct{}, 1)} }
+
+// push adds an event; it reports false when the inbox was closed (the event is dropped).
+func (q *inbox) push(ev inputEvent) bool {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false
 	}
+	q.events = append(q.events, ev)
+	q.mu.Unlock()
+	select {
+	case q.signal <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// take returns every waiting event; the slice is reused by the call after next.
+func (q *inbox) take() []inputEvent {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	evs := q.events
+	q.events, q.spare = q.spare[:0], evs
+	return evs
+}
+
+// close drops every later push and returns what was still waiting.
+func (q *inbox) close() []inputEvent {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	evs := q.events
+	q.events = nil
+	return evs
+}
+
+// ---- the channels of one task ----
+
+// channelSet opens and reads a task's input channels without a goroutine per channel: every
+// channel delivers into one inbox and the task's loop handles the events (handle). A remote
+// channel rides its producer TM's Exchange stream (exchange.go); a local one, whose producer
+// runs on this TM, is read straight from the subpartition by the task's loop when it wakes the
+// inbox, without the network; a channel of an older producer has a goroutine reading a
+// ReadPartition stream of its own.
+type channelSet struct {
+	tm       *TaskManager
+	ctx      context.Context
+	job      string
+	consumer string
+	retry    bool // a task's: retry NotFound and Unavailable up to InputConnectTimeout
+	in       *inbox
+	chans    []*channelState
+	live     int // channels not ended
+	closed   bool
+}
+
+type chanPhase uint8
+
+const (
+	phaseWaiting chanPhase = iota // no producer known yet, or backing off
+	phaseOpening                  // asked the producer
+	phaseOpen
+	phaseEnded
+)
+
+// channelState is one channel of a set; only the task's loop touches it.
+type channelState struct {
+	in       *inputChannel
+	desc     *pb.InputChannelDescriptor // as last opened
+	gen      uint32                     // bumped at each open: events of an earlier one are stale
+	phase    chanPhase
+	mux      *muxChannel
+	local    subpartitionReader
+	legacy   *legacyChannel
+	stop     func() // ends a local subscription still waiting for its partition
+	deadline time.Time
+	backoff  time.Duration
+	timer    *time.Timer
+	lastErr  error
+}
+
+func (tm *TaskManager) newChannelSet(ctx context.Context, job, consumer string, retry bool) *channelSet {
+	return &channelSet{tm: tm, ctx: ctx, job: job, consumer: consumer, retry: retry, in: newInbox()}
+}
+
+// add makes ic a channel of the set and starts opening it.
+func (s *channelSet) add(ic *inputChannel) {
+	i := len(s.chans)
+	cs := &channelState{in: ic, deadline: time.Now().Add(s.tm.cfg.InputConnectTimeout), backoff: 10 * time.Millisecond}
+	s.chans = append(s.chans, cs)
+	s.live++
+	ic.watch(func() { s.in.push(inputEvent{kind: evUpdated, ch: i}) })
+	s.open(i)
+}
+
+// open asks for channel i, if its producer is known.
+func (s *channelSet) open(i int) {
+	cs := s.chans[i]
+	d := cs.in.current()
+	if d.GetProducerAttemptId() == "" || d.GetProducerDataAddress() == "" {
+		// UpdatePartitionInfo will say (evUpdated); until the deadline at most.
+		cs.phase, cs.lastErr = phaseWaiting, errProducerUnknown
+		s.retryAt(i, time.Until(cs.deadline))
+		return
+	}
+	cs.gen++
+	cs.desc, cs.phase = d, phaseOpening
+	gen := cs.gen
+	req := &pb.ReadPartitionRequest{
+		JobId:             s.job,
+		ResultId:          d.GetResultId(),
+		PartitionIndex:    d.GetPartitionIndex(),
+		SubpartitionIndex: d.GetSubpartitionIndex(),
+		ProducerAttemptId: d.GetProducerAttemptId(),
+		ConsumerAttemptId: s.consumer,
+	}
+	addr := d.GetProducerDataAddress()
+	switch {
+	case addr == s.tm.DataAddr():
+		wake := func() { s.in.push(inputEvent{kind: evReady, ch: i, gen: gen}) }
+		cs.stop = s.tm.subscribeAsync(req, wake, func(r subpartitionReader, err error) {
+			if !s.in.push(inputEvent{kind: evLocal, ch: i, gen: gen, local: r, err: err}) && r != nil {
+				r.close() // the task ended meanwhile
+			}
+		})
+	case s.tm.legacyPeer(addr):
+		cs.legacy = s.tm.openLegacy(s.ctx, addr, req, s.in, i, gen)
+	default:
+		x, err := s.tm.exchange(addr)
+		if err == nil {
+			cs.mux, err = x.open(req, s.in, i, gen)
+		}
+		if err != nil {
+			s.in.push(inputEvent{kind: evRefused, ch: i, gen: gen, err: err})
+		}
+	}
+}
+
+// retryAt pushes evRetry for channel i after d.
+func (s *channelSet) retryAt(i int, d time.Duration) {
+	cs := s.chans[i]
+	if cs.timer != nil {
+		cs.timer.Stop()
+	}
+	gen := cs.gen
+	cs.timer = time.AfterFunc(max(d, 0), func() { s.in.push(inputEvent{kind: evRetry, ch: i, gen: gen}) })
+}
+
+// handle applies one event; it returns the records it brings (in a fresh slice) and whether
+// that channel ended, or the error that fails the task.
+func (s *channelSet) handle(ev inputEvent) (records []operators.Record, ended bool, err error) {
+	cs := s.chans[ev.ch]
+	if cs.phase == phaseEnded {
+		if ev.local != nil {
+			ev.local.close()
+		}
+		return nil, false, nil
+	}
+	switch ev.kind {
+	case evUpdated:
+		if cs.phase == phaseWaiting {
+			cs.backoff = 10 * time.Millisecond
+			s.open(ev.ch)
+		}
+		return nil, false, nil
+	case evRetry:
+		if ev.gen != cs.gen || cs.phase != phaseWaiting {
+			return nil, false, nil
+		}
+		if cs.lastErr == errProducerUnknown && time.Now().After(cs.deadline) {
+			return nil, false, s.unavailable(cs)
+		}
+		s.open(ev.ch)
+		return nil, false, nil
+	}
+	if ev.gen != cs.gen {
+		if ev.local != nil {
+			ev.local.close()
+		}
+		return nil, false, nil // an earlier open's
+	}
+	d := cs.desc
+	switch ev.kind {
+	case evOpened:
+		cs.phase = phaseOpen
+	case evLocal:
+		cs.stop = nil
+		if ev.err != nil {
+			return nil, false, s.refused(ev.ch, ev.err)
+		}
+		cs.local, cs.phase = ev.local, phaseOpen
+		return s.pollLocal(ev.ch)
+	case evReady:
+		if cs.local != nil {
+			return s.pollLocal(ev.ch)
+		}
+	case evBatch:
+		if cs.mux != nil {
+			cs.mux.took()
+		} else if cs.legacy != nil {
+			cs.legacy.took()
+		}
+		eop := ev.batch.GetEndOfPartition()
+		if eop {
+			s.end(cs, false)
+		}
+		return fromPB(ev.batch.GetRecords()), eop, nil
+	case evRefused, evBroken:
+		if cs.phase == phaseOpening {
+			return nil, false, s.refused(ev.ch, ev.err)
+		}
+		return nil, false, fmt.Errorf("input %s/%d: stream from producer %s at %s broke: %w",
+			d.GetResultId(), d.GetPartitionIndex(), d.GetProducerAttemptId(), d.GetProducerDataAddress(), ev.err)
+	}
+	return nil, false, nil
+}
+
+// pollLocal takes a batch from local channel i; with more there it comes back to it after the
+// other channels' events (a wake-up of its own), else the subpartition wakes it.
+func (s *channelSet) pollLocal(i int) ([]operators.Record, bool, error) {
+	cs := s.chans[i]
+	rs, eop, err := cs.local.poll(nil, batchRecords)
+	if err != nil {
+		d := cs.desc
+		return nil, false, fmt.Errorf("input %s/%d: local partition of producer %s broke: %w",
+			d.GetResultId(), d.GetPartitionIndex(), d.GetProducerAttemptId(), err)
+	}
+	if eop {
+		s.end(cs, false)
+	} else if len(rs) > 0 {
+		s.in.push(inputEvent{kind: evReady, ch: i, gen: cs.gen})
+	}
+	return rs, eop, nil
+}
+
+// refused handles a refused open: an older producer is read the old way; NotFound and
+// Unavailable are retried with backoff up to the deadline (a task's set); anything else fails.
+func (s *channelSet) refused(i int, err error) error {
+	cs := s.chans[i]
+	d := cs.desc
+	cs.mux, cs.local, cs.legacy = nil, nil, nil
+	code := status.Code(err)
+	if code == codes.Unimplemented && d.GetProducerDataAddress() != s.tm.DataAddr() && !s.tm.legacyPeer(d.GetProducerDataAddress()) {
+		s.tm.markLegacy(d.GetProducerDataAddress())
+		s.open(i)
+		return nil
+	}
+	if !s.retry {
+		return err
+	}
+	cs.lastErr = err
+	if code != codes.NotFound && code != codes.Unavailable {
+		return fmt.Errorf("input %s/%d: producer %s at %s refused: %w",
+			d.GetResultId(), d.GetPartitionIndex(), d.GetProducerAttemptId(), d.GetProducerDataAddress(), err)
+	}
+	if time.Now().After(cs.deadline) {
+		return s.unavailable(cs)
+	}
+	cs.phase = phaseWaiting
+	s.retryAt(i, cs.backoff)
+	cs.backoff = min(2*cs.backoff, time.Second)
+	return nil
+}
+
+func (s *channelSet) unavailable(cs *channelState) error {
+	d := cs.in.current()
+	return fmt.Errorf("input %s/%d: producer %s at %q not available after %v: %w",
+		d.GetResultId(), d.GetPartitionIndex(), d.GetProducerAttemptId(), d.GetProducerDataAddress(), s.tm.cfg.InputConnectTimeout, cs.lastErr)
+}
+
+// end marks a channel ended; tell says the producer must be told to stop sending.
+func (s *channelSet) end(cs *channelState, tell bool) {
+	if cs.phase == phaseEnded {
+		return
+	}
+	if tell {
+		switch {
+		case cs.mux != nil:
+			cs.mux.abort()
+		case cs.legacy != nil:
+			cs.legacy.close()
+		}
+	}
+	if cs.local != nil {
+		cs.local.close()
+	}
+	if cs.stop != nil {
+		cs.stop()
+	}
+	if cs.timer != nil {
+		cs.timer.Stop()
+	}
+	cs.in.watch(nil)
+	cs.phase = phaseEnded
+	s.live--
+}
+
+// close ends every channel left: the producers stop sending, local subpartitions are given up.
+func (s *channelSet) close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	for _, cs := range s.chans {
+		s.end(cs, true)
+	}
+	for _, ev := range s.in.close() {
+		if ev.local != nil {
+			ev.local.close()
+		}
+	}
+}
+
+// channelReader is one input channel read by a goroutine that waits for it: tools and tests
+// (a task reads all its channels in its own loop, consume).
+type channelReader interface {
+	// next returns the channel's next records; eop marks the last batch.
+	next(ctx context.Context) (records []operators.Record, eop bool, err error)
+	// close releases the channel (the producer stops sending and frees the subpartition).
+	close()
+}
+
+// openChannel opens the input channel d names for task t and waits until it is open: on this
+// TM directly, or on the producer TM's Exchange stream. A refusal keeps its status code, and is
+// not retried.
+func (tm *TaskManager) openChannel(ctx context.Context, t *task, d *pb.InputChannelDescriptor) (channelReader, error) {
+	s := tm.newChannelSet(ctx, t.tdd.GetJobId(), t.attempt(), false)
+	s.add(&inputChannel{desc: d})
+	r := &setReader{s: s}
+	for s.chans[0].phase != phaseOpen {
+		if err := r.wait(ctx); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// setReader reads a channelSet of one channel for a goroutine that waits.
+type setReader struct {
+	s       *channelSet
+	pending []inputEvent
+	records []operators.Record
+	eop     bool
+}
+
+// wait handles the next events; it stops at the first that brings records or the end.
+func (r *setReader) wait(ctx context.Context) error {
+	for len(r.pending) == 0 {
+		select {
+		case <-r.s.in.signal:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		r.pending = append(r.pending, r.s.in.take()...)
+	}
+	for len(r.pending) > 0 {
+		ev := r.pending[0]
+		r.pending = r.pending[1:]
+		rs, eop, err := r.s.handle(ev)
+		if err != nil {
+			return err
+		}
+		r.records, r.eop = append(r.records, rs...), r.eop || eop
+		if len(r.records) > 0 || r.eop {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (r *setReader) next(ctx context.Context) ([]operators.Record, bool, error) {
+	for len(r.records) == 0 && !r.eop {
+		if err := r.wait(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+	rs, eop := r.records, r.eop
+	r.records, r.eop = nil, false
+	return rs, eop, nil
+}
+
+func (r *setReader) close() { r.s.close() }
+
+// inFlight is the batches the producer sent that the reader has not taken (a remote channel).
+func (r *setReader) inFlight() int {
+	if m := r.s.chans[0].mux; m != nil {
+		return int(m.inFlight.Load())
+	}
+	return 0
 }

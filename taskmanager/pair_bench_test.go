@@ -57,51 +57,62 @@ func muxThroughput(tb testing.TB, prod, cons *TaskManager, parts, subs, records 
 			produces("r", 0, int32(subs), dist, pipelined))
 		prod.parts.add(ps[i])
 	}
-	x, err := cons.exchange(prod.DataAddr())
-	if err != nil {
-		tb.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	readers := make([]channelReader, 0, parts*subs)
-	var mu sync.Mutex
-	var opens sync.WaitGroup
-	sem := make(chan struct{}, 512)
-	var openErr atomic.Value
-	for i, p := range ps {
-		for s := range subs {
-			opens.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer opens.Done()
-				defer func() { <-sem }()
-				r, err := x.open(ctx, &pb.ReadPartitionRequest{JobId: "bench", ResultId: p.key.result, ProducerAttemptId: p.key.attempt,
-					SubpartitionIndex: int32(s), ConsumerAttemptId: fmt.Sprintf("c%d-%d", i, s)})
-				if err != nil {
-					openErr.Store(err)
-					return
-				}
-				mu.Lock()
-				readers = append(readers, r)
-				mu.Unlock()
-			}()
+	// As in an ALL_TO_ALL job: consumer subtask s reads subpartition s of every partition, all
+	// in its own loop (a task's channelSet).
+	sets := make([]*channelSet, subs)
+	for sub := range subs {
+		set := cons.newChannelSet(ctx, "bench", fmt.Sprintf("c%d-%d", run, sub), false)
+		for _, p := range ps {
+			set.add(&inputChannel{desc: &pb.InputChannelDescriptor{ResultId: p.key.result, SubpartitionIndex: int32(sub),
+				ProducerAttemptId: p.key.attempt, ProducerDataAddress: prod.DataAddr()}})
 		}
+		sets[sub] = set
 	}
-	opens.Wait()
-	if err, _ := openErr.Load().(error); err != nil {
-		tb.Fatalf("open: %v", err)
+	// Every channel open before the clock starts.
+	for _, set := range sets {
+		for open := 0; open < len(set.chans); {
+			select {
+			case <-set.in.signal:
+			case <-ctx.Done():
+				tb.Fatal("channels not open")
+			}
+			for _, ev := range set.in.take() {
+				if _, _, err := set.handle(ev); err != nil {
+					tb.Fatalf("open: %v", err)
+				}
+				if ev.kind == evOpened {
+					open++
+				}
+			}
+		}
 	}
 	var got atomic.Int64
 	var done sync.WaitGroup
 	start := time.Now()
-	for _, r := range readers {
+	for _, set := range sets {
 		done.Add(1)
 		go func() {
 			defer done.Done()
-			n, err := drain(ctx, r)
-			got.Add(int64(n))
-			if err != nil {
-				tb.Errorf("channel: %v", err)
+			defer set.close()
+			n := 0
+			defer func() { got.Add(int64(n)) }()
+			for set.live > 0 {
+				select {
+				case <-set.in.signal:
+				case <-ctx.Done():
+					tb.Errorf("%d channels still open", set.live)
+					return
+				}
+				for _, ev := range set.in.take() {
+					rs, _, err := set.handle(ev)
+					if err != nil {
+						tb.Errorf("channel: %v", err)
+						return
+					}
+					n += len(rs)
+				}
 			}
 		}()
 	}

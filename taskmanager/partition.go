@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmcluster/jmcluster/taskmanager/operators"
@@ -63,21 +64,28 @@ type resultPartition struct {
 	subs     []*subpartition
 	finished chan struct{} // closed when the producer FINISHED (BLOCKING: readable)
 	released chan struct{} // closed when released: writers and readers abort
+	gone     atomic.Bool   // released, for the writer's check per record
 	once     sync.Once
 	finOnce  sync.Once
 }
 
-// subpartition is the slice of a partition one consumer subtask reads.
+// subpartition is the slice of a partition one consumer subtask reads. A PIPELINED one is a
+// bounded queue the producer appends to and one reader takes from without waiting (poll):
+// when the reader finds it empty it is armed, and the next record (or the end, or the
+// release) calls the reader's wake function once. Nothing waits per channel: a remote
+// channel's sender is the stream's writer, woken per ready channel; a local channel's reader
+// is its task's loop. A wide partition's subpartitions are many (a 512-wide ALL_TO_ALL
+// producer has 512), so the queue is allocated when the first record arrives.
 type subpartition struct {
-	// ch is a PIPELINED subpartition's buffer of capacity records, made when the producer or
-	// the reader first needs it (queue): a wide partition's subpartitions are many (a 512-wide
-	// ALL_TO_ALL producer has 512) and making them all before the task reports RUNNING was
-	// the largest part of deploying a wide job.
-	ch       chan operators.Record
 	capacity int
-	chOnce   sync.Once
 
 	mu      sync.Mutex
+	queue   []operators.Record // PIPELINED: written and not taken, from head on
+	head    int
+	ended   bool          // PIPELINED: the producer finished; end_of_partition once the queue is empty
+	space   chan struct{} // made by a producer that found the queue full, closed when the reader takes
+	wake    func()        // the reader's: called once when it is armed and records, the end or the release arrive
+	armed   bool
 	reader  string // PIPELINED: the consumer attempt reading it
 	drained bool   // PIPELINED: end_of_partition was delivered
 	data    []operators.Record
@@ -100,10 +108,54 @@ func newResultPartition(key partitionKey, d *pb.ResultPartitionDeploymentDescrip
 	return p
 }
 
-// queue is a PIPELINED subpartition's buffer, made on first use.
-func (sp *subpartition) queue() chan operators.Record {
-	sp.chOnce.Do(func() { sp.ch = make(chan operators.Record, sp.capacity) })
-	return sp.ch
+// buffered is the records a PIPELINED subpartition holds.
+func (sp *subpartition) buffered() int {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return len(sp.queue) - sp.head
+}
+
+// wakeLocked disarms the reader and returns its wake function, to be called after sp.mu is
+// released (it takes the reader's locks).
+func (sp *subpartition) wakeLocked() func() {
+	if !sp.armed {
+		return nil
+	}
+	sp.armed = false
+	return sp.wake
+}
+
+// push appends r, compacting the queue when its front was taken. sp.mu is held.
+func (sp *subpartition) push(r operators.Record) {
+	if len(sp.queue) == cap(sp.queue) && sp.head > 0 {
+		n := copy(sp.queue, sp.queue[sp.head:])
+		sp.queue, sp.head = sp.queue[:n], 0
+	}
+	if sp.queue == nil {
+		sp.queue = make([]operators.Record, 0, min(sp.capacity, batchRecords))
+	}
+	sp.queue = append(sp.queue, r)
+}
+
+// take appends up to max records to dst; eop is true when the producer finished and the
+// queue is now empty (the end is delivered with the last records). Finding nothing arms the
+// reader. sp.mu is held.
+func (sp *subpartition) take(dst []operators.Record, max int) ([]operators.Record, bool) {
+	n := min(len(sp.queue)-sp.head, max)
+	dst = append(dst, sp.queue[sp.head:sp.head+n]...)
+	sp.head += n
+	if sp.head == len(sp.queue) {
+		sp.queue, sp.head = sp.queue[:0], 0
+	}
+	if n > 0 && sp.space != nil {
+		close(sp.space)
+		sp.space = nil
+	}
+	eop := sp.ended && sp.head == len(sp.queue)
+	if n == 0 && !eop {
+		sp.armed = true
+	}
+	return dst, eop
 }
 
 // resultType defaults an unspecified result type to PIPELINED.
@@ -125,50 +177,79 @@ func distribution(d pb.Distribution, n int) pb.Distribution {
 	return pb.Distribution_DISTRIBUTION_ALL_TO_ALL
 }
 
-// add routes one record: FORWARD to subpartition 0, ALL_TO_ALL by RouteKey.
+// add routes one record: FORWARD to subpartition 0, ALL_TO_ALL by RouteKey. A full PIPELINED
+// subpartition blocks the producer (backpressure) until its reader takes.
 func (p *resultPartition) add(ctx context.Context, r operators.Record) error {
 	i := 0
 	if !p.forward {
 		i = RouteKey(r.Key, len(p.subs))
 	}
 	sp := p.subs[i]
-	if p.typ == pb.ResultType_RESULT_TYPE_BLOCKING {
+	for {
+		if p.gone.Load() {
+			return fmt.Errorf("%w: %s", ErrPartitionReleased, p.key)
+		}
 		sp.mu.Lock()
-		sp.data = append(sp.data, r)
+		if p.typ == pb.ResultType_RESULT_TYPE_BLOCKING {
+			sp.data = append(sp.data, r)
+			sp.mu.Unlock()
+			return nil
+		}
+		if len(sp.queue)-sp.head < sp.capacity {
+			sp.push(r)
+			wake := sp.wakeLocked()
+			sp.mu.Unlock()
+			if wake != nil {
+				wake()
+			}
+			return nil
+		}
+		if sp.space == nil {
+			sp.space = make(chan struct{})
+		}
+		space := sp.space
 		sp.mu.Unlock()
-		return nil
-	}
-	select {
-	case sp.queue() <- r:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-p.released:
-		return fmt.Errorf("%w: %s", ErrPartitionReleased, p.key)
+		select {
+		case <-space:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.released:
+		}
 	}
 }
 
-// finish marks the end of the data: PIPELINED channels close (readers send end_of_partition),
-// a BLOCKING partition becomes readable. Only the producer goroutine calls it.
+// finish marks the end of the data: PIPELINED readers get end_of_partition once they took
+// the rest, a BLOCKING partition becomes readable. Only the producer goroutine calls it.
 func (p *resultPartition) finish() {
 	p.finOnce.Do(func() {
 		if p.typ == pb.ResultType_RESULT_TYPE_PIPELINED {
 			for _, sp := range p.subs {
-				close(sp.queue())
+				sp.mu.Lock()
+				sp.ended = true
+				wake := sp.wakeLocked()
+				sp.mu.Unlock()
+				if wake != nil {
+					wake()
+				}
 			}
 		}
 		close(p.finished)
 	})
 }
 
-// release aborts writers and readers and frees the data.
+// release aborts writers and readers (an armed reader is woken to find it) and frees the data.
 func (p *resultPartition) release() {
 	p.once.Do(func() {
+		p.gone.Store(true)
 		close(p.released)
 		for _, sp := range p.subs {
 			sp.mu.Lock()
-			sp.data = nil
+			sp.data, sp.queue, sp.head = nil, nil, 0
+			wake := sp.wakeLocked()
 			sp.mu.Unlock()
+			if wake != nil {
+				wake()
+			}
 		}
 	})
 }
@@ -208,48 +289,72 @@ func (p *resultPartition) allDrained() bool {
 type partitionRegistry struct {
 	mu    sync.RWMutex
 	parts map[partitionKey]*resultPartition
-	// waiters: consumers waiting for a partition to be registered (await), woken by add.
-	waiters map[partitionKey][]chan struct{}
+	// waiters: consumers waiting for a partition to be registered (awaitFunc), called by add.
+	waiters map[partitionKey][]*partitionWaiter
+}
+
+// partitionWaiter is one wait for a partition: fn is called once, with the partition when it
+// is registered or with what is there when the wait ends.
+type partitionWaiter struct {
+	fn    func(*resultPartition)
+	once  sync.Once
+	timer *time.Timer
+}
+
+func (w *partitionWaiter) fire(p *resultPartition) {
+	w.once.Do(func() {
+		w.timer.Stop()
+		w.fn(p)
+	})
 }
 
 func newPartitionRegistry() *partitionRegistry {
-	return &partitionRegistry{parts: map[partitionKey]*resultPartition{}, waiters: map[partitionKey][]chan struct{}{}}
+	return &partitionRegistry{parts: map[partitionKey]*resultPartition{}, waiters: map[partitionKey][]*partitionWaiter{}}
 }
 
 func (r *partitionRegistry) add(p *resultPartition) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.parts[p.key] = p
-	for _, w := range r.waiters[p.key] {
-		close(w)
-	}
+	ws := r.waiters[p.key]
 	delete(r.waiters, p.key)
+	r.mu.Unlock()
+	for _, w := range ws {
+		w.fire(p)
+	}
 }
 
-// await is lookup of a partition of a named producer attempt that waits up to wait for the
-// producer to register it: a consumer deployed with its producer usually asks first, and
-// answering NotFound at once made it poll (a round trip and a backoff per channel).
-func (r *partitionRegistry) await(ctx context.Context, job, result string, index int32, attempt string, wait time.Duration) *resultPartition {
+// awaitFunc calls fn with the partition of a named producer attempt once the producer
+// registered it, waiting up to wait (then fn gets nil): a consumer deployed with its producer
+// usually asks first, and answering NotFound at once made it poll (a round trip and a backoff
+// per channel). Nothing waits in a goroutine: fn runs in the registering producer's goroutine
+// or in the timer's, and must not block. fn runs at once, in the caller's goroutine, when the
+// partition is there (or no attempt is named). The returned stop ends the wait without fn.
+func (r *partitionRegistry) awaitFunc(job, result string, index int32, attempt string, wait time.Duration, fn func(*resultPartition)) (stop func()) {
 	if p := r.lookup(job, result, index, attempt); p != nil || attempt == "" || wait <= 0 {
-		return p
+		fn(p)
+		return func() {}
 	}
 	k := partitionKey{job, result, index, attempt}
-	w := make(chan struct{})
+	w := &partitionWaiter{fn: fn}
 	r.mu.Lock()
 	if p := r.parts[k]; p != nil {
 		r.mu.Unlock()
-		return p
+		fn(p)
+		return func() {}
 	}
 	r.waiters[k] = append(r.waiters[k], w)
+	w.timer = time.AfterFunc(wait, func() {
+		r.forget(k, w)
+		w.fire(r.lookup(job, result, index, attempt))
+	})
 	r.mu.Unlock()
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case <-w:
-		return r.lookup(job, result, index, attempt)
-	case <-timer.C:
-	case <-ctx.Done():
+	return func() {
+		r.forget(k, w)
+		w.once.Do(func() { w.timer.Stop() })
 	}
+}
+
+func (r *partitionRegistry) forget(k partitionKey, w *partitionWaiter) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ws := r.waiters[k]
@@ -261,7 +366,20 @@ func (r *partitionRegistry) await(ctx context.Context, job, result string, index
 			r.waiters[k] = ws
 		}
 	}
-	return r.parts[k]
+}
+
+// await is awaitFunc for a caller that can wait: it returns the partition, or nil after wait
+// or once ctx ends.
+func (r *partitionRegistry) await(ctx context.Context, job, result string, index int32, attempt string, wait time.Duration) *resultPartition {
+	got := make(chan *resultPartition, 1)
+	stop := r.awaitFunc(job, result, index, attempt, wait, func(p *resultPartition) { got <- p })
+	select {
+	case p := <-got:
+		return p
+	case <-ctx.Done():
+		stop()
+		return r.lookup(job, result, index, attempt)
+	}
 }
 
 // lookup finds a partition; an empty attempt matches any producer attempt.

@@ -217,44 +217,35 @@ func (tm *TaskManager) complete(t *task, started bool, err error) {
 	}
 }
 
-// consume feeds every input channel's records to op until all ended, then finishes op.
+// consume feeds every input channel's records to op until all ended, then finishes op. The
+// task's own goroutine reads every channel (channelSet): it opens them all, then handles what
+// its inbox brings, in the order it came.
 func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Emit) error {
-	ctx, cancel := context.WithCancel(t.ctx)
-	events := make(chan inputEvent, 4)
-	n := 0
-	done := make(chan struct{})
-	var running int
+	s := tm.newChannelSet(t.ctx, t.tdd.GetJobId(), t.attempt(), true)
+	defer s.close()
 	for _, g := range t.gates {
 		for _, ch := range g.channels {
-			n++
-			running++
-			go func() {
-				defer func() { done <- struct{}{} }()
-				tm.readChannel(ctx, t, ch, events)
-			}()
+			s.add(ch)
 		}
 	}
-	defer func() {
-		cancel()
-		for ; running > 0; running-- {
-			<-done
-		}
-	}()
-	for n > 0 {
+	for s.live > 0 {
 		select {
-		case ev := <-events:
-			if ev.err != nil {
-				return ev.err
+		case <-s.in.signal:
+		case <-t.ctx.Done():
+			return t.ctx.Err()
+		}
+		for _, ev := range s.in.take() {
+			rs, _, err := s.handle(ev)
+			if err != nil {
+				return err
 			}
-			for _, r := range ev.records {
+			for _, r := range rs {
 				if err := op.Process(r, emit); err != nil {
 					return err
 				}
 			}
-			if ev.eop {
-				n--
-			}
-		case <-t.ctx.Done():
+		}
+		if t.ctx.Err() != nil {
 			return t.ctx.Err()
 		}
 	}
