@@ -60,7 +60,6 @@ func (tm *TaskManager) legacyPeer(addr string) bool {
 	return ok
 }
 
-
 // markLegacy remembers that the producer TM at addr answered Exchange UNIMPLEMENTED.
 func (tm *TaskManager) markLegacy(addr string) {
 	tm.exMu.Lock()
