@@ -5,11 +5,16 @@ import "fmt"
 // The JobMaster-TaskManager protocol versions this JobMaster supports. 1: builds before the
 // version was sent (their registrations carry none); 2: TaskManagers with the Exchange data
 // plane, which also read producers of protocol 1 (a stream per channel), so a cluster can run
-// TaskManagers of both while they are upgraded one at a time. docs/operations.md#upgrades.
+// TaskManagers of both while they are upgraded one at a time; 3: TaskManagers that take shared
+// channel lists in SubmitTasks (SharedChannelsProtocol). docs/operations.md#upgrades.
 const (
 	MinTMProtocol = 1
-	MaxTMProtocol = 2
+	MaxTMProtocol = 3
 )
+
+// SharedChannelsProtocol is the first protocol whose TaskManagers read the gates of a
+// SubmitTasks batch from its shared channel lists; an older one is sent every channel inline.
+const SharedChannelsProtocol = 3
 
 // CheckTMProtocol refuses a TaskManager protocol version outside [lo, hi], saying which side
 // to upgrade. 0 (a registration without the field) is protocol 1.

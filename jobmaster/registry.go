@@ -37,6 +37,9 @@ type TaskManager struct {
 	// Incarnation is the process instance that registered last ("" before a registration, or
 	// from a TM that sends none).
 	Incarnation string
+	// Protocol is the JobMaster-TaskManager protocol its last registration named (0 before
+	// one, and from a TM of protocol 1): what its descriptors may use (protocol.go).
+	Protocol uint32
 	// Dead is set, with its cause, once the leader has proof that the registered process is
 	// gone (its gRPC port refused connections: liveness.go); DeadAt is when. A direct contact,
 	// or a registration, clears it.
@@ -402,4 +405,13 @@ func (r *Registry) Stream(ctx context.Context, addr string, timeout time.Duratio
 	err = fn(ctx, c)
 	r.noteCall(ctx, addr, err)
 	return err
+}
+
+// SetProtocol records the protocol version a TM registered with.
+func (r *Registry) SetProtocol(id string, v uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if tm := r.tms[id]; tm != nil {
+		tm.Protocol = v
+	}
 }

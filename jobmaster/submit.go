@@ -3,6 +3,7 @@ package jobmaster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -54,27 +55,37 @@ func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
 		err error
 	}
 	descs := make([]built, len(attempts))
+	var shared []*pb.SharedChannels
 	if !t.jm.state.WithJob(jobID, func(committed *pb.JobRecord) {
+		b := graph.NewDescriptorBuilder(committed)
 		for i, a := range attempts {
-			tdd, err := graph.TaskDeploymentDescriptor(committed, a.VertexId, a.SubtaskIndex)
+			tdd, err := b.Build(a.VertexId, a.SubtaskIndex)
 			descs[i] = built{a, tdd, err}
 		}
+		shared = b.Shared
 	}) {
 		return fmt.Errorf("job %s vanished", jobID)
+	}
+	sharedSize := make([]int, len(shared))
+	for i, l := range shared {
+		sharedSize[i] = proto.Size(l)
 	}
 	budget := t.jm.cfg.SubmitBatchBytes
 	byTM := map[string][]*pb.TaskDeploymentDescriptor{}
 	var order []string
 	for _, b := range descs {
 		a, tdd := b.a, b.tdd
+		if b.err == nil && !t.takesSharedChannels(a.Slot.GetTmId()) {
+			b.err = graph.InlineShared(tdd, shared)
+		}
 		if b.err != nil {
 			t.notSubmitting(a.AttemptId)
 			t.failAsync(jobID, a.AttemptId, "deployment descriptor: "+b.err.Error())
 			continue
 		}
-		if n := proto.Size(tdd); n > budget {
+		if n := descriptorSize(tdd, sharedSize); n > budget {
 			t.notSubmitting(a.AttemptId)
-			t.failAsync(jobID, a.AttemptId, fmt.Sprintf("deployment descriptor of %s[%d] is %d bytes, over SubmitBatchBytes (%d bytes; by default the %d-byte message limit minus its margin)",
+			t.failAsync(jobID, a.AttemptId, fmt.Sprintf("deployment descriptor of %s[%d] is %d bytes with the channel lists it refers to, over SubmitBatchBytes (%d bytes; by default the %d-byte message limit minus its margin)",
 				a.VertexId, a.SubtaskIndex, n, budget, transport.ChunkedMessageLimit))
 			continue
 		}
@@ -86,7 +97,7 @@ func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
 	for _, addr := range order {
 		tdds := byTM[addr]
 		t.spawn(func() {
-			for _, b := range submitBatches(tdds, t.jm.cfg.SubmitBatchTasks, budget) {
+			for _, b := range submitBatches(tdds, t.jm.cfg.SubmitBatchTasks, budget, shared, sharedSize) {
 				t.sendBatch(jobID, addr, b)
 			}
 		})
@@ -94,23 +105,83 @@ func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
 	return nil
 }
 
-// submitBatches splits descriptors into batches of at most maxTasks tasks whose encoded
-// SubmitTasksRequest stays within maxBytes. Every descriptor fits alone (submitCommitted
-// fails the ones that do not).
-func submitBatches(tdds []*pb.TaskDeploymentDescriptor, maxTasks, maxBytes int) [][]*pb.TaskDeploymentDescriptor {
-	overhead := protowire.SizeTag(1) + protowire.SizeVarint(^uint64(0)) // the epoch
-	var out [][]*pb.TaskDeploymentDescriptor
-	start, size := 0, overhead
-	for i, d := range tdds {
-		n := protowire.SizeTag(2) + protowire.SizeBytes(proto.Size(d))
-		if i > start && (i-start >= maxTasks || size+n > maxBytes) {
-			out = append(out, tdds[start:i])
-			start, size = i, overhead
+// takesSharedChannels reports whether the TM registered with a protocol that reads shared
+// channel lists (a TM not registered with this leader yet is sent channels inline).
+func (t *term) takesSharedChannels(tmID string) bool {
+	tm, ok := t.jm.tms.Get(tmID)
+	return ok && tm.Protocol >= SharedChannelsProtocol
+}
+
+// descriptorSize is the encoded size of tdd in a SubmitTasksRequest with the shared channel
+// lists it refers to.
+func descriptorSize(tdd *pb.TaskDeploymentDescriptor, sharedSize []int) int {
+	n := protowire.SizeTag(2) + protowire.SizeBytes(proto.Size(tdd))
+	seen := map[uint32]bool{}
+	for _, g := range tdd.Inputs {
+		if r := g.SharedChannels; r != 0 && !seen[r] {
+			seen[r] = true
+			n += protowire.SizeTag(3) + protowire.SizeBytes(sharedSize[r-1])
 		}
+	}
+	return n
+}
+
+// submitBatch is one SubmitTasks call's tasks and the channel lists they refer to.
+type submitBatch struct {
+	tasks  []*pb.TaskDeploymentDescriptor
+	shared []*pb.SharedChannels
+}
+
+// submitBatches splits descriptors into batches of at most maxTasks tasks whose encoded
+// SubmitTasksRequest, with the shared channel lists its tasks refer to, stays within
+// maxBytes; each batch carries those lists, and its gates' references are renumbered into
+// them (each descriptor is in one batch). Every descriptor fits alone with its lists
+// (submitCommitted fails the ones that do not).
+func submitBatches(tdds []*pb.TaskDeploymentDescriptor, maxTasks, maxBytes int, shared []*pb.SharedChannels, sharedSize []int) []submitBatch {
+	overhead := protowire.SizeTag(1) + protowire.SizeVarint(^uint64(0)) // the epoch
+	var out []submitBatch
+	cur := submitBatch{}
+	size := overhead
+	index := map[uint32]uint32{} // job-level list -> the batch's, both 1-based
+	flush := func() {
+		out = append(out, cur)
+		cur, size = submitBatch{}, overhead
+		clear(index)
+	}
+	for _, d := range tdds {
+		n := protowire.SizeTag(2) + protowire.SizeBytes(proto.Size(d))
+		var lists []uint32
+		for _, g := range d.Inputs {
+			if r := g.SharedChannels; r != 0 && index[r] == 0 && !slices.Contains(lists, r) {
+				lists = append(lists, r)
+				n += protowire.SizeTag(3) + protowire.SizeBytes(sharedSize[r-1])
+			}
+		}
+		if len(cur.tasks) > 0 && (len(cur.tasks) >= maxTasks || size+n > maxBytes) {
+			flush()
+			lists = lists[:0]
+			n = protowire.SizeTag(2) + protowire.SizeBytes(proto.Size(d))
+			for _, g := range d.Inputs {
+				if r := g.SharedChannels; r != 0 && !slices.Contains(lists, r) {
+					lists = append(lists, r)
+					n += protowire.SizeTag(3) + protowire.SizeBytes(sharedSize[r-1])
+				}
+			}
+		}
+		for _, r := range lists {
+			cur.shared = append(cur.shared, shared[r-1])
+			index[r] = uint32(len(cur.shared))
+		}
+		for _, g := range d.Inputs {
+			if g.SharedChannels != 0 {
+				g.SharedChannels = index[g.SharedChannels]
+			}
+		}
+		cur.tasks = append(cur.tasks, d)
 		size += n
 	}
-	if start < len(tdds) {
-		out = append(out, tdds[start:])
+	if len(cur.tasks) > 0 {
+		out = append(out, cur)
 	}
 	return out
 }
@@ -131,14 +202,15 @@ func submitRetryable(err error) bool {
 // sendBatch submits one batch, retrying a transient failure up to SubmitAttempts calls. Tasks
 // the TM refused, and every task of a batch that could not be delivered, are committed FAILED
 // (their region restarts under the restart strategy).
-func (t *term) sendBatch(jobID, addr string, batch []*pb.TaskDeploymentDescriptor) {
+func (t *term) sendBatch(jobID, addr string, b submitBatch) {
+	batch := b.tasks
 	var resp *pb.SubmitTasksResponse
 	var err error
 	failpoint.Inject(t.ctx, failpoint.BeforeSubmitTask)
 	for attempt := 1; ; attempt++ {
 		err = t.jm.tms.Call(t.ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
 			var err error
-			resp, err = c.SubmitTasks(ctx, &pb.SubmitTasksRequest{Epoch: t.epoch, Tasks: batch})
+			resp, err = c.SubmitTasks(ctx, &pb.SubmitTasksRequest{Epoch: t.epoch, Tasks: batch, SharedChannels: b.shared})
 			return err
 		})
 		if err == nil || attempt >= t.jm.cfg.SubmitAttempts || !submitRetryable(err) || t.ctx.Err() != nil {
@@ -151,6 +223,9 @@ func (t *term) sendBatch(jobID, addr string, batch []*pb.TaskDeploymentDescripto
 		}
 	}
 	if status.Code(err) == codes.Unimplemented {
+		for _, d := range batch {
+			_ = graph.InlineShared(d, b.shared) // its references are into b.shared
+		}
 		t.submitEach(jobID, addr, batch)
 		return
 	}

@@ -86,29 +86,64 @@ func TestOversizedDescriptorFailsNamingTheLimit(t *testing.T) {
 }
 
 // TestSubmitBatchesBoundedByBytes: batches keep the descriptors' order, hold at most maxTasks
-// and encode (as a SubmitTasksRequest with the largest epoch) within maxBytes.
+// and encode (as a SubmitTasksRequest with the largest epoch, with the shared channel lists
+// they carry) within maxBytes; each batch carries every list its gates refer to, once, and
+// the references are renumbered into the batch's lists.
 func TestSubmitBatchesBoundedByBytes(t *testing.T) {
+	var shared []*pb.SharedChannels
+	for l := range 3 {
+		list := &pb.SharedChannels{}
+		for p := range 10 + 15*l {
+			list.Channels = append(list.Channels, &pb.InputChannelDescriptor{ResultId: fmt.Sprint("s", l), PartitionIndex: int32(p), ProducerAttemptId: "p"})
+		}
+		shared = append(shared, list)
+	}
+	sharedSize := make([]int, len(shared))
+	for i, l := range shared {
+		sharedSize[i] = proto.Size(l)
+	}
 	var tdds []*pb.TaskDeploymentDescriptor
+	want := map[*pb.InputGateDeploymentDescriptor]*pb.SharedChannels{}
 	for i := range 100 {
 		d := &pb.TaskDeploymentDescriptor{JobId: "job", VertexId: "sink", SubtaskIndex: int32(i), AttemptId: fmt.Sprintf("%032x", i)}
 		for p := range i % 7 * 20 {
 			d.Inputs = append(d.Inputs, &pb.InputGateDeploymentDescriptor{ResultId: "r", Channels: []*pb.InputChannelDescriptor{{PartitionIndex: int32(p), ProducerAttemptId: "p"}}})
 		}
+		if l := i % 4; l > 0 {
+			g := &pb.InputGateDeploymentDescriptor{ResultId: fmt.Sprint("s", l-1), SharedChannels: uint32(l), SubpartitionIndex: int32(i)}
+			d.Inputs = append(d.Inputs, g)
+			want[g] = shared[l-1]
+		}
 		tdds = append(tdds, d)
 	}
 	const maxBytes, maxTasks = 4000, 9
-	batches := submitBatches(tdds, maxTasks, maxBytes)
+	batches := submitBatches(tdds, maxTasks, maxBytes, shared, sharedSize)
 	n := 0
 	for i, b := range batches {
-		req := &pb.SubmitTasksRequest{Epoch: ^uint64(0), Tasks: b}
-		if len(b) > maxTasks || (len(b) > 1 && proto.Size(req) > maxBytes) {
-			t.Fatalf("batch %d: %d tasks, %d bytes", i, len(b), proto.Size(req))
+		req := &pb.SubmitTasksRequest{Epoch: ^uint64(0), Tasks: b.tasks, SharedChannels: b.shared}
+		if len(b.tasks) > maxTasks || (len(b.tasks) > 1 && proto.Size(req) > maxBytes) {
+			t.Fatalf("batch %d: %d tasks, %d bytes", i, len(b.tasks), proto.Size(req))
 		}
-		for _, d := range b {
+		carried := map[*pb.SharedChannels]bool{}
+		for _, l := range b.shared {
+			if carried[l] {
+				t.Fatalf("batch %d carries a list twice", i)
+			}
+			carried[l] = true
+		}
+		for _, d := range b.tasks {
 			if d != tdds[n] {
 				t.Fatalf("batch %d out of order at %d", i, n)
 			}
 			n++
+			for _, g := range d.Inputs {
+				if g.SharedChannels == 0 {
+					continue
+				}
+				if int(g.SharedChannels) > len(b.shared) || b.shared[g.SharedChannels-1] != want[g] {
+					t.Fatalf("batch %d: gate of %s refers to list %d of %d, not the one it named", i, d.AttemptId, g.SharedChannels, len(b.shared))
+				}
+			}
 		}
 	}
 	if n != len(tdds) || len(batches) < 100/maxTasks {

@@ -51,6 +51,7 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 	if err != nil {
 		return nil, err
 	}
+	jm.tms.SetProtocol(req.TmId, req.ProtocolVersion)
 	jm.log.Info("task manager registered", "tm", req.TmId, "grpc", req.GrpcAddress, "slots", req.Slots, "incarnation", req.Incarnation)
 	if previous != "" {
 		t.failAttempts(old)

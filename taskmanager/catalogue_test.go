@@ -35,7 +35,7 @@ func TestTMRefusesExactlyWhatTheJobGraphRefuses(t *testing.T) {
 
 	for i, c := range cases {
 		want := jobGraphProblems(t, c)
-		got := tddProblems(c.Descriptor(attempt(i), 0), 1)
+		got := tddProblems(c.Descriptor(attempt(i), 0), 1, nil)
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: the TM finds %q, JobGraph validation %q", c.Name, got, want)
 		}

@@ -112,9 +112,10 @@ func nonNegative(d time.Duration, name string) error {
 // ErrInvalidConfig is returned by Validate.
 var ErrInvalidConfig = errors.New("invalid taskmanager config")
 
-// ProtocolVersion is the JobMaster-TaskManager protocol this build speaks: 2, the Exchange data
-// plane (jobmaster.MinTMProtocol and MaxTMProtocol are what a leader accepts).
-const ProtocolVersion = 2
+// ProtocolVersion is the JobMaster-TaskManager protocol this build speaks: 3, shared channel
+// lists in SubmitTasks (2 was the Exchange data plane; jobmaster.MinTMProtocol and
+// MaxTMProtocol are what a leader accepts, jobmaster.SharedChannelsProtocol when it shares).
+const ProtocolVersion = 3
 
 // DefaultConfig returns a Config with every default filled in (ID and addresses excepted).
 func DefaultConfig() Config {

@@ -22,23 +22,37 @@ type inputGate struct {
 }
 
 // inputChannel reads one subpartition of one producer partition. Its descriptor may be partial
-// (no producer yet) until UpdatePartitionInfo completes it.
+// (no producer yet) until UpdatePartitionInfo completes it. A channel of a shared list (a wide
+// gate's) holds the list's descriptor, shared with the other gates of its batch and never
+// changed (update replaces it), and its own subpartition.
 type inputChannel struct {
 	mu     sync.Mutex
 	desc   *pb.InputChannelDescriptor
+	sub    int32  // the subpartition it reads
 	notify func() // set by the channelSet reading it: the descriptor changed
 }
 
-func buildGates(tdd *pb.TaskDeploymentDescriptor) []*inputGate {
+// buildGates makes a task's input gates from a validated descriptor (validateTDD: shared
+// references are in range).
+func buildGates(tdd *pb.TaskDeploymentDescriptor, shared *sharedLists) []*inputGate {
 	gates := make([]*inputGate, 0, len(tdd.GetInputs()))
 	for _, g := range tdd.GetInputs() {
 		ig := &inputGate{resultID: g.GetResultId()}
+		if r := g.GetSharedChannels(); r != 0 {
+			chs := shared.lists[r-1].GetChannels()
+			ig.channels = make([]*inputChannel, len(chs))
+			for i, c := range chs {
+				ig.channels[i] = &inputChannel{desc: c, sub: g.GetSubpartitionIndex()}
+			}
+			gates = append(gates, ig)
+			continue
+		}
 		for _, c := range g.GetChannels() {
 			d := proto.Clone(c).(*pb.InputChannelDescriptor)
 			if d.GetResultId() == "" {
 				d.ResultId = g.GetResultId()
 			}
-			ig.channels = append(ig.channels, &inputChannel{desc: d})
+			ig.channels = append(ig.channels, &inputChannel{desc: d, sub: d.GetSubpartitionIndex()})
 		}
 		gates = append(gates, ig)
 	}
@@ -73,12 +87,18 @@ func (c *inputChannel) update(d *pb.InputChannelDescriptor) {
 	if d.GetResultId() == "" {
 		d.ResultId = c.desc.GetResultId()
 	}
-	c.desc = d
+	c.desc, c.sub = d, d.GetSubpartitionIndex()
 	notify := c.notify
 	c.mu.Unlock()
 	if notify != nil {
 		notify()
 	}
+}
+
+func (c *inputChannel) subpartition() int32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sub
 }
 
 func (c *inputChannel) watch(notify func()) {
@@ -240,7 +260,7 @@ func (s *channelSet) open(i int) {
 		JobId:             s.job,
 		ResultId:          d.GetResultId(),
 		PartitionIndex:    d.GetPartitionIndex(),
-		SubpartitionIndex: d.GetSubpartitionIndex(),
+		SubpartitionIndex: cs.in.subpartition(),
 		ProducerAttemptId: d.GetProducerAttemptId(),
 		ConsumerAttemptId: s.consumer,
 	}

@@ -23,7 +23,7 @@ func wideTask(tm *TaskManager, subtask int32, width int) {
 		chans[p] = channel("src->sink", int32(p), subtask, fmt.Sprintf("%032x", p), "127.0.0.1:7501")
 	}
 	d := deploy("job", "sink", subtask, int32(width), fmt.Sprintf("%032x", 1<<20+int(subtask)), subtask, checksumOp("x"), gate("src->sink", pipelined, chans...))
-	t := tm.newTask(d)
+	t := tm.newTask(d, nil)
 	t.cancel()
 	close(t.done)
 	t.state, t.endedAt = finished, time.Now()

@@ -14,21 +14,21 @@ import (
 // startTaskLocked registers a validated task in its slot and starts its goroutine; epoch is
 // the leader epoch of the call that submitted it.
 func (tm *TaskManager) startTaskLocked(tdd *pb.TaskDeploymentDescriptor, epoch uint64) *task {
-	t := tm.newTask(tdd)
+	t := tm.newTask(tdd, nil)
 	tm.launchLocked(t, epoch)
 	return t
 }
 
 // newTask prepares a task for a validated descriptor (its context and input gates). It needs
 // no TM state, so a batch prepares its tasks before it takes the TM's lock.
-func (tm *TaskManager) newTask(tdd *pb.TaskDeploymentDescriptor) *task {
+func (tm *TaskManager) newTask(tdd *pb.TaskDeploymentDescriptor, shared *sharedLists) *task {
 	ctx, cancel := context.WithCancel(tm.ctx)
 	return &task{
 		tdd:    tdd,
 		ctx:    ctx,
 		cancel: cancel,
 		done:   make(chan struct{}),
-		gates:  buildGates(tdd),
+		gates:  buildGates(tdd, shared),
 		state:  pb.ExecutionState_EXECUTION_STATE_DEPLOYING,
 	}
 }

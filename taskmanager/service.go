@@ -21,7 +21,7 @@ type controlService struct {
 func (s *controlService) SubmitTask(ctx context.Context, req *pb.SubmitTaskRequest) (*pb.SubmitTaskResponse, error) {
 	tm := s.tm
 	d := req.GetTask()
-	invalid := validateTDD(d, tm.cfg.Slots)
+	invalid := validateTDD(d, tm.cfg.Slots, nil)
 	if invalid == nil {
 		invalid = validateSinkTarget(d, tm.cfg.WorkDir)
 	}

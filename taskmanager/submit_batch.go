@@ -26,14 +26,15 @@ func (s *controlService) SubmitTasks(ctx context.Context, req *pb.SubmitTasksReq
 	results := make([]*pb.SubmitTaskResult, len(tasks))
 	prepared := make([]*task, len(tasks))
 	var problems []string
+	shared := checkSharedLists(req.GetSharedChannels())
 	for i, d := range tasks {
 		results[i] = &pb.SubmitTaskResult{AttemptId: d.GetAttemptId()}
-		if err := validateTDD(d, tm.cfg.Slots); err != nil {
+		if err := validateTDD(d, tm.cfg.Slots, shared); err != nil {
 			results[i].Code, results[i].Message = int32(codes.InvalidArgument), err.Error()
 			problems = append(problems, fmt.Sprintf("tasks[%d]: %v", i, err))
 			continue
 		}
-		prepared[i] = tm.newTask(d)
+		prepared[i] = tm.newTask(d, shared)
 	}
 	if len(problems) == len(tasks) {
 		// Nothing in the batch is deployable: refuse it whole, changing nothing (no epoch

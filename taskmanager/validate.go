@@ -15,11 +15,11 @@ import (
 // validateTDD checks a TaskDeploymentDescriptor and returns every problem found, wrapped in
 // ErrInvalidTask. Every input channel must be listed; its producer fields may be empty until
 // UpdatePartitionInfo fills them.
-func validateTDD(d *pb.TaskDeploymentDescriptor, slots int) error {
+func validateTDD(d *pb.TaskDeploymentDescriptor, slots int, shared *sharedLists) error {
 	if d == nil {
 		return fmt.Errorf("%w: task is missing", ErrInvalidTask)
 	}
-	if p := tddProblems(d, slots); len(p) > 0 {
+	if p := tddProblems(d, slots, shared); len(p) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidTask, strings.Join(p, "; "))
 	}
 	return nil
@@ -27,7 +27,7 @@ func validateTDD(d *pb.TaskDeploymentDescriptor, slots int) error {
 
 // tddProblems lists every problem of a descriptor, in the "field: message" form of
 // graph.Problem where a field is named.
-func tddProblems(d *pb.TaskDeploymentDescriptor, slots int) []string {
+func tddProblems(d *pb.TaskDeploymentDescriptor, slots int, shared *sharedLists) []string {
 	var p []string
 	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
 	if d.GetJobId() == "" {
@@ -85,6 +85,25 @@ func tddProblems(d *pb.TaskDeploymentDescriptor, slots int) []string {
 			add("inputs[%d]: duplicate input result %q", i, g.GetResultId())
 		}
 		gates[g.GetResultId()] = true
+		if r := g.GetSharedChannels(); r != 0 {
+			switch {
+			case len(g.GetChannels()) > 0:
+				add("inputs[%d]: has both channels and shared_channels %d", i, r)
+			case int(r) > shared.len():
+				add("inputs[%d]: shared_channels %d, but the request has %d shared channel lists", i, r, shared.len())
+			case shared.problems[r-1] != "":
+				add("inputs[%d]: shared_channels[%d]: %s", i, r-1, shared.problems[r-1])
+			case shared.lists[r-1].GetChannels()[0].GetResultId() != g.GetResultId():
+				add("inputs[%d]: shared_channels[%d] are of result %q, not the gate's %q", i, r-1, shared.lists[r-1].GetChannels()[0].GetResultId(), g.GetResultId())
+			}
+			if g.GetSubpartitionIndex() < 0 {
+				add("inputs[%d]: negative subpartition index", i)
+			}
+			continue
+		}
+		if g.GetSubpartitionIndex() != 0 {
+			add("inputs[%d]: subpartition_index without shared_channels", i)
+		}
 		if len(g.GetChannels()) == 0 {
 			add("inputs[%d]: no input channels", i)
 		}
@@ -145,4 +164,57 @@ func validateSinkTarget(d *pb.TaskDeploymentDescriptor, workDir string) error {
 		}
 	}
 	return nil
+}
+
+// sharedLists are the shared channel lists of a SubmitTasks request, each checked once for
+// all the gates that refer to it: problems[i] says what is wrong with lists[i] ("" when
+// nothing).
+type sharedLists struct {
+	lists    []*pb.SharedChannels
+	problems []string
+}
+
+func (s *sharedLists) len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.lists)
+}
+
+// checkSharedLists checks every list: not empty, one result named by every channel, each
+// partition once, subpartition indexes left to the gates, producer fields given together.
+func checkSharedLists(lists []*pb.SharedChannels) *sharedLists {
+	s := &sharedLists{lists: lists, problems: make([]string, len(lists))}
+	for i, l := range lists {
+		chs := l.GetChannels()
+		if len(chs) == 0 {
+			s.problems[i] = "no channels"
+			continue
+		}
+		result := chs[0].GetResultId()
+		seen := make(map[int32]bool, len(chs))
+		for j, c := range chs {
+			problem := ""
+			switch {
+			case result == "":
+				problem = "channels[0]: result_id is empty"
+			case c.GetResultId() != result:
+				problem = fmt.Sprintf("channels[%d]: result %q differs from channels[0]'s %q", j, c.GetResultId(), result)
+			case c.GetPartitionIndex() < 0:
+				problem = fmt.Sprintf("channels[%d]: negative partition index", j)
+			case c.GetSubpartitionIndex() != 0:
+				problem = fmt.Sprintf("channels[%d]: subpartition_index is set (a gate gives it)", j)
+			case seen[c.GetPartitionIndex()]:
+				problem = fmt.Sprintf("channels[%d]: duplicate channel for partition %d", j, c.GetPartitionIndex())
+			case (c.GetProducerAttemptId() == "") != (c.GetProducerDataAddress() == ""):
+				problem = fmt.Sprintf("channels[%d]: producer attempt and data address must be given together", j)
+			}
+			if problem != "" {
+				s.problems[i] = problem
+				break
+			}
+			seen[c.GetPartitionIndex()] = true
+		}
+	}
+	return s
 }

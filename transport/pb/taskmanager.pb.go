@@ -102,13 +102,20 @@ func (x *ResultPartitionDeploymentDescriptor) GetResultType() ResultType {
 }
 
 type InputGateDeploymentDescriptor struct {
-	state         protoimpl.MessageState    `protogen:"open.v1"`
-	ResultId      string                    `protobuf:"bytes,1,opt,name=result_id,json=resultId,proto3" json:"result_id,omitempty"`
-	Distribution  Distribution              `protobuf:"varint,2,opt,name=distribution,proto3,enum=jmcluster.v1.Distribution" json:"distribution,omitempty"`
-	ResultType    ResultType                `protobuf:"varint,3,opt,name=result_type,json=resultType,proto3,enum=jmcluster.v1.ResultType" json:"result_type,omitempty"`
-	Channels      []*InputChannelDescriptor `protobuf:"bytes,4,rep,name=channels,proto3" json:"channels,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState    `protogen:"open.v1"`
+	ResultId     string                    `protobuf:"bytes,1,opt,name=result_id,json=resultId,proto3" json:"result_id,omitempty"`
+	Distribution Distribution              `protobuf:"varint,2,opt,name=distribution,proto3,enum=jmcluster.v1.Distribution" json:"distribution,omitempty"`
+	ResultType   ResultType                `protobuf:"varint,3,opt,name=result_type,json=resultType,proto3,enum=jmcluster.v1.ResultType" json:"result_type,omitempty"`
+	Channels     []*InputChannelDescriptor `protobuf:"bytes,4,rep,name=channels,proto3" json:"channels,omitempty"`
+	// Instead of channels (protocol 3): the gate reads the channels of
+	// SubmitTasksRequest.shared_channels[shared_channels - 1], each at subpartition_index. Every
+	// consumer of an ALL_TO_ALL edge reads the same producer partitions, only its subpartition
+	// differs, so a batch lists them once instead of once per consumer (a 512 x 512 job: 512
+	// lists of 512 channels become one). 0: the channels are in channels.
+	SharedChannels    uint32 `protobuf:"varint,5,opt,name=shared_channels,json=sharedChannels,proto3" json:"shared_channels,omitempty"`
+	SubpartitionIndex int32  `protobuf:"varint,6,opt,name=subpartition_index,json=subpartitionIndex,proto3" json:"subpartition_index,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *InputGateDeploymentDescriptor) Reset() {
@@ -169,6 +176,66 @@ func (x *InputGateDeploymentDescriptor) GetChannels() []*InputChannelDescriptor 
 	return nil
 }
 
+func (x *InputGateDeploymentDescriptor) GetSharedChannels() uint32 {
+	if x != nil {
+		return x.SharedChannels
+	}
+	return 0
+}
+
+func (x *InputGateDeploymentDescriptor) GetSubpartitionIndex() int32 {
+	if x != nil {
+		return x.SubpartitionIndex
+	}
+	return 0
+}
+
+// SharedChannels is one list of input channels shared by the gates of a SubmitTasks batch
+// (their subpartition_index fields are 0: each gate gives its own).
+type SharedChannels struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Channels      []*InputChannelDescriptor `protobuf:"bytes,1,rep,name=channels,proto3" json:"channels,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SharedChannels) Reset() {
+	*x = SharedChannels{}
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SharedChannels) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SharedChannels) ProtoMessage() {}
+
+func (x *SharedChannels) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SharedChannels.ProtoReflect.Descriptor instead.
+func (*SharedChannels) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SharedChannels) GetChannels() []*InputChannelDescriptor {
+	if x != nil {
+		return x.Channels
+	}
+	return nil
+}
+
 type TaskDeploymentDescriptor struct {
 	state          protoimpl.MessageState                 `protogen:"open.v1"`
 	JobId          string                                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -189,7 +256,7 @@ type TaskDeploymentDescriptor struct {
 
 func (x *TaskDeploymentDescriptor) Reset() {
 	*x = TaskDeploymentDescriptor{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[2]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -201,7 +268,7 @@ func (x *TaskDeploymentDescriptor) String() string {
 func (*TaskDeploymentDescriptor) ProtoMessage() {}
 
 func (x *TaskDeploymentDescriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[2]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -214,7 +281,7 @@ func (x *TaskDeploymentDescriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDeploymentDescriptor.ProtoReflect.Descriptor instead.
 func (*TaskDeploymentDescriptor) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{2}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TaskDeploymentDescriptor) GetJobId() string {
@@ -311,7 +378,7 @@ type SubmitTaskRequest struct {
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[3]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -323,7 +390,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[3]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -336,7 +403,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{3}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SubmitTaskRequest) GetEpoch() uint64 {
@@ -361,7 +428,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[4]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -373,7 +440,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[4]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -386,7 +453,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{4}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{5}
 }
 
 type CancelTaskRequest struct {
@@ -400,7 +467,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[5]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -412,7 +479,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[5]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -425,7 +492,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{5}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CancelTaskRequest) GetEpoch() uint64 {
@@ -459,7 +526,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[6]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +538,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[6]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +551,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{6}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CancelTaskResponse) GetState() ExecutionState {
@@ -506,7 +573,7 @@ type UpdatePartitionInfoRequest struct {
 
 func (x *UpdatePartitionInfoRequest) Reset() {
 	*x = UpdatePartitionInfoRequest{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[7]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +585,7 @@ func (x *UpdatePartitionInfoRequest) String() string {
 func (*UpdatePartitionInfoRequest) ProtoMessage() {}
 
 func (x *UpdatePartitionInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[7]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +598,7 @@ func (x *UpdatePartitionInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePartitionInfoRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePartitionInfoRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{7}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdatePartitionInfoRequest) GetEpoch() uint64 {
@@ -570,7 +637,7 @@ type UpdatePartitionInfoResponse struct {
 
 func (x *UpdatePartitionInfoResponse) Reset() {
 	*x = UpdatePartitionInfoResponse{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +649,7 @@ func (x *UpdatePartitionInfoResponse) String() string {
 func (*UpdatePartitionInfoResponse) ProtoMessage() {}
 
 func (x *UpdatePartitionInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +662,7 @@ func (x *UpdatePartitionInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePartitionInfoResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePartitionInfoResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{8}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{9}
 }
 
 type RequestReportRequest struct {
@@ -614,7 +681,7 @@ type RequestReportRequest struct {
 
 func (x *RequestReportRequest) Reset() {
 	*x = RequestReportRequest{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +693,7 @@ func (x *RequestReportRequest) String() string {
 func (*RequestReportRequest) ProtoMessage() {}
 
 func (x *RequestReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +706,7 @@ func (x *RequestReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestReportRequest.ProtoReflect.Descriptor instead.
 func (*RequestReportRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{9}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RequestReportRequest) GetEpoch() uint64 {
@@ -688,7 +755,7 @@ type ProducedPartitionReport struct {
 
 func (x *ProducedPartitionReport) Reset() {
 	*x = ProducedPartitionReport{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +767,7 @@ func (x *ProducedPartitionReport) String() string {
 func (*ProducedPartitionReport) ProtoMessage() {}
 
 func (x *ProducedPartitionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +780,7 @@ func (x *ProducedPartitionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducedPartitionReport.ProtoReflect.Descriptor instead.
 func (*ProducedPartitionReport) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{10}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ProducedPartitionReport) GetResultId() string {
@@ -748,7 +815,7 @@ type ConsumedPartitionReport struct {
 
 func (x *ConsumedPartitionReport) Reset() {
 	*x = ConsumedPartitionReport{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +827,7 @@ func (x *ConsumedPartitionReport) String() string {
 func (*ConsumedPartitionReport) ProtoMessage() {}
 
 func (x *ConsumedPartitionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +840,7 @@ func (x *ConsumedPartitionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumedPartitionReport.ProtoReflect.Descriptor instead.
 func (*ConsumedPartitionReport) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{11}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ConsumedPartitionReport) GetResultId() string {
@@ -816,7 +883,7 @@ type ExecutionReport struct {
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +895,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +908,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExecutionReport) GetJobId() string {
@@ -939,7 +1006,7 @@ type TaskManagerReport struct {
 
 func (x *TaskManagerReport) Reset() {
 	*x = TaskManagerReport{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1018,7 @@ func (x *TaskManagerReport) String() string {
 func (*TaskManagerReport) ProtoMessage() {}
 
 func (x *TaskManagerReport) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1031,7 @@ func (x *TaskManagerReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskManagerReport.ProtoReflect.Descriptor instead.
 func (*TaskManagerReport) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{13}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TaskManagerReport) GetTmId() string {
@@ -1033,7 +1100,7 @@ type AcknowledgeTerminalRequest struct {
 
 func (x *AcknowledgeTerminalRequest) Reset() {
 	*x = AcknowledgeTerminalRequest{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1112,7 @@ func (x *AcknowledgeTerminalRequest) String() string {
 func (*AcknowledgeTerminalRequest) ProtoMessage() {}
 
 func (x *AcknowledgeTerminalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1125,7 @@ func (x *AcknowledgeTerminalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeTerminalRequest.ProtoReflect.Descriptor instead.
 func (*AcknowledgeTerminalRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{14}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AcknowledgeTerminalRequest) GetEpoch() uint64 {
@@ -1083,7 +1150,7 @@ type AcknowledgeTerminalResponse struct {
 
 func (x *AcknowledgeTerminalResponse) Reset() {
 	*x = AcknowledgeTerminalResponse{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1162,7 @@ func (x *AcknowledgeTerminalResponse) String() string {
 func (*AcknowledgeTerminalResponse) ProtoMessage() {}
 
 func (x *AcknowledgeTerminalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,20 +1175,22 @@ func (x *AcknowledgeTerminalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeTerminalResponse.ProtoReflect.Descriptor instead.
 func (*AcknowledgeTerminalResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{15}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{16}
 }
 
 type SubmitTasksRequest struct {
-	state         protoimpl.MessageState      `protogen:"open.v1"`
-	Epoch         uint64                      `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Tasks         []*TaskDeploymentDescriptor `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState      `protogen:"open.v1"`
+	Epoch uint64                      `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Tasks []*TaskDeploymentDescriptor `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// The channel lists the tasks' gates refer to (InputGateDeploymentDescriptor.shared_channels).
+	SharedChannels []*SharedChannels `protobuf:"bytes,3,rep,name=shared_channels,json=sharedChannels,proto3" json:"shared_channels,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SubmitTasksRequest) Reset() {
 	*x = SubmitTasksRequest{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1202,7 @@ func (x *SubmitTasksRequest) String() string {
 func (*SubmitTasksRequest) ProtoMessage() {}
 
 func (x *SubmitTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1215,7 @@ func (x *SubmitTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTasksRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTasksRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{16}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SubmitTasksRequest) GetEpoch() uint64 {
@@ -1159,6 +1228,13 @@ func (x *SubmitTasksRequest) GetEpoch() uint64 {
 func (x *SubmitTasksRequest) GetTasks() []*TaskDeploymentDescriptor {
 	if x != nil {
 		return x.Tasks
+	}
+	return nil
+}
+
+func (x *SubmitTasksRequest) GetSharedChannels() []*SharedChannels {
+	if x != nil {
+		return x.SharedChannels
 	}
 	return nil
 }
@@ -1182,7 +1258,7 @@ type SubmitTaskResult struct {
 
 func (x *SubmitTaskResult) Reset() {
 	*x = SubmitTaskResult{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1270,7 @@ func (x *SubmitTaskResult) String() string {
 func (*SubmitTaskResult) ProtoMessage() {}
 
 func (x *SubmitTaskResult) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1283,7 @@ func (x *SubmitTaskResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResult.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResult) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{17}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SubmitTaskResult) GetAttemptId() string {
@@ -1255,7 +1331,7 @@ type SubmitTasksResponse struct {
 
 func (x *SubmitTasksResponse) Reset() {
 	*x = SubmitTasksResponse{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1343,7 @@ func (x *SubmitTasksResponse) String() string {
 func (*SubmitTasksResponse) ProtoMessage() {}
 
 func (x *SubmitTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1356,7 @@ func (x *SubmitTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTasksResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTasksResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{18}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SubmitTasksResponse) GetResults() []*SubmitTaskResult {
@@ -1300,7 +1376,7 @@ type LeaderContactRequest struct {
 
 func (x *LeaderContactRequest) Reset() {
 	*x = LeaderContactRequest{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1388,7 @@ func (x *LeaderContactRequest) String() string {
 func (*LeaderContactRequest) ProtoMessage() {}
 
 func (x *LeaderContactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1401,7 @@ func (x *LeaderContactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderContactRequest.ProtoReflect.Descriptor instead.
 func (*LeaderContactRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{19}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeaderContactRequest) GetTmId() string {
@@ -1353,7 +1429,7 @@ type LeaderContactResponse struct {
 
 func (x *LeaderContactResponse) Reset() {
 	*x = LeaderContactResponse{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1441,7 @@ func (x *LeaderContactResponse) String() string {
 func (*LeaderContactResponse) ProtoMessage() {}
 
 func (x *LeaderContactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1454,7 @@ func (x *LeaderContactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderContactResponse.ProtoReflect.Descriptor instead.
 func (*LeaderContactResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{20}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LeaderContactResponse) GetTmId() string {
@@ -1427,13 +1503,17 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\x11num_subpartitions\x18\x03 \x01(\x05R\x10numSubpartitions\x12>\n" +
 	"\fdistribution\x18\x04 \x01(\x0e2\x1a.jmcluster.v1.DistributionR\fdistribution\x129\n" +
 	"\vresult_type\x18\x05 \x01(\x0e2\x18.jmcluster.v1.ResultTypeR\n" +
-	"resultType\"\xf9\x01\n" +
+	"resultType\"\xd1\x02\n" +
 	"\x1dInputGateDeploymentDescriptor\x12\x1b\n" +
 	"\tresult_id\x18\x01 \x01(\tR\bresultId\x12>\n" +
 	"\fdistribution\x18\x02 \x01(\x0e2\x1a.jmcluster.v1.DistributionR\fdistribution\x129\n" +
 	"\vresult_type\x18\x03 \x01(\x0e2\x18.jmcluster.v1.ResultTypeR\n" +
 	"resultType\x12@\n" +
-	"\bchannels\x18\x04 \x03(\v2$.jmcluster.v1.InputChannelDescriptorR\bchannels\"\x9d\x04\n" +
+	"\bchannels\x18\x04 \x03(\v2$.jmcluster.v1.InputChannelDescriptorR\bchannels\x12'\n" +
+	"\x0fshared_channels\x18\x05 \x01(\rR\x0esharedChannels\x12-\n" +
+	"\x12subpartition_index\x18\x06 \x01(\x05R\x11subpartitionIndex\"R\n" +
+	"\x0eSharedChannels\x12@\n" +
+	"\bchannels\x18\x01 \x03(\v2$.jmcluster.v1.InputChannelDescriptorR\bchannels\"\x9d\x04\n" +
 	"\x18TaskDeploymentDescriptor\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\tvertex_id\x18\x02 \x01(\tR\bvertexId\x12#\n" +
@@ -1515,10 +1595,11 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1f\n" +
 	"\vattempt_ids\x18\x02 \x03(\tR\n" +
 	"attemptIds\"\x1d\n" +
-	"\x1bAcknowledgeTerminalResponse\"h\n" +
+	"\x1bAcknowledgeTerminalResponse\"\xaf\x01\n" +
 	"\x12SubmitTasksRequest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12<\n" +
-	"\x05tasks\x18\x02 \x03(\v2&.jmcluster.v1.TaskDeploymentDescriptorR\x05tasks\"\xb9\x01\n" +
+	"\x05tasks\x18\x02 \x03(\v2&.jmcluster.v1.TaskDeploymentDescriptorR\x05tasks\x12E\n" +
+	"\x0fshared_channels\x18\x03 \x03(\v2\x1c.jmcluster.v1.SharedChannelsR\x0esharedChannels\"\xb9\x01\n" +
 	"\x10SubmitTaskResult\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x12\n" +
@@ -1560,74 +1641,77 @@ func file_jmcluster_v1_taskmanager_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_taskmanager_proto_rawDescData
 }
 
-var file_jmcluster_v1_taskmanager_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_jmcluster_v1_taskmanager_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_jmcluster_v1_taskmanager_proto_goTypes = []any{
 	(*ResultPartitionDeploymentDescriptor)(nil), // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor
 	(*InputGateDeploymentDescriptor)(nil),       // 1: jmcluster.v1.InputGateDeploymentDescriptor
-	(*TaskDeploymentDescriptor)(nil),            // 2: jmcluster.v1.TaskDeploymentDescriptor
-	(*SubmitTaskRequest)(nil),                   // 3: jmcluster.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),                  // 4: jmcluster.v1.SubmitTaskResponse
-	(*CancelTaskRequest)(nil),                   // 5: jmcluster.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),                  // 6: jmcluster.v1.CancelTaskResponse
-	(*UpdatePartitionInfoRequest)(nil),          // 7: jmcluster.v1.UpdatePartitionInfoRequest
-	(*UpdatePartitionInfoResponse)(nil),         // 8: jmcluster.v1.UpdatePartitionInfoResponse
-	(*RequestReportRequest)(nil),                // 9: jmcluster.v1.RequestReportRequest
-	(*ProducedPartitionReport)(nil),             // 10: jmcluster.v1.ProducedPartitionReport
-	(*ConsumedPartitionReport)(nil),             // 11: jmcluster.v1.ConsumedPartitionReport
-	(*ExecutionReport)(nil),                     // 12: jmcluster.v1.ExecutionReport
-	(*TaskManagerReport)(nil),                   // 13: jmcluster.v1.TaskManagerReport
-	(*AcknowledgeTerminalRequest)(nil),          // 14: jmcluster.v1.AcknowledgeTerminalRequest
-	(*AcknowledgeTerminalResponse)(nil),         // 15: jmcluster.v1.AcknowledgeTerminalResponse
-	(*SubmitTasksRequest)(nil),                  // 16: jmcluster.v1.SubmitTasksRequest
-	(*SubmitTaskResult)(nil),                    // 17: jmcluster.v1.SubmitTaskResult
-	(*SubmitTasksResponse)(nil),                 // 18: jmcluster.v1.SubmitTasksResponse
-	(*LeaderContactRequest)(nil),                // 19: jmcluster.v1.LeaderContactRequest
-	(*LeaderContactResponse)(nil),               // 20: jmcluster.v1.LeaderContactResponse
-	(Distribution)(0),                           // 21: jmcluster.v1.Distribution
-	(ResultType)(0),                             // 22: jmcluster.v1.ResultType
-	(*InputChannelDescriptor)(nil),              // 23: jmcluster.v1.InputChannelDescriptor
-	(*Operator)(nil),                            // 24: jmcluster.v1.Operator
-	(JobType)(0),                                // 25: jmcluster.v1.JobType
-	(ExecutionState)(0),                         // 26: jmcluster.v1.ExecutionState
+	(*SharedChannels)(nil),                      // 2: jmcluster.v1.SharedChannels
+	(*TaskDeploymentDescriptor)(nil),            // 3: jmcluster.v1.TaskDeploymentDescriptor
+	(*SubmitTaskRequest)(nil),                   // 4: jmcluster.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),                  // 5: jmcluster.v1.SubmitTaskResponse
+	(*CancelTaskRequest)(nil),                   // 6: jmcluster.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),                  // 7: jmcluster.v1.CancelTaskResponse
+	(*UpdatePartitionInfoRequest)(nil),          // 8: jmcluster.v1.UpdatePartitionInfoRequest
+	(*UpdatePartitionInfoResponse)(nil),         // 9: jmcluster.v1.UpdatePartitionInfoResponse
+	(*RequestReportRequest)(nil),                // 10: jmcluster.v1.RequestReportRequest
+	(*ProducedPartitionReport)(nil),             // 11: jmcluster.v1.ProducedPartitionReport
+	(*ConsumedPartitionReport)(nil),             // 12: jmcluster.v1.ConsumedPartitionReport
+	(*ExecutionReport)(nil),                     // 13: jmcluster.v1.ExecutionReport
+	(*TaskManagerReport)(nil),                   // 14: jmcluster.v1.TaskManagerReport
+	(*AcknowledgeTerminalRequest)(nil),          // 15: jmcluster.v1.AcknowledgeTerminalRequest
+	(*AcknowledgeTerminalResponse)(nil),         // 16: jmcluster.v1.AcknowledgeTerminalResponse
+	(*SubmitTasksRequest)(nil),                  // 17: jmcluster.v1.SubmitTasksRequest
+	(*SubmitTaskResult)(nil),                    // 18: jmcluster.v1.SubmitTaskResult
+	(*SubmitTasksResponse)(nil),                 // 19: jmcluster.v1.SubmitTasksResponse
+	(*LeaderContactRequest)(nil),                // 20: jmcluster.v1.LeaderContactRequest
+	(*LeaderContactResponse)(nil),               // 21: jmcluster.v1.LeaderContactResponse
+	(Distribution)(0),                           // 22: jmcluster.v1.Distribution
+	(ResultType)(0),                             // 23: jmcluster.v1.ResultType
+	(*InputChannelDescriptor)(nil),              // 24: jmcluster.v1.InputChannelDescriptor
+	(*Operator)(nil),                            // 25: jmcluster.v1.Operator
+	(JobType)(0),                                // 26: jmcluster.v1.JobType
+	(ExecutionState)(0),                         // 27: jmcluster.v1.ExecutionState
 }
 var file_jmcluster_v1_taskmanager_proto_depIdxs = []int32{
-	21, // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
-	22, // 1: jmcluster.v1.ResultPartitionDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
-	21, // 2: jmcluster.v1.InputGateDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
-	22, // 3: jmcluster.v1.InputGateDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
-	23, // 4: jmcluster.v1.InputGateDeploymentDescriptor.channels:type_name -> jmcluster.v1.InputChannelDescriptor
-	24, // 5: jmcluster.v1.TaskDeploymentDescriptor.operator:type_name -> jmcluster.v1.Operator
-	0,  // 6: jmcluster.v1.TaskDeploymentDescriptor.produced:type_name -> jmcluster.v1.ResultPartitionDeploymentDescriptor
-	1,  // 7: jmcluster.v1.TaskDeploymentDescriptor.inputs:type_name -> jmcluster.v1.InputGateDeploymentDescriptor
-	25, // 8: jmcluster.v1.TaskDeploymentDescriptor.job_type:type_name -> jmcluster.v1.JobType
-	2,  // 9: jmcluster.v1.SubmitTaskRequest.task:type_name -> jmcluster.v1.TaskDeploymentDescriptor
-	26, // 10: jmcluster.v1.CancelTaskResponse.state:type_name -> jmcluster.v1.ExecutionState
-	23, // 11: jmcluster.v1.UpdatePartitionInfoRequest.channels:type_name -> jmcluster.v1.InputChannelDescriptor
-	26, // 12: jmcluster.v1.ExecutionReport.state:type_name -> jmcluster.v1.ExecutionState
-	10, // 13: jmcluster.v1.ExecutionReport.produced:type_name -> jmcluster.v1.ProducedPartitionReport
-	11, // 14: jmcluster.v1.ExecutionReport.consumed:type_name -> jmcluster.v1.ConsumedPartitionReport
-	12, // 15: jmcluster.v1.TaskManagerReport.executions:type_name -> jmcluster.v1.ExecutionReport
-	2,  // 16: jmcluster.v1.SubmitTasksRequest.tasks:type_name -> jmcluster.v1.TaskDeploymentDescriptor
-	17, // 17: jmcluster.v1.SubmitTasksResponse.results:type_name -> jmcluster.v1.SubmitTaskResult
-	3,  // 18: jmcluster.v1.TaskManagerService.SubmitTask:input_type -> jmcluster.v1.SubmitTaskRequest
-	5,  // 19: jmcluster.v1.TaskManagerService.CancelTask:input_type -> jmcluster.v1.CancelTaskRequest
-	7,  // 20: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:input_type -> jmcluster.v1.UpdatePartitionInfoRequest
-	9,  // 21: jmcluster.v1.TaskManagerService.RequestReport:input_type -> jmcluster.v1.RequestReportRequest
-	14, // 22: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:input_type -> jmcluster.v1.AcknowledgeTerminalRequest
-	16, // 23: jmcluster.v1.TaskManagerService.SubmitTasks:input_type -> jmcluster.v1.SubmitTasksRequest
-	19, // 24: jmcluster.v1.PeerService.LeaderContact:input_type -> jmcluster.v1.LeaderContactRequest
-	4,  // 25: jmcluster.v1.TaskManagerService.SubmitTask:output_type -> jmcluster.v1.SubmitTaskResponse
-	6,  // 26: jmcluster.v1.TaskManagerService.CancelTask:output_type -> jmcluster.v1.CancelTaskResponse
-	8,  // 27: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:output_type -> jmcluster.v1.UpdatePartitionInfoResponse
-	13, // 28: jmcluster.v1.TaskManagerService.RequestReport:output_type -> jmcluster.v1.TaskManagerReport
-	15, // 29: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:output_type -> jmcluster.v1.AcknowledgeTerminalResponse
-	18, // 30: jmcluster.v1.TaskManagerService.SubmitTasks:output_type -> jmcluster.v1.SubmitTasksResponse
-	20, // 31: jmcluster.v1.PeerService.LeaderContact:output_type -> jmcluster.v1.LeaderContactResponse
-	25, // [25:32] is the sub-list for method output_type
-	18, // [18:25] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	22, // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
+	23, // 1: jmcluster.v1.ResultPartitionDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
+	22, // 2: jmcluster.v1.InputGateDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
+	23, // 3: jmcluster.v1.InputGateDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
+	24, // 4: jmcluster.v1.InputGateDeploymentDescriptor.channels:type_name -> jmcluster.v1.InputChannelDescriptor
+	24, // 5: jmcluster.v1.SharedChannels.channels:type_name -> jmcluster.v1.InputChannelDescriptor
+	25, // 6: jmcluster.v1.TaskDeploymentDescriptor.operator:type_name -> jmcluster.v1.Operator
+	0,  // 7: jmcluster.v1.TaskDeploymentDescriptor.produced:type_name -> jmcluster.v1.ResultPartitionDeploymentDescriptor
+	1,  // 8: jmcluster.v1.TaskDeploymentDescriptor.inputs:type_name -> jmcluster.v1.InputGateDeploymentDescriptor
+	26, // 9: jmcluster.v1.TaskDeploymentDescriptor.job_type:type_name -> jmcluster.v1.JobType
+	3,  // 10: jmcluster.v1.SubmitTaskRequest.task:type_name -> jmcluster.v1.TaskDeploymentDescriptor
+	27, // 11: jmcluster.v1.CancelTaskResponse.state:type_name -> jmcluster.v1.ExecutionState
+	24, // 12: jmcluster.v1.UpdatePartitionInfoRequest.channels:type_name -> jmcluster.v1.InputChannelDescriptor
+	27, // 13: jmcluster.v1.ExecutionReport.state:type_name -> jmcluster.v1.ExecutionState
+	11, // 14: jmcluster.v1.ExecutionReport.produced:type_name -> jmcluster.v1.ProducedPartitionReport
+	12, // 15: jmcluster.v1.ExecutionReport.consumed:type_name -> jmcluster.v1.ConsumedPartitionReport
+	13, // 16: jmcluster.v1.TaskManagerReport.executions:type_name -> jmcluster.v1.ExecutionReport
+	3,  // 17: jmcluster.v1.SubmitTasksRequest.tasks:type_name -> jmcluster.v1.TaskDeploymentDescriptor
+	2,  // 18: jmcluster.v1.SubmitTasksRequest.shared_channels:type_name -> jmcluster.v1.SharedChannels
+	18, // 19: jmcluster.v1.SubmitTasksResponse.results:type_name -> jmcluster.v1.SubmitTaskResult
+	4,  // 20: jmcluster.v1.TaskManagerService.SubmitTask:input_type -> jmcluster.v1.SubmitTaskRequest
+	6,  // 21: jmcluster.v1.TaskManagerService.CancelTask:input_type -> jmcluster.v1.CancelTaskRequest
+	8,  // 22: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:input_type -> jmcluster.v1.UpdatePartitionInfoRequest
+	10, // 23: jmcluster.v1.TaskManagerService.RequestReport:input_type -> jmcluster.v1.RequestReportRequest
+	15, // 24: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:input_type -> jmcluster.v1.AcknowledgeTerminalRequest
+	17, // 25: jmcluster.v1.TaskManagerService.SubmitTasks:input_type -> jmcluster.v1.SubmitTasksRequest
+	20, // 26: jmcluster.v1.PeerService.LeaderContact:input_type -> jmcluster.v1.LeaderContactRequest
+	5,  // 27: jmcluster.v1.TaskManagerService.SubmitTask:output_type -> jmcluster.v1.SubmitTaskResponse
+	7,  // 28: jmcluster.v1.TaskManagerService.CancelTask:output_type -> jmcluster.v1.CancelTaskResponse
+	9,  // 29: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:output_type -> jmcluster.v1.UpdatePartitionInfoResponse
+	14, // 30: jmcluster.v1.TaskManagerService.RequestReport:output_type -> jmcluster.v1.TaskManagerReport
+	16, // 31: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:output_type -> jmcluster.v1.AcknowledgeTerminalResponse
+	19, // 32: jmcluster.v1.TaskManagerService.SubmitTasks:output_type -> jmcluster.v1.SubmitTasksResponse
+	21, // 33: jmcluster.v1.PeerService.LeaderContact:output_type -> jmcluster.v1.LeaderContactResponse
+	27, // [27:34] is the sub-list for method output_type
+	20, // [20:27] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_taskmanager_proto_init() }
@@ -1642,7 +1726,7 @@ func file_jmcluster_v1_taskmanager_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_taskmanager_proto_rawDesc), len(file_jmcluster_v1_taskmanager_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
