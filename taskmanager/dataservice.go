@@ -88,7 +88,8 @@ const partitionWait = 2 * time.Second
 // its producer to register it, or says why there is none. wake is the reader's wake function.
 func (tm *TaskManager) subscribe(ctx context.Context, req *pb.ReadPartitionRequest, wake func()) (subpartitionReader, error) {
 	p := tm.parts.await(ctx, req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), partitionWait)
-	return tm.readerOf(p, req, wake)
+	r, _, err := tm.readerOf(p, req, wake)
+	return r, err
 }
 
 // subscribeAsync is subscribe without waiting in a goroutine: done gets the reader or the
@@ -96,28 +97,32 @@ func (tm *TaskManager) subscribe(ctx context.Context, req *pb.ReadPartitionReque
 // must not block. stop ends the wait without done being called.
 func (tm *TaskManager) subscribeAsync(req *pb.ReadPartitionRequest, wake func(), done func(subpartitionReader, error)) (stop func()) {
 	return tm.parts.awaitFunc(req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), partitionWait,
-		func(p *resultPartition) { done(tm.readerOf(p, req, wake)) })
+		func(p *resultPartition) {
+			r, _, err := tm.readerOf(p, req, wake)
+			done(r, err)
+		})
 }
 
-// readerOf makes the reader of one subpartition of p (nil: not found).
-func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest, wake func()) (subpartitionReader, error) {
+// readerOf makes the reader of one subpartition of p (nil: not found). ready says there is
+// something to take already; otherwise the reader is armed (wake is called when there is).
+func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest, wake func()) (r subpartitionReader, ready bool, err error) {
 	if p == nil || p.isReleased() {
-		return nil, status.Errorf(codes.NotFound, "partition %s/%s/%d of producer %s not found on %s",
+		return nil, false, status.Errorf(codes.NotFound, "partition %s/%s/%d of producer %s not found on %s",
 			req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), tm.cfg.ID)
 	}
 	i := int(req.GetSubpartitionIndex())
 	if i < 0 || i >= len(p.subs) {
-		return nil, status.Errorf(codes.InvalidArgument, "subpartition %d out of range [0,%d) for %s", i, len(p.subs), p.key)
+		return nil, false, status.Errorf(codes.InvalidArgument, "subpartition %d out of range [0,%d) for %s", i, len(p.subs), p.key)
 	}
 	sp := p.subs[i]
 	if p.typ == pb.ResultType_RESULT_TYPE_BLOCKING {
 		if !p.isFinished() {
-			return nil, status.Errorf(codes.NotFound, "blocking partition %s is not consumable yet (producer not finished)", p.key)
+			return nil, false, status.Errorf(codes.NotFound, "blocking partition %s is not consumable yet (producer not finished)", p.key)
 		}
 		sp.mu.Lock()
 		data := sp.data // append-free after finish
 		sp.mu.Unlock()
-		return &blockingReader{p: p, data: data}, nil
+		return &blockingReader{p: p, data: data}, true, nil
 	}
 	consumer := req.GetConsumerAttemptId()
 	if consumer == "" {
@@ -127,12 +132,13 @@ func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest
 	defer sp.mu.Unlock()
 	switch {
 	case sp.reader != "":
-		return nil, status.Errorf(codes.FailedPrecondition, "subpartition of %s is already consumed by attempt %s", p.key, sp.reader)
+		return nil, false, status.Errorf(codes.FailedPrecondition, "subpartition of %s is already consumed by attempt %s", p.key, sp.reader)
 	case sp.drained:
-		return nil, status.Errorf(codes.FailedPrecondition, "subpartition of %s was fully consumed", p.key)
+		return nil, false, status.Errorf(codes.FailedPrecondition, "subpartition of %s was fully consumed", p.key)
 	}
-	sp.reader, sp.wake, sp.armed = consumer, wake, false
-	return &pipelinedReader{tm: tm, p: p, sp: sp}, nil
+	ready = sp.ended || len(sp.queue) > sp.head
+	sp.reader, sp.wake, sp.armed = consumer, wake, !ready
+	return &pipelinedReader{tm: tm, p: p, sp: sp}, ready, nil
 }
 
 // blockingReader reads a finished BLOCKING subpartition: always something to take.

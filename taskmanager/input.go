@@ -26,10 +26,13 @@ type inputGate struct {
 // gate's) holds the list's descriptor, shared with the other gates of its batch and never
 // changed (update replaces it), and its own subpartition.
 type inputChannel struct {
-	mu     sync.Mutex
-	desc   *pb.InputChannelDescriptor
-	sub    int32  // the subpartition it reads
-	notify func() // set by the channelSet reading it: the descriptor changed
+	mu   sync.Mutex
+	desc *pb.InputChannelDescriptor
+	sub  int32 // the subpartition it reads
+	// set and idx: the channelSet reading it, and its index there, told when the descriptor
+	// changes (evUpdated).
+	set *channelSet
+	idx int
 }
 
 // buildGates makes a task's input gates from a validated descriptor (validateTDD: shared
@@ -88,10 +91,10 @@ func (c *inputChannel) update(d *pb.InputChannelDescriptor) {
 		d.ResultId = c.desc.GetResultId()
 	}
 	c.desc, c.sub = d, d.GetSubpartitionIndex()
-	notify := c.notify
+	set, idx := c.set, c.idx
 	c.mu.Unlock()
-	if notify != nil {
-		notify()
+	if set != nil {
+		set.in.push(inputEvent{kind: evUpdated, ch: idx})
 	}
 }
 
@@ -101,9 +104,10 @@ func (c *inputChannel) subpartition() int32 {
 	return c.sub
 }
 
-func (c *inputChannel) watch(notify func()) {
+// watch makes set (nil: none) the reader told of updates, as its channel idx.
+func (c *inputChannel) watch(set *channelSet, idx int) {
 	c.mu.Lock()
-	c.notify = notify
+	c.set, c.idx = set, idx
 	c.mu.Unlock()
 }
 
@@ -233,14 +237,19 @@ func (tm *TaskManager) newChannelSet(ctx context.Context, job, consumer string, 
 	return &channelSet{tm: tm, ctx: ctx, job: job, consumer: consumer, retry: retry, in: newInbox()}
 }
 
-// add makes ic a channel of the set and starts opening it.
-func (s *channelSet) add(ic *inputChannel) {
-	i := len(s.chans)
-	cs := &channelState{in: ic, deadline: time.Now().Add(s.tm.cfg.InputConnectTimeout), backoff: 10 * time.Millisecond}
-	s.chans = append(s.chans, cs)
-	s.live++
-	ic.watch(func() { s.in.push(inputEvent{kind: evUpdated, ch: i}) })
-	s.open(i)
+// add makes the channels of the set and starts opening them.
+func (s *channelSet) add(ics ...*inputChannel) {
+	deadline := time.Now().Add(s.tm.cfg.InputConnectTimeout)
+	states := make([]channelState, len(ics))
+	for k, ic := range ics {
+		i := len(s.chans)
+		cs := &states[k]
+		cs.in, cs.deadline, cs.backoff = ic, deadline, 10*time.Millisecond
+		s.chans = append(s.chans, cs)
+		s.live++
+		ic.watch(s, i)
+		s.open(i)
+	}
 }
 
 // open asks for channel i, if its producer is known.
@@ -268,6 +277,20 @@ func (s *channelSet) open(i int) {
 	switch {
 	case addr == s.tm.DataAddr():
 		wake := func() { s.in.push(inputEvent{kind: evReady, ch: i, gen: gen}) }
+		if p := s.tm.parts.lookup(s.job, req.ResultId, req.PartitionIndex, req.ProducerAttemptId); p != nil {
+			// The producer is here already (the common case): open without an event.
+			r, ready, err := s.tm.readerOf(p, req, wake)
+			switch {
+			case err != nil:
+				s.in.push(inputEvent{kind: evLocal, ch: i, gen: gen, err: err})
+			case ready:
+				cs.local, cs.phase = r, phaseOpen
+				s.in.push(inputEvent{kind: evReady, ch: i, gen: gen})
+			default:
+				cs.local, cs.phase = r, phaseOpen
+			}
+			return
+		}
 		cs.stop = s.tm.subscribeAsync(req, wake, func(r subpartitionReader, err error) {
 			if !s.in.push(inputEvent{kind: evLocal, ch: i, gen: gen, local: r, err: err}) && r != nil {
 				r.close() // the task ended meanwhile
@@ -440,7 +463,7 @@ func (s *channelSet) end(cs *channelState, tell bool) {
 	if cs.timer != nil {
 		cs.timer.Stop()
 	}
-	cs.in.watch(nil)
+	cs.in.watch(nil, 0)
 	cs.phase = phaseEnded
 	s.live--
 }

@@ -224,9 +224,7 @@ func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Em
 	s := tm.newChannelSet(t.ctx, t.tdd.GetJobId(), t.attempt(), true)
 	defer s.close()
 	for _, g := range t.gates {
-		for _, ch := range g.channels {
-			s.add(ch)
-		}
+		s.add(g.channels...)
 	}
 	for s.live > 0 {
 		select {
