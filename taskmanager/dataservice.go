@@ -45,8 +45,8 @@ type emitFunc func(records []operators.Record, eop bool) error
 // does without). A refusal before anything was emitted is a status error: NotFound while the
 // partition is not (yet) here, which consumers retry.
 func (tm *TaskManager) serveSubpartition(ctx context.Context, req *pb.ReadPartitionRequest, emit emitFunc) error {
-	w := &waitingReader{wake: make(chan struct{}, 1)}
-	r, err := tm.subscribe(ctx, req, w.signal)
+	w := &waitingReader{ready: make(chan struct{}, 1)}
+	r, err := tm.subscribe(ctx, req, w)
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ const partitionWait = 2 * time.Second
 
 // subscribe makes the reader of the subpartition req names, waiting up to partitionWait for
 // its producer to register it, or says why there is none. wake is the reader's wake function.
-func (tm *TaskManager) subscribe(ctx context.Context, req *pb.ReadPartitionRequest, wake func()) (subpartitionReader, error) {
+func (tm *TaskManager) subscribe(ctx context.Context, req *pb.ReadPartitionRequest, wake waker) (subpartitionReader, error) {
 	p := tm.parts.await(ctx, req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), partitionWait)
 	r, _, err := tm.readerOf(p, req, wake)
 	return r, err
@@ -95,7 +95,7 @@ func (tm *TaskManager) subscribe(ctx context.Context, req *pb.ReadPartitionReque
 // subscribeAsync is subscribe without waiting in a goroutine: done gets the reader or the
 // refusal, at once or when the producer registers the partition (or partitionWait passed); it
 // must not block. stop ends the wait without done being called.
-func (tm *TaskManager) subscribeAsync(req *pb.ReadPartitionRequest, wake func(), done func(subpartitionReader, error)) (stop func()) {
+func (tm *TaskManager) subscribeAsync(req *pb.ReadPartitionRequest, wake waker, done func(subpartitionReader, error)) (stop func()) {
 	return tm.parts.awaitFunc(req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), partitionWait,
 		func(p *resultPartition) {
 			r, _, err := tm.readerOf(p, req, wake)
@@ -105,7 +105,7 @@ func (tm *TaskManager) subscribeAsync(req *pb.ReadPartitionRequest, wake func(),
 
 // readerOf makes the reader of one subpartition of p (nil: not found). ready says there is
 // something to take already; otherwise the reader is armed (wake is called when there is).
-func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest, wake func()) (r subpartitionReader, ready bool, err error) {
+func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest, wake waker) (r subpartitionReader, ready bool, err error) {
 	if p == nil || p.isReleased() {
 		return nil, false, status.Errorf(codes.NotFound, "partition %s/%s/%d of producer %s not found on %s",
 			req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), tm.cfg.ID)
@@ -191,14 +191,14 @@ func (r *pipelinedReader) close() {
 // up to batchRecords, lingering up to batchLinger to fill one once it holds a record.
 type waitingReader struct {
 	r     subpartitionReader
-	wake  chan struct{} // capacity 1: signal is the reader's wake function
+	ready chan struct{} // capacity 1: wake signals it
 	buf   []operators.Record
 	timer *time.Timer
 }
 
-func (w *waitingReader) signal() {
+func (w *waitingReader) wake() {
 	select {
-	case w.wake <- struct{}{}:
+	case w.ready <- struct{}{}:
 	default:
 	}
 }
@@ -238,7 +238,7 @@ func (w *waitingReader) next(ctx context.Context) ([]operators.Record, bool, err
 			linger = w.timer.C
 		}
 		select {
-		case <-w.wake:
+		case <-w.ready:
 		case <-linger:
 			return batch, false, nil
 		case <-ctx.Done():

@@ -135,6 +135,7 @@ type exchangeServer struct {
 
 // serverChannel is one channel being served. Guarded by its exchangeServer's mu.
 type serverChannel struct {
+	x      *exchangeServer
 	id     uint64
 	r      subpartitionReader // nil until subscribed
 	stop   func()             // ends the wait for the partition
@@ -177,12 +178,12 @@ func (x *exchangeServer) control(c *pb.ChannelControl) error {
 			x.mu.Unlock()
 			return status.Errorf(codes.ResourceExhausted, "exchange: more than %d channels on one stream", maxExchangeChannels)
 		}
-		ch = &serverChannel{id: id}
+		ch = &serverChannel{x: x, id: id}
 		ch.grant(c.GetCredit())
 		x.chans[id] = ch
 		x.mu.Unlock()
 		// Outside the lock: done may run at once, and takes it.
-		stop := x.tm.subscribeAsync(c.GetOpen(), func() { x.wake(ch) }, func(r subpartitionReader, err error) { x.subscribed(ch, r, err) })
+		stop := x.tm.subscribeAsync(c.GetOpen(), ch, func(r subpartitionReader, err error) { x.subscribed(ch, r, err) })
 		x.mu.Lock()
 		if ch.r == nil && ch.answer == nil && !ch.done {
 			ch.stop = stop
@@ -207,6 +208,9 @@ func (ch *serverChannel) grant(n int32) {
 	ch.credit = min(ch.credit+int(max(n, 0)), 2*channelCredit)
 }
 
+// openAnswer is the batch that says a channel is open (shared: only read when marshalled).
+var openAnswer = &pb.RecordBatch{}
+
 // subscribed is the answer to a channel's open: the reader of its subpartition, or a refusal.
 func (x *exchangeServer) subscribed(ch *serverChannel, r subpartitionReader, err error) {
 	x.mu.Lock()
@@ -223,16 +227,16 @@ func (x *exchangeServer) subscribed(ch *serverChannel, r subpartitionReader, err
 		ch.answer = &pb.ChannelBatch{Channel: ch.id, Code: int32(st.Code()), Error: st.Message()}
 	} else {
 		ch.r = r
-		ch.answer = &pb.ChannelBatch{Channel: ch.id, Batch: &pb.RecordBatch{}}
+		ch.answer = &pb.ChannelBatch{Channel: ch.id, Batch: openAnswer}
 	}
 	x.readyLocked(ch)
 }
 
-// wake is a channel's subpartition saying it has something to take.
-func (x *exchangeServer) wake(ch *serverChannel) {
-	x.mu.Lock()
-	x.readyLocked(ch)
-	x.mu.Unlock()
+// wake is the channel's subpartition saying it has something to take.
+func (ch *serverChannel) wake() {
+	ch.x.mu.Lock()
+	ch.x.readyLocked(ch)
+	ch.x.mu.Unlock()
 }
 
 func (x *exchangeServer) readyLocked(ch *serverChannel) {
@@ -404,20 +408,23 @@ type muxChannel struct {
 	idx int    // the channel's index in its channelSet
 	gen uint32 // the channel's open, in its channelSet
 
-	opened   bool         // the producer answered the open (the stream's reader only)
+	opened   atomic.Bool  // the producer answered the open
+	announce bool         // the open's answer goes to the inbox too (evOpened)
 	inFlight atomic.Int32 // batches in the inbox the task has not taken
 	taken    int          // batches taken since credit was last returned (the task only)
 }
 
 // open asks the producer for the channel req names; what it answers arrives in in.
-func (x *exchangeClient) open(req *pb.ReadPartitionRequest, in *inbox, idx int, gen uint32) (*muxChannel, error) {
+// announce asks for an evOpened when the producer accepts (a task does without: a channel it
+// reads is open once its first batch arrives, and needs no event per channel).
+func (x *exchangeClient) open(req *pb.ReadPartitionRequest, in *inbox, idx int, gen uint32, announce bool) (*muxChannel, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.err != nil {
 		return nil, x.err
 	}
 	x.nextID++
-	c := &muxChannel{id: x.nextID, x: x, in: in, idx: idx, gen: gen}
+	c := &muxChannel{id: x.nextID, x: x, in: in, idx: idx, gen: gen, announce: announce}
 	x.chans[c.id] = c
 	x.sendLocked(&pb.ChannelControl{Channel: c.id, Open: req, Credit: channelCredit})
 	return c, nil
@@ -524,13 +531,17 @@ func (x *exchangeClient) deliver(c *muxChannel, b *pb.ChannelBatch) {
 	case b.GetCode() != 0:
 		c.forget()
 		ev.kind, ev.err = evRefused, status.Error(codes.Code(b.GetCode()), b.GetError())
-	case !c.opened:
-		c.opened = true
-		ev.kind = evOpened
+	case !c.opened.Load():
 		if len(b.GetBatch().GetRecords()) > 0 || b.GetBatch().GetEndOfPartition() {
 			c.abort()
 			ev.kind, ev.err = evRefused, status.Error(codes.Internal, "protocol error: the first batch of a channel must be empty")
+			break
 		}
+		c.opened.Store(true)
+		if !c.announce {
+			return
+		}
+		ev.kind = evOpened
 	case c.inFlight.Add(1) > channelCredit:
 		c.abort()
 		ev.kind, ev.err = evBroken, status.Errorf(codes.Internal, "protocol error: producer %s sent channel %d more than its credit", x.addr, c.id)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -227,6 +228,9 @@ type channelState struct {
 	local    subpartitionReader
 	legacy   *legacyChannel
 	stop     func() // ends a local subscription still waiting for its partition
+	set      *channelSet
+	idx      int
+	wakeGen  atomic.Uint32 // the open a local reader's wake-ups belong to
 	deadline time.Time
 	backoff  time.Duration
 	timer    *time.Timer
@@ -244,7 +248,7 @@ func (s *channelSet) add(ics ...*inputChannel) {
 	for k, ic := range ics {
 		i := len(s.chans)
 		cs := &states[k]
-		cs.in, cs.deadline, cs.backoff = ic, deadline, 10*time.Millisecond
+		cs.in, cs.deadline, cs.backoff, cs.set, cs.idx = ic, deadline, 10*time.Millisecond, s, i
 		s.chans = append(s.chans, cs)
 		s.live++
 		ic.watch(s, i)
@@ -276,7 +280,8 @@ func (s *channelSet) open(i int) {
 	addr := d.GetProducerDataAddress()
 	switch {
 	case addr == s.tm.DataAddr():
-		wake := func() { s.in.push(inputEvent{kind: evReady, ch: i, gen: gen}) }
+		cs.wakeGen.Store(gen)
+		wake := cs
 		if p := s.tm.parts.lookup(s.job, req.ResultId, req.PartitionIndex, req.ProducerAttemptId); p != nil {
 			// The producer is here already (the common case): open without an event.
 			r, ready, err := s.tm.readerOf(p, req, wake)
@@ -301,12 +306,17 @@ func (s *channelSet) open(i int) {
 	default:
 		x, err := s.tm.exchange(addr)
 		if err == nil {
-			cs.mux, err = x.open(req, s.in, i, gen)
+			cs.mux, err = x.open(req, s.in, i, gen, !s.retry)
 		}
 		if err != nil {
 			s.in.push(inputEvent{kind: evRefused, ch: i, gen: gen, err: err})
 		}
 	}
+}
+
+// wake is the subpartition of a local channel saying it has something to take.
+func (cs *channelState) wake() {
+	cs.set.in.push(inputEvent{kind: evReady, ch: cs.idx, gen: cs.wakeGen.Load()})
 }
 
 // retryAt pushes evRetry for channel i after d.
@@ -368,6 +378,7 @@ func (s *channelSet) handle(ev inputEvent) (records []operators.Record, ended bo
 			return s.pollLocal(ev.ch)
 		}
 	case evBatch:
+		cs.phase = phaseOpen
 		if cs.mux != nil {
 			cs.mux.took()
 		} else if cs.legacy != nil {
@@ -379,7 +390,7 @@ func (s *channelSet) handle(ev inputEvent) (records []operators.Record, ended bo
 		}
 		return fromPB(ev.batch.GetRecords()), eop, nil
 	case evRefused, evBroken:
-		if cs.phase == phaseOpening {
+		if cs.phase == phaseOpening && (cs.mux == nil || !cs.mux.opened.Load()) {
 			return nil, false, s.refused(ev.ch, ev.err)
 		}
 		return nil, false, fmt.Errorf("input %s/%d: stream from producer %s at %s broke: %w",

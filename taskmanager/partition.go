@@ -84,7 +84,7 @@ type subpartition struct {
 	head    int
 	ended   bool          // PIPELINED: the producer finished; end_of_partition once the queue is empty
 	space   chan struct{} // made by a producer that found the queue full, closed when the reader takes
-	wake    func()        // the reader's: called once when it is armed and records, the end or the release arrive
+	wake    waker         // the reader's: woken once when it is armed and records, the end or the release arrive
 	armed   bool
 	reader  string // PIPELINED: the consumer attempt reading it
 	drained bool   // PIPELINED: end_of_partition was delivered
@@ -115,9 +115,13 @@ func (sp *subpartition) buffered() int {
 	return len(sp.queue) - sp.head
 }
 
+// waker is a subpartition reader's owner, told that an armed reader has something to take. wake
+// must not block; it is called without the subpartition's lock.
+type waker interface{ wake() }
+
 // wakeLocked disarms the reader and returns its wake function, to be called after sp.mu is
 // released (it takes the reader's locks).
-func (sp *subpartition) wakeLocked() func() {
+func (sp *subpartition) wakeLocked() waker {
 	if !sp.armed {
 		return nil
 	}
@@ -200,7 +204,7 @@ func (p *resultPartition) add(ctx context.Context, r operators.Record) error {
 			wake := sp.wakeLocked()
 			sp.mu.Unlock()
 			if wake != nil {
-				wake()
+				wake.wake()
 			}
 			return nil
 		}
@@ -229,7 +233,7 @@ func (p *resultPartition) finish() {
 				wake := sp.wakeLocked()
 				sp.mu.Unlock()
 				if wake != nil {
-					wake()
+					wake.wake()
 				}
 			}
 		}
@@ -248,7 +252,7 @@ func (p *resultPartition) release() {
 			wake := sp.wakeLocked()
 			sp.mu.Unlock()
 			if wake != nil {
-				wake()
+				wake.wake()
 			}
 		}
 	})
