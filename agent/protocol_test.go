@@ -1,13 +1,16 @@
 package agent_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/taskmanager"
+	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
 // TestLeaderRefusesATaskManagerOfAnotherProtocol: a TaskManager speaking a protocol newer than
@@ -65,5 +68,39 @@ func TestTMProtocolRange(t *testing.T) {
 	if taskmanager.ProtocolVersion < jobmaster.MinTMProtocol || taskmanager.ProtocolVersion > jobmaster.MaxTMProtocol {
 		t.Fatalf("this build's TaskManager protocol %d is outside what its JobMasters support (%d-%d)",
 			taskmanager.ProtocolVersion, jobmaster.MinTMProtocol, jobmaster.MaxTMProtocol)
+	}
+}
+
+// TestWideJobOnTaskManagersOfTwoProtocols: a TaskManager of protocol 2 (before shared channel
+// lists) and one of this build run one ALL_TO_ALL job wide enough for shared lists: the leader
+// records each one's protocol (the older is sent every channel inline) and every task runs.
+func TestWideJobOnTaskManagersOfTwoProtocols(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 3})
+	c.Opts.TM = func(cfg *taskmanager.Config) {
+		cfg.Slots = 20
+		if cfg.ID == "tm-old" {
+			cfg.ProtocolVersion = jobmaster.SharedChannelsProtocol - 1
+		}
+	}
+	c.AddTM("tm-old")
+	c.AddTM("tm-new")
+	l := c.Leader()
+	testcluster.WaitFor(t, 10*time.Second, "both TMs registered with their protocols", func() (bool, string) {
+		o, _ := l.A.JM.Registry().Get("tm-old")
+		n, _ := l.A.JM.Registry().Get("tm-new")
+		return o.Protocol == jobmaster.SharedChannelsProtocol-1 && n.Protocol == taskmanager.ProtocolVersion,
+			fmt.Sprintf("tm-old %d, tm-new %d", o.Protocol, n.Protocol)
+	})
+	jg := testcluster.AllToAll("two-protocols", "src", "sink", 2*graph.MinSharedChannels, 2*graph.MinSharedChannels)
+	id := c.Submit(jg)
+	rec := c.WaitJob(id, "every task RUNNING", 60*time.Second, func(r *pb.JobRecord) bool {
+		return testcluster.AllRunning(r)
+	})
+	on := map[string]int{}
+	for _, ev := range graph.AllExecutions(rec.GetExecutionGraph()) {
+		on[ev.GetCurrent().GetSlot().GetTmId()]++
+	}
+	if on["tm-old"] == 0 || on["tm-new"] == 0 {
+		t.Fatalf("tasks per TM %v: the job must run on both", on)
 	}
 }
