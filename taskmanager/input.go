@@ -509,7 +509,7 @@ type channelReader interface {
 // not retried.
 func (tm *TaskManager) openChannel(ctx context.Context, t *task, d *pb.InputChannelDescriptor) (channelReader, error) {
 	s := tm.newChannelSet(ctx, t.tdd.GetJobId(), t.attempt(), false)
-	s.add(&inputChannel{desc: d})
+	s.add(&inputChannel{desc: d, sub: d.GetSubpartitionIndex()})
 	r := &setReader{s: s}
 	for s.chans[0].phase != phaseOpen {
 		if err := r.wait(ctx); err != nil {

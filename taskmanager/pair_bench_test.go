@@ -66,7 +66,7 @@ func muxThroughput(tb testing.TB, prod, cons *TaskManager, parts, subs, records 
 		set := cons.newChannelSet(ctx, "bench", fmt.Sprintf("c%d-%d", run, sub), false)
 		for _, p := range ps {
 			set.add(&inputChannel{desc: &pb.InputChannelDescriptor{ResultId: p.key.result, SubpartitionIndex: int32(sub),
-				ProducerAttemptId: p.key.attempt, ProducerDataAddress: prod.DataAddr()}})
+				ProducerAttemptId: p.key.attempt, ProducerDataAddress: prod.DataAddr()}, sub: int32(sub)})
 		}
 		sets[sub] = set
 	}
