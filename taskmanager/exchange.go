@@ -26,7 +26,7 @@ import (
 // more than channelCredit batches per channel. A broken stream fails exactly the channels it
 // carried (their tasks fail; the rest of the TM is untouched); the next channel to that TM opens
 // a new stream. A channel whose producer runs on this TM does not touch the network
-// (localChannel).
+// (channelSet, input.go).
 
 const (
 	// channelCredit is the batches a consumer lets a channel have in flight: at most
