@@ -28,8 +28,9 @@ const submitEachParallel = 8
 
 // submitCommitted sends the attempts whose creation and DEPLOYING state are committed, with
 // descriptors built from the committed state. The attempts going to one TM travel in
-// SubmitTasks batches, bounded by SubmitBatchTasks and SubmitBatchBytes, sent one after the
-// other per TM (TMs in parallel), so each call's deadline covers only its own batch.
+// SubmitTasks batches, bounded by SubmitBatchTasks and SubmitBatchBytes, at most
+// submitBatchesInFlight at once per TM (TMs in parallel), so each call's deadline covers only
+// its own batch.
 func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
 	names := make([]string, 0, min(len(attempts), submitLogNames))
 	for _, a := range attempts[:min(len(attempts), submitLogNames)] {
@@ -97,13 +98,29 @@ func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
 	for _, addr := range order {
 		tdds := byTM[addr]
 		t.spawn(func() {
-			for _, b := range submitBatches(tdds, t.jm.cfg.SubmitBatchTasks, budget, shared, sharedSize) {
-				t.sendBatch(jobID, addr, b)
+			batches := submitBatches(tdds, t.jm.cfg.SubmitBatchTasks, budget, shared, sharedSize)
+			sem := make(chan struct{}, submitBatchesInFlight)
+			var wg sync.WaitGroup
+			for _, b := range batches {
+				sem <- struct{}{}
+				wg.Add(1)
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					t.sendBatch(jobID, addr, b)
+				}()
 			}
+			wg.Wait()
 		})
 	}
 	return nil
 }
+
+// submitBatchesInFlight bounds the SubmitTasks calls in flight to one TM. More than one: a TM
+// answers a batch once it has started its tasks, and those tasks' start-up competes with the
+// next batch's decoding, so a deployment of several batches to one TM sent one after the other
+// waited for each answer in turn (a 512 x 512 job: 250 ms per batch on the TM that holds most
+// of it). Each call's deadline still covers its own batch only.
+const submitBatchesInFlight = 4
 
 // takesSharedChannels reports whether the TM registered with a protocol that reads shared
 // channel lists (a TM not registered with this leader yet is sent channels inline).

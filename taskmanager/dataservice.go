@@ -88,7 +88,7 @@ const partitionWait = 2 * time.Second
 // its producer to register it, or says why there is none. wake is the reader's wake function.
 func (tm *TaskManager) subscribe(ctx context.Context, req *pb.ReadPartitionRequest, wake waker) (subpartitionReader, error) {
 	p := tm.parts.await(ctx, req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), partitionWait)
-	r, _, err := tm.readerOf(p, req, wake)
+	r, _, err := tm.readerOf(p, req, wake, nil)
 	return r, err
 }
 
@@ -98,14 +98,16 @@ func (tm *TaskManager) subscribe(ctx context.Context, req *pb.ReadPartitionReque
 func (tm *TaskManager) subscribeAsync(req *pb.ReadPartitionRequest, wake waker, done func(subpartitionReader, error)) (stop func()) {
 	return tm.parts.awaitFunc(req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), partitionWait,
 		func(p *resultPartition) {
-			r, _, err := tm.readerOf(p, req, wake)
+			r, _, err := tm.readerOf(p, req, wake, nil)
 			done(r, err)
 		})
 }
 
 // readerOf makes the reader of one subpartition of p (nil: not found). ready says there is
 // something to take already; otherwise the reader is armed (wake is called when there is).
-func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest, wake waker) (r subpartitionReader, ready bool, err error) {
+// A PIPELINED reader is into when it is given (the caller's memory, one allocation less per
+// channel).
+func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest, wake waker, into *pipelinedReader) (r subpartitionReader, ready bool, err error) {
 	if p == nil || p.isReleased() {
 		return nil, false, status.Errorf(codes.NotFound, "partition %s/%s/%d of producer %s not found on %s",
 			req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), tm.cfg.ID)
@@ -138,7 +140,11 @@ func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest
 	}
 	ready = sp.ended || len(sp.queue) > sp.head
 	sp.reader, sp.wake, sp.armed = consumer, wake, !ready
-	return &pipelinedReader{tm: tm, p: p, sp: sp}, ready, nil
+	if into == nil {
+		into = &pipelinedReader{}
+	}
+	*into = pipelinedReader{tm: tm, p: p, sp: sp}
+	return into, ready, nil
 }
 
 // blockingReader reads a finished BLOCKING subpartition: always something to take.

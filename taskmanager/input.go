@@ -230,7 +230,8 @@ type channelState struct {
 	stop     func() // ends a local subscription still waiting for its partition
 	set      *channelSet
 	idx      int
-	wakeGen  atomic.Uint32 // the open a local reader's wake-ups belong to
+	wakeGen  atomic.Uint32   // the open a local reader's wake-ups belong to
+	reader   pipelinedReader // a local channel's reader, when the producer was registered at its open
 	deadline time.Time
 	backoff  time.Duration
 	timer    *time.Timer
@@ -269,22 +270,27 @@ func (s *channelSet) open(i int) {
 	cs.gen++
 	cs.desc, cs.phase = d, phaseOpening
 	gen := cs.gen
-	req := &pb.ReadPartitionRequest{
-		JobId:             s.job,
-		ResultId:          d.GetResultId(),
-		PartitionIndex:    d.GetPartitionIndex(),
-		SubpartitionIndex: cs.in.subpartition(),
-		ProducerAttemptId: d.GetProducerAttemptId(),
-		ConsumerAttemptId: s.consumer,
+	request := func() *pb.ReadPartitionRequest {
+		return &pb.ReadPartitionRequest{
+			JobId:             s.job,
+			ResultId:          d.GetResultId(),
+			PartitionIndex:    d.GetPartitionIndex(),
+			SubpartitionIndex: cs.in.subpartition(),
+			ProducerAttemptId: d.GetProducerAttemptId(),
+			ConsumerAttemptId: s.consumer,
+		}
 	}
 	addr := d.GetProducerDataAddress()
 	switch {
 	case addr == s.tm.DataAddr():
 		cs.wakeGen.Store(gen)
 		wake := cs
-		if p := s.tm.parts.lookup(s.job, req.ResultId, req.PartitionIndex, req.ProducerAttemptId); p != nil {
-			// The producer is here already (the common case): open without an event.
-			r, ready, err := s.tm.readerOf(p, req, wake)
+		if p := s.tm.parts.lookup(s.job, d.GetResultId(), d.GetPartitionIndex(), d.GetProducerAttemptId()); p != nil {
+			// The producer is here already (the common case): open without an event, the
+			// reader in the channel's own memory.
+			local := pb.ReadPartitionRequest{JobId: s.job, ResultId: d.GetResultId(), PartitionIndex: d.GetPartitionIndex(),
+				SubpartitionIndex: cs.in.subpartition(), ProducerAttemptId: d.GetProducerAttemptId(), ConsumerAttemptId: s.consumer}
+			r, ready, err := s.tm.readerOf(p, &local, wake, &cs.reader)
 			switch {
 			case err != nil:
 				s.in.push(inputEvent{kind: evLocal, ch: i, gen: gen, err: err})
@@ -296,17 +302,17 @@ func (s *channelSet) open(i int) {
 			}
 			return
 		}
-		cs.stop = s.tm.subscribeAsync(req, wake, func(r subpartitionReader, err error) {
+		cs.stop = s.tm.subscribeAsync(request(), wake, func(r subpartitionReader, err error) {
 			if !s.in.push(inputEvent{kind: evLocal, ch: i, gen: gen, local: r, err: err}) && r != nil {
 				r.close() // the task ended meanwhile
 			}
 		})
 	case s.tm.legacyPeer(addr):
-		cs.legacy = s.tm.openLegacy(s.ctx, addr, req, s.in, i, gen)
+		cs.legacy = s.tm.openLegacy(s.ctx, addr, request(), s.in, i, gen)
 	default:
 		x, err := s.tm.exchange(addr)
 		if err == nil {
-			cs.mux, err = x.open(req, s.in, i, gen, !s.retry)
+			cs.mux, err = x.open(request(), s.in, i, gen, !s.retry)
 		}
 		if err != nil {
 			s.in.push(inputEvent{kind: evRefused, ch: i, gen: gen, err: err})

@@ -102,8 +102,10 @@ func newResultPartition(key partitionKey, d *pb.ResultPartitionDeploymentDescrip
 		released: make(chan struct{}),
 	}
 	buf := subpartitionBuffer(n)
+	subs := make([]subpartition, n) // one allocation: a 512-wide producer has 512
 	for i := range p.subs {
-		p.subs[i] = &subpartition{capacity: buf}
+		subs[i].capacity = buf
+		p.subs[i] = &subs[i]
 	}
 	return p
 }
@@ -317,13 +319,21 @@ func newPartitionRegistry() *partitionRegistry {
 }
 
 func (r *partitionRegistry) add(p *resultPartition) {
+	r.addLater(p)()
+}
+
+// addLater registers p and returns the call that answers the consumers already waiting for it
+// (a wide partition's may be hundreds): a producer reports RUNNING first, then answers them.
+func (r *partitionRegistry) addLater(p *resultPartition) (answer func()) {
 	r.mu.Lock()
 	r.parts[p.key] = p
 	ws := r.waiters[p.key]
 	delete(r.waiters, p.key)
 	r.mu.Unlock()
-	for _, w := range ws {
-		w.fire(p)
+	return func() {
+		for _, w := range ws {
+			w.fire(p)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jmcluster/jmcluster/graph"
@@ -94,7 +95,8 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 		}()
 	}
 
-	parts := tm.registerPartitions(t)
+	parts, answer := tm.registerPartitions(t)
+	defer answer() // also when the task ends before RUNNING: the waiters learn it is gone
 	emit := func(r operators.Record) error {
 		for _, p := range parts {
 			if err := p.add(t.ctx, r); err != nil {
@@ -107,6 +109,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	if !tm.setRunning(t) {
 		return false, t.ctx.Err()
 	}
+	answer()
 	if src != nil {
 		err = src.Run(t.ctx, emit)
 	} else {
@@ -121,22 +124,31 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	return true, nil
 }
 
-// registerPartitions creates and serves the task's result partitions.
-func (tm *TaskManager) registerPartitions(t *task) []*resultPartition {
+// registerPartitions creates and serves the task's result partitions; answer (idempotent)
+// answers the consumers that were already waiting for them.
+func (tm *TaskManager) registerPartitions(t *task) (_ []*resultPartition, answer func()) {
 	d := t.tdd
 	parts := make([]*resultPartition, 0, len(d.GetProduced()))
 	keys := make([]partitionKey, 0, len(d.GetProduced()))
+	var answers []func()
 	for _, pd := range d.GetProduced() {
 		k := partitionKey{job: d.GetJobId(), result: pd.GetResultId(), index: pd.GetPartitionIndex(), attempt: d.GetAttemptId()}
 		p := newResultPartition(k, pd)
-		tm.parts.add(p)
+		answers = append(answers, tm.parts.addLater(p))
 		parts = append(parts, p)
 		keys = append(keys, k)
 	}
 	tm.mu.Lock()
 	t.produced = keys
 	tm.mu.Unlock()
-	return parts
+	var once sync.Once
+	return parts, func() {
+		once.Do(func() {
+			for _, a := range answers {
+				a()
+			}
+		})
+	}
 }
 
 // setRunning moves the task to RUNNING and reports it, with a ScheduleOrUpdateConsumers per
