@@ -45,8 +45,10 @@ func buildGates(tdd *pb.TaskDeploymentDescriptor, shared *sharedLists) []*inputG
 		if r := g.GetSharedChannels(); r != 0 {
 			chs := shared.lists[r-1].GetChannels()
 			ig.channels = make([]*inputChannel, len(chs))
+			all := make([]inputChannel, len(chs)) // one allocation for the gate's channels
 			for i, c := range chs {
-				ig.channels[i] = &inputChannel{desc: c, sub: g.GetSubpartitionIndex()}
+				all[i].desc, all[i].sub = c, g.GetSubpartitionIndex()
+				ig.channels[i] = &all[i]
 			}
 			gates = append(gates, ig)
 			continue
