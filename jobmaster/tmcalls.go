@@ -99,7 +99,8 @@ func (jm *JobMaster) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*
 }
 
 // lookup validates that an attempt is the current attempt of a job's ExecutionVertex on the
-// calling TM, with clear errors for every way it is not.
+// calling TM, with clear errors for every way it is not. It returns a copy of the vertex's
+// identity and current attempt only.
 func (jm *JobMaster) lookup(jobID, attemptID, tmID string) (*pb.ExecutionVertex, error) {
 	if jobID == "" || attemptID == "" {
 		return nil, errorf(ErrInvalidRequest, "job_id and attempt_id are required")
@@ -113,7 +114,10 @@ func (jm *JobMaster) lookup(jobID, attemptID, tmID string) (*pb.ExecutionVertex,
 					attemptID, ev.VertexId, ev.SubtaskIndex, ev.Current.GetSlot().GetTmId(), tmID)
 				return
 			}
-			out = proto.Clone(ev).(*pb.ExecutionVertex)
+			// Its identity and current attempt, not its inputs (a wide consumer has hundreds,
+			// and cloning them for each state update was most of the leader's work while a
+			// 512 x 512 job deployed).
+			out = &pb.ExecutionVertex{VertexId: ev.VertexId, SubtaskIndex: ev.SubtaskIndex, Current: proto.CloneOf(ev.Current)}
 			return
 		}
 		forEachExecution(rec, func(ev *pb.ExecutionVertex) {

@@ -140,7 +140,9 @@ type serverChannel struct {
 	r      subpartitionReader // nil until subscribed
 	stop   func()             // ends the wait for the partition
 	credit int                // batches the consumer can take
-	answer *pb.ChannelBatch   // the open's answer, sent first: an empty batch or a refusal
+	answer *pb.ChannelBatch   // a refusal of the open, sent first
+	accept bool               // the open's answer is to be sent first: an empty batch
+	reader pipelinedReader    // the reader, when the partition was there at the open
 	queued bool               // in the ready list
 	done   bool
 }
@@ -182,7 +184,14 @@ func (x *exchangeServer) control(c *pb.ChannelControl) error {
 		ch.grant(c.GetCredit())
 		x.chans[id] = ch
 		x.mu.Unlock()
-		// Outside the lock: done may run at once, and takes it.
+		// Outside the lock: subscribed takes it.
+		req := c.GetOpen()
+		if p := x.tm.parts.lookup(req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId()); p != nil && req.GetProducerAttemptId() != "" {
+			// The partition is here (the common case): no wait to set up.
+			r, _, err := x.tm.readerOf(p, req, ch, &ch.reader)
+			x.subscribed(ch, r, err)
+			return nil
+		}
 		stop := x.tm.subscribeAsync(c.GetOpen(), ch, func(r subpartitionReader, err error) { x.subscribed(ch, r, err) })
 		x.mu.Lock()
 		if ch.r == nil && ch.answer == nil && !ch.done {
@@ -226,8 +235,7 @@ func (x *exchangeServer) subscribed(ch *serverChannel, r subpartitionReader, err
 		st := status.Convert(err)
 		ch.answer = &pb.ChannelBatch{Channel: ch.id, Code: int32(st.Code()), Error: st.Message()}
 	} else {
-		ch.r = r
-		ch.answer = &pb.ChannelBatch{Channel: ch.id, Batch: openAnswer}
+		ch.r, ch.accept = r, true
 	}
 	x.readyLocked(ch)
 }
@@ -317,6 +325,7 @@ func (x *exchangeServer) collect() *pb.ExchangeResponse {
 		msg.Batches = append(msg.Batches, b)
 		records, size = records+n, size+bytes
 	}
+	var accepts []pb.ChannelBatch // the open answers of this message, in one allocation
 	for len(x.ready) > 0 && records < maxExchangeRecords && size < x.limit {
 		ch := x.ready[0]
 		x.ready[0] = nil
@@ -325,13 +334,21 @@ func (x *exchangeServer) collect() *pb.ExchangeResponse {
 		if ch.done {
 			continue
 		}
-		if a := ch.answer; a != nil {
+		if a := ch.answer; a != nil { // a refusal
 			ch.answer = nil
 			add(a, 0, 16+len(a.GetError()))
-			if ch.r == nil { // a refusal
-				x.finishLocked(ch)
-				continue
+			x.finishLocked(ch)
+			continue
+		}
+		if ch.accept {
+			ch.accept = false
+			if len(accepts) == cap(accepts) {
+				accepts = make([]pb.ChannelBatch, 0, min(len(x.ready)+1, 4096))
 			}
+			accepts = accepts[:len(accepts)+1]
+			a := &accepts[len(accepts)-1]
+			a.Channel, a.Batch = ch.id, openAnswer
+			add(a, 0, 16)
 		}
 		if ch.r == nil || ch.credit <= 0 {
 			continue
