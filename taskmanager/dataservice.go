@@ -133,6 +133,10 @@ func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	switch {
+	case p.gone.Load():
+		// Checked again under the lock (see poll): a release in between would find no one
+		// to wake.
+		return nil, false, status.Errorf(codes.NotFound, "partition %s of producer %s was released on %s", p.key, req.GetProducerAttemptId(), tm.cfg.ID)
 	case sp.reader != "":
 		return nil, false, status.Errorf(codes.FailedPrecondition, "subpartition of %s is already consumed by attempt %s", p.key, sp.reader)
 	case sp.drained:
@@ -172,10 +176,13 @@ type pipelinedReader struct {
 }
 
 func (r *pipelinedReader) poll(dst []operators.Record, max int) ([]operators.Record, bool, error) {
+	r.sp.mu.Lock()
+	// Under the lock: release sets gone before it takes each subpartition's lock, so either
+	// this sees it, or the release comes after and finds this reader armed (and wakes it).
 	if r.p.gone.Load() {
+		r.sp.mu.Unlock()
 		return nil, false, status.Errorf(codes.Aborted, "partition %s released by its producer", r.p.key)
 	}
-	r.sp.mu.Lock()
 	dst, eop := r.sp.take(dst, max)
 	if eop {
 		r.sp.drained = true

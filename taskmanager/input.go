@@ -430,9 +430,11 @@ func (s *channelSet) pollLocal(i int) ([]operators.Record, bool, error) {
 func (s *channelSet) refused(i int, err error) error {
 	cs := s.chans[i]
 	d := cs.desc
+	viaLegacy := cs.legacy != nil
 	cs.mux, cs.local, cs.legacy = nil, nil, nil
 	code := status.Code(err)
-	if code == codes.Unimplemented && d.GetProducerDataAddress() != s.tm.DataAddr() && !s.tm.legacyPeer(d.GetProducerDataAddress()) {
+	if code == codes.Unimplemented && d.GetProducerDataAddress() != s.tm.DataAddr() && !viaLegacy {
+		// Every channel on the stream to an older producer gets this: each reads it the old way.
 		s.tm.markLegacy(d.GetProducerDataAddress())
 		s.open(i)
 		return nil
@@ -519,7 +521,8 @@ func (tm *TaskManager) openChannel(ctx context.Context, t *task, d *pb.InputChan
 	s := tm.newChannelSet(ctx, t.tdd.GetJobId(), t.attempt(), false)
 	s.add(&inputChannel{desc: d, sub: d.GetSubpartitionIndex()})
 	r := &setReader{s: s}
-	for s.chans[0].phase != phaseOpen {
+	// Open, or its answer and end came together (a finished partition with nothing left).
+	for s.chans[0].phase != phaseOpen && s.chans[0].phase != phaseEnded && len(r.records) == 0 && !r.eop {
 		if err := r.wait(ctx); err != nil {
 			s.close()
 			return nil, err

@@ -300,18 +300,20 @@ type partitionRegistry struct {
 }
 
 // partitionWaiter is one wait for a partition: fn is called once, with the partition when it
-// is registered or with what is there when the wait ends.
+// is registered or with what is there when the wait ends, unless the wait was stopped first.
+// Stopping never waits for a fn that runs (its caller may hold a lock fn takes): fn copes with
+// coming late.
 type partitionWaiter struct {
 	fn    func(*resultPartition)
-	once  sync.Once
+	ended atomic.Bool // fired or stopped
 	timer *time.Timer
 }
 
 func (w *partitionWaiter) fire(p *resultPartition) {
-	w.once.Do(func() {
+	if w.ended.CompareAndSwap(false, true) {
 		w.timer.Stop()
 		w.fn(p)
-	})
+	}
 }
 
 func newPartitionRegistry() *partitionRegistry {
@@ -364,7 +366,9 @@ func (r *partitionRegistry) awaitFunc(job, result string, index int32, attempt s
 	r.mu.Unlock()
 	return func() {
 		r.forget(k, w)
-		w.once.Do(func() { w.timer.Stop() })
+		if w.ended.CompareAndSwap(false, true) {
+			w.timer.Stop()
+		}
 	}
 }
 

@@ -26,6 +26,11 @@ func (s *controlService) SubmitTasks(ctx context.Context, req *pb.SubmitTasksReq
 	results := make([]*pb.SubmitTaskResult, len(tasks))
 	prepared := make([]*task, len(tasks))
 	var problems []string
+	if n := expandedChannels(req); n > maxSubmitChannels {
+		// Shared lists let a small request name many channels (a list of a hundred thousand
+		// and thousands of gates referring to it): what the TM builds for it is bounded.
+		return nil, status.Errorf(codes.InvalidArgument, "submit tasks: the tasks read %d input channels in all, over the limit of %d per request (maxSubmitChannels)", n, maxSubmitChannels)
+	}
 	shared := checkSharedLists(req.GetSharedChannels())
 	for i, d := range tasks {
 		results[i] = &pb.SubmitTaskResult{AttemptId: d.GetAttemptId()}
@@ -130,4 +135,25 @@ func cancelPrepared(ts []*task) {
 			t.cancel()
 		}
 	}
+}
+
+// maxSubmitChannels bounds the input channels the tasks of one SubmitTasks request read, shared
+// lists counted once per gate that refers to them: four times the channels of a 512 x 512 job,
+// which the leader sends in two batches to the TM holding most of it.
+const maxSubmitChannels = 1 << 20
+
+// expandedChannels counts the input channels the tasks of req read (a reference out of range
+// counts nothing: validation refuses it).
+func expandedChannels(req *pb.SubmitTasksRequest) int {
+	lists := req.GetSharedChannels()
+	n := 0
+	for _, d := range req.GetTasks() {
+		for _, g := range d.GetInputs() {
+			if r := g.GetSharedChannels(); r != 0 && int(r) <= len(lists) {
+				n += len(lists[r-1].GetChannels())
+			}
+			n += len(g.GetChannels())
+		}
+	}
+	return n
 }
