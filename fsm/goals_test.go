@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,38 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/graph"
-	"github.com/jmcluster/jmcluster/transport/pb"
+	"github.com/jmcluster/jmcluster/internal/benchgoal"
 )
-
-// goal prints one `make bench-short` goal line.
-func goal(t *testing.T, name string, measured, target float64, met bool, unit string) {
-	t.Helper()
-	verdict := "missed"
-	if met {
-		verdict = "met"
-	}
-	line := fmt.Sprintf("GOAL %s %.2f%s %.2f%s %s", name, measured, unit, target, unit, verdict)
-	t.Log(line)
-	fmt.Println(line)
-}
-
-// stateOf builds a state of jobs x 4 FORWARD-chained vertices x perVertex executions, half
-// of the jobs RUNNING, half DEPLOYING.
-func stateOf(t testing.TB, jobs, perVertex int32) *harness {
-	h := newHarness(t)
-	for j := range jobs {
-		id := jobIDN(int(200 + j))
-		h.submit(forwardJob(id, 4, perVertex))
-		h.setStatus(id, pb.JobStatus_JOB_STATUS_RUNNING)
-		h.attemptAll(id, 0)
-		h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_DEPLOYING)
-		if j%2 == 0 {
-			h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_RUNNING)
-		}
-	}
-	establish(h, 1)
-	return h
-}
 
 // TestGoalSnapshot (JMC_GOALS=1, `make bench-short`): saving a snapshot of 100,000 executions
 // into hashicorp/raft's file snapshot store (the FSM's copy, its stream, the store's CRC and
@@ -52,11 +21,9 @@ func stateOf(t testing.TB, jobs, perVertex int32) *harness {
 // marshalling the same job records and writing and fsyncing their bytes to a file in the same
 // directory, the better of three runs each. Goal: each within 3x.
 func TestGoalSnapshot(t *testing.T) {
-	if os.Getenv("JMC_GOALS") == "" {
-		t.Skip("a benchmark goal (make bench-short): set JMC_GOALS=1")
-	}
+	benchgoal.Skip(t)
 	const jobs, perVertex = 100, 250
-	h := stateOf(t, jobs, perVertex)
+	h := stateOf(t, 200, jobs, perVertex)
 	n := 0
 	for _, j := range h.f.Jobs() {
 		n += len(graph.AllExecutions(j.ExecutionGraph))
@@ -142,6 +109,6 @@ func TestGoalSnapshot(t *testing.T) {
 	t.Logf("%d executions: job records %d bytes, snapshot %d bytes (%d per execution); marshal+write+fsync %s, save %s, restore %s",
 		n, bytes, size, size/int64(n), baseline, save, restore)
 	rs, rr := float64(save)/float64(baseline), float64(restore)/float64(baseline)
-	goal(t, "snapshot-save-100k-vs-marshal-fsync", rs, 3, rs <= 3, "x")
-	goal(t, "snapshot-restore-100k-vs-marshal-fsync", rr, 3, rr <= 3, "x")
+	benchgoal.Report(t, "snapshot-save-100k-vs-marshal-fsync", rs, 3, rs <= 3, "x")
+	benchgoal.Report(t, "snapshot-restore-100k-vs-marshal-fsync", rr, 3, rr <= 3, "x")
 }

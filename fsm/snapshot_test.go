@@ -155,12 +155,16 @@ func TestPersistCancelsSinkOnError(t *testing.T) {
 }
 
 // bigState builds 10 jobs x 4 vertices x 250 subtasks = 10,000 executions, all attempted,
-// most running.
-func bigState(t testing.TB) *harness {
+// every other job running.
+func bigState(t testing.TB) *harness { return stateOf(t, 100, 10, 250) }
+
+// stateOf builds a state of jobs jobs (ids from jobIDN(first) on) of 4 FORWARD-chained
+// vertices x perVertex executions, every other job RUNNING, the rest DEPLOYING.
+func stateOf(t testing.TB, first, jobs int, perVertex int32) *harness {
 	h := newHarness(t)
-	for j := 0; j < 10; j++ {
-		id := jobIDN(100 + j)
-		h.submit(forwardJob(id, 4, 250))
+	for j := range jobs {
+		id := jobIDN(first + j)
+		h.submit(forwardJob(id, 4, perVertex))
 		h.setStatus(id, pb.JobStatus_JOB_STATUS_RUNNING)
 		h.attemptAll(id, 0)
 		h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_DEPLOYING)

@@ -254,11 +254,9 @@ func (l legacyData) ReadPartition(req *pb.ReadPartitionRequest, stream pb.DataSe
 	return (&dataService{tm: l.tm}).ReadPartition(req, stream)
 }
 
-// TestProducerWithoutExchangeIsReadAStreamPerChannel: a producer TM of an older build serves
-// ReadPartition but not Exchange; a consumer's channel to it falls back to a stream of its own
-// and delivers every record, and later channels to it go there directly.
-func TestProducerWithoutExchangeIsReadAStreamPerChannel(t *testing.T) {
-	prod, cons := newTM(t, "old-producer", nil, nil), newTM(t, "consumer", nil, nil)
+// legacyProducer serves prod's partitions as a TM of an older build would, on a server of
+// its own, and returns its address.
+func legacyProducer(t *testing.T, prod *TaskManager) string {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +265,15 @@ func TestProducerWithoutExchangeIsReadAStreamPerChannel(t *testing.T) {
 	pb.RegisterDataServiceServer(srv, legacyData{tm: prod})
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	addr := lis.Addr().String()
+	return lis.Addr().String()
+}
+
+// TestProducerWithoutExchangeIsReadAStreamPerChannel: a producer TM of an older build serves
+// ReadPartition but not Exchange; a consumer's channel to it falls back to a stream of its own
+// and delivers every record, and later channels to it go there directly.
+func TestProducerWithoutExchangeIsReadAStreamPerChannel(t *testing.T) {
+	prod, cons := newTM(t, "old-producer", nil, nil), newTM(t, "consumer", nil, nil)
+	addr := legacyProducer(t, prod)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tk := &task{tdd: &pb.TaskDeploymentDescriptor{JobId: "j", AttemptId: "c1"}}

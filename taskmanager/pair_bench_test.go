@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/jmcluster/jmcluster/internal/benchgoal"
 	"github.com/jmcluster/jmcluster/taskmanager/operators"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -220,9 +220,7 @@ func BenchmarkTMPair(b *testing.B) {
 // the same run (each twice, the better kept). Goal: 4096 channels carry at least half of what
 // one carries alone.
 func TestGoalChannels(t *testing.T) {
-	if os.Getenv("JMC_GOALS") == "" {
-		t.Skip("a benchmark goal (make bench-short): set JMC_GOALS=1")
-	}
+	benchgoal.Skip(t)
 	const records = 2_000_000
 	prod, cons := pairTMs(t)
 	best := func(f func() float64) float64 {
@@ -240,11 +238,5 @@ func TestGoalChannels(t *testing.T) {
 		t.Logf("%-22s %6.2f M records/s (%.2fx the Go channel, %.2fx one gRPC stream)", fmt.Sprintf("%d channels, 1 stream", n), rates[n]/1e6, rates[n]/goCh, rates[n]/grpcS)
 	}
 	ratio := rates[4096] / rates[1]
-	verdict := "missed"
-	if ratio >= 0.5 {
-		verdict = "met"
-	}
-	line := fmt.Sprintf("GOAL channels-4096-vs-1 %.2fx 0.50x %s", ratio, verdict)
-	t.Log(line)
-	fmt.Println(line)
+	benchgoal.Report(t, "channels-4096-vs-1", ratio, 0.5, ratio >= 0.5, "x")
 }

@@ -3,7 +3,6 @@ package taskmanager
 import (
 	"context"
 	"fmt"
-	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -110,15 +108,7 @@ func TestCloseWhileThePartitionArrivesDoesNotDeadlock(t *testing.T) {
 // Exchange reads both the old way (the stream's break reaches both channels).
 func TestEveryChannelToAnOlderProducerFallsBack(t *testing.T) {
 	prod, cons := newTM(t, "old-producer", nil, nil), newTM(t, "consumer", nil, nil)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	pb.RegisterDataServiceServer(srv, legacyData{tm: prod})
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	addr := lis.Addr().String()
+	addr := legacyProducer(t, prod)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var ics []*inputChannel

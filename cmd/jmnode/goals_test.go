@@ -3,28 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jmcluster/jmcluster/internal/benchgoal"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
-
-// goal prints one GOAL line of `make bench-short`: name, measured, target, met or missed. A
-// goal is a report, not an assertion: a missed goal does not fail the test.
-func goal(t *testing.T, name string, measured, target float64, met bool, unit string) {
-	t.Helper()
-	verdict := "missed"
-	if met {
-		verdict = "met"
-	}
-	line := fmt.Sprintf("GOAL %s %.2f%s %s %s", name, measured, unit, fmt.Sprintf("%.2f%s", target, unit), verdict)
-	t.Log(line)
-	fmt.Println(line)
-}
 
 // deployTime is how long a job took from its submission to its last execution RUNNING, from
 // the leader's committed timestamps.
@@ -76,9 +63,7 @@ func phaseTimes(rec *pb.JobRecord) string {
 // alternately (four and three runs), the ratio of their medians. Goal: ALL_TO_ALL within 3 x
 // FORWARD.
 func TestGoalWideDeployment(t *testing.T) {
-	if os.Getenv("JMC_GOALS") == "" {
-		t.Skip("a benchmark goal (make bench-short): set JMC_GOALS=1")
-	}
+	benchgoal.Skip(t)
 	d := newProcessCluster(t, wideProcs)
 	ctx := context.Background()
 	leader, err := d.waitLeader(ctx, "", 60*time.Second)
@@ -151,5 +136,5 @@ func TestGoalWideDeployment(t *testing.T) {
 	}
 	ratio := float64(median(wide)) / float64(median(fwd))
 	t.Logf("ALL_TO_ALL %v (median %s), FORWARD %v (median %s): %.2fx", wide, median(wide), fwd, median(fwd), ratio)
-	goal(t, "wide-deploy-512x512-vs-forward", ratio, 3, ratio <= 3, "x")
+	benchgoal.Report(t, "wide-deploy-512x512-vs-forward", ratio, 3, ratio <= 3, "x")
 }
