@@ -11,6 +11,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/benchgoal"
 	tc "github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -36,9 +37,32 @@ func scaleVertices(t *testing.T) int {
 // is killed; the new leader asks every TM for its report (streamed in chunks), merges, and
 // commits RUNNING for every execution in chunks. The reconciliation time is logged.
 func TestReconcile100kExecutions(t *testing.T) {
-	const p, nTMs = 1000, 10
-	vertices := scaleVertices(t)
-	total := vertices * p
+	reconcileAtScale(t, scaleVertices(t), 1000, 10)
+}
+
+// TestGoalReconcileScaling (JMC_GOALS=1, `make bench-short`): the reconciliation record's time
+// (start to commit) of 100,000 executions against 10,000, both 100 FORWARD-chained vertices on
+// 10 simulated TMs, each on a cluster of its own. Goal: within 12x (linear would be 10x).
+func TestGoalReconcileScaling(t *testing.T) {
+	benchgoal.Skip(t)
+	// Subtests: each cluster is stopped before the next starts.
+	var small, large int64
+	t.Run("10k", func(t *testing.T) { small, _ = reconcileAtScale(t, 100, 100, 10) })
+	t.Run("100k", func(t *testing.T) { large, _ = reconcileAtScale(t, 100, 1000, 10) })
+	if t.Failed() {
+		return
+	}
+	ratio := float64(large) / float64(max(small, 1))
+	t.Logf("reconciliation record: 10,000 executions %d ms, 100,000 executions %d ms: %.2fx", small, large, ratio)
+	benchgoal.Report(t, "reconcile-100k-vs-10k", ratio, 12, ratio <= 12, "x")
+}
+
+// reconcileAtScale runs one job of vertices x p executions on nTMs simulated TMs, kills the
+// leader and checks that the new leader's reconciliation keeps every execution running. It
+// returns the reconciliation record's time from start to commit (ms) and the time from the
+// kill to the completed record.
+func reconcileAtScale(t *testing.T, vertices int, p int32, nTMs int) (recordMs int64, wall time.Duration) {
+	total := vertices * int(p)
 	// Entries of thousands of executions, applied under -race on a loaded two-core machine: a
 	// follower can be busy for seconds, so Raft timings well above a real deployment's keep the
 	// setup's leader in place (with the defaults a leader lost its lease mid-setup under load).
@@ -83,8 +107,8 @@ func TestReconcile100kExecutions(t *testing.T) {
 	})
 	e2 := l2.A.JM.Epoch()
 	r := c.Reconciliation(l2, e2, "completed", 2*time.Minute)
-	wall := time.Since(killed)
-	if r.Counts.Executions != int64(total) || r.Counts.KeptRunning != int64(total) || r.Counts.Reports != nTMs ||
+	wall = time.Since(killed)
+	if r.Counts.Executions != int64(total) || r.Counts.KeptRunning != int64(total) || r.Counts.Reports != int64(nTMs) ||
 		r.Counts.Missing+r.Counts.Failed+r.Counts.Rejected+r.Counts.TmsMissing != 0 {
 		t.Fatalf("reconciliation counts %v, want %d executions kept running from %d reports", r.Counts, total, nTMs)
 	}
@@ -112,4 +136,5 @@ func TestReconcile100kExecutions(t *testing.T) {
 	}
 	t.Logf("reconciled %d executions from %d TMs (%d report chunks): %d ms from start to commit (record), %s from the kill to the completed record on the new leader",
 		total, nTMs, chunks, r.EndedAt-r.StartedAt, wall.Round(time.Millisecond))
+	return r.EndedAt - r.StartedAt, wall
 }
