@@ -117,6 +117,9 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 
 	a.State = fsm.New(log)
 	a.JM = jobmaster.New(cfg.JobMaster, nil, a.State)
+	if cfg.Gossip != nil && cfg.Cluster.SeenEpoch == nil {
+		cfg.Cluster.SeenEpoch = a.seenEpoch // a.Gossip is set before the Node starts
+	}
 	if a.Node, err = cluster.NewNode(cfg.Cluster, a.State, a.JM); err != nil {
 		return nil, err
 	}
@@ -170,6 +173,23 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	}
 	log.Info("jobmaster started", "grpc", a.GRPCAddr(), "raft", a.Node.RaftAddr(), "http", a.httpAddr)
 	return a, nil
+}
+
+// seenEpoch is the highest leader epoch a live TaskManager of the gossip pool says it has seen.
+func (a *JobMaster) seenEpoch() (uint64, string) {
+	if a.Gossip == nil {
+		return 0, ""
+	}
+	var (
+		epoch uint64
+		by    string
+	)
+	for _, m := range a.Gossip.TaskManagers() {
+		if m.Meta.Epoch > epoch {
+			epoch, by = m.Meta.Epoch, "TaskManager "+m.Meta.ID
+		}
+	}
+	return epoch, by
 }
 
 // GRPCAddr is the bound gRPC address.

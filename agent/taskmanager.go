@@ -84,7 +84,28 @@ func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 		a.Kill()
 		return nil, err
 	}
+	if a.Gossip != nil {
+		go a.publishEpoch(ctx)
+	}
 	return a, nil
+}
+
+// publishEpoch keeps the highest leader epoch this TM has seen in its gossip metadata: a new
+// leader whose committed state holds a lower epoch knows its state was lost and waits for a
+// snapshot restore instead of reconciling the running tasks away (cluster.ErrStateBehind).
+func (a *TaskManager) publishEpoch(ctx context.Context) {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if e := a.TM.Epoch(); e > a.Gossip.LocalMeta().Epoch {
+				_ = a.Gossip.UpdateMeta(func(m *membership.Meta) { m.Epoch = max(m.Epoch, e) })
+			}
+		}
+	}
 }
 
 func (a *TaskManager) leaderFromGossip(ctx context.Context) (string, error) {

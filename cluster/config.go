@@ -68,6 +68,13 @@ type Config struct {
 	// transport.DefaultMaxMessageSize; --max-message-size).
 	MaxMessageSize int
 
+	// SeenEpoch returns the highest leader epoch any TaskManager claims to have seen, and which
+	// one (from gossip); nil or 0 when unknown. A new leader whose committed state holds a lower
+	// epoch has lost its state (a wiped cluster): it does not establish leadership, since its
+	// reconciliation would cancel the tasks its empty state does not know, and waits for a
+	// snapshot restore (Node.Restore).
+	SeenEpoch func() (epoch uint64, by string)
+
 	Logger hclog.Logger
 }
 

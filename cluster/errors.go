@@ -26,6 +26,10 @@ var (
 	// ErrNoTransferTarget: a leadership transfer names this leader itself, a non-voter, or
 	// there is no other voter.
 	ErrNoTransferTarget = errors.New("cluster: no voter to hand leadership to")
+	// ErrStateBehind: a TaskManager has seen a leader epoch above every epoch this cluster's
+	// state holds, so the state was lost (every JobMaster wiped, or restored from an older
+	// copy); the leader does not establish leadership until a snapshot is restored.
+	ErrStateBehind = errors.New("cluster: the replicated state is behind what the TaskManagers have seen")
 	// ErrInvalidConfig: the Config failed validation.
 	ErrInvalidConfig = errors.New("cluster: invalid config")
 )

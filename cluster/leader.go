@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
+	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -63,32 +65,87 @@ func (n *Node) monitorLeadership() {
 
 // leaderLoop runs while this node is the Raft leader: barrier, commit the next epoch, mark the
 // node established and call the hooks. If establishing fails it revokes and steps down; when
-// there is nobody to hand leadership to, it retries after a pause while still leader.
+// there is nobody to hand leadership to, it retries after a pause while still leader. A state
+// behind the TaskManagers (ErrStateBehind) is not handed over (every voter holds the same
+// state): the leader stays, not established, until a snapshot restore. A restore (Node.Restore)
+// runs here, between terms, so no term works on the state it replaces.
 func (n *Node) leaderLoop(ctx context.Context) {
 	for {
 		err := n.establish(ctx)
 		if err == nil {
-			<-ctx.Done()
-			n.revoke()
-			return
+			n.behind.Store(nil)
+			select {
+			case <-ctx.Done():
+				n.revoke()
+				return
+			case req := <-n.restoreCh:
+				n.revoke()
+				req.done <- n.restore(ctx, req)
+				continue
+			}
 		}
 		n.revoke()
 		if ctx.Err() != nil {
 			return
 		}
-		n.logger.Error("failed to establish leadership; stepping down", "error", err)
-		if terr := n.raft.LeadershipTransfer().Error(); terr == nil {
-			n.logger.Info("leadership transferred")
-			return
+		if seen, ok := transport.StaleEpochSeen(err); ok {
+			n.noteSeenEpoch(seen)
+		}
+		if errors.Is(err, ErrStateBehind) {
+			msg := err.Error()
+			if old := n.behind.Swap(&msg); old == nil || *old != msg {
+				n.logger.Error("not establishing leadership: the state was lost; restore a snapshot (jmnode snapshot restore FILE)", "error", err)
+			}
 		} else {
-			n.logger.Warn("leadership transfer failed; retrying establishment", "error", terr)
+			n.logger.Error("failed to establish leadership; stepping down", "error", err)
+			if terr := n.raft.LeadershipTransfer().Error(); terr == nil {
+				n.logger.Info("leadership transferred")
+				return
+			} else {
+				n.logger.Warn("leadership transfer failed; retrying establishment", "error", terr)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
+		case req := <-n.restoreCh:
+			req.done <- n.restore(ctx, req)
 		case <-time.After(2 * n.cfg.ElectionTimeout):
 		}
 	}
+}
+
+// seenEpoch is the highest epoch a TaskManager is known to have seen: from Config.SeenEpoch
+// (gossip) and from the STALE_EPOCH refusals this node's terms met.
+func (n *Node) seenEpoch() (uint64, string) {
+	var (
+		epoch uint64
+		by    string
+	)
+	if n.cfg.SeenEpoch != nil {
+		epoch, by = n.cfg.SeenEpoch()
+	}
+	if r := n.refusedEpoch.Load(); r > epoch {
+		epoch, by = r, "a TaskManager that refused this leader (STALE_EPOCH)"
+	}
+	return epoch, by
+}
+
+func (n *Node) noteSeenEpoch(e uint64) {
+	for {
+		old := n.refusedEpoch.Load()
+		if e <= old || n.refusedEpoch.CompareAndSwap(old, e) {
+			return
+		}
+	}
+}
+
+// Behind is why this Raft leader does not establish leadership (ErrStateBehind), or "".
+func (n *Node) Behind() string {
+	if p := n.behind.Load(); p != nil && n.IsLeader() {
+		return *p
+	}
+	return ""
 }
 
 // establish makes this node the established leader: barrier, commit EstablishLeadership with
@@ -99,7 +156,14 @@ func (n *Node) establish(ctx context.Context) error {
 	if err := waitFuture(tctx, n.raft.Barrier(n.cfg.EstablishTimeout)); err != nil {
 		return fmt.Errorf("barrier: %w", err)
 	}
-	epoch := n.sm.Epoch().GetEpoch() + 1
+	committed := n.sm.Epoch().GetEpoch()
+	// Every epoch a TaskManager adopts was committed, and the barrier gives this leader every
+	// committed entry: a higher epoch seen means the state was lost, and reconciling with it
+	// would cancel the running tasks it no longer knows.
+	if seen, by := n.seenEpoch(); seen > committed {
+		return fmt.Errorf("%w: %s has seen leader epoch %d, above the %d this state holds", ErrStateBehind, by, seen, committed)
+	}
+	epoch := committed + 1
 	cmd, err := fsm.Encode(pb.CommandType_COMMAND_TYPE_ESTABLISH_LEADERSHIP, &pb.EstablishLeadershipCommand{
 		Epoch:             epoch,
 		LeaderId:          n.cfg.ID,

@@ -88,6 +88,10 @@ type Node struct {
 	established bool
 	epoch       uint64
 
+	restoreCh    chan restoreReq        // Restore -> leaderLoop
+	behind       atomic.Pointer[string] // why the leader does not establish (ErrStateBehind)
+	refusedEpoch atomic.Uint64          // the highest epoch named by a STALE_EPOCH refusal
+
 	fwd forwarder
 }
 
@@ -179,6 +183,7 @@ func NewNode(cfg Config, sm StateMachine, hooks LeaderHooks) (n *Node, err error
 		ctx:       ctx,
 		cancel:    cancel,
 		grpcAddrs: make(map[string]string),
+		restoreCh: make(chan restoreReq),
 	}
 	for _, p := range cfg.Peers {
 		if p.GRPCAddr != "" {

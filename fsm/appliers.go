@@ -65,6 +65,9 @@ func init() {
 	register(pb.CommandType_COMMAND_TYPE_POOL_ACK, func(s *state, i uint64, p []byte) *Result {
 		return errResult(i, s.poolAck(i, decodePayload(p, &pb.PoolAckCommand{})))
 	})
+	register(pb.CommandType_COMMAND_TYPE_SET_DRAIN, func(s *state, i uint64, p []byte) *Result {
+		return errResult(i, s.setDrain(i, decodePayload(p, &pb.SetDrainCommand{})))
+	})
 }
 
 // decodePayload unmarshals a committed payload. A payload that does not decode would make

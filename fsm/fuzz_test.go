@@ -54,6 +54,8 @@ func payloadMessage(t pb.CommandType) proto.Message {
 		return &pb.PoolRemoveCommand{}
 	case pb.CommandType_COMMAND_TYPE_POOL_ACK:
 		return &pb.PoolAckCommand{}
+	case pb.CommandType_COMMAND_TYPE_SET_DRAIN:
+		return &pb.SetDrainCommand{}
 	}
 	return nil
 }

@@ -76,6 +76,59 @@ type JobSummary struct {
 	Restarts   int32  `json:"restarts"`
 }
 
+// splitSnapshotFile returns the FSM snapshot stream of a snapshot file and the index in its header.
+func splitSnapshotFile(data []byte) (stream []byte, index uint64, err error) {
+	if !bytes.HasPrefix(data, []byte(SnapshotFileMagic)) {
+		return nil, 0, ErrNotASnapshotFile
+	}
+	rest := data[len(SnapshotFileMagic):]
+	index, n := binary.Uvarint(rest)
+	if n <= 0 {
+		return nil, 0, fmt.Errorf("%w: no index after the magic", ErrSnapshotCorrupt)
+	}
+	return rest[n:], index, nil
+}
+
+// RestoreStream returns the snapshot stream a JobMaster restores from a snapshot file (`jmnode
+// snapshot restore`): the file's state, checked by restoring it, with its leader epoch raised to
+// at least minEpoch, so the leader that restores it establishes an epoch above every epoch a
+// TaskManager has seen (and is not refused as a deposed leader). The leader id and address of
+// the epoch record stay those of the saved state.
+func RestoreStream(file []byte, minEpoch uint64) ([]byte, error) {
+	stream, _, err := splitSnapshotFile(file)
+	if err != nil {
+		return nil, err
+	}
+	f := New(hclog.NewNullLogger())
+	if err := f.Restore(io.NopCloser(bytes.NewReader(stream))); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	if f.st.epoch.GetEpoch() < minEpoch {
+		ep := proto.Clone(f.st.epoch).(*pb.LeaderEpoch)
+		ep.Epoch = minEpoch
+		f.st.epoch = ep
+	}
+	f.mu.Unlock()
+	snap, err := f.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	defer snap.Release()
+	var sink bufferSink
+	if err := snap.Persist(&sink); err != nil {
+		return nil, err
+	}
+	return sink.Bytes(), nil
+}
+
+// bufferSink is a raft.SnapshotSink into memory.
+type bufferSink struct{ bytes.Buffer }
+
+func (*bufferSink) Close() error  { return nil }
+func (*bufferSink) Cancel() error { return nil }
+func (*bufferSink) ID() string    { return "buffer" }
+
 // InspectSnapshotFile reads a snapshot file: it restores the state (so a file that does not
 // restore is refused, as a JobMaster would refuse it), and counts the records and bytes by type.
 func InspectSnapshotFile(r io.Reader) (*SnapshotSummary, error) {
@@ -83,15 +136,10 @@ func InspectSnapshotFile(r io.Reader) (*SnapshotSummary, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !bytes.HasPrefix(data, []byte(SnapshotFileMagic)) {
-		return nil, ErrNotASnapshotFile
+	stream, index, err := splitSnapshotFile(data)
+	if err != nil {
+		return nil, err
 	}
-	rest := data[len(SnapshotFileMagic):]
-	index, n := binary.Uvarint(rest)
-	if n <= 0 {
-		return nil, fmt.Errorf("%w: no index after the magic", ErrSnapshotCorrupt)
-	}
-	stream := rest[n:]
 	f := New(hclog.NewNullLogger())
 	if err := f.Restore(io.NopCloser(bytes.NewReader(stream))); err != nil {
 		return nil, err

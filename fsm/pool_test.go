@@ -1,9 +1,13 @@
 package fsm
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"slices"
 	"testing"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -100,4 +104,33 @@ func TestPoolFull(t *testing.T) {
 	}
 	h.ok(poolPutT, &pb.PoolPutCommand{TmId: "tm00000", GrpcAddress: "b"})
 	h.fails(poolPutT, &pb.PoolPutCommand{TmId: "tmz", GrpcAddress: "b"}, ErrPoolFull)
+}
+
+// TestDrainIsReplicatedState: a drain is kept sorted, outlives the TM's pool membership,
+// survives a snapshot (even with an empty pool), and repeating or ending it is harmless.
+func TestDrainIsReplicatedState(t *testing.T) {
+	const setDrainT = pb.CommandType_COMMAND_TYPE_SET_DRAIN
+	h := newHarness(t)
+	h.fails(setDrainT, &pb.SetDrainCommand{Drained: true}, ErrInvalidCommand)
+	h.ok(setDrainT, &pb.SetDrainCommand{TmId: "tm2", Drained: true, Timestamp: 20})
+	h.ok(setDrainT, &pb.SetDrainCommand{TmId: "tm1", Drained: true, Timestamp: 10})
+	h.ok(setDrainT, &pb.SetDrainCommand{TmId: "tm1", Drained: true, Timestamp: 30}) // again: kept as it was
+	h.ok(setDrainT, &pb.SetDrainCommand{TmId: "tm9", Drained: false})               // not drained: nothing
+	if d := h.f.Drained(); len(d) != 2 || d["tm1"] != 10 || d["tm2"] != 20 {
+		t.Fatalf("drained %v, want tm1 since 10 and tm2 since 20", d)
+	}
+	if p := h.f.Pool(); p.Drained[0].TmId != "tm1" || p.Drained[1].TmId != "tm2" || p.Version != 0 {
+		t.Fatalf("pool %v: want tm1, tm2 drained in order and no membership change", p)
+	}
+	restored := New(hclog.NewNullLogger())
+	if err := restored.Restore(io.NopCloser(bytes.NewReader(persist(t, h.f)))); err != nil {
+		t.Fatal(err)
+	}
+	if d := restored.Drained(); len(d) != 2 || d["tm1"] != 10 {
+		t.Fatalf("after a snapshot: drained %v", d)
+	}
+	h.ok(setDrainT, &pb.SetDrainCommand{TmId: "tm1", Drained: false})
+	if d := h.f.Drained(); len(d) != 1 || d["tm2"] != 20 {
+		t.Fatalf("after ending tm1's drain: %v", d)
+	}
 }

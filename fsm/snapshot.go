@@ -116,7 +116,7 @@ func (s *snapshot) write(w io.Writer, limit int) error {
 			return err
 		}
 	}
-	if s.pool.GetVersion() > 0 {
+	if s.pool.GetVersion() > 0 || len(s.pool.GetDrained()) > 0 {
 		if err := write(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_Pool{Pool: s.pool}}); err != nil {
 			return err
 		}

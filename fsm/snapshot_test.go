@@ -3,9 +3,11 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"io"
 	"strconv"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
 
@@ -300,4 +302,54 @@ func lenOfVarint(b []byte) int {
 		}
 	}
 	return len(b)
+}
+
+// snapshotFile is what `jmnode snapshot save` writes of f: the header and f's snapshot stream.
+func snapshotFile(t *testing.T, f *FSM) []byte {
+	t.Helper()
+	snap, index, err := f.SnapshotAt()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink bufferSink
+	if err := WriteSnapshotFileHeader(&sink, index); err != nil {
+		t.Fatal(err)
+	}
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	return sink.Bytes()
+}
+
+// TestRestoreStreamRaisesTheEpoch: the stream a JobMaster restores from a snapshot file is the
+// file's state with its epoch raised to the floor, never lowered; a damaged file is refused.
+func TestRestoreStreamRaisesTheEpoch(t *testing.T) {
+	h := stateOf(t, 1, 2, 3)
+	file := snapshotFile(t, h.f)
+	saved := h.f.Epoch().GetEpoch()
+	for _, floor := range []uint64{0, saved, saved + 7} {
+		stream, err := RestoreStream(file, floor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := New(hclog.NewNullLogger())
+		if err := got.Restore(io.NopCloser(bytes.NewReader(stream))); err != nil {
+			t.Fatal(err)
+		}
+		if want := max(saved, floor); got.Epoch().GetEpoch() != want || got.Epoch().GetLeaderId() != h.f.Epoch().GetLeaderId() {
+			t.Fatalf("floor %d: epoch %v, want %d from leader %q", floor, got.Epoch(), want, h.f.Epoch().GetLeaderId())
+		}
+		if len(got.Jobs()) != len(h.f.Jobs()) {
+			t.Fatalf("floor %d: %d jobs, want %d", floor, len(got.Jobs()), len(h.f.Jobs()))
+		}
+		if floor <= saved && got.Hash() != h.f.Hash() {
+			t.Fatalf("floor %d: the state changed", floor)
+		}
+	}
+	if _, err := RestoreStream(file[:len(file)-3], 1); !errors.Is(err, ErrSnapshotCorrupt) {
+		t.Fatalf("truncated: %v", err)
+	}
+	if _, err := RestoreStream([]byte("hello"), 1); !errors.Is(err, ErrNotASnapshotFile) {
+		t.Fatalf("not a snapshot: %v", err)
+	}
 }

@@ -156,3 +156,32 @@ func (f *FSM) PoolVersion() (version, revision uint64) {
 	defer f.mu.RUnlock()
 	return f.st.pool.Version, f.st.pool.Revision
 }
+
+// setDrain drains a TaskManager or ends its drain (sorted by id; repeating is harmless).
+func (s *state) setDrain(_ uint64, c *pb.SetDrainCommand) error {
+	if c.TmId == "" {
+		return wrapf(ErrInvalidCommand, "set drain: tm_id is required")
+	}
+	i, found := slices.BinarySearchFunc(s.pool.Drained, c.TmId, func(d *pb.DrainedTaskManager, id string) int { return strings.Compare(d.TmId, id) })
+	switch {
+	case c.Drained && !found:
+		if len(s.pool.Drained) >= MaxPoolMembers {
+			return wrapf(ErrPoolFull, "%d drained TaskManagers", MaxPoolMembers)
+		}
+		s.pool.Drained = slices.Insert(s.pool.Drained, i, &pb.DrainedTaskManager{TmId: c.TmId, Since: c.Timestamp})
+	case !c.Drained && found:
+		s.pool.Drained = slices.Delete(s.pool.Drained, i, i+1)
+	}
+	return nil
+}
+
+// Drained returns the drained TaskManagers and since when (unix milliseconds).
+func (f *FSM) Drained() map[string]int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make(map[string]int64, len(f.st.pool.Drained))
+	for _, d := range f.st.pool.Drained {
+		out[d.TmId] = d.Since
+	}
+	return out
+}

@@ -24,6 +24,12 @@ var (
 	ErrNotAssigned = errors.New("jobmaster: attempt assigned to another TaskManager")
 	// ErrUpdateRefused: the committed graph refused a state update (FAILED_PRECONDITION).
 	ErrUpdateRefused = errors.New("jobmaster: update refused")
+	// ErrUnknownTaskManager: an operator call names a TaskManager the cluster does not know
+	// (NOT_FOUND).
+	ErrUnknownTaskManager = errors.New("jobmaster: unknown TaskManager")
+	// ErrNoCapacity: a drain would leave the drained TaskManager's regions without slots
+	// (FAILED_PRECONDITION).
+	ErrNoCapacity = errors.New("jobmaster: not enough free slots elsewhere")
 )
 
 // StaleEpochError: the caller has seen a leader epoch above this leader's (the edge answers

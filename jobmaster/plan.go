@@ -86,6 +86,8 @@ type view struct {
 	restartAt map[int]time.Time
 	// held: silent TMs whose attempts may not be redeployed yet (isolation.go), and why.
 	held map[string]string
+	// drained: the TMs an operator drained (drain.go), from the committed state.
+	drained map[string]int64
 }
 
 // nextSteps decides what to do next for one job, from its committed record alone (and the
@@ -167,6 +169,14 @@ func runningSteps(rec *pb.JobRecord, v view) []action {
 				active = append(active, ev)
 			}
 		}
+		if tm := onDrained(active, v.drained); tm != "" && len(failed) == 0 {
+			// A region with a task on a drained TM moves as a whole: cancelled (not failed, so
+			// no restart is counted), then deployed on the other TMs.
+			if c, ok := cancelExecutions(rec, active, "TaskManager "+tm+" is drained: its region moves", v.now); ok {
+				out = append(out, c)
+			}
+			continue
+		}
 		if len(failed) > 0 && len(active) > 0 {
 			// A pipelined region restarts as a whole: stop what still runs first.
 			if c, ok := cancelExecutions(rec, active, "region restart: "+firstCause(failed), v.now); ok {
@@ -228,6 +238,21 @@ func runningSteps(rec *pb.JobRecord, v view) []action {
 		out = append(out, action{kind: actDeploy, what: "new regions", tasks: fresh})
 	}
 	return out
+}
+
+// onDrained returns the first drained TM that holds one of the executions, or "".
+func onDrained(evs []*pb.ExecutionVertex, drained map[string]int64) string {
+	if len(drained) == 0 {
+		return ""
+	}
+	for _, ev := range evs {
+		if tm := ev.GetCurrent().GetSlot().GetTmId(); tm != "" {
+			if _, ok := drained[tm]; ok {
+				return tm
+			}
+		}
+	}
+	return ""
 }
 
 // heldBy returns the first held TM among the TMs of the failed members' attempts, and why.

@@ -137,9 +137,10 @@ func TestNextSteps(t *testing.T) {
 		restartAt map[int]time.Time
 		// tms, when set, places every deployment on these TMs (nothing else in use) the way
 		// the scheduler does before it commits the attempts.
-		tms  []TaskManager
-		used map[string]map[int32]bool
-		want []string
+		tms     []TaskManager
+		used    map[string]map[int32]bool
+		drained map[string]int64
+		want    []string
 	}{{
 		name: "a new job starts",
 		rec:  func(t *testing.T) *pb.JobRecord { return planJob(t, planChain(1), jobCreated, 0, nil) },
@@ -350,6 +351,28 @@ func TestNextSteps(t *testing.T) {
 		},
 		want: []string{"status CANCELLING->CANCELED (cancelled)"},
 	}, {
+		name:    "a region with tasks on a drained TM -> cancelled as a whole (no failure), the others left alone",
+		rec:     func(t *testing.T) *pb.JobRecord { return planJob(t, planChain(2), jobRunning, 0, every(2, stRunning)) },
+		drained: map[string]int64{"tm2": 1},
+		want:    []string{"cancel source-1-a0=CANCELING map-1-a0=CANCELING sink-1-a0=CANCELING send source-1-a0@tm2:1 send map-1-a0@tm2:1 send sink-1-a0@tm2:1 (TaskManager tm2 is drained: its region moves)"},
+	}, {
+		name: "the drained region cancelled -> deployed again at once, no restart counted, placed off the drained TM",
+		rec: func(t *testing.T) *pb.JobRecord {
+			return planJob(t, planChain(2), jobRunning, 0, with(every(2, stRunning), "source[1]", stCanceled, "map[1]", stCanceled, "sink[1]", stCanceled))
+		},
+		edit:    delay(5000),
+		drained: map[string]int64{"tm2": 1},
+		tms:     planTMs(2),
+		used:    map[string]map[int32]bool{"tm1": {0: true}},
+		want:    []string{"deploy region 1: source[1]#1 map[1]#1 sink[1]#1 -> tm1/1 tm1/1 tm1/1"},
+	}, {
+		name: "a drained TM with only finished tasks -> nothing moves",
+		rec: func(t *testing.T) *pb.JobRecord {
+			return planJob(t, planBatch(), jobRunning, 0, map[string]pb.ExecutionState{"source[0]": stFinished, "source[1]": stRunning})
+		},
+		drained: map[string]int64{"tm1": 1},
+		want:    nil,
+	}, {
 		name: "a finished job -> nothing to do",
 		rec: func(t *testing.T) *pb.JobRecord {
 			return planJob(t, planChain(1), jobFinished, 0, every(1, stFinished))
@@ -373,7 +396,7 @@ func TestNextSteps(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := proto.Clone(rec)
-			v := view{now: now, regions: regions, restartAt: tc.restartAt}
+			v := view{now: now, regions: regions, restartAt: tc.restartAt, drained: tc.drained}
 			steps := nextSteps(rec, v)
 			if !proto.Equal(before, rec) {
 				t.Fatal("nextSteps changed the record")

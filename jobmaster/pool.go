@@ -91,9 +91,13 @@ func (jm *JobMaster) poolBehind(id string) bool {
 }
 
 // Placeable lists the TMs new tasks may go to: usable (registered, heard from within the
-// heartbeat timeout, not lost) and current with the pool.
+// heartbeat timeout, not lost), current with the pool and not drained (drain.go).
 func (jm *JobMaster) Placeable() []TaskManager {
-	return slices.DeleteFunc(jm.tms.Usable(jm.cfg.HeartbeatTimeout), func(tm TaskManager) bool { return jm.poolBehind(tm.ID) })
+	drained := jm.state.Drained()
+	return slices.DeleteFunc(jm.tms.Usable(jm.cfg.HeartbeatTimeout), func(tm TaskManager) bool {
+		_, d := drained[tm.ID]
+		return d || jm.poolBehind(tm.ID)
+	})
 }
 
 // poolView returns the committed pool's view, cached per revision.

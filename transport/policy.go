@@ -95,8 +95,14 @@ var Policies = map[string]Policy{
 	// A consistent copy from the established leader (a follower refuses it NOT_LEADER, naming
 	// the leader; it is a stream, so it is not forwarded).
 	pb.OperatorService_SnapshotSave_FullMethodName: {Leader: Leader, Roles: operator},
-	pb.OperatorService_Members_FullMethodName:      {Roles: readers},
-	pb.OperatorService_StateHash_FullMethodName:    {Roles: readers},
+	// Served by the Raft leader, established or not: a leader whose state is behind the
+	// TaskManagers never establishes, and restoring is how it gets out (the handler refuses
+	// NOT_LEADER elsewhere; a stream is not forwarded).
+	pb.OperatorService_SnapshotRestore_FullMethodName: {Roles: operator},
+	// A drain is a write like a job's: to the established leader, gate open, rate limited.
+	pb.OperatorService_DrainTaskManager_FullMethodName: {Gated: true, Leader: Leader, Forward: true, Limited: true, Roles: operator},
+	pb.OperatorService_Members_FullMethodName:          {Roles: readers},
+	pb.OperatorService_StateHash_FullMethodName:        {Roles: readers},
 	// The keyring fan-out: the JobMaster that serves it asks every member (GossipService).
 	pb.OperatorService_GossipKeyring_FullMethodName: {Roles: operator},
 

@@ -3,6 +3,7 @@
 package transport
 
 import (
+	"strconv"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -69,7 +70,8 @@ func RateLimitedError(msg string, md map[string]string, retryAfter time.Duration
 // StaleEpochError is the status a TM returns to a caller with an older leader epoch.
 func StaleEpochError(got, seen uint64) error {
 	st := status.Newf(codes.FailedPrecondition, "stale leader epoch %d: epoch %d has been seen", got, seen)
-	st, _ = st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonStaleEpoch, Domain: ErrorDomain})
+	st, _ = st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonStaleEpoch, Domain: ErrorDomain,
+		Metadata: map[string]string{"seen": strconv.FormatUint(seen, 10)}})
 	return st.Err()
 }
 
@@ -151,6 +153,21 @@ func IsRateLimited(err error) bool { return Reason(err) == ReasonRateLimited }
 
 // IsStaleEpoch reports whether err is a TM's refusal of an older epoch.
 func IsStaleEpoch(err error) bool { return Reason(err) == ReasonStaleEpoch }
+
+// StaleEpochSeen returns the epoch a STALE_EPOCH refusal says the TaskManager has seen.
+func StaleEpochSeen(err error) (uint64, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Reason == ReasonStaleEpoch {
+			seen, err := strconv.ParseUint(info.Metadata["seen"], 10, 64)
+			return seen, err == nil
+		}
+	}
+	return 0, false
+}
 
 // Retryable reports whether a TM -> JM message refused with err should stay in the outbox and
 // be retried: the gate is closed, the node is not (or no longer) the leader, or the network

@@ -29,6 +29,9 @@ func runStatus(args []string) error {
 	}
 	fmt.Printf("node %s (%s), leader %s at %s, epoch %d, reconciling %v, applied %d\n", resp.NodeId, resp.RaftState,
 		orDash(resp.LeaderId), orDash(resp.LeaderGrpcAddress), resp.Epoch, resp.Reconciling, resp.AppliedIndex)
+	if resp.StateBehind != "" {
+		fmt.Printf("NOT ESTABLISHED: %s\n  the replicated state was lost; bring it back with: jmnode snapshot restore FILE\n", resp.StateBehind)
+	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
 	fmt.Fprintln(w, "TASKMANAGER\tGRPC\tDATA\tSLOTS\tUSED\tSTATE")
 	for _, tm := range resp.TaskManagers {

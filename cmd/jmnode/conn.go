@@ -95,6 +95,23 @@ func (cf cliFlags) dial() (*conn, error) {
 	return dial(*cf.addr, *cf.maxMsg, sec, secret)
 }
 
+// dialAs dials addr with the flags' credentials and limits (a node another answer named).
+func dialAs(cf cliFlags, addr string) (*conn, error) {
+	cf.addr = &addr
+	return cf.dial()
+}
+
+// askOnce makes one call on c, bounded by 5 s, without retries.
+func askOnce[T any](c *conn, rpc func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := rpc(ctx)
+	if err != nil {
+		return resp, c.explain(err)
+	}
+	return resp, nil
+}
+
 func (c *conn) client() pb.ClientServiceClient     { return pb.NewClientServiceClient(c.cc) }
 func (c *conn) operator() pb.OperatorServiceClient { return pb.NewOperatorServiceClient(c.cc) }
 

@@ -29,7 +29,9 @@ operator CLI (talks gRPC to any JobMaster: --addr or JMNODE_ADDR, default 127.0.
   raft peers | join | remove the Raft configuration
   raft transfer-leadership   hand leadership to another voter (--to ID)
   members                    the gossip pool
-  snapshot save FILE | inspect FILE   a consistent copy of the replicated state
+  tm list | drain ID         the TaskManagers; drain one (its regions move, no restart counted)
+  snapshot save | inspect | restore FILE   a consistent copy of the replicated state, and
+                             bringing a cluster that lost its state back from one
   gossip keygen              a new gossip encryption key
   gossip keyring list | install | use | remove   rotate the gossip key on every member
   version                    print the version
@@ -76,6 +78,8 @@ func run(args []string) error {
 		return runGossip(rest)
 	case "snapshot":
 		return runSnapshot(rest)
+	case "tm":
+		return runTM(rest)
 	case "failpoints":
 		return runFailpoints(rest)
 	case "tls":

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,20 +12,29 @@ import (
 	"path/filepath"
 	"sort"
 	"text/tabwriter"
+	"time"
 
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-const snapshotUsage = `usage: jmnode snapshot <save FILE | inspect FILE> [flags]
+// snapshotChunk is the size of the chunks `snapshot restore` sends (the server's are the same).
+const snapshotChunk = 1 << 20
+
+const snapshotUsage = `usage: jmnode snapshot <save FILE | inspect FILE | restore FILE> [flags]
 
   jmnode snapshot save FILE      a consistent copy of the replicated state, from the leader
   jmnode snapshot inspect FILE   what a snapshot file holds: index, epoch, jobs, records by type
+  jmnode snapshot restore FILE   bring a JobMaster cluster that lost its state back from FILE
 
 save asks any JobMaster (--addr) for the leader and streams the copy from it once Raft
 confirms its leadership; the file is written beside FILE and renamed over it when complete.
 inspect reads the file offline and restores it as a JobMaster would, so a file that does not
 restore is refused.
+restore is disaster recovery: start new JobMasters with empty data directories (their leader
+sees that the TaskManagers have seen a later epoch and waits, keeping their tasks), then
+restore; the leader raises the state's epoch above every epoch a TaskManager has seen,
+replaces the replicated state with the file's and reconciles it with the running tasks.
 `
 
 func runSnapshot(args []string) error {
@@ -40,9 +50,11 @@ func runSnapshot(args []string) error {
 		return runSnapshotSave(args[1:])
 	case "inspect":
 		return runSnapshotInspect(args[1:])
+	case "restore":
+		return runSnapshotRestore(args[1:])
 	}
 	fmt.Fprint(os.Stderr, snapshotUsage)
-	return fmt.Errorf("snapshot: unknown command %q (save, inspect)", args[0])
+	return fmt.Errorf("snapshot: unknown command %q (save, inspect, restore)", args[0])
 }
 
 func runSnapshotSave(args []string) error {
@@ -173,4 +185,101 @@ func runSnapshotInspect(args []string) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\n", j.ID, j.Name, j.Status, j.Executions, j.Running, j.Restarts)
 	}
 	return w.Flush()
+}
+
+func runSnapshotRestore(args []string) error {
+	fs := flag.NewFlagSet("snapshot restore", flag.ContinueOnError)
+	usageFor(fs, "jmnode snapshot restore FILE",
+		"Replaces the replicated state of a JobMaster cluster with a snapshot file (disaster recovery), then waits for its reconciliation with the running tasks.")
+	cf := newCLIFlags(fs, false)
+	wait := fs.Duration("wait", 2*time.Minute, "after the restore, wait this long for the leader to reconcile the restored state (0: do not wait)")
+	if err := parseFlags(fs, reorder(fs, args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return errors.New("snapshot restore needs FILE")
+	}
+	path := fs.Arg(0)
+	file, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	sum, err := fsm.InspectSnapshotFile(bytes.NewReader(file))
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	fmt.Printf("%s: the state at index %d, epoch %d: %d jobs, %d bytes, hash %s\n", path, sum.Index, sum.Epoch, len(sum.Jobs), sum.Bytes, sum.Hash)
+
+	// The Raft leader serves the restore, established or not (one whose state is behind the
+	// TaskManagers never establishes): its gRPC address is in the Raft configuration.
+	peers, err := ask(cf, func(ctx context.Context, c *conn) (*pb.RaftPeersResponse, error) {
+		return c.operator().RaftPeers(ctx, &pb.RaftPeersRequest{})
+	})
+	if err != nil {
+		return err
+	}
+	leader := ""
+	for _, p := range peers.Peers {
+		if p.Leader {
+			leader = p.GrpcAddress
+		}
+	}
+	if leader == "" {
+		return fmt.Errorf("no Raft leader (as %s sees the cluster): a snapshot is restored by the leader", *cf.addr)
+	}
+	c, err := dialAs(cf, leader)
+	if err != nil {
+		return err
+	}
+	defer c.cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), *cf.timeout+time.Minute)
+	defer cancel()
+	stream, err := c.operator().SnapshotRestore(ctx)
+	if err != nil {
+		return c.explain(err)
+	}
+	for off := 0; off < len(file); off += snapshotChunk {
+		if err := stream.Send(&pb.SnapshotChunk{Data: file[off:min(off+snapshotChunk, len(file))], Index: sum.Index}); err != nil {
+			break // CloseAndRecv returns the cause
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return c.explain(err)
+	}
+	fmt.Printf("restored by %s at index %d; the epoch raised to %d\n", peers.LeaderId, resp.Index, resp.EpochFloor)
+	if *wait == 0 {
+		return nil
+	}
+	// The leader establishes the next epoch and reconciles the restored state.
+	deadline := time.Now().Add(*wait)
+	var last string
+	for {
+		st, err := askOnce(c, func(ctx context.Context) (*pb.ClusterStatusResponse, error) {
+			return c.client().ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+		})
+		if err == nil {
+			last = fmt.Sprintf("leader %s, epoch %d, reconciling %v", orDash(st.LeaderId), st.Epoch, st.Reconciling)
+			if st.StateBehind != "" {
+				last += ": " + st.StateBehind
+			}
+			if st.Epoch > resp.EpochFloor && st.LeaderGrpcAddress != "" && !st.Reconciling {
+				for _, r := range st.Reconciliations {
+					if r.Epoch == st.Epoch && r.Outcome != "in_progress" {
+						n := r.GetCounts()
+						fmt.Printf("%s leads at epoch %d; reconciliation %s: %d executions, %d kept running, %d finished, %d failed, %d missing, %d unknown cancelled\n",
+							st.LeaderId, st.Epoch, r.Outcome, n.GetExecutions(), n.GetKeptRunning(), n.GetFinished(), n.GetFailed(), n.GetMissing(), n.GetCancelledUnknown())
+						return nil
+					}
+				}
+			}
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("restored, but no reconciliation of the restored state within %s (last seen: %s)", *wait, last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/fsm"
+	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
 // TestSnapshotSaveAndInspect: `jmnode snapshot save`, sent to a follower, saves the leader's
@@ -69,4 +70,115 @@ func TestSnapshotSaveAndInspect(t *testing.T) {
 	if err := run([]string{"snapshot", "inspect", "/etc/hostname"}); err == nil || !strings.Contains(err.Error(), "not a jmcluster snapshot") {
 		t.Fatalf("inspect of another file: %v", err)
 	}
+}
+
+// TestSnapshotRestoreOntoAWipedCluster: a snapshot is saved while a streaming job runs, the
+// leader is killed (the TaskManagers then see an epoch above the file's), and every JobMaster is
+// killed and its data directory wiped. Started again empty, the JobMasters elect a Raft leader
+// that does not establish leadership (its state is behind the TaskManagers' epoch: reconciling
+// would cancel every task) and says so in `jmnode status`; the tasks keep running.
+// `jmnode snapshot restore` brings the state back: the leader establishes an epoch above every
+// one the TaskManagers have seen and its reconciliation keeps all 9 tasks running, with the
+// same attempts, and the checksum sinks see no gap and no duplicate.
+func TestSnapshotRestoreOntoAWipedCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds jmnode and runs processes")
+	}
+	d := newProcessCluster(t, defaultRaftProcs)
+	before := submitChain(t, d, "restore", 3)
+	id := before.JobGraph.JobId
+	ctx := context.Background()
+	leader, err := d.waitLeader(ctx, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "state.snap")
+	if err := run([]string{"snapshot", "save", path, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Proc(leader.LeaderId).Kill(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	now := waitReconciledAfter(t, d, leader.Epoch, []string{leader.LeaderId}, 9)
+	t.Logf("saved at epoch %d; the TaskManagers have seen epoch %d since", leader.Epoch, now.Epoch)
+	if err := d.waitSink(ctx, id, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, p := range d.JMs {
+		if p.Running() {
+			if err := p.Kill(10 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.RemoveAll(p.DataDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range d.JMs {
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var behind *pb.ClusterStatusResponse
+	if err := d.waitFor(ctx, 60*time.Second, "a Raft leader that reports its state behind the TaskManagers", func(cs *pb.ClusterStatusResponse) bool {
+		if cs.StateBehind != "" {
+			behind = cs
+		}
+		return behind != nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %s", behind.NodeId, behind.StateBehind)
+	if behind.LeaderGrpcAddress != "" || behind.Epoch >= now.Epoch {
+		t.Fatalf("the wiped cluster established a leader: %v", behind)
+	}
+	out := captureStdout(t, func() error { return run([]string{"status", "--addr", d.Proc(behind.NodeId).Addrs.GRPC}) })
+	if !strings.Contains(out, "NOT ESTABLISHED") || !strings.Contains(out, "snapshot restore") {
+		t.Fatalf("jmnode status on the leader of the wiped cluster:\n%s", out)
+	}
+	// While the state is lost, the tasks keep running.
+	sunk := d.sinkTotals(id).count
+	if err := d.waitSink(ctx, id, sunk+10); err != nil {
+		t.Fatal(err)
+	}
+
+	var follower string
+	for _, p := range d.JMs {
+		if p.Name != behind.NodeId {
+			follower = p.Addrs.GRPC
+		}
+	}
+	out = captureStdout(t, func() error {
+		return run([]string{"snapshot", "restore", path, "--addr", follower, "--timeout", "30s"})
+	})
+	t.Logf("snapshot restore:\n%s", out)
+	if !strings.Contains(out, "9 executions, 9 kept running") {
+		t.Fatalf("snapshot restore did not report the 9 tasks kept:\n%s", out)
+	}
+	restored, err := d.waitLeader(ctx, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if restored.Epoch <= now.Epoch {
+		t.Fatalf("the restored leader's epoch %d is not above the %d the TaskManagers had seen", restored.Epoch, now.Epoch)
+	}
+	after, err := d.waitJob(ctx, id, 30*time.Second, allRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := compareAttempts(before, after); len(diff) > 0 {
+		t.Fatalf("attempts changed: %v", diff)
+	}
+	if after.Restarts != before.Restarts {
+		t.Fatalf("restarts %d -> %d", before.Restarts, after.Restarts)
+	}
+	sunk = d.sinkTotals(id).count
+	if err := d.waitSink(ctx, id, sunk+10); err != nil {
+		t.Fatal(err)
+	}
+	if tot := d.sinkTotals(id); tot.gaps != 0 || tot.dups != 0 {
+		t.Fatalf("checksum sinks: %+v", tot)
+	}
+	t.Logf("restored at epoch %d (the TaskManagers had seen %d): 9 of 9 kept, attempts unchanged", restored.Epoch, now.Epoch)
 }

@@ -879,7 +879,10 @@ type TaskManagerInfo struct {
 	Slots       int32                  `protobuf:"varint,4,opt,name=slots,proto3" json:"slots,omitempty"`
 	SlotsUsed   int32                  `protobuf:"varint,5,opt,name=slots_used,json=slotsUsed,proto3" json:"slots_used,omitempty"`
 	// "alive", "suspect", "dead" or "registered" (known to the leader, not yet by gossip).
-	State         string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	State string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	// Drained by an operator (jmnode tm drain): no task is placed on it; since when (unix ms).
+	Drained       bool  `protobuf:"varint,7,opt,name=drained,proto3" json:"drained,omitempty"`
+	DrainedSince  int64 `protobuf:"varint,8,opt,name=drained_since,json=drainedSince,proto3" json:"drained_since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -956,6 +959,20 @@ func (x *TaskManagerInfo) GetState() string {
 	return ""
 }
 
+func (x *TaskManagerInfo) GetDrained() bool {
+	if x != nil {
+		return x.Drained
+	}
+	return false
+}
+
+func (x *TaskManagerInfo) GetDrainedSince() int64 {
+	if x != nil {
+		return x.DrainedSince
+	}
+	return 0
+}
+
 type ClusterStatusResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	NodeId   string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -972,8 +989,11 @@ type ClusterStatusResponse struct {
 	Reconciliations []*ReconciliationRecord `protobuf:"bytes,9,rep,name=reconciliations,proto3" json:"reconciliations,omitempty"`
 	AppliedIndex    uint64                  `protobuf:"varint,10,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	CommitIndex     uint64                  `protobuf:"varint,11,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Set on a Raft leader that does not establish leadership because its state is behind the
+	// TaskManagers (every JobMaster's state lost): why, and that a snapshot restore is needed.
+	StateBehind   string `protobuf:"bytes,12,opt,name=state_behind,json=stateBehind,proto3" json:"state_behind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
@@ -1081,6 +1101,13 @@ func (x *ClusterStatusResponse) GetCommitIndex() uint64 {
 		return x.CommitIndex
 	}
 	return 0
+}
+
+func (x *ClusterStatusResponse) GetStateBehind() string {
+	if x != nil {
+		return x.StateBehind
+	}
+	return ""
 }
 
 type RaftPeer struct {
@@ -1282,7 +1309,7 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\x04jobs\x18\x01 \x03(\v2\x18.jmcluster.v1.JobSummaryR\x04jobs\x12\x1b\n" +
 	"\tserved_by\x18\x02 \x01(\tR\bservedBy\x12!\n" +
 	"\fremoved_jobs\x18\x03 \x01(\x04R\vremovedJobs\"\x16\n" +
-	"\x14ClusterStatusRequest\"\xb2\x01\n" +
+	"\x14ClusterStatusRequest\"\xf1\x01\n" +
 	"\x0fTaskManagerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
@@ -1290,7 +1317,9 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\x05slots\x18\x04 \x01(\x05R\x05slots\x12\x1d\n" +
 	"\n" +
 	"slots_used\x18\x05 \x01(\x05R\tslotsUsed\x12\x14\n" +
-	"\x05state\x18\x06 \x01(\tR\x05state\"\xdc\x03\n" +
+	"\x05state\x18\x06 \x01(\tR\x05state\x12\x18\n" +
+	"\adrained\x18\a \x01(\bR\adrained\x12#\n" +
+	"\rdrained_since\x18\b \x01(\x03R\fdrainedSince\"\xff\x03\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12.\n" +
@@ -1304,7 +1333,8 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\x0freconciliations\x18\t \x03(\v2\".jmcluster.v1.ReconciliationRecordR\x0freconciliations\x12#\n" +
 	"\rapplied_index\x18\n" +
 	" \x01(\x04R\fappliedIndex\x12!\n" +
-	"\fcommit_index\x18\v \x01(\x04R\vcommitIndex\"\x8b\x01\n" +
+	"\fcommit_index\x18\v \x01(\x04R\vcommitIndex\x12!\n" +
+	"\fstate_behind\x18\f \x01(\tR\vstateBehind\"\x8b\x01\n" +
 	"\bRaftPeer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +

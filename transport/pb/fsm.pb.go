@@ -42,6 +42,9 @@ const (
 	CommandType_COMMAND_TYPE_POOL_PUT                CommandType = 12
 	CommandType_COMMAND_TYPE_POOL_REMOVE             CommandType = 13
 	CommandType_COMMAND_TYPE_POOL_ACK                CommandType = 14
+	// Drains a TaskManager (no new tasks on it; its regions move) or ends a drain. Not ignorable:
+	// every replica must know it before a leader first writes it (docs/operations.md, upgrades).
+	CommandType_COMMAND_TYPE_SET_DRAIN CommandType = 15
 )
 
 // Enum value maps for CommandType.
@@ -62,6 +65,7 @@ var (
 		12: "COMMAND_TYPE_POOL_PUT",
 		13: "COMMAND_TYPE_POOL_REMOVE",
 		14: "COMMAND_TYPE_POOL_ACK",
+		15: "COMMAND_TYPE_SET_DRAIN",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNSPECIFIED":             0,
@@ -79,6 +83,7 @@ var (
 		"COMMAND_TYPE_POOL_PUT":                12,
 		"COMMAND_TYPE_POOL_REMOVE":             13,
 		"COMMAND_TYPE_POOL_ACK":                14,
+		"COMMAND_TYPE_SET_DRAIN":               15,
 	}
 )
 
@@ -1688,7 +1693,11 @@ type TaskManagerPool struct {
 	Members []*PoolMember `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
 	// The memberships of the versions some member may still use (from the oldest acked version
 	// to the current one), oldest first; bounded (fsm.maxPoolVersions).
-	Versions      []*PoolVersion `protobuf:"bytes,3,rep,name=versions,proto3" json:"versions,omitempty"`
+	Versions []*PoolVersion `protobuf:"bytes,3,rep,name=versions,proto3" json:"versions,omitempty"`
+	// The TaskManagers an operator drained (jmnode tm drain), sorted by tm_id: no task is placed
+	// on them and the leader moves their regions. Independent of membership: a drained TM that
+	// restarts or leaves the pool stays drained until the drain is ended.
+	Drained       []*DrainedTaskManager `protobuf:"bytes,5,rep,name=drained,proto3" json:"drained,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1751,6 +1760,127 @@ func (x *TaskManagerPool) GetVersions() []*PoolVersion {
 	return nil
 }
 
+func (x *TaskManagerPool) GetDrained() []*DrainedTaskManager {
+	if x != nil {
+		return x.Drained
+	}
+	return nil
+}
+
+type DrainedTaskManager struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	TmId  string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
+	// When the drain was committed (the leader's clock, unix milliseconds).
+	Since         int64 `protobuf:"varint,2,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainedTaskManager) Reset() {
+	*x = DrainedTaskManager{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainedTaskManager) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainedTaskManager) ProtoMessage() {}
+
+func (x *DrainedTaskManager) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainedTaskManager.ProtoReflect.Descriptor instead.
+func (*DrainedTaskManager) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DrainedTaskManager) GetTmId() string {
+	if x != nil {
+		return x.TmId
+	}
+	return ""
+}
+
+func (x *DrainedTaskManager) GetSince() int64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
+}
+
+// Drains tm_id (drained true) or ends its drain (false). Repeating either is harmless.
+type SetDrainCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TmId          string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
+	Drained       bool                   `protobuf:"varint,2,opt,name=drained,proto3" json:"drained,omitempty"`
+	Timestamp     int64                  `protobuf:"varint,3,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetDrainCommand) Reset() {
+	*x = SetDrainCommand{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetDrainCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetDrainCommand) ProtoMessage() {}
+
+func (x *SetDrainCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetDrainCommand.ProtoReflect.Descriptor instead.
+func (*SetDrainCommand) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SetDrainCommand) GetTmId() string {
+	if x != nil {
+		return x.TmId
+	}
+	return ""
+}
+
+func (x *SetDrainCommand) GetDrained() bool {
+	if x != nil {
+		return x.Drained
+	}
+	return false
+}
+
+func (x *SetDrainCommand) GetTimestamp() int64 {
+	if x != nil {
+		return x.Timestamp
+	}
+	return 0
+}
+
 // Adds a member (a new version, which the member counts as acked: the registration that adds
 // it carries that version), or changes its address or incarnation (a new revision only); the
 // same member again is a no-op.
@@ -1765,7 +1895,7 @@ type PoolPutCommand struct {
 
 func (x *PoolPutCommand) Reset() {
 	*x = PoolPutCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1907,7 @@ func (x *PoolPutCommand) String() string {
 func (*PoolPutCommand) ProtoMessage() {}
 
 func (x *PoolPutCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1920,7 @@ func (x *PoolPutCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPutCommand.ProtoReflect.Descriptor instead.
 func (*PoolPutCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{22}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PoolPutCommand) GetTmId() string {
@@ -1823,7 +1953,7 @@ type PoolRemoveCommand struct {
 
 func (x *PoolRemoveCommand) Reset() {
 	*x = PoolRemoveCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +1965,7 @@ func (x *PoolRemoveCommand) String() string {
 func (*PoolRemoveCommand) ProtoMessage() {}
 
 func (x *PoolRemoveCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +1978,7 @@ func (x *PoolRemoveCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRemoveCommand.ProtoReflect.Descriptor instead.
 func (*PoolRemoveCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{23}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PoolRemoveCommand) GetTmId() string {
@@ -1868,7 +1998,7 @@ type PoolAck struct {
 
 func (x *PoolAck) Reset() {
 	*x = PoolAck{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +2010,7 @@ func (x *PoolAck) String() string {
 func (*PoolAck) ProtoMessage() {}
 
 func (x *PoolAck) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +2023,7 @@ func (x *PoolAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolAck.ProtoReflect.Descriptor instead.
 func (*PoolAck) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PoolAck) GetTmId() string {
@@ -1921,7 +2051,7 @@ type PoolAckCommand struct {
 
 func (x *PoolAckCommand) Reset() {
 	*x = PoolAckCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2063,7 @@ func (x *PoolAckCommand) String() string {
 func (*PoolAckCommand) ProtoMessage() {}
 
 func (x *PoolAckCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2076,7 @@ func (x *PoolAckCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolAckCommand.ProtoReflect.Descriptor instead.
 func (*PoolAckCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{25}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PoolAckCommand) GetAcks() []*PoolAck {
@@ -1972,7 +2102,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +2114,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +2127,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{26}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -2044,7 +2174,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2186,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2199,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{27}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -2293,12 +2423,20 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\radded_version\x18\x05 \x01(\x04R\faddedVersion\">\n" +
 	"\vPoolVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x15\n" +
-	"\x06tm_ids\x18\x02 \x03(\tR\x05tmIds\"\xb2\x01\n" +
+	"\x06tm_ids\x18\x02 \x03(\tR\x05tmIds\"\xee\x01\n" +
 	"\x0fTaskManagerPool\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1a\n" +
 	"\brevision\x18\x04 \x01(\x04R\brevision\x122\n" +
 	"\amembers\x18\x02 \x03(\v2\x18.jmcluster.v1.PoolMemberR\amembers\x125\n" +
-	"\bversions\x18\x03 \x03(\v2\x19.jmcluster.v1.PoolVersionR\bversions\"j\n" +
+	"\bversions\x18\x03 \x03(\v2\x19.jmcluster.v1.PoolVersionR\bversions\x12:\n" +
+	"\adrained\x18\x05 \x03(\v2 .jmcluster.v1.DrainedTaskManagerR\adrained\"?\n" +
+	"\x12DrainedTaskManager\x12\x13\n" +
+	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12\x14\n" +
+	"\x05since\x18\x02 \x01(\x03R\x05since\"^\n" +
+	"\x0fSetDrainCommand\x12\x13\n" +
+	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12\x18\n" +
+	"\adrained\x18\x02 \x01(\bR\adrained\x12\x1c\n" +
+	"\ttimestamp\x18\x03 \x01(\x03R\ttimestamp\"j\n" +
 	"\x0ePoolPutCommand\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12 \n" +
@@ -2321,7 +2459,7 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\x05epoch\x18\x03 \x01(\v2\x19.jmcluster.v1.LeaderEpochH\x00R\x05epoch\x12L\n" +
 	"\x0ereconciliation\x18\x04 \x01(\v2\".jmcluster.v1.ReconciliationRecordH\x00R\x0ereconciliation\x123\n" +
 	"\x04pool\x18\x05 \x01(\v2\x1d.jmcluster.v1.TaskManagerPoolH\x00R\x04poolB\b\n" +
-	"\x06record*\xee\x03\n" +
+	"\x06record*\x8a\x04\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17COMMAND_TYPE_SUBMIT_JOB\x10\x01\x12\x1f\n" +
@@ -2338,7 +2476,8 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\x18COMMAND_TYPE_REMOVE_JOBS\x10\v\x12\x19\n" +
 	"\x15COMMAND_TYPE_POOL_PUT\x10\f\x12\x1c\n" +
 	"\x18COMMAND_TYPE_POOL_REMOVE\x10\r\x12\x19\n" +
-	"\x15COMMAND_TYPE_POOL_ACK\x10\x0eB-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
+	"\x15COMMAND_TYPE_POOL_ACK\x10\x0e\x12\x1a\n" +
+	"\x16COMMAND_TYPE_SET_DRAIN\x10\x0fB-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
 
 var (
 	file_jmcluster_v1_fsm_proto_rawDescOnce sync.Once
@@ -2353,7 +2492,7 @@ func file_jmcluster_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_jmcluster_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_jmcluster_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_jmcluster_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_jmcluster_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),                     // 0: jmcluster.v1.CommandType
 	(*Command)(nil),                      // 1: jmcluster.v1.Command
@@ -2378,48 +2517,51 @@ var file_jmcluster_v1_fsm_proto_goTypes = []any{
 	(*PoolMember)(nil),                   // 20: jmcluster.v1.PoolMember
 	(*PoolVersion)(nil),                  // 21: jmcluster.v1.PoolVersion
 	(*TaskManagerPool)(nil),              // 22: jmcluster.v1.TaskManagerPool
-	(*PoolPutCommand)(nil),               // 23: jmcluster.v1.PoolPutCommand
-	(*PoolRemoveCommand)(nil),            // 24: jmcluster.v1.PoolRemoveCommand
-	(*PoolAck)(nil),                      // 25: jmcluster.v1.PoolAck
-	(*PoolAckCommand)(nil),               // 26: jmcluster.v1.PoolAckCommand
-	(*SnapshotHeader)(nil),               // 27: jmcluster.v1.SnapshotHeader
-	(*SnapshotRecord)(nil),               // 28: jmcluster.v1.SnapshotRecord
-	(*JobGraph)(nil),                     // 29: jmcluster.v1.JobGraph
-	(JobStatus)(0),                       // 30: jmcluster.v1.JobStatus
-	(*SlotID)(nil),                       // 31: jmcluster.v1.SlotID
-	(ExecutionState)(0),                  // 32: jmcluster.v1.ExecutionState
-	(*Execution)(nil),                    // 33: jmcluster.v1.Execution
-	(*JobRecord)(nil),                    // 34: jmcluster.v1.JobRecord
+	(*DrainedTaskManager)(nil),           // 23: jmcluster.v1.DrainedTaskManager
+	(*SetDrainCommand)(nil),              // 24: jmcluster.v1.SetDrainCommand
+	(*PoolPutCommand)(nil),               // 25: jmcluster.v1.PoolPutCommand
+	(*PoolRemoveCommand)(nil),            // 26: jmcluster.v1.PoolRemoveCommand
+	(*PoolAck)(nil),                      // 27: jmcluster.v1.PoolAck
+	(*PoolAckCommand)(nil),               // 28: jmcluster.v1.PoolAckCommand
+	(*SnapshotHeader)(nil),               // 29: jmcluster.v1.SnapshotHeader
+	(*SnapshotRecord)(nil),               // 30: jmcluster.v1.SnapshotRecord
+	(*JobGraph)(nil),                     // 31: jmcluster.v1.JobGraph
+	(JobStatus)(0),                       // 32: jmcluster.v1.JobStatus
+	(*SlotID)(nil),                       // 33: jmcluster.v1.SlotID
+	(ExecutionState)(0),                  // 34: jmcluster.v1.ExecutionState
+	(*Execution)(nil),                    // 35: jmcluster.v1.Execution
+	(*JobRecord)(nil),                    // 36: jmcluster.v1.JobRecord
 }
 var file_jmcluster_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: jmcluster.v1.Command.type:type_name -> jmcluster.v1.CommandType
-	29, // 1: jmcluster.v1.SubmitJobCommand.job_graph:type_name -> jmcluster.v1.JobGraph
-	30, // 2: jmcluster.v1.SetJobStatusCommand.status:type_name -> jmcluster.v1.JobStatus
-	30, // 3: jmcluster.v1.SetJobStatusCommand.expected:type_name -> jmcluster.v1.JobStatus
-	31, // 4: jmcluster.v1.AttemptSpec.slot:type_name -> jmcluster.v1.SlotID
+	31, // 1: jmcluster.v1.SubmitJobCommand.job_graph:type_name -> jmcluster.v1.JobGraph
+	32, // 2: jmcluster.v1.SetJobStatusCommand.status:type_name -> jmcluster.v1.JobStatus
+	32, // 3: jmcluster.v1.SetJobStatusCommand.expected:type_name -> jmcluster.v1.JobStatus
+	33, // 4: jmcluster.v1.AttemptSpec.slot:type_name -> jmcluster.v1.SlotID
 	4,  // 5: jmcluster.v1.CreateAttemptsCommand.attempts:type_name -> jmcluster.v1.AttemptSpec
-	32, // 6: jmcluster.v1.ExecutionStateUpdate.state:type_name -> jmcluster.v1.ExecutionState
+	34, // 6: jmcluster.v1.ExecutionStateUpdate.state:type_name -> jmcluster.v1.ExecutionState
 	6,  // 7: jmcluster.v1.UpdateExecutionStatesCommand.updates:type_name -> jmcluster.v1.ExecutionStateUpdate
 	12, // 8: jmcluster.v1.ReconciliationRecord.counts:type_name -> jmcluster.v1.ReconciliationCounts
 	13, // 9: jmcluster.v1.ReconciliationRecord.reports:type_name -> jmcluster.v1.ReconciliationReport
 	17, // 10: jmcluster.v1.ReconcileJobCommand.executions:type_name -> jmcluster.v1.ReconciledExecution
-	30, // 11: jmcluster.v1.ReconcileJobCommand.status:type_name -> jmcluster.v1.JobStatus
-	33, // 12: jmcluster.v1.ReconciledExecution.execution:type_name -> jmcluster.v1.Execution
+	32, // 11: jmcluster.v1.ReconcileJobCommand.status:type_name -> jmcluster.v1.JobStatus
+	35, // 12: jmcluster.v1.ReconciledExecution.execution:type_name -> jmcluster.v1.Execution
 	12, // 13: jmcluster.v1.EndReconciliationCommand.counts:type_name -> jmcluster.v1.ReconciliationCounts
 	13, // 14: jmcluster.v1.EndReconciliationCommand.reports:type_name -> jmcluster.v1.ReconciliationReport
 	20, // 15: jmcluster.v1.TaskManagerPool.members:type_name -> jmcluster.v1.PoolMember
 	21, // 16: jmcluster.v1.TaskManagerPool.versions:type_name -> jmcluster.v1.PoolVersion
-	25, // 17: jmcluster.v1.PoolAckCommand.acks:type_name -> jmcluster.v1.PoolAck
-	27, // 18: jmcluster.v1.SnapshotRecord.header:type_name -> jmcluster.v1.SnapshotHeader
-	34, // 19: jmcluster.v1.SnapshotRecord.job:type_name -> jmcluster.v1.JobRecord
-	11, // 20: jmcluster.v1.SnapshotRecord.epoch:type_name -> jmcluster.v1.LeaderEpoch
-	14, // 21: jmcluster.v1.SnapshotRecord.reconciliation:type_name -> jmcluster.v1.ReconciliationRecord
-	22, // 22: jmcluster.v1.SnapshotRecord.pool:type_name -> jmcluster.v1.TaskManagerPool
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	23, // 17: jmcluster.v1.TaskManagerPool.drained:type_name -> jmcluster.v1.DrainedTaskManager
+	27, // 18: jmcluster.v1.PoolAckCommand.acks:type_name -> jmcluster.v1.PoolAck
+	29, // 19: jmcluster.v1.SnapshotRecord.header:type_name -> jmcluster.v1.SnapshotHeader
+	36, // 20: jmcluster.v1.SnapshotRecord.job:type_name -> jmcluster.v1.JobRecord
+	11, // 21: jmcluster.v1.SnapshotRecord.epoch:type_name -> jmcluster.v1.LeaderEpoch
+	14, // 22: jmcluster.v1.SnapshotRecord.reconciliation:type_name -> jmcluster.v1.ReconciliationRecord
+	22, // 23: jmcluster.v1.SnapshotRecord.pool:type_name -> jmcluster.v1.TaskManagerPool
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_fsm_proto_init() }
@@ -2428,7 +2570,7 @@ func file_jmcluster_v1_fsm_proto_init() {
 		return
 	}
 	file_jmcluster_v1_graph_proto_init()
-	file_jmcluster_v1_fsm_proto_msgTypes[27].OneofWrappers = []any{
+	file_jmcluster_v1_fsm_proto_msgTypes[29].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Epoch)(nil),
@@ -2441,7 +2583,7 @@ func file_jmcluster_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_fsm_proto_rawDesc), len(file_jmcluster_v1_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

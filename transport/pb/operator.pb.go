@@ -490,6 +490,208 @@ func (x *SnapshotChunk) GetIndex() uint64 {
 	return 0
 }
 
+type DrainTaskManagerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	TmId  string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
+	// End the drain instead.
+	Undo bool `protobuf:"varint,2,opt,name=undo,proto3" json:"undo,omitempty"`
+	// Drain even when the other TaskManagers lack the free slots for its regions (they wait).
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainTaskManagerRequest) Reset() {
+	*x = DrainTaskManagerRequest{}
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainTaskManagerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainTaskManagerRequest) ProtoMessage() {}
+
+func (x *DrainTaskManagerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainTaskManagerRequest.ProtoReflect.Descriptor instead.
+func (*DrainTaskManagerRequest) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DrainTaskManagerRequest) GetTmId() string {
+	if x != nil {
+		return x.TmId
+	}
+	return ""
+}
+
+func (x *DrainTaskManagerRequest) GetUndo() bool {
+	if x != nil {
+		return x.Undo
+	}
+	return false
+}
+
+func (x *DrainTaskManagerRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type DrainTaskManagerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The executions active on the TaskManager when the drain was committed, and their regions.
+	Executions    int32  `protobuf:"varint,1,opt,name=executions,proto3" json:"executions,omitempty"`
+	Regions       int32  `protobuf:"varint,2,opt,name=regions,proto3" json:"regions,omitempty"`
+	Index         uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainTaskManagerResponse) Reset() {
+	*x = DrainTaskManagerResponse{}
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainTaskManagerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainTaskManagerResponse) ProtoMessage() {}
+
+func (x *DrainTaskManagerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainTaskManagerResponse.ProtoReflect.Descriptor instead.
+func (*DrainTaskManagerResponse) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DrainTaskManagerResponse) GetExecutions() int32 {
+	if x != nil {
+		return x.Executions
+	}
+	return 0
+}
+
+func (x *DrainTaskManagerResponse) GetRegions() int32 {
+	if x != nil {
+		return x.Regions
+	}
+	return 0
+}
+
+func (x *DrainTaskManagerResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type SnapshotRestoreResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Raft index the state was restored at, and the epoch it was raised to (the next leader
+	// epoch is above it).
+	Index      uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	EpochFloor uint64 `protobuf:"varint,2,opt,name=epoch_floor,json=epochFloor,proto3" json:"epoch_floor,omitempty"`
+	// The index the snapshot file was saved at, its jobs, and its state's hash (as inspect shows).
+	SavedIndex    uint64 `protobuf:"varint,3,opt,name=saved_index,json=savedIndex,proto3" json:"saved_index,omitempty"`
+	Jobs          int32  `protobuf:"varint,4,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	Hash          string `protobuf:"bytes,5,opt,name=hash,proto3" json:"hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRestoreResponse) Reset() {
+	*x = SnapshotRestoreResponse{}
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRestoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRestoreResponse) ProtoMessage() {}
+
+func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SnapshotRestoreResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetEpochFloor() uint64 {
+	if x != nil {
+		return x.EpochFloor
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetSavedIndex() uint64 {
+	if x != nil {
+		return x.SavedIndex
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetJobs() int32 {
+	if x != nil {
+		return x.Jobs
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
 type SnapshotRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -498,7 +700,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +712,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +725,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{10}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{13}
 }
 
 type SnapshotResponse struct {
@@ -536,7 +738,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +750,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +763,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{11}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SnapshotResponse) GetId() string {
@@ -586,7 +788,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +800,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +813,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{15}
 }
 
 type Member struct {
@@ -629,7 +831,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -641,7 +843,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -654,7 +856,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{13}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Member) GetName() string {
@@ -701,7 +903,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +915,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +928,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{14}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -744,7 +946,7 @@ type StateHashRequest struct {
 
 func (x *StateHashRequest) Reset() {
 	*x = StateHashRequest{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +958,7 @@ func (x *StateHashRequest) String() string {
 func (*StateHashRequest) ProtoMessage() {}
 
 func (x *StateHashRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +971,7 @@ func (x *StateHashRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateHashRequest.ProtoReflect.Descriptor instead.
 func (*StateHashRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{15}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{18}
 }
 
 type StateHashResponse struct {
@@ -783,7 +985,7 @@ type StateHashResponse struct {
 
 func (x *StateHashResponse) Reset() {
 	*x = StateHashResponse{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +997,7 @@ func (x *StateHashResponse) String() string {
 func (*StateHashResponse) ProtoMessage() {}
 
 func (x *StateHashResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +1010,7 @@ func (x *StateHashResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateHashResponse.ProtoReflect.Descriptor instead.
 func (*StateHashResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{16}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StateHashResponse) GetHash() string {
@@ -840,7 +1042,7 @@ type NodeInfoRequest struct {
 
 func (x *NodeInfoRequest) Reset() {
 	*x = NodeInfoRequest{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +1054,7 @@ func (x *NodeInfoRequest) String() string {
 func (*NodeInfoRequest) ProtoMessage() {}
 
 func (x *NodeInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +1067,7 @@ func (x *NodeInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfoRequest.ProtoReflect.Descriptor instead.
 func (*NodeInfoRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{17}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{20}
 }
 
 type NodeInfoResponse struct {
@@ -883,7 +1085,7 @@ type NodeInfoResponse struct {
 
 func (x *NodeInfoResponse) Reset() {
 	*x = NodeInfoResponse{}
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1097,7 @@ func (x *NodeInfoResponse) String() string {
 func (*NodeInfoResponse) ProtoMessage() {}
 
 func (x *NodeInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_operator_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_operator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1110,7 @@ func (x *NodeInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfoResponse.ProtoReflect.Descriptor instead.
 func (*NodeInfoResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{18}
+	return file_jmcluster_v1_operator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NodeInfoResponse) GetId() string {
@@ -980,7 +1182,25 @@ const file_jmcluster_v1_operator_proto_rawDesc = "" +
 	"\x13SnapshotSaveRequest\"9\n" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\x11\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"X\n" +
+	"\x17DrainTaskManagerRequest\x12\x13\n" +
+	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12\x12\n" +
+	"\x04undo\x18\x02 \x01(\bR\x04undo\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"j\n" +
+	"\x18DrainTaskManagerResponse\x12\x1e\n" +
+	"\n" +
+	"executions\x18\x01 \x01(\x05R\n" +
+	"executions\x12\x18\n" +
+	"\aregions\x18\x02 \x01(\x05R\aregions\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"\x99\x01\n" +
+	"\x17SnapshotRestoreResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1f\n" +
+	"\vepoch_floor\x18\x02 \x01(\x04R\n" +
+	"epochFloor\x12\x1f\n" +
+	"\vsaved_index\x18\x03 \x01(\x04R\n" +
+	"savedIndex\x12\x12\n" +
+	"\x04jobs\x18\x04 \x01(\x05R\x04jobs\x12\x12\n" +
+	"\x04hash\x18\x05 \x01(\tR\x04hash\"\x11\n" +
 	"\x0fSnapshotRequest\"8\n" +
 	"\x10SnapshotResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
@@ -1010,7 +1230,7 @@ const file_jmcluster_v1_operator_proto_rawDesc = "" +
 	"\thas_state\x18\x04 \x01(\bR\bhasState\x12\x1b\n" +
 	"\tleader_id\x18\x05 \x01(\tR\bleaderId\x12\x1d\n" +
 	"\n" +
-	"raft_state\x18\x06 \x01(\tR\traftState2\xc2\x06\n" +
+	"raft_state\x18\x06 \x01(\tR\traftState2\xfe\a\n" +
 	"\x0fOperatorService\x12L\n" +
 	"\tRaftPeers\x12\x1e.jmcluster.v1.RaftPeersRequest\x1a\x1f.jmcluster.v1.RaftPeersResponse\x12I\n" +
 	"\bRaftJoin\x12\x1d.jmcluster.v1.RaftJoinRequest\x1a\x1e.jmcluster.v1.RaftJoinResponse\x12O\n" +
@@ -1018,7 +1238,9 @@ const file_jmcluster_v1_operator_proto_rawDesc = "" +
 	"RaftRemove\x12\x1f.jmcluster.v1.RaftRemoveRequest\x1a .jmcluster.v1.RaftRemoveResponse\x12s\n" +
 	"\x16RaftTransferLeadership\x12+.jmcluster.v1.RaftTransferLeadershipRequest\x1a,.jmcluster.v1.RaftTransferLeadershipResponse\x12I\n" +
 	"\bSnapshot\x12\x1d.jmcluster.v1.SnapshotRequest\x1a\x1e.jmcluster.v1.SnapshotResponse\x12P\n" +
-	"\fSnapshotSave\x12!.jmcluster.v1.SnapshotSaveRequest\x1a\x1b.jmcluster.v1.SnapshotChunk0\x01\x12F\n" +
+	"\fSnapshotSave\x12!.jmcluster.v1.SnapshotSaveRequest\x1a\x1b.jmcluster.v1.SnapshotChunk0\x01\x12W\n" +
+	"\x0fSnapshotRestore\x12\x1b.jmcluster.v1.SnapshotChunk\x1a%.jmcluster.v1.SnapshotRestoreResponse(\x01\x12a\n" +
+	"\x10DrainTaskManager\x12%.jmcluster.v1.DrainTaskManagerRequest\x1a&.jmcluster.v1.DrainTaskManagerResponse\x12F\n" +
 	"\aMembers\x12\x1c.jmcluster.v1.MembersRequest\x1a\x1d.jmcluster.v1.MembersResponse\x12L\n" +
 	"\tStateHash\x12\x1e.jmcluster.v1.StateHashRequest\x1a\x1f.jmcluster.v1.StateHashResponse\x12I\n" +
 	"\bNodeInfo\x12\x1d.jmcluster.v1.NodeInfoRequest\x1a\x1e.jmcluster.v1.NodeInfoResponse\x12R\n" +
@@ -1036,7 +1258,7 @@ func file_jmcluster_v1_operator_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_operator_proto_rawDescData
 }
 
-var file_jmcluster_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_jmcluster_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_jmcluster_v1_operator_proto_goTypes = []any{
 	(*RaftPeersRequest)(nil),               // 0: jmcluster.v1.RaftPeersRequest
 	(*RaftPeersResponse)(nil),              // 1: jmcluster.v1.RaftPeersResponse
@@ -1048,46 +1270,53 @@ var file_jmcluster_v1_operator_proto_goTypes = []any{
 	(*RaftTransferLeadershipResponse)(nil), // 7: jmcluster.v1.RaftTransferLeadershipResponse
 	(*SnapshotSaveRequest)(nil),            // 8: jmcluster.v1.SnapshotSaveRequest
 	(*SnapshotChunk)(nil),                  // 9: jmcluster.v1.SnapshotChunk
-	(*SnapshotRequest)(nil),                // 10: jmcluster.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),               // 11: jmcluster.v1.SnapshotResponse
-	(*MembersRequest)(nil),                 // 12: jmcluster.v1.MembersRequest
-	(*Member)(nil),                         // 13: jmcluster.v1.Member
-	(*MembersResponse)(nil),                // 14: jmcluster.v1.MembersResponse
-	(*StateHashRequest)(nil),               // 15: jmcluster.v1.StateHashRequest
-	(*StateHashResponse)(nil),              // 16: jmcluster.v1.StateHashResponse
-	(*NodeInfoRequest)(nil),                // 17: jmcluster.v1.NodeInfoRequest
-	(*NodeInfoResponse)(nil),               // 18: jmcluster.v1.NodeInfoResponse
-	nil,                                    // 19: jmcluster.v1.Member.MetaEntry
-	(*RaftPeer)(nil),                       // 20: jmcluster.v1.RaftPeer
-	(*KeyringRequest)(nil),                 // 21: jmcluster.v1.KeyringRequest
-	(*GossipKeyringResponse)(nil),          // 22: jmcluster.v1.GossipKeyringResponse
+	(*DrainTaskManagerRequest)(nil),        // 10: jmcluster.v1.DrainTaskManagerRequest
+	(*DrainTaskManagerResponse)(nil),       // 11: jmcluster.v1.DrainTaskManagerResponse
+	(*SnapshotRestoreResponse)(nil),        // 12: jmcluster.v1.SnapshotRestoreResponse
+	(*SnapshotRequest)(nil),                // 13: jmcluster.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),               // 14: jmcluster.v1.SnapshotResponse
+	(*MembersRequest)(nil),                 // 15: jmcluster.v1.MembersRequest
+	(*Member)(nil),                         // 16: jmcluster.v1.Member
+	(*MembersResponse)(nil),                // 17: jmcluster.v1.MembersResponse
+	(*StateHashRequest)(nil),               // 18: jmcluster.v1.StateHashRequest
+	(*StateHashResponse)(nil),              // 19: jmcluster.v1.StateHashResponse
+	(*NodeInfoRequest)(nil),                // 20: jmcluster.v1.NodeInfoRequest
+	(*NodeInfoResponse)(nil),               // 21: jmcluster.v1.NodeInfoResponse
+	nil,                                    // 22: jmcluster.v1.Member.MetaEntry
+	(*RaftPeer)(nil),                       // 23: jmcluster.v1.RaftPeer
+	(*KeyringRequest)(nil),                 // 24: jmcluster.v1.KeyringRequest
+	(*GossipKeyringResponse)(nil),          // 25: jmcluster.v1.GossipKeyringResponse
 }
 var file_jmcluster_v1_operator_proto_depIdxs = []int32{
-	20, // 0: jmcluster.v1.RaftPeersResponse.peers:type_name -> jmcluster.v1.RaftPeer
-	19, // 1: jmcluster.v1.Member.meta:type_name -> jmcluster.v1.Member.MetaEntry
-	13, // 2: jmcluster.v1.MembersResponse.members:type_name -> jmcluster.v1.Member
+	23, // 0: jmcluster.v1.RaftPeersResponse.peers:type_name -> jmcluster.v1.RaftPeer
+	22, // 1: jmcluster.v1.Member.meta:type_name -> jmcluster.v1.Member.MetaEntry
+	16, // 2: jmcluster.v1.MembersResponse.members:type_name -> jmcluster.v1.Member
 	0,  // 3: jmcluster.v1.OperatorService.RaftPeers:input_type -> jmcluster.v1.RaftPeersRequest
 	2,  // 4: jmcluster.v1.OperatorService.RaftJoin:input_type -> jmcluster.v1.RaftJoinRequest
 	4,  // 5: jmcluster.v1.OperatorService.RaftRemove:input_type -> jmcluster.v1.RaftRemoveRequest
 	6,  // 6: jmcluster.v1.OperatorService.RaftTransferLeadership:input_type -> jmcluster.v1.RaftTransferLeadershipRequest
-	10, // 7: jmcluster.v1.OperatorService.Snapshot:input_type -> jmcluster.v1.SnapshotRequest
+	13, // 7: jmcluster.v1.OperatorService.Snapshot:input_type -> jmcluster.v1.SnapshotRequest
 	8,  // 8: jmcluster.v1.OperatorService.SnapshotSave:input_type -> jmcluster.v1.SnapshotSaveRequest
-	12, // 9: jmcluster.v1.OperatorService.Members:input_type -> jmcluster.v1.MembersRequest
-	15, // 10: jmcluster.v1.OperatorService.StateHash:input_type -> jmcluster.v1.StateHashRequest
-	17, // 11: jmcluster.v1.OperatorService.NodeInfo:input_type -> jmcluster.v1.NodeInfoRequest
-	21, // 12: jmcluster.v1.OperatorService.GossipKeyring:input_type -> jmcluster.v1.KeyringRequest
-	1,  // 13: jmcluster.v1.OperatorService.RaftPeers:output_type -> jmcluster.v1.RaftPeersResponse
-	3,  // 14: jmcluster.v1.OperatorService.RaftJoin:output_type -> jmcluster.v1.RaftJoinResponse
-	5,  // 15: jmcluster.v1.OperatorService.RaftRemove:output_type -> jmcluster.v1.RaftRemoveResponse
-	7,  // 16: jmcluster.v1.OperatorService.RaftTransferLeadership:output_type -> jmcluster.v1.RaftTransferLeadershipResponse
-	11, // 17: jmcluster.v1.OperatorService.Snapshot:output_type -> jmcluster.v1.SnapshotResponse
-	9,  // 18: jmcluster.v1.OperatorService.SnapshotSave:output_type -> jmcluster.v1.SnapshotChunk
-	14, // 19: jmcluster.v1.OperatorService.Members:output_type -> jmcluster.v1.MembersResponse
-	16, // 20: jmcluster.v1.OperatorService.StateHash:output_type -> jmcluster.v1.StateHashResponse
-	18, // 21: jmcluster.v1.OperatorService.NodeInfo:output_type -> jmcluster.v1.NodeInfoResponse
-	22, // 22: jmcluster.v1.OperatorService.GossipKeyring:output_type -> jmcluster.v1.GossipKeyringResponse
-	13, // [13:23] is the sub-list for method output_type
-	3,  // [3:13] is the sub-list for method input_type
+	9,  // 9: jmcluster.v1.OperatorService.SnapshotRestore:input_type -> jmcluster.v1.SnapshotChunk
+	10, // 10: jmcluster.v1.OperatorService.DrainTaskManager:input_type -> jmcluster.v1.DrainTaskManagerRequest
+	15, // 11: jmcluster.v1.OperatorService.Members:input_type -> jmcluster.v1.MembersRequest
+	18, // 12: jmcluster.v1.OperatorService.StateHash:input_type -> jmcluster.v1.StateHashRequest
+	20, // 13: jmcluster.v1.OperatorService.NodeInfo:input_type -> jmcluster.v1.NodeInfoRequest
+	24, // 14: jmcluster.v1.OperatorService.GossipKeyring:input_type -> jmcluster.v1.KeyringRequest
+	1,  // 15: jmcluster.v1.OperatorService.RaftPeers:output_type -> jmcluster.v1.RaftPeersResponse
+	3,  // 16: jmcluster.v1.OperatorService.RaftJoin:output_type -> jmcluster.v1.RaftJoinResponse
+	5,  // 17: jmcluster.v1.OperatorService.RaftRemove:output_type -> jmcluster.v1.RaftRemoveResponse
+	7,  // 18: jmcluster.v1.OperatorService.RaftTransferLeadership:output_type -> jmcluster.v1.RaftTransferLeadershipResponse
+	14, // 19: jmcluster.v1.OperatorService.Snapshot:output_type -> jmcluster.v1.SnapshotResponse
+	9,  // 20: jmcluster.v1.OperatorService.SnapshotSave:output_type -> jmcluster.v1.SnapshotChunk
+	12, // 21: jmcluster.v1.OperatorService.SnapshotRestore:output_type -> jmcluster.v1.SnapshotRestoreResponse
+	11, // 22: jmcluster.v1.OperatorService.DrainTaskManager:output_type -> jmcluster.v1.DrainTaskManagerResponse
+	17, // 23: jmcluster.v1.OperatorService.Members:output_type -> jmcluster.v1.MembersResponse
+	19, // 24: jmcluster.v1.OperatorService.StateHash:output_type -> jmcluster.v1.StateHashResponse
+	21, // 25: jmcluster.v1.OperatorService.NodeInfo:output_type -> jmcluster.v1.NodeInfoResponse
+	25, // 26: jmcluster.v1.OperatorService.GossipKeyring:output_type -> jmcluster.v1.GossipKeyringResponse
+	15, // [15:27] is the sub-list for method output_type
+	3,  // [3:15] is the sub-list for method input_type
 	3,  // [3:3] is the sub-list for extension type_name
 	3,  // [3:3] is the sub-list for extension extendee
 	0,  // [0:3] is the sub-list for field type_name
@@ -1106,7 +1335,7 @@ func file_jmcluster_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_operator_proto_rawDesc), len(file_jmcluster_v1_operator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

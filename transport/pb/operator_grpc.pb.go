@@ -27,6 +27,8 @@ const (
 	OperatorService_RaftTransferLeadership_FullMethodName = "/jmcluster.v1.OperatorService/RaftTransferLeadership"
 	OperatorService_Snapshot_FullMethodName               = "/jmcluster.v1.OperatorService/Snapshot"
 	OperatorService_SnapshotSave_FullMethodName           = "/jmcluster.v1.OperatorService/SnapshotSave"
+	OperatorService_SnapshotRestore_FullMethodName        = "/jmcluster.v1.OperatorService/SnapshotRestore"
+	OperatorService_DrainTaskManager_FullMethodName       = "/jmcluster.v1.OperatorService/DrainTaskManager"
 	OperatorService_Members_FullMethodName                = "/jmcluster.v1.OperatorService/Members"
 	OperatorService_StateHash_FullMethodName              = "/jmcluster.v1.OperatorService/StateHash"
 	OperatorService_NodeInfo_FullMethodName               = "/jmcluster.v1.OperatorService/NodeInfo"
@@ -51,6 +53,20 @@ type OperatorServiceClient interface {
 	// confirms its leadership): a snapshot file (fsm.SnapshotFileMagic, the applied index, the
 	// FSM's snapshot stream), in chunks.
 	SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
+	// SnapshotRestore replaces the replicated state with a snapshot file (SnapshotSave's format,
+	// sent in chunks of at most 1 MiB): disaster recovery into a JobMaster cluster that lost its
+	// state. Served by the Raft leader, established or not (a leader whose state is behind the
+	// TaskManagers' epochs never establishes); it raises the state's epoch to the highest a
+	// TaskManager has seen, restores it through Raft and establishes leadership again above it,
+	// then reconciles with the running tasks. Refused NOT_LEADER elsewhere (a stream is not
+	// forwarded).
+	SnapshotRestore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotRestoreResponse], error)
+	// Drains a TaskManager (no new task on it; the pipelined regions with a task on it are
+	// cancelled and deployed on the other TaskManagers, once, without counting a restart), or
+	// ends its drain (undo). Replicated state: a new leader keeps draining. Refused
+	// FAILED_PRECONDITION when the other TaskManagers lack the free slots, unless force.
+	// Forwarded to the established leader.
+	DrainTaskManager(ctx context.Context, in *DrainTaskManagerRequest, opts ...grpc.CallOption) (*DrainTaskManagerResponse, error)
 	Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error)
 	// Returns a hash of the node's FSM state and its applied index (used by tests and checkers).
 	StateHash(ctx context.Context, in *StateHashRequest, opts ...grpc.CallOption) (*StateHashResponse, error)
@@ -139,6 +155,29 @@ func (c *operatorServiceClient) SnapshotSave(ctx context.Context, in *SnapshotSa
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OperatorService_SnapshotSaveClient = grpc.ServerStreamingClient[SnapshotChunk]
 
+func (c *operatorServiceClient) SnapshotRestore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotRestoreResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &OperatorService_ServiceDesc.Streams[1], OperatorService_SnapshotRestore_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotChunk, SnapshotRestoreResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OperatorService_SnapshotRestoreClient = grpc.ClientStreamingClient[SnapshotChunk, SnapshotRestoreResponse]
+
+func (c *operatorServiceClient) DrainTaskManager(ctx context.Context, in *DrainTaskManagerRequest, opts ...grpc.CallOption) (*DrainTaskManagerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainTaskManagerResponse)
+	err := c.cc.Invoke(ctx, OperatorService_DrainTaskManager_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *operatorServiceClient) Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(MembersResponse)
@@ -197,6 +236,20 @@ type OperatorServiceServer interface {
 	// confirms its leadership): a snapshot file (fsm.SnapshotFileMagic, the applied index, the
 	// FSM's snapshot stream), in chunks.
 	SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
+	// SnapshotRestore replaces the replicated state with a snapshot file (SnapshotSave's format,
+	// sent in chunks of at most 1 MiB): disaster recovery into a JobMaster cluster that lost its
+	// state. Served by the Raft leader, established or not (a leader whose state is behind the
+	// TaskManagers' epochs never establishes); it raises the state's epoch to the highest a
+	// TaskManager has seen, restores it through Raft and establishes leadership again above it,
+	// then reconciles with the running tasks. Refused NOT_LEADER elsewhere (a stream is not
+	// forwarded).
+	SnapshotRestore(grpc.ClientStreamingServer[SnapshotChunk, SnapshotRestoreResponse]) error
+	// Drains a TaskManager (no new task on it; the pipelined regions with a task on it are
+	// cancelled and deployed on the other TaskManagers, once, without counting a restart), or
+	// ends its drain (undo). Replicated state: a new leader keeps draining. Refused
+	// FAILED_PRECONDITION when the other TaskManagers lack the free slots, unless force.
+	// Forwarded to the established leader.
+	DrainTaskManager(context.Context, *DrainTaskManagerRequest) (*DrainTaskManagerResponse, error)
 	Members(context.Context, *MembersRequest) (*MembersResponse, error)
 	// Returns a hash of the node's FSM state and its applied index (used by tests and checkers).
 	StateHash(context.Context, *StateHashRequest) (*StateHashResponse, error)
@@ -233,6 +286,12 @@ func (UnimplementedOperatorServiceServer) Snapshot(context.Context, *SnapshotReq
 }
 func (UnimplementedOperatorServiceServer) SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
 	return status.Error(codes.Unimplemented, "method SnapshotSave not implemented")
+}
+func (UnimplementedOperatorServiceServer) SnapshotRestore(grpc.ClientStreamingServer[SnapshotChunk, SnapshotRestoreResponse]) error {
+	return status.Error(codes.Unimplemented, "method SnapshotRestore not implemented")
+}
+func (UnimplementedOperatorServiceServer) DrainTaskManager(context.Context, *DrainTaskManagerRequest) (*DrainTaskManagerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DrainTaskManager not implemented")
 }
 func (UnimplementedOperatorServiceServer) Members(context.Context, *MembersRequest) (*MembersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Members not implemented")
@@ -368,6 +427,31 @@ func _OperatorService_SnapshotSave_Handler(srv interface{}, stream grpc.ServerSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OperatorService_SnapshotSaveServer = grpc.ServerStreamingServer[SnapshotChunk]
 
+func _OperatorService_SnapshotRestore_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(OperatorServiceServer).SnapshotRestore(&grpc.GenericServerStream[SnapshotChunk, SnapshotRestoreResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OperatorService_SnapshotRestoreServer = grpc.ClientStreamingServer[SnapshotChunk, SnapshotRestoreResponse]
+
+func _OperatorService_DrainTaskManager_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainTaskManagerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).DrainTaskManager(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_DrainTaskManager_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).DrainTaskManager(ctx, req.(*DrainTaskManagerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OperatorService_Members_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(MembersRequest)
 	if err := dec(in); err != nil {
@@ -468,6 +552,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _OperatorService_Snapshot_Handler,
 		},
 		{
+			MethodName: "DrainTaskManager",
+			Handler:    _OperatorService_DrainTaskManager_Handler,
+		},
+		{
 			MethodName: "Members",
 			Handler:    _OperatorService_Members_Handler,
 		},
@@ -489,6 +577,11 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "SnapshotSave",
 			Handler:       _OperatorService_SnapshotSave_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "SnapshotRestore",
+			Handler:       _OperatorService_SnapshotRestore_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "jmcluster/v1/operator.proto",

@@ -174,6 +174,7 @@ func ClusterStatus(d Deps) *pb.ClusterStatusResponse {
 		out.LeaderGrpcAddress = ep.LeaderGrpcAddress
 	}
 	out.Peers, _ = d.Node.Peers()
+	out.StateBehind = d.Node.Behind()
 	recs := d.State.Reconciliations()
 	for _, r := range recs {
 		if r.Epoch == ep.Epoch && r.Outcome == "in_progress" {
@@ -220,9 +221,16 @@ func taskManagers(d Deps) []*pb.TaskManagerInfo {
 		}
 	}
 	used := slotsUsed(d)
+	drained := d.State.Drained()
+	for id := range drained {
+		if byID[id] == nil {
+			byID[id] = &pb.TaskManagerInfo{Id: id, State: "unknown"}
+		}
+	}
 	out := make([]*pb.TaskManagerInfo, 0, len(byID))
 	for id, info := range byID {
 		info.SlotsUsed = used[id]
+		info.DrainedSince, info.Drained = drained[id]
 		out = append(out, info)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })

@@ -1,14 +1,19 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/membership"
+	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -104,6 +109,47 @@ func (s *OperatorService) SnapshotSave(_ *pb.SnapshotSaveRequest, stream pb.Oper
 	return nil
 }
 
+// MaxRestoreBytes bounds the snapshot file SnapshotRestore accepts (held in memory while it is
+// checked and restored): far above the 100,000 executions the benchmarks hold (docs/benchmarks.md).
+const MaxRestoreBytes = 1 << 30
+
+// SnapshotRestore receives a snapshot file and has the Raft leader restore it (cluster.Node.Restore):
+// the file is checked by restoring it offline first, so a damaged file changes nothing.
+func (s *OperatorService) SnapshotRestore(stream pb.OperatorService_SnapshotRestoreServer) error {
+	ctx := stream.Context()
+	if !s.d.Node.IsLeader() {
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, addr, _ := s.d.Node.LeaderGRPCAddr(hctx)
+		return transport.NotLeaderError(addr)
+	}
+	var file []byte
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if len(file)+len(chunk.GetData()) > MaxRestoreBytes {
+			return status.Errorf(codes.ResourceExhausted, "snapshot restore: the file is over the limit of %d bytes (MaxRestoreBytes)", MaxRestoreBytes)
+		}
+		file = append(file, chunk.GetData()...)
+	}
+	sum, err := fsm.InspectSnapshotFile(bytes.NewReader(file))
+	if err != nil {
+		s.d.audit(ctx, "snapshot restore", err, "bytes", len(file))
+		return fmt.Errorf("snapshot restore: the file does not restore: %w", err)
+	}
+	index, floor, err := s.d.Node.Restore(ctx, func(minEpoch uint64) ([]byte, error) { return fsm.RestoreStream(file, minEpoch) })
+	s.d.audit(ctx, "snapshot restore", err, "saved_index", sum.Index, "jobs", len(sum.Jobs), "hash", sum.Hash, "index", index, "epoch_floor", floor)
+	if err != nil {
+		return err
+	}
+	return stream.SendAndClose(&pb.SnapshotRestoreResponse{Index: index, EpochFloor: floor, SavedIndex: sum.Index, Jobs: int32(len(sum.Jobs)), Hash: sum.Hash})
+}
+
 // chunkWriter is a raft.SnapshotSink that sends what is written in chunks of snapshotChunk.
 type chunkWriter struct {
 	send  func([]byte) error
@@ -143,6 +189,21 @@ func (s *OperatorService) Snapshot(context.Context, *pb.SnapshotRequest) (*pb.Sn
 		return nil, err
 	}
 	return &pb.SnapshotResponse{Id: id, Index: index}, nil
+}
+
+// DrainTaskManager drains a TaskManager or ends its drain (jobmaster.Drain), on the established
+// leader (the edge forwards it there), with an audit line.
+func (s *OperatorService) DrainTaskManager(ctx context.Context, req *pb.DrainTaskManagerRequest) (*pb.DrainTaskManagerResponse, error) {
+	res, err := s.d.JM.Drain(ctx, req.GetTmId(), !req.GetUndo(), req.GetForce())
+	action := "tm drain"
+	if req.GetUndo() {
+		action = "tm drain undo"
+	}
+	s.d.audit(ctx, action, err, "tm", req.GetTmId(), "force", req.GetForce(), "executions", res.Executions, "regions", res.Regions, "index", res.Index)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.DrainTaskManagerResponse{Executions: int32(res.Executions), Regions: int32(res.Regions), Index: res.Index}, nil
 }
 
 // Members lists the gossip pool (empty when gossip is off).
