@@ -171,3 +171,125 @@ func TestReplaceADeadJobMaster(t *testing.T) {
 		t.Fatalf("attempts changed: %v", diff)
 	}
 }
+
+// waitVoters waits until a running JobMaster's Raft configuration has exactly the voters ids.
+func waitVoters(t *testing.T, d *procs, ids ...string) {
+	t.Helper()
+	slices.Sort(ids)
+	deadline := time.Now().Add(60 * time.Second)
+	var last []string
+	for time.Now().Before(deadline) {
+		for _, p := range d.JMs {
+			if !p.Running() || !slices.Contains(ids, p.Name) {
+				continue
+			}
+			c := d.client(p.Addrs.GRPC)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			peers, err := c.operator().RaftPeers(ctx, &pb.RaftPeersRequest{})
+			cancel()
+			c.cc.Close()
+			if err != nil {
+				continue
+			}
+			last = last[:0]
+			for _, s := range peers.Peers {
+				if s.Suffrage == "voter" {
+					last = append(last, s.Id)
+				}
+			}
+			slices.Sort(last)
+			if slices.Equal(last, ids) {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("voters %v after 60 s, want %v", last, ids)
+}
+
+// TestAddAndRemoveJobMastersOnline: while a streaming job runs, with default Raft timings, two
+// new JobMasters join (five voters), a follower and then the leader itself are removed with
+// `jmnode raft remove` and stopped (three voters, two of them new), and the new leader is then
+// killed: the two left elect a leader. Every leader change reconciles all 9 tasks as kept
+// running; no attempt changes, no restart is counted, and the checksum sinks see no gap and no
+// duplicate.
+func TestAddAndRemoveJobMastersOnline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds jmnode and runs processes")
+	}
+	d := newProcessCluster(t, defaultRaftProcs)
+	before := submitChain(t, d, "online", 3)
+	id := before.JobGraph.JobId
+	ctx := context.Background()
+	leader, err := d.waitLeader(ctx, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"jm4", "jm5"} {
+		p, err := d.AddJobMaster(name, d.dir, defaultRaftProcs.JMFlags...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitVoters(t, d, "jm1", "jm2", "jm3", "jm4", "jm5")
+	t.Logf("jm4 and jm5 joined; %s leads at epoch %d", leader.LeaderId, leader.Epoch)
+
+	var follower string
+	for _, p := range []string{"jm1", "jm2", "jm3"} {
+		if p != leader.LeaderId {
+			follower = p
+			break
+		}
+	}
+	if err := run([]string{"raft", "remove", follower, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
+		t.Fatalf("raft remove %s: %v", follower, err)
+	}
+	d.Proc(follower).Stop(10 * time.Second)
+	var left []string
+	for _, p := range d.JMs {
+		if p.Name != follower {
+			left = append(left, p.Name)
+		}
+	}
+	waitVoters(t, d, left...)
+	t.Logf("%s removed and stopped", follower)
+
+	// The leader removes itself: it commits the configuration without itself and steps down.
+	if err := run([]string{"raft", "remove", leader.LeaderId, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
+		t.Fatalf("raft remove of the leader %s: %v", leader.LeaderId, err)
+	}
+	gone := []string{follower, leader.LeaderId}
+	now := waitReconciledAfter(t, d, leader.Epoch, gone, 9)
+	d.Proc(leader.LeaderId).Stop(10 * time.Second)
+	left = slices.DeleteFunc(left, func(n string) bool { return n == leader.LeaderId })
+	waitVoters(t, d, left...)
+	t.Logf("the leader %s removed itself; %s leads at epoch %d; voters %v", leader.LeaderId, now.LeaderId, now.Epoch, left)
+
+	// Three voters, two of them new: they survive a leader kill.
+	if err := d.Proc(now.LeaderId).Kill(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	last := waitReconciledAfter(t, d, now.Epoch, append(gone, now.LeaderId), 9)
+	t.Logf("%s killed; %s leads at epoch %d", now.LeaderId, last.LeaderId, last.Epoch)
+
+	after, err := d.waitJob(ctx, id, 30*time.Second, allRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := compareAttempts(before, after); len(diff) > 0 {
+		t.Fatalf("attempts changed: %v", diff)
+	}
+	if after.Restarts != before.Restarts {
+		t.Fatalf("restarts %d -> %d", before.Restarts, after.Restarts)
+	}
+	sunk := d.sinkTotals(id).count
+	if err := d.waitSink(ctx, id, sunk+10); err != nil {
+		t.Fatal(err)
+	}
+	if tot := d.sinkTotals(id); tot.gaps != 0 || tot.dups != 0 {
+		t.Fatalf("checksum sinks: %+v", tot)
+	}
+}

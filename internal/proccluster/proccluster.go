@@ -144,6 +144,33 @@ func New(bin string, nodes []Node) (*Cluster, error) {
 	return c, nil
 }
 
+// AddJobMaster adds (does not start) a JobMaster slot that joins the running cluster instead
+// of bootstrapping: --join and --gossip-join name the JobMasters already in c (running or
+// not), and it asks the leader to add it as a voter. dir holds its data, under dir/NAME, and
+// its log, dir/NAME.log; flags are added to its command line.
+func (c *Cluster) AddJobMaster(name, dir string, flags ...string) (*Proc, error) {
+	if c.Proc(name) != nil {
+		return nil, fmt.Errorf("proccluster: node name %q repeated", name)
+	}
+	ports, err := FreePorts(4)
+	if err != nil {
+		return nil, err
+	}
+	var join, gossip []string
+	for _, p := range c.JMs {
+		join, gossip = append(join, p.Addrs.GRPC), append(gossip, p.Addrs.Gossip)
+	}
+	n := Node{Name: name, Role: JobMaster,
+		Addrs:   Addrs{Raft: ports[0], GRPC: ports[1], HTTP: ports[2], Gossip: ports[3]},
+		DataDir: filepath.Join(dir, name), LogPath: filepath.Join(dir, name+".log"), Flags: flags}
+	args := []string{"jobmaster", "--id", n.Name, "--data-dir", n.DataDir,
+		"--raft-addr", n.Addrs.Raft, "--grpc-addr", n.Addrs.GRPC, "--http-addr", n.Addrs.HTTP,
+		"--gossip-addr", n.Addrs.Gossip, "--gossip-join", strings.Join(gossip, ","), "--join", strings.Join(join, ",")}
+	p := &Proc{Node: n, bin: c.Bin, args: append(args, flags...)}
+	c.JMs = append(c.JMs, p)
+	return p, nil
+}
+
 // Procs lists every process slot, JobMasters first.
 func (c *Cluster) Procs() []*Proc {
 	return append(append([]*Proc(nil), c.JMs...), c.TMs...)
