@@ -188,6 +188,9 @@ func (n *Node) establish(ctx context.Context) error {
 	n.established, n.epoch = true, epoch
 	n.mu.Unlock()
 	n.logger.Info("leadership established", "epoch", epoch, "index", res.Index)
+	if afterEstablish != nil {
+		afterEstablish(ctx, n, epoch)
+	}
 
 	if n.hooks != nil {
 		if err := n.hooks.EstablishLeadership(ctx, epoch); err != nil {
@@ -196,6 +199,10 @@ func (n *Node) establish(ctx context.Context) error {
 	}
 	return nil
 }
+
+// afterEstablish is nil in every release build; the jmnext build of the mixed-version test
+// sets it (next_jmnext.go).
+var afterEstablish func(ctx context.Context, n *Node, epoch uint64)
 
 // revoke undoes establish: clears the established epoch and calls RevokeLeadership once.
 func (n *Node) revoke() {

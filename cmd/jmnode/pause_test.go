@@ -143,16 +143,42 @@ func TestPausedLeaderIsFencedByEveryTM(t *testing.T) {
 // ends; a failed test prints the last lines of each JobMaster's log.
 func newProcessCluster(t *testing.T, o proccluster.LocalOptions) *procs {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "jmnode")
-	build := exec.Command("go", "build", "-o", bin, ".")
+	return newProcessClusterOf(t, o, nil)
+}
+
+// buildJmnode builds this package's jmnode into dir with the build tags given.
+func buildJmnode(t *testing.T, dir, name string, tags ...string) string {
+	t.Helper()
+	bin := filepath.Join(dir, name)
+	args := []string{"build", "-o", bin}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	build := exec.Command("go", append(args, ".")...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	d, err := newProcs(bin, dir, o)
+	return bin
+}
+
+// newProcessClusterOf is newProcessCluster with the nodes edited before the cluster is made
+// (edit may be nil); edit gets the directory the test's jmnode was built in.
+func newProcessClusterOf(t *testing.T, o proccluster.LocalOptions, edit func(dir string, nodes []proccluster.Node)) *procs {
+	t.Helper()
+	dir := t.TempDir()
+	bin := buildJmnode(t, dir, "jmnode")
+	nodes, err := proccluster.Local(dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if edit != nil {
+		edit(dir, nodes)
+	}
+	c, err := proccluster.New(bin, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &procs{Cluster: c, dir: dir}
 	t.Cleanup(func() {
 		for _, p := range d.Procs() {
 			_ = p.Signal(syscall.SIGCONT)

@@ -61,6 +61,9 @@ type Node struct {
 	Env []string
 	// Wrap is a command prefix: jmnode runs as Wrap... BIN ARGS (e.g. ip netns exec NS).
 	Wrap []string
+	// Bin, when set, is the jmnode binary of this node instead of the cluster's (a
+	// mixed-version cluster).
+	Bin string
 }
 
 // Lifetime is one run of a process: from its start to its exit (zero while it runs).
@@ -135,6 +138,9 @@ func New(bin string, nodes []Node) (*Cluster, error) {
 			return nil, fmt.Errorf("proccluster: node %s: role %q", n.Name, n.Role)
 		}
 		p := &Proc{Node: n, bin: bin, args: append(args, n.Flags...)}
+		if n.Bin != "" {
+			p.bin = n.Bin
+		}
 		if n.Role == JobMaster {
 			c.JMs = append(c.JMs, p)
 		} else {
