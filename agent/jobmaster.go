@@ -59,7 +59,11 @@ type JobMasterConfig struct {
 	Tokens *security.Tokens
 	// MetricsAuth: /metrics needs a token or certificate too (HTTP with TLS or tokens).
 	MetricsAuth bool
-	Logger      hclog.Logger
+	// CleanupDeadServers > 0: the leader removes a voter gossip has reported dead or left for
+	// this long, keeping at least MinQuorum voters (autopilot.go). 0: off.
+	CleanupDeadServers time.Duration
+	MinQuorum          int
+	Logger             hclog.Logger
 }
 
 // JobMaster is a running JM replica.
@@ -170,6 +174,10 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	if a.Gossip != nil {
 		a.wg.Add(1)
 		go func() { defer a.wg.Done(); a.feedRegistry(ctx) }()
+		if cfg.CleanupDeadServers > 0 {
+			a.wg.Add(1)
+			go func() { defer a.wg.Done(); a.cleanupDeadServers(ctx) }()
+		}
 	}
 	log.Info("jobmaster started", "grpc", a.GRPCAddr(), "raft", a.Node.RaftAddr(), "http", a.httpAddr)
 	return a, nil

@@ -67,6 +67,8 @@ func runJobMaster(args []string) error {
 	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (empty: off; for profiling only)")
 	tf := newTLSFlags(fs, "this JobMaster's jobmaster")
 	tokenFile := fs.String("token-file", "", "file of bearer tokens the gRPC server and HTTP accept besides certificates, a line each: NAME ROLE SECRET (role operator or reader); needs --tls-*; read again when it changes")
+	cleanupDead := fs.Duration("cleanup-dead-servers", 0, "the leader removes a JobMaster gossip has reported dead or left for this long from the Raft configuration, one at a time (0: off, the default: removing a voter is an operator's decision)")
+	minQuorum := fs.Int("min-quorum", 3, "dead-server cleanup never leaves fewer voters than this")
 	metricsAuth := fs.Bool("http-metrics-auth", false, "with TLS or --token-file, /metrics too needs a token or client certificate (/healthz and /readyz stay open)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -140,6 +142,10 @@ func runJobMaster(args []string) error {
 		return fmt.Errorf("--client-write-burst %d: must be positive", *writeBurst)
 	}
 	cfg.MaxMessageSize = *maxMsg
+	if *cleanupDead < 0 || *minQuorum < 1 {
+		return fmt.Errorf("--cleanup-dead-servers %s, --min-quorum %d: the duration must be 0 (off) or positive, the quorum at least 1", *cleanupDead, *minQuorum)
+	}
+	cfg.CleanupDeadServers, cfg.MinQuorum = *cleanupDead, *minQuorum
 	cfg.TLS, cfg.MetricsAuth = sec, *metricsAuth
 	if *tokenFile != "" {
 		if sec == nil {
@@ -152,6 +158,9 @@ func runJobMaster(args []string) error {
 	cfg.WriteLimit = server.WriteLimit{Rate: *writeRate, Burst: *writeBurst}
 	if cfg.Gossip, err = gf.config(*dataDir, sec != nil); err != nil {
 		return err
+	}
+	if cfg.CleanupDeadServers > 0 && cfg.Gossip == nil {
+		return errors.New("--cleanup-dead-servers needs gossip (--gossip-addr): dead servers are found through it")
 	}
 	a, err := agent.StartJobMaster(cfg)
 	if err != nil {

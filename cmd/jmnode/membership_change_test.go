@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/internal/proccluster"
+	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -291,5 +292,71 @@ func TestAddAndRemoveJobMastersOnline(t *testing.T) {
 	}
 	if tot := d.sinkTotals(id); tot.gaps != 0 || tot.dups != 0 {
 		t.Fatalf("checksum sinks: %+v", tot)
+	}
+}
+
+// TestDeadServerCleanupKeepsTheMinimumQuorum: five JobMasters with --cleanup-dead-servers 3s
+// and --min-quorum 3, default Raft timings, a streaming job running. Two followers are killed,
+// one after the other: the leader removes each from the Raft configuration once gossip has
+// reported it dead for 3 s. A third follower killed is kept (three voters is the minimum),
+// which the leader logs, and the two live voters of three still lead and take writes; the job
+// keeps its attempts.
+func TestDeadServerCleanupKeepsTheMinimumQuorum(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds jmnode and runs processes")
+	}
+	const after = 3 * time.Second
+	o := defaultRaftProcs
+	o.JMs = 5
+	o.JMFlags = append(slices.Clone(o.JMFlags), "--cleanup-dead-servers", after.String(), "--min-quorum", "3")
+	d := newProcessCluster(t, o)
+	before := submitChain(t, d, "cleanup", 3)
+	ctx := context.Background()
+	leader, err := d.waitLeader(ctx, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var followers, voters []string
+	for _, p := range d.JMs {
+		voters = append(voters, p.Name)
+		if p.Name != leader.LeaderId {
+			followers = append(followers, p.Name)
+		}
+	}
+	for _, f := range followers[:2] {
+		killed := time.Now()
+		if err := d.Proc(f).Kill(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		voters = slices.DeleteFunc(voters, func(n string) bool { return n == f })
+		waitVoters(t, d, voters...)
+		took := time.Since(killed)
+		if took < after {
+			t.Fatalf("%s removed %s after its kill, before it was dead for %s", f, took, after)
+		}
+		t.Logf("%s killed; removed after %s (cleanup after %s of gossip death)", f, took.Round(time.Millisecond), after)
+	}
+	third := followers[2]
+	if err := d.Proc(third).Kill(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s", waitLog(t, d.Proc(leader.LeaderId), 60*time.Second, "dead server kept", "server="+third, "min_quorum=3"))
+	waitVoters(t, d, voters...)
+	jg := testcluster.StreamingChain("after-cleanup", 1, 10, 0)
+	jg.JobId = newJobID()
+	c := d.client(leader.LeaderGrpcAddress)
+	defer c.cc.Close()
+	if err := c.call(15*time.Second, func(ctx context.Context) error {
+		_, err := c.client().SubmitJob(ctx, &pb.SubmitJobRequest{JobGraph: jg})
+		return err
+	}); err != nil {
+		t.Fatalf("a write on two live voters of three: %v", err)
+	}
+	after2, err := d.waitJob(ctx, before.JobGraph.JobId, 30*time.Second, allRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := compareAttempts(before, after2); len(diff) > 0 {
+		t.Fatalf("attempts changed: %v", diff)
 	}
 }
