@@ -21,7 +21,8 @@ func (t *term) tryDeploy(jobID string, a action) bool {
 		t.disarmRestart(jobID, r)
 	}
 	if err := t.deploy(jobID, a.tasks, a.restart); err != nil {
-		if errors.Is(err, ErrNoSlots) {
+		slots := errors.Is(err, ErrNoSlots)
+		if slots {
 			t.jm.deployWaits.Add(1)
 		} else {
 			t.jm.deployFailures.Add(1)
@@ -30,10 +31,74 @@ func (t *term) tryDeploy(jobID string, a action) bool {
 			t.waiting[jobID] = err.Error()
 			t.jm.log.Info("deployment waits", "job", jobID, "what", a.what, "reason", err)
 		}
+		since := t.noteWait(jobID, err.Error(), slots)
+		if to := t.jm.cfg.SlotTimeout; slots && to > 0 && time.Since(since) >= to {
+			t.failForSlots(jobID, fmt.Sprintf("%s%s, for longer than the slot timeout (%s)", SlotTimeoutCause, err, to))
+		}
 		return false
 	}
 	delete(t.waiting, jobID)
+	t.mu.Lock()
+	delete(t.waits, jobID)
+	t.mu.Unlock()
 	return true
+}
+
+// SlotTimeoutCause begins the failure cause of a job whose deployment waited for slots longer
+// than Config.SlotTimeout; such a job is not restarted (plan.go): more waiting would not help.
+const SlotTimeoutCause = "slot timeout: "
+
+// wait is why a job's deployment waits, and since when (slots: for free slots).
+type wait struct {
+	reason string
+	since  time.Time
+	slots  bool
+}
+
+// noteWait records that jobID's deployment waits for reason and returns since when it has
+// waited for slots without a break (a wait for another reason starts the clock again).
+func (t *term) noteWait(jobID, reason string, slots bool) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w, ok := t.waits[jobID]
+	if !ok || w.slots != slots {
+		w = wait{since: time.Now(), slots: slots}
+	}
+	w.reason = reason
+	t.waits[jobID] = w
+	return w.since
+}
+
+// Waiting says why the job's deployment waits on this leader and since when ("" when it does
+// not), for job views.
+func (jm *JobMaster) Waiting(jobID string) (reason string, since time.Time) {
+	t, err := jm.currentTerm()
+	if err != nil {
+		return "", time.Time{}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w, ok := t.waits[jobID]
+	if !ok {
+		return "", time.Time{}
+	}
+	return w.reason, w.since
+}
+
+// failForSlots fails a running job whose deployment waited past the slot timeout.
+func (t *term) failForSlots(jobID, cause string) {
+	t.jm.log.Error("job fails: no slots within the slot timeout", "job", jobID, "cause", cause)
+	if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_SET_JOB_STATUS, &pb.SetJobStatusCommand{
+		JobId: jobID, Status: jobFailing, Expected: jobRunning, Cause: cause, Timestamp: nowMillis(),
+	}); err != nil {
+		t.jm.log.Warn("commit FAILING after the slot timeout", "job", jobID, "error", err)
+		return
+	}
+	t.mu.Lock()
+	delete(t.waits, jobID)
+	t.mu.Unlock()
+	delete(t.waiting, jobID)
+	t.kick(jobID)
 }
 
 // deploy places the tasks, commits their new attempts (write-ahead) and DEPLOYING, and only

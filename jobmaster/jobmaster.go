@@ -97,6 +97,10 @@ type Config struct {
 	TickInterval time.Duration
 	// MaxBatch is the most execution-state updates committed in one Raft entry (default 1000).
 	MaxBatch int
+	// SlotTimeout: a deployment that has waited this long for free slots, without a break,
+	// fails its job (FAILED, no restart) with a cause naming the slots needed and free
+	// (Flink's slot.request.timeout; default 5 minutes). Negative: wait forever.
+	SlotTimeout time.Duration
 	// SizeLimits bound what a submitted job may expand to, checked on the leader before the
 	// SUBMIT_JOB is committed. Zero fields mean graph.DefaultSizeLimits; a value above
 	// graph.CeilingSizeLimits is lowered to the ceiling (jmnode refuses it at startup).
@@ -127,7 +131,9 @@ const (
 	DefaultDeadRefusals      = 3
 	DefaultDeadRefusalWindow = 300 * time.Millisecond
 
-	DefaultRetainJobs   = 100
+	DefaultRetainJobs = 100
+	// DefaultSlotTimeout is Flink's slot.request.timeout.
+	DefaultSlotTimeout  = 5 * time.Minute
 	DefaultRetainJobAge = time.Hour
 )
 
@@ -169,6 +175,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 1000
+	}
+	if c.SlotTimeout == 0 {
+		c.SlotTimeout = DefaultSlotTimeout
 	}
 	if c.SubmitBatchTasks <= 0 {
 		c.SubmitBatchTasks = 512

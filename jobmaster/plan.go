@@ -102,7 +102,7 @@ func nextSteps(rec *pb.JobRecord, v view) []action {
 	case jobFailing:
 		// A failure the restart strategy still covers restarts the affected regions
 		// (FAILING -> RESTARTING -> RUNNING); otherwise every task is cancelled and the job FAILS.
-		if !restartsExhausted(rec) {
+		if !restartsExhausted(rec) && !strings.HasPrefix(rec.FailureCause, SlotTimeoutCause) {
 			return []action{setStatus(rec, jobRestarting, rec.FailureCause, true)}
 		}
 		if steps, live := cancelAll(rec, v.now); live {

@@ -31,6 +31,7 @@ type term struct {
 	missing     map[string]int               // consecutive heartbeats an expected attempt was absent from
 	restartAt   map[string]map[int]time.Time // job id -> region id -> not before (restart delay)
 	waiting     map[string]string            // job id -> why a deployment waits (logged once)
+	waits       map[string]wait              // job id -> why and since when a deployment waits (under mu: job views read it)
 	driven      map[string]uint64            // job id -> modify index when last driven (loop goroutine only)
 	regions     map[string]jobRegions        // job id -> failover regions (loop goroutine only)
 	retryCancel map[string]bool              // job ids with a CancelTask to retry
@@ -66,6 +67,7 @@ func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
 		restartAt:   map[string]map[int]time.Time{},
 		regions:     map[string]jobRegions{},
 		waiting:     map[string]string{},
+		waits:       map[string]wait{},
 		driven:      map[string]uint64{},
 		retryCancel: map[string]bool{},
 		acked:       map[string]time.Time{},
@@ -221,6 +223,13 @@ func (t *term) forgetRemoved(ids []string) {
 			delete(t.waiting, id)
 		}
 	}
+	t.mu.Lock()
+	for id := range t.waits {
+		if !live[id] {
+			delete(t.waits, id)
+		}
+	}
+	t.mu.Unlock()
 	for id := range t.regions {
 		if !live[id] {
 			delete(t.regions, id)

@@ -67,6 +67,7 @@ func runJobMaster(args []string) error {
 	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (empty: off; for profiling only)")
 	tf := newTLSFlags(fs, "this JobMaster's jobmaster")
 	tokenFile := fs.String("token-file", "", "file of bearer tokens the gRPC server and HTTP accept besides certificates, a line each: NAME ROLE SECRET (role operator or reader); needs --tls-*; read again when it changes")
+	slotTimeout := fs.Duration("slot-timeout", jobmaster.DefaultSlotTimeout, "a job whose deployment has waited this long for free slots fails (FAILED, not restarted) with a cause naming the slots needed and free; negative: wait forever")
 	cleanupDead := fs.Duration("cleanup-dead-servers", 0, "the leader removes a JobMaster gossip has reported dead or left for this long from the Raft configuration, one at a time (0: off, the default: removing a voter is an operator's decision)")
 	minQuorum := fs.Int("min-quorum", 3, "dead-server cleanup never leaves fewer voters than this")
 	metricsAuth := fs.Bool("http-metrics-auth", false, "with TLS or --token-file, /metrics too needs a token or client certificate (/healthz and /readyz stay open)")
@@ -132,7 +133,8 @@ func runJobMaster(args []string) error {
 	cfg := agent.JobMasterConfig{
 		Cluster: ccfg, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Logger: log,
 		JobMaster: jobmaster.Config{HeartbeatTimeout: *hbTimeout, DeadRefusals: *deadRefusals, DeadRefusalWindow: *deadWindow, SizeLimits: sizeLimits, RetainJobs: *retainJobs, RetainJobAge: *retainAge,
-			FenceTimeout: *fenceTimeout, PoolQueryInterval: *poolInterval, PoolQueryTimeout: *poolTimeout, TMLeaderGrace: *tmGrace, HeartbeatInterval: *tmHeartbeat},
+			FenceTimeout: *fenceTimeout, PoolQueryInterval: *poolInterval, PoolQueryTimeout: *poolTimeout, TMLeaderGrace: *tmGrace, HeartbeatInterval: *tmHeartbeat,
+			SlotTimeout: *slotTimeout},
 		Reconcile: reconcile.Config{ReportDeadline: *reportDeadline},
 	}
 	if *maxMsg <= 0 {

@@ -216,6 +216,14 @@ func printSummary(out io.Writer, resp *pb.GetJobResponse) {
 		fmt.Fprintf(out, "cause: %s\n", s.FailureCause)
 	}
 	fmt.Fprintf(out, "%d tasks: %s; %d attempts changed\n", s.Tasks, stateList(s.States), s.AttemptsChanged)
+	if resp.Waiting != "" {
+		waited := time.Since(time.UnixMilli(resp.WaitingSince)).Round(time.Second)
+		line := fmt.Sprintf("WAITING for %s: %s", waited, strings.TrimPrefix(resp.Waiting, "jobmaster: "))
+		if resp.SlotTimeoutMs > 0 && strings.Contains(resp.Waiting, "free slots") {
+			line += fmt.Sprintf(" (the job fails once it has waited the slot timeout, %s)", time.Duration(resp.SlotTimeoutMs)*time.Millisecond)
+		}
+		fmt.Fprintln(out, line)
+	}
 	w := tabwriter.NewWriter(out, 0, 2, 2, ' ', 0)
 	fmt.Fprintln(w, "VERTEX\tNAME\tPARALLELISM\tSTATES\tATTEMPTS CHANGED\tMAX ATTEMPT")
 	for _, v := range s.Vertices {

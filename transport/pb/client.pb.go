@@ -379,6 +379,12 @@ type GetJobResponse struct {
 	Executions []*ExecutionVertex `protobuf:"bytes,5,rep,name=executions,proto3" json:"executions,omitempty"`
 	// EXECUTIONS: the page_token of the next page; empty on the last page.
 	NextPageToken string `protobuf:"bytes,6,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// Set by the leader while a deployment of the job waits: why (for free slots: how many are
+	// needed and free), since when (unix ms), and the slot timeout after which a wait for slots
+	// fails the job (ms; 0: none).
+	Waiting       string `protobuf:"bytes,7,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	WaitingSince  int64  `protobuf:"varint,8,opt,name=waiting_since,json=waitingSince,proto3" json:"waiting_since,omitempty"`
+	SlotTimeoutMs int64  `protobuf:"varint,9,opt,name=slot_timeout_ms,json=slotTimeoutMs,proto3" json:"slot_timeout_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -453,6 +459,27 @@ func (x *GetJobResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *GetJobResponse) GetWaiting() string {
+	if x != nil {
+		return x.Waiting
+	}
+	return ""
+}
+
+func (x *GetJobResponse) GetWaitingSince() int64 {
+	if x != nil {
+		return x.WaitingSince
+	}
+	return 0
+}
+
+func (x *GetJobResponse) GetSlotTimeoutMs() int64 {
+	if x != nil {
+		return x.SlotTimeoutMs
+	}
+	return 0
 }
 
 type ListJobsRequest struct {
@@ -1265,7 +1292,7 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\n" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x1f\n" +
 	"\vomit_inputs\x18\a \x01(\bR\n" +
-	"omitInputs\"\x98\x02\n" +
+	"omitInputs\"\xff\x02\n" +
 	"\x0eGetJobResponse\x12)\n" +
 	"\x03job\x18\x01 \x01(\v2\x17.jmcluster.v1.JobRecordR\x03job\x12\x1b\n" +
 	"\tserved_by\x18\x02 \x01(\tR\bservedBy\x12#\n" +
@@ -1274,7 +1301,10 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\n" +
 	"executions\x18\x05 \x03(\v2\x1d.jmcluster.v1.ExecutionVertexR\n" +
 	"executions\x12&\n" +
-	"\x0fnext_page_token\x18\x06 \x01(\tR\rnextPageToken\"1\n" +
+	"\x0fnext_page_token\x18\x06 \x01(\tR\rnextPageToken\x12\x18\n" +
+	"\awaiting\x18\a \x01(\tR\awaiting\x12#\n" +
+	"\rwaiting_since\x18\b \x01(\x03R\fwaitingSince\x12&\n" +
+	"\x0fslot_timeout_ms\x18\t \x01(\x03R\rslotTimeoutMs\"1\n" +
 	"\x0fListJobsRequest\x12\x1e\n" +
 	"\n" +
 	"consistent\x18\x01 \x01(\bR\n" +

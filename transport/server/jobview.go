@@ -60,6 +60,12 @@ func JobView(d Deps, req *pb.GetJobRequest) (*pb.GetJobResponse, error) {
 		return nil, err
 	}
 	resp.AppliedIndex = d.State.AppliedIndex()
+	if d.JM != nil && d.JM.Active() {
+		if why, since := d.JM.Waiting(req.GetJobId()); why != "" {
+			resp.Waiting, resp.WaitingSince = why, since.UnixMilli()
+			resp.SlotTimeoutMs = max(d.JM.Config().SlotTimeout.Milliseconds(), 0)
+		}
+	}
 	return resp, nil
 }
 
