@@ -77,7 +77,7 @@ func (c *collector) fetch(ctx context.Context, t target) (*Report, error) {
 		}
 	})
 	if err == nil {
-		c.r.log.Debug("report received", "tm", t.id, "executions", len(s.rep.Executions), "chunks", s.chunks, "bytes", s.bytes)
+		c.r.log.Debug("report received", "epoch", c.epoch, "tm", t.id, "executions", len(s.rep.Executions), "chunks", s.chunks, "bytes", s.bytes)
 	}
 	return s.rep, err
 }

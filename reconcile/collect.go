@@ -162,7 +162,7 @@ func (c *collector) ask(ctx context.Context, t target, deadline time.Time) {
 				c.refuse(t.id, err)
 				return
 			}
-			c.r.log.Debug("report request failed; retrying", "tm", t.id, "error", err)
+			c.r.log.Debug("report request failed; retrying", "epoch", c.epoch, "tm", t.id, "error", err)
 			c.mu.Lock()
 			c.failed[t.id] = true
 			c.mu.Unlock()
@@ -205,7 +205,7 @@ func (c *collector) refuse(id string, err error) {
 	default:
 	}
 	c.mu.Unlock()
-	c.r.log.Error("report refused", "tm", id, "error", err)
+	c.r.log.Error("report refused", "epoch", c.epoch, "tm", id, "error", err)
 	c.r.step(c.epoch, "report-refused", "%v; %s counts as not reported", err, id)
 }
 

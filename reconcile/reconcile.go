@@ -259,7 +259,7 @@ func (r *Reconciler) act(ctx context.Context, t jobmaster.Term, plan *Plan) {
 		t.MarkLost(id)
 	}
 	for _, c := range plan.Cancels {
-		r.log.Debug("cancelling an unowned attempt", "tm", c.TMID, "attempt", c.AttemptID, "reason", c.Reason)
+		r.log.Debug("cancelling an unowned attempt", "epoch", t.Epoch(), "tm", c.TMID, "attempt", c.AttemptID, "reason", c.Reason)
 		t.Cancel(c.JobID, c.AttemptID, c.Addr)
 	}
 	// Acknowledgements are calls to every TM with retained terminal states; they go out after
@@ -286,7 +286,7 @@ func (r *Reconciler) ack(ctx context.Context, t jobmaster.Term, acks map[string]
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			if err := t.Ack(ctx, addr, acks[addr]); err != nil {
-				r.log.Debug("acknowledge terminal states", "tm", addr, "error", err)
+				r.log.Debug("acknowledge terminal states", "epoch", t.Epoch(), "tm", addr, "error", err)
 			}
 		}()
 	}

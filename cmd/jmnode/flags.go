@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 // parseFlags parses args into fs, then fills every flag not given on the command line from
@@ -84,4 +86,16 @@ func usageFor(fs *flag.FlagSet, synopsis, about string) {
 		fmt.Fprintf(fs.Output(), "usage: %s\n\n%s\n\nflags (each also settable as JMNODE_<FLAG> or in --config FILE):\n", synopsis, about)
 		fs.PrintDefaults()
 	}
+}
+
+// newLogger is the process logger of --log-level and --log-format.
+func newLogger(name, level, format string) (hclog.Logger, error) {
+	if format != "text" && format != "json" {
+		return nil, fmt.Errorf("--log-format %q: text or json", format)
+	}
+	lv := hclog.LevelFromString(level)
+	if lv == hclog.NoLevel {
+		return nil, fmt.Errorf("--log-level %q: trace, debug, info, warn or error", level)
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: lv, Output: os.Stderr, JSONFormat: format == "json"}), nil
 }

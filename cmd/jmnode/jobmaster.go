@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/jmcluster/jmcluster/agent"
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/graph"
@@ -64,6 +62,7 @@ func runJobMaster(args []string) error {
 	retainAge := fs.Duration("retain-job-age", jobmaster.DefaultRetainJobAge, "a terminal job is removed this long after it ended")
 	fast := fs.Bool("fast-raft", false, "use fast Raft timings (loopback clusters, demos and tests)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	logFormat := fs.String("log-format", "text", "log format: text, or json (one JSON object per line, for log shippers)")
 	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (empty: off; for profiling only)")
 	tf := newTLSFlags(fs, "this JobMaster's jobmaster")
 	tokenFile := fs.String("token-file", "", "file of bearer tokens the gRPC server and HTTP accept besides certificates, a line each: NAME ROLE SECRET (role operator or reader); needs --tls-*; read again when it changes")
@@ -96,7 +95,10 @@ func runJobMaster(args []string) error {
 	if *retainJobs < 1 || *retainAge <= 0 {
 		return fmt.Errorf("--retain-jobs %d and --retain-job-age %s: must be at least 1 and above 0", *retainJobs, *retainAge)
 	}
-	log := hclog.New(&hclog.LoggerOptions{Name: *id, Level: hclog.LevelFromString(*logLevel), Output: os.Stderr})
+	log, err := newLogger(*id, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
 	if err := servePprof(*pprofAddr, log); err != nil {
 		return err
 	}

@@ -11,8 +11,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/jmcluster/jmcluster/agent"
 	"github.com/jmcluster/jmcluster/taskmanager"
 )
@@ -39,6 +37,7 @@ func runTaskManager(args []string) error {
 	retain := fs.Duration("retain-terminal", def.RetainTerminal, "keep terminal task states for reports this long (or until acknowledged)")
 	hb := fs.Duration("heartbeat-interval", def.HeartbeatInterval, "heartbeat interval (the leader may override it)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	logFormat := fs.String("log-format", "text", "log format: text, or json (one JSON object per line, for log shippers)")
 	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (empty: off; for profiling only)")
 	tf := newTLSFlags(fs, "this TaskManager's taskmanager")
 	if err := parseFlags(fs, args); err != nil {
@@ -48,7 +47,10 @@ func runTaskManager(args []string) error {
 		fs.Usage()
 		return errors.New("--id is required")
 	}
-	log := hclog.New(&hclog.LoggerOptions{Name: *id, Level: hclog.LevelFromString(*logLevel), Output: os.Stderr})
+	log, err := newLogger(*id, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
 	if err := servePprof(*pprofAddr, log); err != nil {
 		return err
 	}
