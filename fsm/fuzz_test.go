@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -185,9 +186,29 @@ func checkIndex(t testing.TB, f *FSM) {
 		}
 	}
 	f.mu.RLock()
-	defer f.mu.RUnlock()
 	if len(f.st.attempts) != n {
+		f.mu.RUnlock()
 		t.Fatalf("the attempt index holds %d attempts, the jobs %d", len(f.st.attempts), n)
+	}
+	f.mu.RUnlock()
+	checkCounts(t, f)
+}
+
+// checkCounts: the counts the FSM keeps by every change equal a walk of its jobs.
+func checkCounts(t testing.TB, f *FSM) {
+	t.Helper()
+	jobs, execs := map[pb.JobStatus]int64{}, map[pb.ExecutionState]int64{}
+	for _, rec := range f.Jobs() {
+		jobs[rec.Status]++
+		for _, ev := range graph.AllExecutions(rec.ExecutionGraph) {
+			if cur := ev.GetCurrent(); cur != nil {
+				execs[cur.State]++
+			}
+		}
+	}
+	gotJobs, gotExecs := f.Counts()
+	if !maps.Equal(gotJobs, jobs) || !maps.Equal(gotExecs, execs) {
+		t.Fatalf("counts kept: jobs %v executions %v; counted: jobs %v executions %v", gotJobs, gotExecs, jobs, execs)
 	}
 }
 
@@ -249,6 +270,7 @@ func checkApply(t testing.TB, data []byte) {
 		if restored.Hash() != hash {
 			t.Fatalf("the state Apply reached restores differently")
 		}
+		checkCounts(t, restored)
 	}
 }
 

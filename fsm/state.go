@@ -45,6 +45,34 @@ type state struct {
 	// proposer's timestamp of the last removal.
 	removed   uint64
 	removedAt int64
+	// counts are the jobs by status and the current executions by state, kept by every change
+	// so that metrics read them without walking the jobs. Not in snapshots: a restore recounts.
+	counts counts
+}
+
+type counts struct {
+	jobs  map[pb.JobStatus]int64
+	execs map[pb.ExecutionState]int64
+}
+
+// countJob adds (sign 1) or takes away (-1) a job and its current executions.
+func (s *state) countJob(rec *pb.JobRecord, sign int64) {
+	s.counts.jobs[rec.Status] += sign
+	for _, ejv := range rec.GetExecutionGraph().GetVertices() {
+		for _, ev := range ejv.Subtasks {
+			if cur := ev.GetCurrent(); cur != nil {
+				s.counts.execs[cur.State] += sign
+			}
+		}
+	}
+}
+
+// replaceCurrent counts an execution's current attempt replaced (old may be nil).
+func (s *state) replaceCurrent(old, cur *pb.Execution) {
+	if old != nil {
+		s.counts.execs[old.State]--
+	}
+	s.counts.execs[cur.State]++
 }
 
 func newState() *state {
@@ -53,6 +81,7 @@ func newState() *state {
 		attempts: map[string]attemptRef{},
 		epoch:    &pb.LeaderEpoch{},
 		pool:     &pb.TaskManagerPool{},
+		counts:   counts{jobs: map[pb.JobStatus]int64{}, execs: map[pb.ExecutionState]int64{}},
 	}
 }
 
@@ -96,8 +125,13 @@ func (s *state) indexJob(rec *pb.JobRecord) {
 	}
 }
 
-// setJobStatus records a status change; the caller has checked the transition.
-func setJobStatus(rec *pb.JobRecord, st pb.JobStatus, ts int64, cause string) {
+// setJobStatus records a status change; the caller has checked the transition. A record not
+// yet counted (a new job: status unspecified) is counted.
+func (s *state) setJobStatus(rec *pb.JobRecord, st pb.JobStatus, ts int64, cause string) {
+	if rec.Status != pb.JobStatus_JOB_STATUS_UNSPECIFIED {
+		s.counts.jobs[rec.Status]--
+	}
+	s.counts.jobs[st]++
 	rec.Status = st
 	rec.History = append(rec.History, &pb.JobStatusChange{Status: st, Timestamp: ts, Cause: cause})
 	if n := len(rec.History) - maxStatusHistory; n > 0 {
@@ -108,8 +142,10 @@ func setJobStatus(rec *pb.JobRecord, st pb.JobStatus, ts int64, cause string) {
 	}
 }
 
-// setExecutionState records a state change of an execution; the caller has checked it.
-func setExecutionState(ex *pb.Execution, st pb.ExecutionState, ts int64, cause string) {
+// setExecutionState records a state change of a current execution; the caller has checked it.
+func (s *state) setExecutionState(ex *pb.Execution, st pb.ExecutionState, ts int64, cause string) {
+	s.counts.execs[ex.State]--
+	s.counts.execs[st]++
 	ex.State = st
 	graph.AddStateTimestamp(ex, st, ts)
 	if st == pb.ExecutionState_EXECUTION_STATE_FAILED && cause != "" {

@@ -72,6 +72,7 @@ func (s *state) createAttempts(index uint64, c *pb.CreateAttemptsCommand) error 
 			delete(s.attempts, old.AttemptId)
 			retire(ev, old, keep)
 		}
+		old := ev.Current
 		ev.Current = &pb.Execution{
 			AttemptId:      a.AttemptId,
 			AttemptNumber:  a.AttemptNumber,
@@ -85,6 +86,7 @@ func (s *state) createAttempts(index uint64, c *pb.CreateAttemptsCommand) error 
 			TmGrpcAddress: a.TmGrpcAddress,
 			TmDataAddress: a.TmDataAddress,
 		}
+		s.replaceCurrent(old, ev.Current)
 		s.attempts[a.AttemptId] = attemptRef{jobID: c.JobId, vertexID: a.VertexId, subtask: a.SubtaskIndex}
 		updateConsumable(eg, a.VertexId, a.SubtaskIndex, scheduled)
 	}
@@ -150,7 +152,7 @@ func (s *state) updateState(index uint64, u *pb.ExecutionStateUpdate) error {
 	if err := graph.CheckExecutionTransition(cur.State, to); err != nil {
 		return fmt.Errorf("attempt %q (%s[%d]): %w", u.AttemptId, ref.vertexID, ref.subtask, err)
 	}
-	setExecutionState(cur, to, u.Timestamp, u.FailureCause)
+	s.setExecutionState(cur, to, u.Timestamp, u.FailureCause)
 	updateConsumable(eg, ref.vertexID, ref.subtask, to)
 	rec.ModifyIndex = index
 	return nil

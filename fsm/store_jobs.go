@@ -35,7 +35,7 @@ func (s *state) submitJob(index uint64, c *pb.SubmitJobCommand) error {
 		CreateIndex:    index,
 		ModifyIndex:    index,
 	}
-	setJobStatus(rec, pb.JobStatus_JOB_STATUS_CREATED, c.Timestamp, "")
+	s.setJobStatus(rec, pb.JobStatus_JOB_STATUS_CREATED, c.Timestamp, "")
 	s.jobs[jg.JobId] = rec
 	return nil
 }
@@ -57,7 +57,7 @@ func (s *state) setStatus(index uint64, c *pb.SetJobStatusCommand) error {
 		if err := graph.CheckJobTransition(rec.Status, c.Status); err != nil {
 			return fmt.Errorf("job %q: %w", c.JobId, err)
 		}
-		setJobStatus(rec, c.Status, c.Timestamp, c.Cause)
+		s.setJobStatus(rec, c.Status, c.Timestamp, c.Cause)
 		rec.ModifyIndex = index
 	}
 	if c.AddRestarts > 0 {
@@ -83,7 +83,7 @@ func (s *state) cancelJob(index uint64, c *pb.CancelJobCommand) error {
 		if err := graph.CheckJobTransition(rec.Status, cancelling); err != nil {
 			return fmt.Errorf("job %q: %w", c.JobId, err)
 		}
-		setJobStatus(rec, cancelling, c.Timestamp, "")
+		s.setJobStatus(rec, cancelling, c.Timestamp, "")
 	}
 	eg := rec.ExecutionGraph
 	active := 0
@@ -98,7 +98,7 @@ func (s *state) cancelJob(index uint64, c *pb.CancelJobCommand) error {
 				to = pb.ExecutionState_EXECUTION_STATE_CANCELED
 			}
 			if graph.CanTransitionExecution(cur.State, to) {
-				setExecutionState(cur, to, c.Timestamp, "")
+				s.setExecutionState(cur, to, c.Timestamp, "")
 				updateConsumable(eg, ev.VertexId, ev.SubtaskIndex, to)
 			}
 			if !graph.IsTerminalExecution(cur.State) {
@@ -107,7 +107,7 @@ func (s *state) cancelJob(index uint64, c *pb.CancelJobCommand) error {
 		}
 	}
 	if active == 0 {
-		setJobStatus(rec, pb.JobStatus_JOB_STATUS_CANCELED, c.Timestamp, "")
+		s.setJobStatus(rec, pb.JobStatus_JOB_STATUS_CANCELED, c.Timestamp, "")
 	}
 	rec.ModifyIndex = index
 	return nil
@@ -141,9 +141,30 @@ func (s *state) removeJobs(_ uint64, c *pb.RemoveJobsCommand) error {
 				}
 			}
 		}
+		s.countJob(s.jobs[id], -1)
 		delete(s.jobs, id)
 	}
 	s.removed += uint64(len(c.JobIds))
 	s.removedAt = c.Timestamp
 	return nil
+}
+
+// Counts returns the jobs by status and the current executions by state (kept by every change:
+// no walk of the jobs). States with none are left out.
+func (f *FSM) Counts() (jobs map[pb.JobStatus]int64, execs map[pb.ExecutionState]int64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	jobs = make(map[pb.JobStatus]int64, len(f.st.counts.jobs))
+	for k, v := range f.st.counts.jobs {
+		if v != 0 {
+			jobs[k] = v
+		}
+	}
+	execs = make(map[pb.ExecutionState]int64, len(f.st.counts.execs))
+	for k, v := range f.st.counts.execs {
+		if v != 0 {
+			execs[k] = v
+		}
+	}
+	return jobs, execs
 }

@@ -57,7 +57,7 @@ func (s *state) beginReconciliation(index uint64, c *pb.BeginReconciliationComma
 		switch {
 		case rec.Status == reconciling:
 		case graph.CanTransitionJob(rec.Status, reconciling):
-			setJobStatus(rec, reconciling, c.Timestamp, "")
+			s.setJobStatus(rec, reconciling, c.Timestamp, "")
 		default:
 			continue
 		}
@@ -66,7 +66,7 @@ func (s *state) beginReconciliation(index uint64, c *pb.BeginReconciliationComma
 			for _, ev := range ejv.Subtasks {
 				cur := ev.Current
 				if cur != nil && graph.CanTransitionExecution(cur.State, pb.ExecutionState_EXECUTION_STATE_RECONCILING) {
-					setExecutionState(cur, pb.ExecutionState_EXECUTION_STATE_RECONCILING, c.Timestamp, "")
+					s.setExecutionState(cur, pb.ExecutionState_EXECUTION_STATE_RECONCILING, c.Timestamp, "")
 				}
 			}
 		}
@@ -162,6 +162,7 @@ func (s *state) reconcileJob(index uint64, c *pb.ReconcileJobCommand) error {
 		} else {
 			refresh = true
 		}
+		s.replaceCurrent(ev.Current, re.Execution)
 		ev.Current = re.Execution
 		graph.BoundStateTimestamps(ev.Current)
 		s.attempts[re.Execution.AttemptId] = attemptRef{jobID: c.JobId, vertexID: ev.VertexId, subtask: ev.SubtaskIndex}
@@ -171,7 +172,7 @@ func (s *state) reconcileJob(index uint64, c *pb.ReconcileJobCommand) error {
 		graph.RefreshProducers(eg)
 	}
 	if setStatus {
-		setJobStatus(rec, c.Status, c.Timestamp, c.Cause)
+		s.setJobStatus(rec, c.Status, c.Timestamp, c.Cause)
 	}
 	rec.ModifyIndex = index
 	return nil
