@@ -26,6 +26,7 @@ import (
 	"github.com/jmcluster/jmcluster/internal/version"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/membership"
+	"github.com/jmcluster/jmcluster/metrics"
 	"github.com/jmcluster/jmcluster/reconcile"
 	"github.com/jmcluster/jmcluster/transport/pb"
 	"github.com/jmcluster/jmcluster/transport/server"
@@ -75,6 +76,8 @@ type JobMaster struct {
 	Node   *cluster.Node
 	Recon  *reconcile.Reconciler
 	Gossip *membership.Membership
+	// Metrics are this replica's instruments (/metrics).
+	Metrics *metrics.JobMaster
 
 	grpcLis  net.Listener
 	grpc     *grpc.Server
@@ -94,6 +97,9 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	log := cfg.Logger
+	if _, err := metrics.Process(); err != nil { // before Raft: it emits from its start
+		log.Warn("hashicorp metrics not bridged to /metrics", "error", err)
+	}
 	if err := cfg.JobMaster.Validate(); err != nil {
 		return nil, err
 	}
@@ -119,6 +125,10 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	cfg.JobMaster.MaxMessageSize = cfg.MaxMessageSize
 	cfg.Cluster.TLS, cfg.JobMaster.TLS = cfg.TLS, cfg.TLS
 
+	// The gauges read deps at a scrape; it is filled in below, before any server starts.
+	var deps server.Deps
+	a.Metrics = metrics.NewJobMaster(server.MetricsState(&deps))
+	cfg.JobMaster.Instruments = a.Metrics
 	a.State = fsm.New(log)
 	a.JM = jobmaster.New(cfg.JobMaster, nil, a.State)
 	if cfg.Gossip != nil && cfg.Cluster.SeenEpoch == nil {
@@ -131,7 +141,7 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	a.Recon = reconcile.New(cfg.Reconcile)
 	a.JM.SetReconciler(a.Recon)
 
-	deps := server.Deps{Node: a.Node, State: a.State, JM: a.JM}
+	deps = server.Deps{Node: a.Node, State: a.State, JM: a.JM, Metrics: a.Metrics}
 	deps.WriteLimit = cfg.WriteLimit
 	deps.TLS, deps.Tokens, deps.MetricsAuth = cfg.TLS, cfg.Tokens, cfg.MetricsAuth
 	deps.Audit = log.Named("audit")

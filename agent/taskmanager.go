@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/internal/version"
 	"github.com/jmcluster/jmcluster/membership"
+	"github.com/jmcluster/jmcluster/metrics"
 	"github.com/jmcluster/jmcluster/taskmanager"
 	"github.com/jmcluster/jmcluster/transport/pb"
 	"github.com/jmcluster/jmcluster/transport/server"
@@ -24,14 +27,20 @@ type TaskManagerConfig struct {
 	TM taskmanager.Config
 	// Gossip configures memberlist; nil turns gossip off (then TM.JobMasters must be set).
 	Gossip *membership.Config
-	Logger hclog.Logger
+	// HTTPAddr serves /metrics (Prometheus) and /healthz; empty turns HTTP off.
+	HTTPAddr string
+	Logger   hclog.Logger
 }
 
 // TaskManager is a running TM with its gossip membership.
 type TaskManager struct {
 	TM     *taskmanager.TaskManager
 	Gossip *membership.Membership
-	cancel context.CancelFunc
+	// Metrics are this TaskManager's instruments (/metrics on HTTPAddr).
+	Metrics *metrics.TaskManager
+	cancel  context.CancelFunc
+	http    *http.Server
+	httpLis net.Listener
 
 	gossipRef *atomic.Pointer[membership.Membership] // Gossip, for the keyring service
 }
@@ -44,6 +53,9 @@ func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	a := &TaskManager{}
+	if _, err := metrics.Process(); err != nil {
+		cfg.Logger.Warn("hashicorp metrics not bridged to /metrics", "error", err)
+	}
 	cfg.TM.Logger = cfg.Logger
 	if cfg.Gossip != nil {
 		cfg.TM.LeaderResolver = a.leaderFromGossip
@@ -59,11 +71,26 @@ func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 			}))
 		}
 	}
+	var state tmState
+	a.Metrics = metrics.NewTaskManager(&state)
+	cfg.TM.ObserveCall = a.Metrics.ServedRPC
 	tm, err := taskmanager.New(cfg.TM)
 	if err != nil {
 		return nil, err
 	}
 	a.TM = tm
+	state.TaskManager = tm
+	if cfg.HTTPAddr != "" {
+		if a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			tm.Kill()
+			return nil, fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metrics.Handler(a.Metrics.Registry()))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = a.http.Serve(a.httpLis) }()
+	}
 	if cfg.Gossip != nil {
 		g := *cfg.Gossip
 		g.Logger = cfg.Logger
@@ -152,8 +179,26 @@ func (a *TaskManager) jobMastersFromGossip() []string {
 	return out
 }
 
+// tmState is what the TaskManager's gauges read (metrics.TaskManagerState).
+type tmState struct{ *taskmanager.TaskManager }
+
+// HTTPAddr is the bound HTTP address ("" when HTTP is off).
+func (a *TaskManager) HTTPAddr() string {
+	if a.httpLis == nil {
+		return ""
+	}
+	return a.httpLis.Addr().String()
+}
+
+func (a *TaskManager) closeHTTP() {
+	if a.http != nil {
+		_ = a.http.Close()
+	}
+}
+
 // Shutdown stops the TM gracefully: leave gossip, then stop the TM (tasks cancelled).
 func (a *TaskManager) Shutdown() {
+	defer a.closeHTTP()
 	if a.Gossip != nil {
 		_ = a.Gossip.Leave(time.Second)
 		_ = a.Gossip.Shutdown()
@@ -164,6 +209,7 @@ func (a *TaskManager) Shutdown() {
 
 // Kill stops the TM abruptly: no gossip leave, no reports, listeners closed.
 func (a *TaskManager) Kill() {
+	defer a.closeHTTP()
 	if a.Gossip != nil {
 		_ = a.Gossip.Shutdown()
 	}

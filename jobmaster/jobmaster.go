@@ -122,7 +122,18 @@ type Config struct {
 	// SubmitAttempts is how many times a batch is sent when the call fails transiently
 	// (UNAVAILABLE, DEADLINE_EXCEEDED) before its tasks are failed (default 3).
 	SubmitAttempts int
-	Logger         hclog.Logger
+	// Instruments receives what the JobMaster measures (metrics.JobMaster); nil: none.
+	Instruments Instruments
+	Logger      hclog.Logger
+}
+
+// Instruments receives the JobMaster's measurements: each commit, each reconciliation this
+// node ran (its committed record, or the error), and each deployment of restarted regions
+// (failure: counted by the restart strategy; otherwise moved, as a drain moves them).
+type Instruments interface {
+	Committed(took time.Duration, err error)
+	ReconciliationEnded(rec *pb.ReconciliationRecord, gateOpen time.Time, err error)
+	RegionsRestarted(n int, failure bool)
 }
 
 // Defaults of the terminal-job retention and of the confirmation of a TM's death by refused
@@ -312,6 +323,9 @@ func (jm *JobMaster) EstablishLeadership(ctx context.Context, epoch uint64) erro
 	if jm.reconciler != nil {
 		if err := jm.reconciler.Reconcile(ctx, t); err != nil {
 			jm.revoke(t)
+			if in := jm.cfg.Instruments; in != nil {
+				in.ReconciliationEnded(nil, time.Now(), err)
+			}
 			return fmt.Errorf("reconciliation at epoch %d: %w", epoch, err)
 		}
 	}
@@ -320,6 +334,15 @@ func (jm *JobMaster) EstablishLeadership(ctx context.Context, epoch uint64) erro
 		t.start()
 	}
 	jm.log.Info("gate open", "epoch", epoch)
+	if in := jm.cfg.Instruments; in != nil && jm.reconciler != nil {
+		var rec *pb.ReconciliationRecord
+		for _, r := range jm.state.Reconciliations() {
+			if r.Epoch == epoch {
+				rec = r
+			}
+		}
+		in.ReconciliationEnded(rec, time.Now(), nil)
+	}
 	return nil
 }
 
@@ -382,7 +405,11 @@ func (jm *JobMaster) Commit(ctx context.Context, t pb.CommandType, m proto.Messa
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	res, err := jm.raft.Apply(ctx, data)
+	if in := jm.cfg.Instruments; in != nil {
+		in.Committed(time.Since(start), err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -128,6 +128,9 @@ func (t *term) act(jobID string, steps []action) {
 			if !t.tryDeploy(jobID, a) {
 				return
 			}
+			if in := t.jm.cfg.Instruments; in != nil && len(a.regions) > 0 {
+				in.RegionsRestarted(len(a.regions), a.restart)
+			}
 			t.kick(jobID) // later regions read the updated state on the next pass
 		case actResume:
 			t.resume(jobID, a)

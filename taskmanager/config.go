@@ -43,6 +43,8 @@ type Config struct {
 	// RegisterServices registers more services on the TaskManagerService server (the agent's
 	// GossipService); optional. Each needs a row in the policy table.
 	RegisterServices func(grpc.ServiceRegistrar)
+	// ObserveCall is told of every call the TM's servers serve (metrics); optional.
+	ObserveCall transport.CallObserver
 	// Incarnation identifies this TM process: a random id chosen by New when empty. It travels
 	// in registration, heartbeats, reports and gossip, so the leader tells a restarted TM (same
 	// id and addresses, a new incarnation) from the process that died.

@@ -162,7 +162,11 @@ func New(cfg Config) (*TaskManager, error) {
 // by MaxMessageSize, and a message over it is refused with a status naming the limit and
 // --max-message-size. With TLS it admits only certificates of the roles in admit.
 func (tm *TaskManager) newServer(admit ...security.Role) (*grpc.Server, grpc.ServiceRegistrar) {
-	s, reg := transport.NewServer(tm.cfg.MaxMessageSize, "TaskManager", nil, transport.Auth{TLS: tm.cfg.TLS, Admit: admit})
+	var observe []transport.CallObserver
+	if tm.cfg.ObserveCall != nil {
+		observe = append(observe, tm.cfg.ObserveCall)
+	}
+	s, reg := transport.NewServer(tm.cfg.MaxMessageSize, "TaskManager", nil, transport.Auth{TLS: tm.cfg.TLS, Admit: admit}, observe...)
 	healthpb.RegisterHealthServer(reg, tm.health)
 	reflection.Register(s)
 	return s, reg

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -42,12 +43,36 @@ type Guard interface {
 // CA naming one of the roles in auth.Admit (nil: any role), or, with auth.Tokens, a bearer
 // token, and every call is checked against its row's Roles. Without (a zero Auth), the server
 // is plaintext and admits every caller.
-func NewServer(limit int, who string, g Guard, auth Auth) (*grpc.Server, grpc.ServiceRegistrar) {
+func NewServer(limit int, who string, g Guard, auth Auth, observe ...CallObserver) (*grpc.Server, grpc.ServiceRegistrar) {
 	e := &edge{g: g, who: who, auth: auth}
-	opts := append(ServerOptions(limit), grpc.ChainUnaryInterceptor(e.unary), grpc.ChainStreamInterceptor(e.stream))
+	unary, stream := []grpc.UnaryServerInterceptor{e.unary}, []grpc.StreamServerInterceptor{e.stream}
+	for _, o := range observe {
+		// Outside the edge: a refusal is observed like any other outcome.
+		unary = append([]grpc.UnaryServerInterceptor{o.unary}, unary...)
+		stream = append([]grpc.StreamServerInterceptor{o.stream}, stream...)
+	}
+	opts := append(ServerOptions(limit), grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	opts = append(opts, auth.serverOptions()...)
 	s := grpc.NewServer(opts...)
 	return s, Registrar(s, limit, who)
+}
+
+// CallObserver is told of every call a server served: its method, how long it took and its
+// outcome (a status error, or nil). Metrics use it.
+type CallObserver func(method string, took time.Duration, err error)
+
+func (o CallObserver) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	reply, err := handler(ctx, req)
+	o(info.FullMethod, time.Since(start), err)
+	return reply, err
+}
+
+func (o CallObserver) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	start := time.Now()
+	err := handler(srv, ss)
+	o(info.FullMethod, time.Since(start), err)
+	return err
 }
 
 // edge applies the Policies table to every call of one server.

@@ -24,6 +24,7 @@ func runTaskManager(args []string) error {
 	id := fs.String("id", "", "TaskManager id, unique in the cluster (required)")
 	slots := fs.Int("slots", def.Slots, "task slots offered")
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:7400", "TaskManagerService listen address")
+	httpAddr := fs.String("http-addr", "", "serve /metrics (Prometheus) and /healthz on this address (empty: off)")
 	dataAddr := fs.String("data-addr", "127.0.0.1:7500", "DataService (record exchange) listen address")
 	grpcAdv := fs.String("grpc-advertise", "", "TaskManagerService address others dial (default: bound address)")
 	dataAdv := fs.String("data-advertise", "", "DataService address others dial (default: bound address)")
@@ -85,7 +86,7 @@ func runTaskManager(args []string) error {
 		defer f.Close()
 		cfg.EventLog = f
 	}
-	acfg := agent.TaskManagerConfig{TM: cfg, Logger: log}
+	acfg := agent.TaskManagerConfig{TM: cfg, Logger: log, HTTPAddr: *httpAddr}
 	if acfg.Gossip, err = gf.config(*workDir, sec != nil); err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/membership"
+	"github.com/jmcluster/jmcluster/metrics"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -45,6 +46,9 @@ type Deps struct {
 	// Audit receives a line for every submit, cancel and Raft membership change this node
 	// serves, naming the caller (audit.go); nil: none.
 	Audit hclog.Logger
+	// Metrics are the node's instruments, served on /metrics with the process's; every gRPC
+	// call is observed (its duration, a refusal's reason). nil: /metrics serves the process's.
+	Metrics *metrics.JobMaster
 }
 
 // ClientService implements pb.ClientServiceServer. The policy table sends writes to the
@@ -193,33 +197,7 @@ func ClusterStatus(d Deps) *pb.ClusterStatusResponse {
 }
 
 func taskManagers(d Deps) []*pb.TaskManagerInfo {
-	byID := map[string]*pb.TaskManagerInfo{}
-	if d.Members != nil {
-		for _, m := range d.Members() {
-			if m.Role != "taskmanager" {
-				continue
-			}
-			id := m.Meta["id"]
-			if id == "" {
-				id = m.Name
-			}
-			slots, _ := strconv.Atoi(m.Meta["slots"])
-			byID[id] = &pb.TaskManagerInfo{Id: id, GrpcAddress: m.Meta["grpc"], DataAddress: m.Meta["data"], Slots: int32(slots), State: m.State}
-		}
-	}
-	if d.JM != nil && d.JM.Active() {
-		for _, tm := range d.JM.Registry().List() {
-			info := byID[tm.ID]
-			if info == nil {
-				info = &pb.TaskManagerInfo{Id: tm.ID, State: "registered"}
-				byID[tm.ID] = info
-			}
-			info.GrpcAddress, info.DataAddress, info.Slots = tm.GRPCAddr, tm.DataAddr, tm.Slots
-			if tm.Lost {
-				info.State = "lost"
-			}
-		}
-	}
+	byID := taskManagerStates(d)
 	used := slotsUsed(d)
 	drained := d.State.Drained()
 	for id := range drained {
@@ -254,4 +232,63 @@ func (s *ClientService) ackSubmitBeforeCommit(jg *pb.JobGraph) (*pb.SubmitJobRes
 		_, _, _ = s.d.JM.SubmitJob(context.Background(), jg)
 	}()
 	return &pb.SubmitJobResponse{JobId: jg.JobId}, nil
+}
+
+// MetricsState is what a JobMaster's gauges read (metrics.JobMasterState), from d as it is at
+// the scrape (d may be filled in after this call, before the first scrape).
+func MetricsState(d *Deps) metrics.JobMasterState { return metricsState{d} }
+
+type metricsState struct{ d *Deps }
+
+func (m metricsState) Counts() (map[pb.JobStatus]int64, map[pb.ExecutionState]int64) {
+	return m.d.State.Counts()
+}
+
+func (m metricsState) Node() (string, bool, uint64, bool, uint64, uint64) {
+	d := m.d
+	active := d.JM != nil && d.JM.Active()
+	return d.Node.ID(), active, d.State.Epoch().GetEpoch(), active && d.JM.Reconciling(), d.Node.AppliedIndex(), d.Node.CommitIndex()
+}
+
+// taskManagerStates are the TaskManagers gossip and (on the leader) the registry know, with
+// their addresses, slots and state; not their slots in use.
+func taskManagerStates(d Deps) map[string]*pb.TaskManagerInfo {
+	byID := map[string]*pb.TaskManagerInfo{}
+	if d.Members != nil {
+		for _, m := range d.Members() {
+			if m.Role != "taskmanager" {
+				continue
+			}
+			id := m.Meta["id"]
+			if id == "" {
+				id = m.Name
+			}
+			slots, _ := strconv.Atoi(m.Meta["slots"])
+			byID[id] = &pb.TaskManagerInfo{Id: id, GrpcAddress: m.Meta["grpc"], DataAddress: m.Meta["data"], Slots: int32(slots), State: m.State}
+		}
+	}
+	if d.JM != nil && d.JM.Active() {
+		for _, tm := range d.JM.Registry().List() {
+			info := byID[tm.ID]
+			if info == nil {
+				info = &pb.TaskManagerInfo{Id: tm.ID, State: "registered"}
+				byID[tm.ID] = info
+			}
+			info.GrpcAddress, info.DataAddress, info.Slots = tm.GRPCAddr, tm.DataAddr, tm.Slots
+			if tm.Lost {
+				info.State = "lost"
+			}
+		}
+	}
+	return byID
+}
+
+// TaskManagers counts the TaskManagers by state as ClusterStatus lists them, without their
+// slots in use (which would walk the executions).
+func (m metricsState) TaskManagers() map[string]int {
+	out := map[string]int{}
+	for _, tm := range taskManagerStates(*m.d) {
+		out[tm.State]++
+	}
+	return out
 }

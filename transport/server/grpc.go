@@ -22,7 +22,11 @@ const DefaultMaxMessageSize = transport.DefaultMaxMessageSize
 // --max-message-size. It panics when a registered method has no policy row. The health server
 // is returned so the caller can flip serving states.
 func NewGRPCServer(d Deps, maxMsg int) (*grpc.Server, *health.Server) {
-	s, reg := transport.NewServer(maxMsg, "JobMaster", newGuard(d), transport.Auth{TLS: d.TLS, Tokens: d.Tokens})
+	var observe []transport.CallObserver
+	if d.Metrics != nil {
+		observe = append(observe, d.Metrics.ServedRPC)
+	}
+	s, reg := transport.NewServer(maxMsg, "JobMaster", newGuard(d), transport.Auth{TLS: d.TLS, Tokens: d.Tokens}, observe...)
 	pb.RegisterClientServiceServer(reg, NewClientService(d))
 	pb.RegisterOperatorServiceServer(reg, NewOperatorService(d))
 	pb.RegisterJobMasterServiceServer(reg, NewJobMasterService(d.JM))

@@ -1,0 +1,82 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// TaskManagerState is what a TaskManager's gauges read at a scrape (agent.TaskManager
+// provides it from the taskmanager's accessors).
+type TaskManagerState interface {
+	ID() string
+	TaskStates() map[pb.ExecutionState]int
+	OutboxLen() int
+	LastContact() time.Time
+	Epoch() uint64
+	Heartbeats() int64
+	FreeSlots() int
+}
+
+// TaskManager holds a TaskManager's instruments, in its own registry.
+type TaskManager struct {
+	reg         *prometheus.Registry
+	RPCDuration *prometheus.HistogramVec // method, code
+	RPCRefused  *prometheus.CounterVec   // method, reason
+}
+
+// NewTaskManager makes a TaskManager's instruments and gauges over st.
+func NewTaskManager(st TaskManagerState) *TaskManager {
+	m := &TaskManager{
+		reg: prometheus.NewRegistry(),
+		RPCDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: "tm", Name: "rpc_duration_seconds",
+			Help: "gRPC calls this TaskManager served (from the leader and other TaskManagers), by method and status code.", Buckets: Seconds}, []string{"method", "code"}),
+		RPCRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "tm", Name: "rpc_refused_total",
+			Help: "gRPC calls this TaskManager refused, by method and reason (STALE_EPOCH, UNANNOUNCED_EPOCH, ..., or the status code)."}, []string{"method", "reason"}),
+	}
+	m.reg.MustRegister(m.RPCDuration, m.RPCRefused, &taskManagerGauges{st: st})
+	return m
+}
+
+// Registry is the TaskManager's registry (served with the process's by Handler).
+func (m *TaskManager) Registry() *prometheus.Registry { return m.reg }
+
+// ServedRPC observes one gRPC call the TaskManager served.
+func (m *TaskManager) ServedRPC(method string, took time.Duration, err error) {
+	observeRPC(m.RPCDuration, m.RPCRefused, method, took, err)
+}
+
+type taskManagerGauges struct{ st TaskManagerState }
+
+var (
+	descTMTasks      = prometheus.NewDesc(Namespace+"_tm_tasks", "This TaskManager's tasks by state (terminal ones while retained for reports).", []string{"state"}, nil)
+	descTMOutbox     = prometheus.NewDesc(Namespace+"_tm_outbox_depth", "Messages to the leader not yet accepted (state updates, partition notices).", nil, nil)
+	descTMContact    = prometheus.NewDesc(Namespace+"_tm_leader_contact_age_seconds", "Time since this TaskManager last heard from its leader.", nil, nil)
+	descTMEpoch      = prometheus.NewDesc(Namespace+"_tm_epoch", "The highest leader epoch this TaskManager has seen.", nil, nil)
+	descTMHeartbeats = prometheus.NewDesc(Namespace+"_tm_heartbeats_total", "Heartbeats the leader answered.", nil, nil)
+	descTMFreeSlots  = prometheus.NewDesc(Namespace+"_tm_free_slots", "Slots holding no task.", nil, nil)
+)
+
+func (g *taskManagerGauges) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descTMTasks, descTMOutbox, descTMContact, descTMEpoch, descTMHeartbeats, descTMFreeSlots} {
+		ch <- d
+	}
+}
+
+func (g *taskManagerGauges) Collect(ch chan<- prometheus.Metric) {
+	for s, n := range g.st.TaskStates() {
+		ch <- prometheus.MustNewConstMetric(descTMTasks, prometheus.GaugeValue, float64(n), graph.ExecutionStateName(s))
+	}
+	ch <- prometheus.MustNewConstMetric(descTMOutbox, prometheus.GaugeValue, float64(g.st.OutboxLen()))
+	age := 0.0
+	if c := g.st.LastContact(); !c.IsZero() {
+		age = time.Since(c).Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(descTMContact, prometheus.GaugeValue, age)
+	ch <- prometheus.MustNewConstMetric(descTMEpoch, prometheus.GaugeValue, float64(g.st.Epoch()))
+	ch <- prometheus.MustNewConstMetric(descTMHeartbeats, prometheus.CounterValue, float64(g.st.Heartbeats()))
+	ch <- prometheus.MustNewConstMetric(descTMFreeSlots, prometheus.GaugeValue, float64(g.st.FreeSlots()))
+}

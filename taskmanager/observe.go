@@ -1,0 +1,30 @@
+package taskmanager
+
+import (
+	"time"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// What the TaskManager's metrics read (metrics.TaskManager, served on its --http-addr).
+
+// LastContact is when this TaskManager last heard from a leader it accepted (a heartbeat or
+// registration answered, or an accepted call).
+func (tm *TaskManager) LastContact() time.Time {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	return tm.lastContact
+}
+
+// TaskStates counts this TaskManager's tasks by state, retained terminal ones included. It
+// holds the TM's mutex for one pass over its own tasks (at most its slots times the tasks a
+// slot shares), not over any job's.
+func (tm *TaskManager) TaskStates() map[pb.ExecutionState]int {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	out := map[pb.ExecutionState]int{}
+	for _, t := range tm.tasks {
+		out[t.state]++
+	}
+	return out
+}
