@@ -15,6 +15,7 @@ type TaskManagerState interface {
 	ID() string
 	TaskStates() map[pb.ExecutionState]int
 	OutboxLen() int
+	OutboxRetries() int64
 	LastContact() time.Time
 	Epoch() uint64
 	Heartbeats() int64
@@ -56,12 +57,13 @@ var (
 	descTMOutbox     = prometheus.NewDesc(Namespace+"_tm_outbox_depth", "Messages to the leader not yet accepted (state updates, partition notices).", nil, nil)
 	descTMContact    = prometheus.NewDesc(Namespace+"_tm_leader_contact_age_seconds", "Time since this TaskManager last heard from its leader.", nil, nil)
 	descTMEpoch      = prometheus.NewDesc(Namespace+"_tm_epoch", "The highest leader epoch this TaskManager has seen.", nil, nil)
+	descTMRetries    = prometheus.NewDesc(Namespace+"_tm_outbox_retries_total", "Messages to the leader that failed (no leader, the gate closed, the network) and were sent again.", nil, nil)
 	descTMHeartbeats = prometheus.NewDesc(Namespace+"_tm_heartbeats_total", "Heartbeats the leader answered.", nil, nil)
 	descTMFreeSlots  = prometheus.NewDesc(Namespace+"_tm_free_slots", "Slots holding no task.", nil, nil)
 )
 
 func (g *taskManagerGauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTMTasks, descTMOutbox, descTMContact, descTMEpoch, descTMHeartbeats, descTMFreeSlots} {
+	for _, d := range []*prometheus.Desc{descTMTasks, descTMOutbox, descTMRetries, descTMContact, descTMEpoch, descTMHeartbeats, descTMFreeSlots} {
 		ch <- d
 	}
 }
@@ -71,6 +73,7 @@ func (g *taskManagerGauges) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTMTasks, prometheus.GaugeValue, float64(n), graph.ExecutionStateName(s))
 	}
 	ch <- prometheus.MustNewConstMetric(descTMOutbox, prometheus.GaugeValue, float64(g.st.OutboxLen()))
+	ch <- prometheus.MustNewConstMetric(descTMRetries, prometheus.CounterValue, float64(g.st.OutboxRetries()))
 	age := 0.0
 	if c := g.st.LastContact(); !c.IsZero() {
 		age = time.Since(c).Seconds()

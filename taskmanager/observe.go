@@ -16,6 +16,9 @@ func (tm *TaskManager) LastContact() time.Time {
 	return tm.lastContact
 }
 
+// OutboxRetries counts the messages to the leader that failed and were sent again.
+func (tm *TaskManager) OutboxRetries() int64 { return tm.outbox.retries.Load() }
+
 // TaskStates counts this TaskManager's tasks by state, retained terminal ones included. It
 // holds the TM's mutex for one pass over its own tasks (at most its slots times the tasks a
 // slot shares), not over any job's.

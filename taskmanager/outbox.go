@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmcluster/jmcluster/internal/failpoint"
@@ -45,6 +46,7 @@ type outbox struct {
 	n       int
 	stopped bool
 	nudge   chan struct{} // closed and replaced to wake every backing-off worker
+	retries atomic.Int64  // sends that failed and were retried (metrics)
 }
 
 func newOutbox(tm *TaskManager) *outbox {
@@ -186,6 +188,7 @@ func (o *outbox) worker(attempt string) {
 			continue
 		}
 		o.tm.leaderFailed(addr, err)
+		o.retries.Add(1)
 		delay, ok := transport.RetryAfter(err)
 		if !ok {
 			delay = backoff/2 + rand.N(backoff/2+1)
