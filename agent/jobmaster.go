@@ -193,7 +193,9 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	return a, nil
 }
 
-// seenEpoch is the highest leader epoch a live TaskManager of the gossip pool says it has seen.
+// seenEpoch is the highest leader epoch a TaskManager of the gossip pool says it has seen:
+// live ones, and dead or left ones gossip still remembers (one that comes back holds its
+// epoch).
 func (a *JobMaster) seenEpoch() (uint64, string) {
 	if a.Gossip == nil {
 		return 0, ""
@@ -202,8 +204,8 @@ func (a *JobMaster) seenEpoch() (uint64, string) {
 		epoch uint64
 		by    string
 	)
-	for _, m := range a.Gossip.TaskManagers() {
-		if m.Meta.Epoch > epoch {
+	for _, m := range a.Gossip.Members() {
+		if m.MetaErr == nil && m.Meta.Role == membership.RoleTaskManager && m.Meta.Epoch > epoch {
 			epoch, by = m.Meta.Epoch, "TaskManager "+m.Meta.ID
 		}
 	}

@@ -89,7 +89,14 @@ func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 		mux.Handle("GET /metrics", metrics.Handler(a.Metrics.Registry()))
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 		a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = a.http.Serve(a.httpLis) }()
+		if sec := cfg.TM.TLS; sec != nil {
+			// HTTPS with this TM's certificate, as a JobMaster's HTTP; a client certificate is
+			// optional (a scraper).
+			a.http.TLSConfig = sec.ServerConfigOptionalClient()
+			go func() { _ = a.http.ServeTLS(a.httpLis, "", "") }()
+		} else {
+			go func() { _ = a.http.Serve(a.httpLis) }()
+		}
 	}
 	if cfg.Gossip != nil {
 		g := *cfg.Gossip
@@ -112,7 +119,7 @@ func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 		return nil, err
 	}
 	if a.Gossip != nil {
-		go a.publishEpoch(ctx)
+		go a.publishEpoch(ctx, cfg.Gossip.Join, cfg.Logger)
 	}
 	return a, nil
 }
@@ -120,9 +127,13 @@ func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 // publishEpoch keeps the highest leader epoch this TM has seen in its gossip metadata: a new
 // leader whose committed state holds a lower epoch knows its state was lost and waits for a
 // snapshot restore instead of reconciling the running tasks away (cluster.ErrStateBehind).
-func (a *TaskManager) publishEpoch(ctx context.Context) {
+// While gossip knows no live JobMaster it joins its seeds again every rejoinInterval:
+// memberlist stops contacting dead members, so JobMasters that come back (restarted, or
+// rebuilt empty after losing their state) would otherwise not see this TM in gossip.
+func (a *TaskManager) publishEpoch(ctx context.Context, seeds []string, log hclog.Logger) {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	var lastJoin time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -131,9 +142,18 @@ func (a *TaskManager) publishEpoch(ctx context.Context) {
 			if e := a.TM.Epoch(); e > a.Gossip.LocalMeta().Epoch {
 				_ = a.Gossip.UpdateMeta(func(m *membership.Meta) { m.Epoch = max(m.Epoch, e) })
 			}
+			if len(seeds) > 0 && len(a.Gossip.JobMasters()) == 0 && time.Since(lastJoin) >= rejoinInterval {
+				lastJoin = time.Now()
+				if n, err := a.Gossip.Join(seeds); err == nil {
+					log.Info("no JobMaster in gossip: joined the seeds again", "reached", n)
+				}
+			}
 		}
 	}
 }
+
+// rejoinInterval: how often a TM whose gossip knows no live JobMaster joins its seeds again.
+const rejoinInterval = 5 * time.Second
 
 func (a *TaskManager) leaderFromGossip(ctx context.Context) (string, error) {
 	if a.Gossip == nil {

@@ -30,6 +30,8 @@ var (
 	// state holds, so the state was lost (every JobMaster wiped, or restored from an older
 	// copy); the leader does not establish leadership until a snapshot is restored.
 	ErrStateBehind = errors.New("cluster: the replicated state is behind what the TaskManagers have seen")
+	// ErrRestoreInProgress: a second snapshot restore while one runs.
+	ErrRestoreInProgress = errors.New("cluster: restore in progress")
 	// ErrInvalidConfig: the Config failed validation.
 	ErrInvalidConfig = errors.New("cluster: invalid config")
 )

@@ -82,6 +82,12 @@ func (n *Node) leaderLoop(ctx context.Context) {
 				n.revoke()
 				req.done <- n.restore(ctx, req)
 				continue
+			case <-n.recheck:
+				// A TaskManager has seen a higher epoch than this term's: establish again, which
+				// fails (deposed) or finds the state behind.
+				n.logger.Warn("a TaskManager has seen a newer epoch than this term's; establishing again", "epoch", n.Epoch(), "seen", n.refusedEpoch.Load())
+				n.revoke()
+				continue
 			}
 		}
 		n.revoke()
@@ -129,6 +135,20 @@ func (n *Node) seenEpoch() (uint64, string) {
 		epoch, by = r, "a TaskManager that refused this leader (STALE_EPOCH)"
 	}
 	return epoch, by
+}
+
+// NoteSeenEpoch records an epoch a TaskManager says it has seen (a registration or heartbeat
+// the leader refused as STALE_EPOCH). Above the committed epoch on an established leader, it
+// makes the leader loop establish again: a newer leader exists (establishing fails), or the
+// state was lost (the state-behind guard stops it).
+func (n *Node) NoteSeenEpoch(e uint64) {
+	n.noteSeenEpoch(e)
+	if n.Established() && e > n.sm.Epoch().GetEpoch() {
+		select {
+		case n.recheck <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (n *Node) noteSeenEpoch(e uint64) {

@@ -89,6 +89,8 @@ type Node struct {
 	epoch       uint64
 
 	restoreCh    chan restoreReq        // Restore -> leaderLoop
+	recheck      chan struct{}          // NoteSeenEpoch -> leaderLoop: establish again
+	restoring    atomic.Bool            // a Restore runs
 	behind       atomic.Pointer[string] // why the leader does not establish (ErrStateBehind)
 	refusedEpoch atomic.Uint64          // the highest epoch named by a STALE_EPOCH refusal
 
@@ -184,6 +186,7 @@ func NewNode(cfg Config, sm StateMachine, hooks LeaderHooks) (n *Node, err error
 		cancel:    cancel,
 		grpcAddrs: make(map[string]string),
 		restoreCh: make(chan restoreReq),
+		recheck:   make(chan struct{}, 1),
 	}
 	for _, p := range cfg.Peers {
 		if p.GRPCAddr != "" {
@@ -305,6 +308,25 @@ func (n *Node) VerifyLeader(ctx context.Context) error {
 	if !n.Established() {
 		return ErrNotEstablished
 	}
+	return n.verifyRaftLeader(ctx)
+}
+
+// VerifyBehindLeader is VerifyLeader for a Raft leader whose state is behind the TaskManagers
+// (it never establishes): Raft confirms its leadership, and every committed entry is applied.
+func (n *Node) VerifyBehindLeader(ctx context.Context) error {
+	if err := n.checkLeader(); err != nil {
+		return err
+	}
+	if n.Behind() == "" {
+		return ErrNotEstablished
+	}
+	if err := waitFuture(ctx, n.raft.Barrier(n.cfg.ApplyTimeout)); err != nil {
+		return fmt.Errorf("cluster: barrier: %w", err)
+	}
+	return n.verifyRaftLeader(ctx)
+}
+
+func (n *Node) verifyRaftLeader(ctx context.Context) error {
 	if err := waitFuture(ctx, n.raft.VerifyLeader()); err != nil {
 		return fmt.Errorf("cluster: verify leader: %w", err)
 	}

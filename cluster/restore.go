@@ -32,6 +32,10 @@ func (n *Node) Restore(ctx context.Context, prepare func(minEpoch uint64) ([]byt
 	if err := n.checkLeader(); err != nil {
 		return 0, 0, err
 	}
+	if !n.restoring.CompareAndSwap(false, true) {
+		return 0, 0, fmt.Errorf("%w: a snapshot restore is in progress on this leader", ErrRestoreInProgress)
+	}
+	defer n.restoring.Store(false)
 	req := restoreReq{prepare: prepare, done: make(chan restoreResult, 1)}
 	select {
 	case n.restoreCh <- req:

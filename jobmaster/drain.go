@@ -10,11 +10,12 @@ import (
 // TM is given no new task (Placeable), and every pipelined region with a task still active on it
 // is cancelled as a whole and deployed again on the other TMs (plan.go, runningSteps): only those
 // regions, once, without counting against the restart strategy (a cancellation, not a failure).
-// Finished tasks stay where they ran. A new leader drains what the committed state says, so a
-// drain in progress survives a failover.
+// A region moves whole, its finished members too (a pipelined region restarts as one); a region
+// whose members all finished has nothing active on the TM and stays. A new leader drains what
+// the committed state says, so a drain in progress survives a failover.
 
-// DrainResult is what a drain changed: the executions it moves (active on the TM when it was
-// committed) and the regions they belong to.
+// DrainResult is what a drain changed: the regions with an execution active on the TM when it
+// was committed, and their executions (all of them get new attempts: a region moves whole).
 type DrainResult struct {
 	Executions int
 	Regions    int
@@ -85,7 +86,6 @@ func (t *term) onTM(tmID string) DrainResult {
 		if len(on) == 0 {
 			continue
 		}
-		res.Executions += len(on)
 		regions, err := graph.FailoverRegions(jg)
 		if err != nil {
 			continue
@@ -93,7 +93,9 @@ func (t *term) onTM(tmID string) DrainResult {
 		for _, r := range regions {
 			for _, m := range r.Members {
 				if on[member{m.VertexID, m.Subtask}] {
+					// The region moves whole: every member gets a new attempt.
 					res.Regions++
+					res.Executions += len(r.Members)
 					break
 				}
 			}

@@ -366,6 +366,13 @@ func TestNextSteps(t *testing.T) {
 		used:    map[string]map[int32]bool{"tm1": {0: true}},
 		want:    []string{"deploy region 1: source[1]#1 map[1]#1 sink[1]#1 -> tm1/1 tm1/1 tm1/1"},
 	}, {
+		name: "a region moved off a drained TM restarts whole, its finished member too",
+		rec: func(t *testing.T) *pb.JobRecord {
+			return planJob(t, planChain(2), jobRunning, 0, with(every(2, stRunning), "source[1]", stFinished, "map[1]", stCanceled, "sink[1]", stCanceled))
+		},
+		drained: map[string]int64{"tm2": 1},
+		want:    []string{"deploy region 1: source[1]#1 map[1]#1 sink[1]#1"},
+	}, {
 		name: "a drained TM with only finished tasks -> nothing moves",
 		rec: func(t *testing.T) *pb.JobRecord {
 			return planJob(t, planBatch(), jobRunning, 0, map[string]pb.ExecutionState{"source[0]": stFinished, "source[1]": stRunning})

@@ -39,6 +39,7 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 		return nil, err
 	}
 	if req.EpochSeen > t.epoch {
+		jm.witnessEpoch(req.EpochSeen)
 		return nil, &StaleEpochError{Current: t.epoch, Seen: req.EpochSeen}
 	}
 	// The attempts of a replaced incarnation are listed before the new one is usable, so none
@@ -86,6 +87,7 @@ func (jm *JobMaster) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*
 		return nil, err
 	}
 	if req.EpochSeen > t.epoch {
+		jm.witnessEpoch(req.EpochSeen)
 		return nil, &StaleEpochError{Current: t.epoch, Seen: req.EpochSeen}
 	}
 	if !jm.tms.TouchOf(req.TmId, req.Incarnation) {
@@ -239,4 +241,15 @@ func checkPartition(jm *JobMaster, jobID, resultID string, ev *pb.ExecutionVerte
 		}
 	})
 	return err
+}
+
+// epochWitness is implemented by the Raft side (cluster.Node.NoteSeenEpoch): a TaskManager has
+// seen an epoch above this leader's, so either a newer leader exists or this cluster's state was
+// lost; the node checks which by establishing again.
+type epochWitness interface{ NoteSeenEpoch(epoch uint64) }
+
+func (jm *JobMaster) witnessEpoch(e uint64) {
+	if w, ok := jm.raft.(epochWitness); ok {
+		w.NoteSeenEpoch(e)
+	}
 }

@@ -92,9 +92,10 @@ var Policies = map[string]Policy{
 	pb.OperatorService_RaftRemove_FullMethodName:             {Forward: true, Roles: operator},
 	pb.OperatorService_RaftTransferLeadership_FullMethodName: {Forward: true, Roles: operator},
 	pb.OperatorService_Snapshot_FullMethodName:               {Roles: operator},
-	// A consistent copy from the established leader (a follower refuses it NOT_LEADER, naming
+	// A consistent copy from the established leader, or from a Raft leader whose state is
+	// behind the TaskManagers (the handler checks; a follower refuses it NOT_LEADER, naming
 	// the leader; it is a stream, so it is not forwarded).
-	pb.OperatorService_SnapshotSave_FullMethodName: {Leader: Leader, Roles: operator},
+	pb.OperatorService_SnapshotSave_FullMethodName: {Roles: operator},
 	// Served by the Raft leader, established or not: a leader whose state is behind the
 	// TaskManagers never establishes, and restoring is how it gets out (the handler refuses
 	// NOT_LEADER elsewhere; a stream is not forwarded).

@@ -34,6 +34,7 @@ operator CLI (talks gRPC to any JobMaster: --addr or JMNODE_ADDR, default 127.0.
                              bringing a cluster that lost its state back from one
   gossip keygen              a new gossip encryption key
   gossip keyring list | install | use | remove   rotate the gossip key on every member
+  healthcheck [--url URL]    one GET of /readyz (or /healthz): a container's health check
   version                    print the version
   tls ca create              a development CA for mutual TLS (docs/security.md)
   tls cert create            a certificate with a role (jobmaster, taskmanager, operator, reader)
@@ -80,6 +81,8 @@ func run(args []string) error {
 		return runSnapshot(rest)
 	case "tm":
 		return runTM(rest)
+	case "healthcheck":
+		return runHealthcheck(rest)
 	case "failpoints":
 		return runFailpoints(rest)
 	case "tls":

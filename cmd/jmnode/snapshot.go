@@ -75,11 +75,16 @@ func runSnapshotSave(args []string) error {
 	if err != nil {
 		return err
 	}
-	if st.LeaderGrpcAddress == "" {
-		return errors.New("no leader: a snapshot is saved from the established leader")
+	from, fromID := st.LeaderGrpcAddress, st.LeaderId
+	if from == "" {
+		// No established leader: a Raft leader whose state is behind the TaskManagers serves
+		// the copy too (its state may be the best there is: save it, restore it).
+		if from, fromID, err = raftLeader(cf); err != nil {
+			return fmt.Errorf("no established leader: %w", err)
+		}
 	}
 	leader := *cf.addr
-	*cf.addr = st.LeaderGrpcAddress
+	*cf.addr = from
 	defer func() { *cf.addr = leader }()
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
@@ -138,7 +143,7 @@ func runSnapshotSave(args []string) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
-	fmt.Printf("saved the state at index %d from %s (%s): %d jobs, %d bytes, hash %s\n", index, st.LeaderId, st.LeaderGrpcAddress, len(sum.Jobs), size, sum.Hash)
+	fmt.Printf("saved the state at index %d from %s (%s): %d jobs, %d bytes, hash %s\n", index, fromID, from, len(sum.Jobs), size, sum.Hash)
 	return nil
 }
 
@@ -193,6 +198,7 @@ func runSnapshotRestore(args []string) error {
 		"Replaces the replicated state of a JobMaster cluster with a snapshot file (disaster recovery), then waits for its reconciliation with the running tasks.")
 	cf := newCLIFlags(fs, false)
 	wait := fs.Duration("wait", 2*time.Minute, "after the restore, wait this long for the leader to reconcile the restored state (0: do not wait)")
+	force := fs.Bool("force", false, "restore although the cluster's state is not behind its TaskManagers: the state it holds is replaced, and every task the file does not know is cancelled")
 	if err := parseFlags(fs, reorder(fs, args)); err != nil {
 		return err
 	}
@@ -213,20 +219,9 @@ func runSnapshotRestore(args []string) error {
 
 	// The Raft leader serves the restore, established or not (one whose state is behind the
 	// TaskManagers never establishes): its gRPC address is in the Raft configuration.
-	peers, err := ask(cf, func(ctx context.Context, c *conn) (*pb.RaftPeersResponse, error) {
-		return c.operator().RaftPeers(ctx, &pb.RaftPeersRequest{})
-	})
+	leader, leaderID, err := raftLeader(cf)
 	if err != nil {
 		return err
-	}
-	leader := ""
-	for _, p := range peers.Peers {
-		if p.Leader {
-			leader = p.GrpcAddress
-		}
-	}
-	if leader == "" {
-		return fmt.Errorf("no Raft leader (as %s sees the cluster): a snapshot is restored by the leader", *cf.addr)
 	}
 	c, err := dialAs(cf, leader)
 	if err != nil {
@@ -240,7 +235,7 @@ func runSnapshotRestore(args []string) error {
 		return c.explain(err)
 	}
 	for off := 0; off < len(file); off += snapshotChunk {
-		if err := stream.Send(&pb.SnapshotChunk{Data: file[off:min(off+snapshotChunk, len(file))], Index: sum.Index}); err != nil {
+		if err := stream.Send(&pb.SnapshotChunk{Data: file[off:min(off+snapshotChunk, len(file))], Index: sum.Index, Force: *force && off == 0}); err != nil {
 			break // CloseAndRecv returns the cause
 		}
 	}
@@ -248,7 +243,7 @@ func runSnapshotRestore(args []string) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	fmt.Printf("restored by %s at index %d; the epoch raised to %d\n", peers.LeaderId, resp.Index, resp.EpochFloor)
+	fmt.Printf("restored by %s at index %d; the epoch raised to %d\n", leaderID, resp.Index, resp.EpochFloor)
 	if *wait == 0 {
 		return nil
 	}
@@ -282,4 +277,21 @@ func runSnapshotRestore(args []string) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// raftLeader is the Raft leader's gRPC address and id as the JobMaster the flags name sees the
+// Raft configuration (an established leader or not).
+func raftLeader(cf cliFlags) (addr, id string, err error) {
+	peers, err := ask(cf, func(ctx context.Context, c *conn) (*pb.RaftPeersResponse, error) {
+		return c.operator().RaftPeers(ctx, &pb.RaftPeersRequest{})
+	})
+	if err != nil {
+		return "", "", err
+	}
+	for _, p := range peers.Peers {
+		if p.Leader && p.GrpcAddress != "" {
+			return p.GrpcAddress, p.Id, nil
+		}
+	}
+	return "", "", fmt.Errorf("no Raft leader with a known address (as %s sees the cluster)", *cf.addr)
 }

@@ -20,8 +20,10 @@ const tmUsage = `usage: jmnode tm <list | drain ID> [flags]
 
 A drain is replicated state (a new leader keeps draining). Each pipelined region with a task on
 the drained TaskManager is cancelled as a whole and deployed on the others, once; no restart is
-counted against the job's restart strategy, and every other region keeps running. Finished
-tasks stay where they ran. drain waits (--wait) until nothing runs on the TaskManager.
+counted against the job's restart strategy, and every other region keeps running. A region
+moves whole (its finished members run again); one whose tasks all finished stays. drain waits
+(--wait) until no slot of the TaskManager is in use. A BLOCKING result a finished task produced
+there may still be read by regions that have not run yet: wait for them before stopping it.
 `
 
 func runTM(args []string) error {

@@ -441,7 +441,10 @@ type SnapshotChunk struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	// The applied index the state is at (every chunk).
-	Index         uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Index uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// SnapshotRestore's first chunk: restore even though this cluster's leader is established
+	// (its state is not behind the TaskManagers): the state it holds is replaced.
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -488,6 +491,13 @@ func (x *SnapshotChunk) GetIndex() uint64 {
 		return x.Index
 	}
 	return 0
+}
+
+func (x *SnapshotChunk) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 type DrainTaskManagerRequest struct {
@@ -1179,10 +1189,11 @@ const file_jmcluster_v1_operator_proto_rawDesc = "" +
 	"\x1eRaftTransferLeadershipResponse\x12\x17\n" +
 	"\afrom_id\x18\x01 \x01(\tR\x06fromId\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"\x15\n" +
-	"\x13SnapshotSaveRequest\"9\n" +
+	"\x13SnapshotSaveRequest\"O\n" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"X\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"X\n" +
 	"\x17DrainTaskManagerRequest\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12\x12\n" +
 	"\x04undo\x18\x02 \x01(\bR\x04undo\x12\x14\n" +

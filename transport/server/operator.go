@@ -87,7 +87,20 @@ const snapshotChunk = 1 << 20
 // once Raft confirms it still leads (so the copy is not a deposed leader's).
 func (s *OperatorService) SnapshotSave(_ *pb.SnapshotSaveRequest, stream pb.OperatorService_SnapshotSaveServer) error {
 	ctx := stream.Context()
-	if err := s.d.Node.VerifyLeader(ctx); err != nil {
+	// The established leader, or a Raft leader whose state is behind the TaskManagers (it
+	// never establishes): its state may be the best copy left, to save and restore with its
+	// epoch raised.
+	if !s.d.Node.Established() && s.d.Node.Behind() == "" {
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, addr, _ := s.d.Node.LeaderGRPCAddr(hctx)
+		return transport.NotLeaderError(addr)
+	}
+	verify := s.d.Node.VerifyLeader
+	if !s.d.Node.Established() {
+		verify = s.d.Node.VerifyBehindLeader
+	}
+	if err := verify(ctx); err != nil {
 		return err
 	}
 	snap, index, err := s.d.State.SnapshotAt()
@@ -124,12 +137,17 @@ func (s *OperatorService) SnapshotRestore(stream pb.OperatorService_SnapshotRest
 		return transport.NotLeaderError(addr)
 	}
 	var file []byte
-	for {
+	for first := true; ; first = false {
 		chunk, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
+			return err
+		}
+		if first && s.d.Node.Behind() == "" && !chunk.GetForce() {
+			err := status.Errorf(codes.FailedPrecondition, "snapshot restore: this cluster's state is not behind its TaskManagers (leader %s, epoch %d): restoring would replace the state it holds and cancel every task the file does not know; to do that anyway, --force", s.d.Node.ID(), s.d.State.Epoch().GetEpoch())
+			s.d.audit(ctx, "snapshot restore", err)
 			return err
 		}
 		if len(file)+len(chunk.GetData()) > MaxRestoreBytes {
