@@ -9,7 +9,7 @@ PKGS := ./...
 TEST_TIMEOUT ?= 15m
 FUZZTIME ?= 60s
 
-.PHONY: help build test test-short demo proto proto-check lint fmt-check fuzz bench bench-short jepsen jepsen-short jepsen-short-tls jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
+.PHONY: cluster-up cluster-down test-docker help build test test-short demo proto proto-check lint fmt-check fuzz bench bench-short jepsen jepsen-short jepsen-short-tls jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -31,6 +31,16 @@ docker: deploy/tls/gossip.key ## build the FROM-scratch image jmcluster/jmnode f
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o deploy/jmnode ./cmd/jmnode
 	docker build -t jmcluster/jmnode:dev deploy
 	rm -f deploy/jmnode
+
+cluster-up: docker ## start the compose cluster (deploy/docker-compose.yml): 3 JMs + 3 TMs, mutual TLS, data volumes, health checks
+	docker-compose -f deploy/docker-compose.yml up -d
+	@echo "operate it: export JMNODE_TLS_CA=deploy/tls/jmcluster-ca.pem JMNODE_TLS_CERT=deploy/tls/operator-admin.pem JMNODE_TLS_KEY=deploy/tls/operator-admin-key.pem; bin/jmnode status"
+
+cluster-down: ## stop the compose cluster and delete its volumes
+	docker-compose -f deploy/docker-compose.yml down -v --remove-orphans
+
+test-docker: docker ## the compose cluster for real: up, a streaming job, docker kill of the leader, a network cut, down (always)
+	$(GO) test -tags dockertest -count=1 -timeout 10m -v -run TestComposeCluster ./deploy/
 
 # The compose file's development CA, a certificate per container (named for its host name), an
 # operator certificate for the host's CLI and a gossip key, made once (delete deploy/tls to
