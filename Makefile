@@ -9,7 +9,7 @@ PKGS := ./...
 TEST_TIMEOUT ?= 15m
 FUZZTIME ?= 60s
 
-.PHONY: cluster-up cluster-down test-docker help build test test-short demo proto proto-check lint fmt-check fuzz bench bench-short jepsen jepsen-short jepsen-short-tls jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
+.PHONY: cluster-up cluster-down test-docker test-ui help build test test-short demo proto proto-check lint fmt-check fuzz bench bench-short jepsen jepsen-short jepsen-short-tls jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -38,6 +38,10 @@ cluster-up: docker ## start the compose cluster (deploy/docker-compose.yml): 3 J
 
 cluster-down: ## stop the compose cluster and delete its volumes
 	docker-compose -f deploy/docker-compose.yml down -v --remove-orphans
+
+test-ui: build ## the web UI in headless Chromium (chromedp; installs Debian's chromium when missing); UPDATE_SCREENSHOTS=1 writes docs/ui-*.png
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { echo "installing chromium"; apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+	$(GO) test -tags browser -count=1 -timeout 5m -v -run TestWebUIShowsAFailover ./cmd/jmnode/
 
 test-docker: docker ## the compose cluster for real: up, a streaming job, docker kill of the leader, a network cut, down (always)
 	$(GO) test -tags dockertest -count=1 -timeout 10m -v -run TestComposeCluster ./deploy/

@@ -51,6 +51,8 @@ func (n *Node) monitorLeadership() {
 				continue
 			}
 			n.logger.Info("cluster leadership acquired")
+			// Raft's last contact is the previous leader's until this node leads.
+			n.prevContact.Store(n.raft.LastContact().UnixNano())
 			ctx, cancel := context.WithCancel(n.ctx)
 			stop, loopDone = cancel, make(chan struct{})
 			go func(done chan struct{}) {
@@ -158,6 +160,16 @@ func (n *Node) noteSeenEpoch(e uint64) {
 			return
 		}
 	}
+}
+
+// PreviousLeaderContact is when this node, before it led, last heard from a leader (zero when
+// never): the failover timeline's start.
+func (n *Node) PreviousLeaderContact() time.Time {
+	ns := n.prevContact.Load()
+	if ns <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // Behind is why this Raft leader does not establish leadership (ErrStateBehind), or "".

@@ -91,6 +91,7 @@ type Node struct {
 	restoreCh    chan restoreReq        // Restore -> leaderLoop
 	recheck      chan struct{}          // NoteSeenEpoch -> leaderLoop: establish again
 	restoring    atomic.Bool            // a Restore runs
+	prevContact  atomic.Int64           // unix ns of the last contact with a leader before this node led
 	behind       atomic.Pointer[string] // why the leader does not establish (ErrStateBehind)
 	refusedEpoch atomic.Uint64          // the highest epoch named by a STALE_EPOCH refusal
 

@@ -83,11 +83,13 @@ func (s *state) beginReconciliation(index uint64, c *pb.BeginReconciliationComma
 		return nil
 	}
 	s.recons = append(s.recons, &pb.ReconciliationRecord{
-		Epoch:     c.Epoch,
-		LeaderId:  s.epoch.LeaderId,
-		StartedAt: c.Timestamp,
-		Outcome:   outcomeInProgress,
-		Jobs:      jobs,
+		Epoch:         c.Epoch,
+		LeaderId:      s.epoch.LeaderId,
+		StartedAt:     c.Timestamp,
+		Outcome:       outcomeInProgress,
+		Jobs:          jobs,
+		LeaderLostAt:  c.LeaderLostAt,
+		EstablishedAt: c.EstablishedAt,
 	})
 	if n := len(s.recons) - maxReconciliations; n > 0 {
 		s.recons = slices.Delete(s.recons, 0, n)

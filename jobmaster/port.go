@@ -38,6 +38,24 @@ type Term interface {
 	Ack(ctx context.Context, addr string, attemptIDs []string) error
 	// MarkLost marks a TM lost: it gets no new work until it registers or heartbeats again.
 	MarkLost(tmID string)
+	// Times are the term's start for the failover timeline (unix ms, 0 when unknown): when
+	// this node last heard from the previous leader, and when its epoch was committed.
+	Times() (leaderLostAt, establishedAt int64)
+}
+
+// leaderContact is implemented by the Raft side (cluster.Node.PreviousLeaderContact).
+type leaderContact interface{ PreviousLeaderContact() time.Time }
+
+func (t *term) Times() (leaderLostAt, establishedAt int64) {
+	if lc, ok := t.jm.raft.(leaderContact); ok {
+		if at := lc.PreviousLeaderContact(); !at.IsZero() {
+			leaderLostAt = at.UnixMilli()
+		}
+	}
+	if ep := t.jm.state.Epoch(); ep.GetEpoch() == t.epoch {
+		establishedAt = ep.GetTimestamp()
+	}
+	return leaderLostAt, establishedAt
 }
 
 var _ Term = (*term)(nil)

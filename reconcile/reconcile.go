@@ -122,8 +122,9 @@ func (r *Reconciler) step(epoch uint64, name, format string, args ...any) {
 func (r *Reconciler) Reconcile(ctx context.Context, t jobmaster.Term) error {
 	epoch := t.Epoch()
 	start := time.Now()
+	lostAt, establishedAt := t.Times()
 	if _, err := t.Commit(ctx, pb.CommandType_COMMAND_TYPE_BEGIN_RECONCILIATION, &pb.BeginReconciliationCommand{
-		Epoch: epoch, Timestamp: start.UnixMilli(),
+		Epoch: epoch, Timestamp: start.UnixMilli(), LeaderLostAt: lostAt, EstablishedAt: establishedAt,
 	}); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}

@@ -1142,9 +1142,12 @@ type RaftPeer struct {
 	Id      string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Address string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	// "voter", "nonvoter"
-	Suffrage      string `protobuf:"bytes,3,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
-	Leader        bool   `protobuf:"varint,4,opt,name=leader,proto3" json:"leader,omitempty"`
-	GrpcAddress   string `protobuf:"bytes,5,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	Suffrage    string `protobuf:"bytes,3,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
+	Leader      bool   `protobuf:"varint,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	GrpcAddress string `protobuf:"bytes,5,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	// The JobMaster's gossip state as the answering node sees it: "alive", "suspect", "dead",
+	// "left"; empty when gossip does not know it (or is off).
+	State         string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1210,6 +1213,13 @@ func (x *RaftPeer) GetLeader() bool {
 func (x *RaftPeer) GetGrpcAddress() string {
 	if x != nil {
 		return x.GrpcAddress
+	}
+	return ""
+}
+
+func (x *RaftPeer) GetState() string {
+	if x != nil {
+		return x.State
 	}
 	return ""
 }
@@ -1364,13 +1374,14 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\rapplied_index\x18\n" +
 	" \x01(\x04R\fappliedIndex\x12!\n" +
 	"\fcommit_index\x18\v \x01(\x04R\vcommitIndex\x12!\n" +
-	"\fstate_behind\x18\f \x01(\tR\vstateBehind\"\x8b\x01\n" +
+	"\fstate_behind\x18\f \x01(\tR\vstateBehind\"\xa1\x01\n" +
 	"\bRaftPeer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
 	"\bsuffrage\x18\x03 \x01(\tR\bsuffrage\x12\x16\n" +
 	"\x06leader\x18\x04 \x01(\bR\x06leader\x12!\n" +
-	"\fgrpc_address\x18\x05 \x01(\tR\vgrpcAddress\"S\n" +
+	"\fgrpc_address\x18\x05 \x01(\tR\vgrpcAddress\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\tR\x05state\"S\n" +
 	"\x0fWatchJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12)\n" +
 	"\x04view\x18\x02 \x01(\x0e2\x15.jmcluster.v1.JobViewR\x04view*e\n" +

@@ -1068,7 +1068,10 @@ type ReconciliationRecord struct {
 	MergedAt        int64 `protobuf:"varint,9,opt,name=merged_at,json=mergedAt,proto3" json:"merged_at,omitempty"`
 	JobsCommittedAt int64 `protobuf:"varint,10,opt,name=jobs_committed_at,json=jobsCommittedAt,proto3" json:"jobs_committed_at,omitempty"`
 	// Every TaskManager asked for a report, ordered by time, then id.
-	Reports       []*ReconciliationReport `protobuf:"bytes,11,rep,name=reports,proto3" json:"reports,omitempty"`
+	Reports []*ReconciliationReport `protobuf:"bytes,11,rep,name=reports,proto3" json:"reports,omitempty"`
+	// BEGIN_RECONCILIATION's leader_lost_at and established_at: the failover's start.
+	LeaderLostAt  int64 `protobuf:"varint,12,opt,name=leader_lost_at,json=leaderLostAt,proto3" json:"leader_lost_at,omitempty"`
+	EstablishedAt int64 `protobuf:"varint,13,opt,name=established_at,json=establishedAt,proto3" json:"established_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1180,11 +1183,29 @@ func (x *ReconciliationRecord) GetReports() []*ReconciliationReport {
 	return nil
 }
 
+func (x *ReconciliationRecord) GetLeaderLostAt() int64 {
+	if x != nil {
+		return x.LeaderLostAt
+	}
+	return 0
+}
+
+func (x *ReconciliationRecord) GetEstablishedAt() int64 {
+	if x != nil {
+		return x.EstablishedAt
+	}
+	return 0
+}
+
 // Marks every non-terminal job and execution RECONCILING (step 3 of the protocol).
 type BeginReconciliationCommand struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Timestamp     int64                  `protobuf:"varint,2,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Epoch     uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Timestamp int64                  `protobuf:"varint,2,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	// For the failover timeline (unix ms, 0 when unknown): when the new leader last heard from
+	// the previous one (its Raft follower state), and when it committed its epoch.
+	LeaderLostAt  int64 `protobuf:"varint,3,opt,name=leader_lost_at,json=leaderLostAt,proto3" json:"leader_lost_at,omitempty"`
+	EstablishedAt int64 `protobuf:"varint,4,opt,name=established_at,json=establishedAt,proto3" json:"established_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1229,6 +1250,20 @@ func (x *BeginReconciliationCommand) GetEpoch() uint64 {
 func (x *BeginReconciliationCommand) GetTimestamp() int64 {
 	if x != nil {
 		return x.Timestamp
+	}
+	return 0
+}
+
+func (x *BeginReconciliationCommand) GetLeaderLostAt() int64 {
+	if x != nil {
+		return x.LeaderLostAt
+	}
+	return 0
+}
+
+func (x *BeginReconciliationCommand) GetEstablishedAt() int64 {
+	if x != nil {
+		return x.EstablishedAt
 	}
 	return 0
 }
@@ -2369,7 +2404,7 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"executions\x18\x04 \x01(\x03R\n" +
 	"executions\x12\x16\n" +
-	"\x06detail\x18\x05 \x01(\tR\x06detail\"\x97\x03\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\"\xe4\x03\n" +
 	"\x14ReconciliationRecord\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1d\n" +
@@ -2383,10 +2418,14 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\tmerged_at\x18\t \x01(\x03R\bmergedAt\x12*\n" +
 	"\x11jobs_committed_at\x18\n" +
 	" \x01(\x03R\x0fjobsCommittedAt\x12<\n" +
-	"\areports\x18\v \x03(\v2\".jmcluster.v1.ReconciliationReportR\areports\"P\n" +
+	"\areports\x18\v \x03(\v2\".jmcluster.v1.ReconciliationReportR\areports\x12$\n" +
+	"\x0eleader_lost_at\x18\f \x01(\x03R\fleaderLostAt\x12%\n" +
+	"\x0eestablished_at\x18\r \x01(\x03R\restablishedAt\"\x9d\x01\n" +
 	"\x1aBeginReconciliationCommand\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1c\n" +
-	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\"\x89\x02\n" +
+	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12$\n" +
+	"\x0eleader_lost_at\x18\x03 \x01(\x03R\fleaderLostAt\x12%\n" +
+	"\x0eestablished_at\x18\x04 \x01(\x03R\restablishedAt\"\x89\x02\n" +
 	"\x13ReconcileJobCommand\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12A\n" +

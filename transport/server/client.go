@@ -178,6 +178,17 @@ func ClusterStatus(d Deps) *pb.ClusterStatusResponse {
 		out.LeaderGrpcAddress = ep.LeaderGrpcAddress
 	}
 	out.Peers, _ = d.Node.Peers()
+	if d.Members != nil {
+		states := map[string]string{}
+		for _, m := range d.Members() {
+			if m.Role == "jobmaster" {
+				states[m.Meta["id"]] = m.State
+			}
+		}
+		for _, p := range out.Peers {
+			p.State = states[p.Id]
+		}
+	}
 	out.StateBehind = d.Node.Behind()
 	recs := d.State.Reconciliations()
 	for _, r := range recs {

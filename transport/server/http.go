@@ -48,6 +48,9 @@ func NewHTTPHandler(d Deps) http.Handler {
 	mux.HandleFunc("GET /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, &pb.ListJobsResponse{ServedBy: d.Node.ID(), Jobs: jobSummaries(d)})
 	})
+	mux.HandleFunc("GET /api/v1/events", func(w http.ResponseWriter, r *http.Request) {
+		serveEvents(w, r, d)
+	})
 	mux.HandleFunc("GET /api/v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
 		serveJobView(w, r, d)
 	})

@@ -1,0 +1,127 @@
+//go:build browser
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// chromium finds the browser (make test-ui installs Debian's chromium when it is missing).
+func chromium(t *testing.T) string {
+	for _, n := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no chromium on PATH: make test-ui installs it (apt-get install chromium)")
+	return ""
+}
+
+// TestWebUIShowsAFailover drives the embedded web UI in headless Chromium (chromedp) against
+// three JobMaster and three TaskManager processes: the cluster page lists the JobMasters and
+// TaskManagers; the job page draws the job's graph (three vertices, their edges, every subtask
+// RUNNING) and a click on a vertex lists its subtasks with attempt, TaskManager and slot; the
+// leader is killed, and the page (served by a follower, updated over server-sent events, never
+// reloaded) shows the new reconciliation's timeline with its 9 executions kept running, the
+// killed JobMaster down, and the job RUNNING again. UPDATE_SCREENSHOTS=1 writes the pages to
+// docs/ui-*.png.
+func TestWebUIShowsAFailover(t *testing.T) {
+	d := newProcessCluster(t, fastProcs)
+	rec := submitChain(t, d, "ui", 3)
+	id := rec.JobGraph.JobId
+	leader, err := d.waitLeader(context.Background(), "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var follower string
+	for _, p := range d.JMs {
+		if p.Name != leader.LeaderId {
+			follower = p.Addrs.HTTP
+			break
+		}
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium(t)), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(1200, 900))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancelT()
+
+	// waitJS polls a JavaScript expression until it is true, or fails naming what it waited for.
+	waitJS := func(what, expr string, limit time.Duration) {
+		t.Helper()
+		ok, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(limit), chromedp.WithPollingInterval(100*time.Millisecond)))
+		if err != nil || !ok {
+			body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+			t.Fatalf("the page did not show %s within %s (%v); it shows:\n%s", what, limit, err, body)
+		}
+	}
+	shot := func(name string) {
+		t.Helper()
+		if os.Getenv("UPDATE_SCREENSHOTS") == "" {
+			return
+		}
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join("..", "..", "docs", name)
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", path)
+	}
+
+	base := "http://" + follower + "/"
+	if err := chromedp.Do(ctx, chromedp.Navigate(base)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS("three JobMasters and three TaskManagers", `document.querySelectorAll('#peers tr[data-jm]').length === 3 && document.querySelectorAll('#tms tr[data-tm]').length === 3`, 30*time.Second)
+	waitJS("the job in the list", fmt.Sprintf(`!!document.querySelector('#jobs a[href="#job/%s"]')`, id), 30*time.Second)
+
+	// The job page: the graph, every subtask RUNNING.
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"#job/"+id)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS("the job graph with three vertices and two edges, all RUNNING",
+		`document.querySelectorAll('#dag g.vertex').length === 3 && document.querySelectorAll('#dag path.edge').length === 2 && `+
+			`[...document.querySelectorAll('#dag g.vertex')].every(g => g.textContent.includes('3 RUNNING'))`, 30*time.Second)
+	waitJS("FORWARD · PIPELINED on the edges", `document.querySelector('#dag').textContent.includes('FORWARD · PIPELINED')`, 5*time.Second)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#dag g.vertex[data-vertex="map"]`))); err != nil {
+		t.Fatal(err)
+	}
+	waitJS("the map vertex's three subtasks with attempt, TaskManager and slot",
+		`document.querySelectorAll('#subtask-table tr').length === 4 && document.querySelector('#subtask-table').textContent.includes('tm')`, 10*time.Second)
+	shot("ui-job.png")
+
+	// Back to the cluster page; kill the leader: the page follows the failover live.
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"#")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS("the cluster page", `document.querySelectorAll('#peers tr[data-jm]').length === 3`, 10*time.Second)
+	if err := d.Proc(leader.LeaderId).Kill(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	waitJS("the new reconciliation's timeline, 9 kept running",
+		fmt.Sprintf(`[...document.querySelectorAll('.failover')].some(f => Number(f.dataset.epoch) > %d && f.textContent.includes('completed') && f.textContent.includes('9 kept running') && f.querySelectorAll('rect.report').length === 3)`, leader.Epoch),
+		60*time.Second)
+	waitJS("the killed JobMaster down", fmt.Sprintf(`!!document.querySelector('#peers tr[data-jm="%s"] .st.down')`, leader.LeaderId), 60*time.Second)
+	t.Logf("the page showed the failover and %s down %s after the kill", leader.LeaderId, time.Since(killed).Round(time.Millisecond))
+	shot("ui-failover.png")
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"#job/"+id)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS("the job RUNNING again", `document.querySelector('#job-title').textContent.includes('RUNNING') && document.querySelector('#job-info').textContent.includes('9 RUNNING')`, 30*time.Second)
+}
