@@ -1,11 +1,13 @@
 package metrics
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/taskmanager"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -20,6 +22,7 @@ type TaskManagerState interface {
 	Epoch() uint64
 	Heartbeats() int64
 	FreeSlots() int
+	TaskIOs() []taskmanager.TaskIO
 }
 
 // TaskManager holds a TaskManager's instruments, in its own registry.
@@ -59,11 +62,13 @@ var (
 	descTMEpoch      = prometheus.NewDesc(Namespace+"_tm_epoch", "The highest leader epoch this TaskManager has seen.", nil, nil)
 	descTMRetries    = prometheus.NewDesc(Namespace+"_tm_outbox_retries_total", "Messages to the leader that failed (no leader, the gate closed, the network) and were sent again.", nil, nil)
 	descTMHeartbeats = prometheus.NewDesc(Namespace+"_tm_heartbeats_total", "Heartbeats the leader answered.", nil, nil)
+	descTMRecordsIn  = prometheus.NewDesc(Namespace+"_tm_task_records_in_total", "Records a task read from its inputs.", []string{"job", "vertex", "subtask", "attempt"}, nil)
+	descTMRecordsOut = prometheus.NewDesc(Namespace+"_tm_task_records_out_total", "Records a task emitted to its outputs.", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMFreeSlots  = prometheus.NewDesc(Namespace+"_tm_free_slots", "Slots holding no task.", nil, nil)
 )
 
 func (g *taskManagerGauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTMTasks, descTMOutbox, descTMRetries, descTMContact, descTMEpoch, descTMHeartbeats, descTMFreeSlots} {
+	for _, d := range []*prometheus.Desc{descTMTasks, descTMRecordsIn, descTMRecordsOut, descTMOutbox, descTMRetries, descTMContact, descTMEpoch, descTMHeartbeats, descTMFreeSlots} {
 		ch <- d
 	}
 }
@@ -71,6 +76,11 @@ func (g *taskManagerGauges) Describe(ch chan<- *prometheus.Desc) {
 func (g *taskManagerGauges) Collect(ch chan<- prometheus.Metric) {
 	for s, n := range g.st.TaskStates() {
 		ch <- prometheus.MustNewConstMetric(descTMTasks, prometheus.GaugeValue, float64(n), graph.ExecutionStateName(s))
+	}
+	for _, io := range g.st.TaskIOs() {
+		sub, att := strconv.Itoa(int(io.Subtask)), strconv.Itoa(int(io.AttemptNumber))
+		ch <- prometheus.MustNewConstMetric(descTMRecordsIn, prometheus.CounterValue, float64(io.RecordsIn), io.JobID, io.VertexID, sub, att)
+		ch <- prometheus.MustNewConstMetric(descTMRecordsOut, prometheus.CounterValue, float64(io.RecordsOut), io.JobID, io.VertexID, sub, att)
 	}
 	ch <- prometheus.MustNewConstMetric(descTMOutbox, prometheus.GaugeValue, float64(g.st.OutboxLen()))
 	ch <- prometheus.MustNewConstMetric(descTMRetries, prometheus.CounterValue, float64(g.st.OutboxRetries()))

@@ -19,6 +19,26 @@ func (tm *TaskManager) LastContact() time.Time {
 // OutboxRetries counts the messages to the leader that failed and were sent again.
 func (tm *TaskManager) OutboxRetries() int64 { return tm.outbox.retries.Load() }
 
+// TaskIO is one task's record counts.
+type TaskIO struct {
+	JobID, VertexID        string
+	Subtask, AttemptNumber int32
+	RecordsIn, RecordsOut  int64
+}
+
+// TaskIOs returns the record counts of this TaskManager's tasks (retained terminal ones too).
+func (tm *TaskManager) TaskIOs() []TaskIO {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	out := make([]TaskIO, 0, len(tm.tasks))
+	for _, t := range tm.tasks {
+		d := t.tdd
+		out = append(out, TaskIO{JobID: d.GetJobId(), VertexID: d.GetVertexId(), Subtask: d.GetSubtaskIndex(), AttemptNumber: d.GetAttemptNumber(),
+			RecordsIn: t.recordsIn.Load(), RecordsOut: t.recordsOut.Load()})
+	}
+	return out
+}
+
 // TaskStates counts this TaskManager's tasks by state, retained terminal ones included. It
 // holds the TM's mutex for one pass over its own tasks (at most its slots times the tasks a
 // slot shares), not over any job's.

@@ -98,6 +98,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	parts, answer := tm.registerPartitions(t)
 	defer answer() // also when the task ends before RUNNING: the waiters learn it is gone
 	emit := func(r operators.Record) error {
+		t.recordsOut.Add(1)
 		for _, p := range parts {
 			if err := p.add(t.ctx, r); err != nil {
 				return err
@@ -249,6 +250,7 @@ func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Em
 			if err != nil {
 				return err
 			}
+			t.recordsIn.Add(int64(len(rs)))
 			for _, r := range rs {
 				if err := op.Process(r, emit); err != nil {
 					return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -28,6 +29,9 @@ type task struct {
 
 	deployEpoch uint64 // the epoch of the leader call that submitted the task
 	fenceEpoch  uint64 // the highest epoch this TM had seen when it accepted that call
+
+	// records the task read from its inputs and emitted (metrics; no lock)
+	recordsIn, recordsOut atomic.Int64
 }
 
 func (t *task) attempt() string { return t.tdd.GetAttemptId() }

@@ -162,6 +162,16 @@ func TestMetricsAfterALeaderKill(t *testing.T) {
 		if _, ok := sample(fams, "go_goroutines"); !ok {
 			t.Fatalf("%s: no Go runtime metrics", name)
 		}
+		var in, out float64
+		for _, m := range fams["jmcluster_tm_task_records_out_total"].GetMetric() {
+			out += m.GetCounter().GetValue()
+		}
+		for _, m := range fams["jmcluster_tm_task_records_in_total"].GetMetric() {
+			in += m.GetCounter().GetValue()
+		}
+		if in <= 0 || out <= 0 {
+			t.Fatalf("%s: tasks read %v and emitted %v records", name, in, out)
+		}
 		t.Logf("%s: %v tasks RUNNING, leader contact %.2fs ago", name, r, age)
 	}
 	if tasks != 9 {
