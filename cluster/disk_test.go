@@ -24,8 +24,15 @@ import (
 // replica and restarting them from their data dirs; a failing disk must never acknowledge a
 // write (its client gets an error, and the outcome of such a write is unknown: it may or may
 // not be there after the restart); nothing committed before the faults is lost.
+//
+// hashicorp/raft's default timings, not the fast test ones: with a 100 ms leader lease a loaded
+// machine (a slow disk write on top of CPU starvation) lost the lease during the slow-disk
+// writes, which then failed as "leadership lost", not for the disk.
 func TestDiskFaultsNeverAcknowledgeWithoutPersistence(t *testing.T) {
-	nodes := startStatic(t, 3, nil)
+	nodes := startStaticWith(t, 3, nil, func(c *Config) {
+		d := DefaultConfig()
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = d.HeartbeatTimeout, d.ElectionTimeout, d.LeaderLeaseTimeout
+	})
 	leader := establishedLeader(t, nodes, 1)
 	mustApply(t, leader.Node, "before")
 	waitValues(t, nodes, []string{"before"})

@@ -167,10 +167,20 @@ func (tn *testNode) setPeers(peers []Peer) {
 // startStatic builds n nodes with an explicit peer list and starts them.
 func startStatic(t *testing.T, n int, hooks func(i int) *recHooks) []*testNode {
 	t.Helper()
+	return startStaticWith(t, n, hooks, nil)
+}
+
+// startStaticWith is startStatic with each node's configuration edited first (edit may be nil).
+func startStaticWith(t *testing.T, n int, hooks func(i int) *recHooks, edit func(*Config)) []*testNode {
+	t.Helper()
 	nodes := make([]*testNode, n)
 	peers := make([]Peer, n)
 	for i := range nodes {
-		nodes[i] = newTestNode(t, nodeConfig(t, fmt.Sprintf("jm%d", i+1)), listen(t, "127.0.0.1:0"))
+		cfg := nodeConfig(t, fmt.Sprintf("jm%d", i+1))
+		if edit != nil {
+			edit(&cfg)
+		}
+		nodes[i] = newTestNode(t, cfg, listen(t, "127.0.0.1:0"))
 		if hooks != nil {
 			nodes[i].hooks = hooks(i)
 			nodes[i].Node.hooks = nodes[i].hooks
