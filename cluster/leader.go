@@ -134,7 +134,7 @@ func (n *Node) seenEpoch() (uint64, string) {
 		epoch, by = n.cfg.SeenEpoch()
 	}
 	if r := n.refusedEpoch.Load(); r > epoch {
-		epoch, by = r, "a TaskManager that refused this leader (STALE_EPOCH)"
+		epoch, by = r, "a TaskManager this leader asked (it refused it as stale)"
 	}
 	return epoch, by
 }
@@ -152,6 +152,10 @@ func (n *Node) NoteSeenEpoch(e uint64) {
 		}
 	}
 }
+
+// RaiseEpochFloor records an epoch a TaskManager confirmed it has seen (asked by the leader):
+// a restore raises the state's epoch at least to it.
+func (n *Node) RaiseEpochFloor(e uint64) { n.noteSeenEpoch(e) }
 
 func (n *Node) noteSeenEpoch(e uint64) {
 	for {

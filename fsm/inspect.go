@@ -200,3 +200,23 @@ func InspectSnapshotFile(r io.Reader) (*SnapshotSummary, error) {
 	sort.Slice(s.Jobs, func(a, b int) bool { return s.Jobs[a].ID < s.Jobs[b].ID })
 	return s, nil
 }
+
+// SnapshotPoolAddresses returns the gRPC addresses of the TaskManagers in a snapshot file's pool:
+// a restore asks them which epoch they have seen before it raises the state's epoch.
+func SnapshotPoolAddresses(file []byte) ([]string, error) {
+	stream, _, err := splitSnapshotFile(file)
+	if err != nil {
+		return nil, err
+	}
+	f := New(hclog.NewNullLogger())
+	if err := f.Restore(io.NopCloser(bytes.NewReader(stream))); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range f.Pool().GetMembers() {
+		if m.GetGrpcAddress() != "" {
+			out = append(out, m.GetGrpcAddress())
+		}
+	}
+	return out, nil
+}

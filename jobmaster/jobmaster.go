@@ -220,6 +220,9 @@ func (c *Config) setDefaults() {
 // JobMaster is created on every JM replica; it becomes active when the node establishes
 // leadership (cluster calls EstablishLeadership) and goes passive when it is revoked.
 type JobMaster struct {
+	probeMu sync.Mutex
+	probed  map[string]time.Time // TM address -> when witnessEpoch last asked it
+
 	cfg   Config
 	raft  Raft
 	state *fsm.FSM

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -39,7 +42,7 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 		return nil, err
 	}
 	if req.EpochSeen > t.epoch {
-		jm.witnessEpoch(req.EpochSeen)
+		jm.witnessEpoch(req.GrpcAddress)
 		return nil, &StaleEpochError{Current: t.epoch, Seen: req.EpochSeen}
 	}
 	// The attempts of a replaced incarnation are listed before the new one is usable, so none
@@ -87,7 +90,9 @@ func (jm *JobMaster) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*
 		return nil, err
 	}
 	if req.EpochSeen > t.epoch {
-		jm.witnessEpoch(req.EpochSeen)
+		if tm, ok := jm.tms.Get(req.TmId); ok {
+			jm.witnessEpoch(tm.GRPCAddr)
+		}
 		return nil, &StaleEpochError{Current: t.epoch, Seen: req.EpochSeen}
 	}
 	if !jm.tms.TouchOf(req.TmId, req.Incarnation) {
@@ -248,8 +253,53 @@ func checkPartition(jm *JobMaster, jobID, resultID string, ev *pb.ExecutionVerte
 // lost; the node checks which by establishing again.
 type epochWitness interface{ NoteSeenEpoch(epoch uint64) }
 
-func (jm *JobMaster) witnessEpoch(e uint64) {
-	if w, ok := jm.raft.(epochWitness); ok {
-		w.NoteSeenEpoch(e)
+// probeEvery bounds how often one TaskManager is asked for its epoch.
+const probeEvery = 2 * time.Second
+
+// witnessEpoch checks a TaskManager's claim (in a registration or heartbeat) to have seen an
+// epoch above this leader's by asking the TaskManager at addr itself (ProbeEpoch), once per
+// probeEvery: the claim is the caller's word, and a made-up one must not stop a leader. A seen
+// epoch the TaskManager confirms goes to the Raft side.
+func (jm *JobMaster) witnessEpoch(addr string) {
+	w, ok := jm.raft.(epochWitness)
+	if !ok || addr == "" {
+		return
 	}
+	jm.probeMu.Lock()
+	if at, ok := jm.probed[addr]; ok && time.Since(at) < probeEvery {
+		jm.probeMu.Unlock()
+		return
+	}
+	if jm.probed == nil {
+		jm.probed = map[string]time.Time{}
+	}
+	jm.probed[addr] = time.Now()
+	jm.probeMu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), jm.cfg.RPCTimeout)
+		defer cancel()
+		if seen, err := jm.ProbeEpoch(ctx, addr); err == nil && seen > 0 {
+			w.NoteSeenEpoch(seen)
+		}
+	}()
+}
+
+// ProbeEpoch asks the TaskManager at addr which leader epoch it has seen, changing nothing there:
+// AcknowledgeTerminal at epoch 0 with no attempts is refused STALE_EPOCH naming the epoch it has
+// seen, or INVALID_ARGUMENT by one that has seen none (0).
+func (jm *JobMaster) ProbeEpoch(ctx context.Context, addr string) (uint64, error) {
+	err := jm.tms.Call(ctx, addr, func(ctx context.Context, c pb.TaskManagerServiceClient) error {
+		_, err := c.AcknowledgeTerminal(ctx, &pb.AcknowledgeTerminalRequest{Epoch: 0})
+		return err
+	})
+	if seen, ok := transport.StaleEpochSeen(err); ok {
+		return seen, nil
+	}
+	if status.Code(err) == codes.InvalidArgument {
+		return 0, nil
+	}
+	if err == nil {
+		return 0, errors.New("probe epoch: the TaskManager accepted an empty acknowledgement")
+	}
+	return 0, err
 }

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/jmcluster/jmcluster/fsm"
+	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -160,12 +162,44 @@ func (s *OperatorService) SnapshotRestore(stream pb.OperatorService_SnapshotRest
 		s.d.audit(ctx, "snapshot restore", err, "bytes", len(file))
 		return fmt.Errorf("snapshot restore: the file does not restore: %w", err)
 	}
+	// The TaskManagers the restored state knows are asked which epoch they have seen: gossip may
+	// not know them (a rebuilt cluster), and the restored leader must establish above them all.
+	if addrs, err := fsm.SnapshotPoolAddresses(file); err == nil && s.d.JM != nil {
+		s.d.Node.RaiseEpochFloor(probeEpochs(ctx, s.d.JM, addrs))
+	}
 	index, floor, err := s.d.Node.Restore(ctx, func(minEpoch uint64) ([]byte, error) { return fsm.RestoreStream(file, minEpoch) })
 	s.d.audit(ctx, "snapshot restore", err, "saved_index", sum.Index, "jobs", len(sum.Jobs), "hash", sum.Hash, "index", index, "epoch_floor", floor)
 	if err != nil {
 		return err
 	}
 	return stream.SendAndClose(&pb.SnapshotRestoreResponse{Index: index, EpochFloor: floor, SavedIndex: sum.Index, Jobs: int32(len(sum.Jobs)), Hash: sum.Hash})
+}
+
+// probeEpochs asks the TaskManagers at addrs, a few at a time and within 2 s each, which epoch
+// they have seen, and returns the highest answer (0 when none answers).
+func probeEpochs(ctx context.Context, jm *jobmaster.JobMaster, addrs []string) uint64 {
+	var (
+		mu   sync.Mutex
+		best uint64
+		wg   sync.WaitGroup
+	)
+	sem := make(chan struct{}, 16)
+	for _, a := range addrs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			if seen, err := jm.ProbeEpoch(pctx, a); err == nil {
+				mu.Lock()
+				best = max(best, seen)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return best
 }
 
 // chunkWriter is a raft.SnapshotSink that sends what is written in chunks of snapshotChunk.
