@@ -1,0 +1,67 @@
+package metrics
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/jmcluster/jmcluster/transport"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+type fakeState struct{}
+
+func (fakeState) Counts() (map[pb.JobStatus]int64, map[pb.ExecutionState]int64) {
+	return map[pb.JobStatus]int64{pb.JobStatus_JOB_STATUS_RUNNING: 2}, map[pb.ExecutionState]int64{pb.ExecutionState_EXECUTION_STATE_RUNNING: 7}
+}
+func (fakeState) Node() (string, bool, uint64, bool, uint64, uint64) { return "jm1", true, 4, false, 10, 10 }
+func (fakeState) TaskManagers() map[string]int                      { return map[string]int{"alive": 3} }
+
+// TestJobMasterInstruments: a reconciliation record becomes one histogram sample per phase and
+// per reported TM and its counts; refusals are counted by reason; gauges come from the state.
+func TestJobMasterInstruments(t *testing.T) {
+	m := NewJobMaster(fakeState{})
+	rec := &pb.ReconciliationRecord{Epoch: 4, StartedAt: 1000, CollectedAt: 1010, MergedAt: 1012, JobsCommittedAt: 1020,
+		Counts:  &pb.ReconciliationCounts{KeptRunning: 7, Missing: 1},
+		Reports: []*pb.ReconciliationReport{{TmId: "tm1", Outcome: "reported", At: 1005}, {TmId: "tm2", Outcome: "missing", At: 1010}}}
+	m.ReconciliationEnded(rec, time.UnixMilli(1025), nil)
+	m.ReconciliationEnded(nil, time.Now(), errFake)
+	if n := testutil.CollectAndCount(m.ReconcileDuration); n != 1 {
+		t.Fatalf("reconciliation histogram series %d", n)
+	}
+	if got := testutil.ToFloat64(m.Reconciled.WithLabelValues("kept_running")); got != 7 {
+		t.Fatalf("kept running %v", got)
+	}
+	if got := testutil.ToFloat64(m.Reconciliations.WithLabelValues("failed")); got != 1 {
+		t.Fatalf("failed reconciliations %v", got)
+	}
+	if n := testutil.CollectAndCount(m.ReportLatency); n != 1 {
+		t.Fatalf("report latency series %d, want only the TM that reported", n)
+	}
+	if n := testutil.CollectAndCount(m.ReconcilePhase); n != 4 {
+		t.Fatalf("phase series %d, want collect, merge, commit, gate", n)
+	}
+	m.ServedRPC("/jmcluster.v1.ClientService/SubmitJob", time.Millisecond, transport.NotLeaderError(""))
+	m.ServedRPC("/jmcluster.v1.ClientService/GetJob", time.Millisecond, nil)
+	if got := testutil.ToFloat64(m.RPCRefused.WithLabelValues("ClientService/SubmitJob", transport.ReasonNotLeader)); got != 1 {
+		t.Fatalf("NOT_LEADER refusals %v", got)
+	}
+	n, err := testutil.GatherAndCount(m.Registry(), "jmcluster_jobs", "jmcluster_executions", "jmcluster_task_managers", "jmcluster_leader_epoch")
+	if err != nil || n != 4 {
+		t.Fatalf("gauges: %d series, %v", n, err)
+	}
+	p, err := Process()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(p, "go_goroutines"); err != nil || n != 1 {
+		t.Fatalf("go_goroutines: %d, %v", n, err)
+	}
+}
+
+type fakeErr struct{}
+
+func (fakeErr) Error() string { return "boom" }
+
+var errFake = fakeErr{}
