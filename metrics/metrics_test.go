@@ -15,8 +15,10 @@ type fakeState struct{}
 func (fakeState) Counts() (map[pb.JobStatus]int64, map[pb.ExecutionState]int64) {
 	return map[pb.JobStatus]int64{pb.JobStatus_JOB_STATUS_RUNNING: 2}, map[pb.ExecutionState]int64{pb.ExecutionState_EXECUTION_STATE_RUNNING: 7}
 }
-func (fakeState) Node() (string, bool, uint64, bool, uint64, uint64) { return "jm1", true, 4, false, 10, 10 }
-func (fakeState) TaskManagers() map[string]int                      { return map[string]int{"alive": 3} }
+func (fakeState) Node() (string, bool, uint64, bool, uint64, uint64) {
+	return "jm1", true, 4, false, 10, 10
+}
+func (fakeState) TaskManagers() map[string]int { return map[string]int{"alive": 3} }
 
 // TestJobMasterInstruments: a reconciliation record becomes one histogram sample per phase and
 // per reported TM and its counts; refusals are counted by reason; gauges come from the state.
