@@ -47,7 +47,7 @@ func (tm *TaskManager) launchLocked(t *task, epoch uint64) {
 // placeLocked is launchLocked without starting the task's goroutine.
 func (tm *TaskManager) placeLocked(t *task, epoch uint64) {
 	t.deployEpoch, t.fenceEpoch = epoch, tm.epoch
-	tm.tasks[t.attempt()] = t
+	tm.addTaskLocked(t)
 	s := t.tdd.GetSlotIndex()
 	tm.slots[s] = append(tm.slots[s], t)
 }
