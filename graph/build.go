@@ -3,6 +3,7 @@ package graph
 import (
 	"container/heap"
 	"fmt"
+	"slices"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -163,10 +164,14 @@ func BuildExecutionGraph(jg *pb.JobGraph) (*pb.ExecutionGraph, error) {
 				ev.Inputs = append(ev.Inputs, &pb.InputChannelDescriptor{ResultId: rid, PartitionIndex: int32(c)})
 				continue
 			}
-			for p := int32(0); p < prod.Parallelism; p++ {
-				ev.Inputs = append(ev.Inputs, &pb.InputChannelDescriptor{
-					ResultId: rid, PartitionIndex: p, SubpartitionIndex: int32(c),
-				})
+			// A consumer's channels of the edge in one allocation (a 512 x 512 edge has 262,144,
+			// built on every JobMaster when the job is submitted).
+			chs := make([]pb.InputChannelDescriptor, prod.Parallelism)
+			ev.Inputs = slices.Grow(ev.Inputs, len(chs))
+			for p := range chs {
+				in := &chs[p]
+				in.ResultId, in.PartitionIndex, in.SubpartitionIndex = rid, int32(p), int32(c)
+				ev.Inputs = append(ev.Inputs, in)
 			}
 		}
 	}

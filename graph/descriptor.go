@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"google.golang.org/protobuf/proto"
@@ -139,15 +140,7 @@ func taskDescriptor(rec *pb.JobRecord, vertexID string, subtask int32,
 		}
 	}
 	// The channels of each consumed result, in graph order, then a gate per result.
-	byResult := map[string][]*pb.InputChannelDescriptor{}
-	var order []string
-	for _, in := range ev.Inputs {
-		if byResult[in.ResultId] == nil {
-			order = append(order, in.ResultId)
-		}
-		byResult[in.ResultId] = append(byResult[in.ResultId], in)
-	}
-	sort.Strings(order)
+	byResult, order := channelsByResult(ev.Inputs)
 	for _, id := range order {
 		g := &pb.InputGateDeploymentDescriptor{ResultId: id}
 		for _, res := range eg.Results {
@@ -169,4 +162,30 @@ func taskDescriptor(rec *pb.JobRecord, vertexID string, subtask int32,
 		tdd.Inputs = append(tdd.Inputs, g)
 	}
 	return tdd, nil
+}
+
+// channelsByResult groups a vertex's input channels by result id, each group in graph order,
+// and lists the result ids in sorted order. The channels of one result are usually one run of
+// the list (BuildExecutionGraph appends them edge by edge): then a group is that part of the
+// list itself, not a copy.
+func channelsByResult(inputs []*pb.InputChannelDescriptor) (map[string][]*pb.InputChannelDescriptor, []string) {
+	byResult := map[string][]*pb.InputChannelDescriptor{}
+	var order []string
+	for start := 0; start < len(inputs); {
+		id := inputs[start].ResultId
+		end := start + 1
+		for end < len(inputs) && inputs[end].ResultId == id {
+			end++
+		}
+		run := inputs[start:end:end]
+		if prev, seen := byResult[id]; seen {
+			byResult[id] = append(slices.Clip(prev), run...)
+		} else {
+			order = append(order, id)
+			byResult[id] = run
+		}
+		start = end
+	}
+	sort.Strings(order)
+	return byResult, order
 }

@@ -97,8 +97,16 @@ func RefreshProducers(eg *pb.ExecutionGraph) {
 	}
 	for _, ejv := range eg.Vertices {
 		for _, ev := range ejv.Subtasks {
-			for _, in := range ev.Inputs {
-				cur := currentOf(producerOf[in.ResultId], in.PartitionIndex)
+			// A consumer's channels come in runs of one result: look its producer up per run.
+			var (
+				last string
+				prod *pb.ExecutionJobVertex
+			)
+			for k, in := range ev.Inputs {
+				if k == 0 || in.ResultId != last {
+					last, prod = in.ResultId, producerOf[in.ResultId]
+				}
+				cur := currentOf(prod, in.PartitionIndex)
 				in.ProducerAttemptId = cur.GetAttemptId()
 				in.ProducerDataAddress = cur.GetTmDataAddress()
 			}

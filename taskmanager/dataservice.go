@@ -122,7 +122,7 @@ func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest
 			return nil, false, status.Errorf(codes.NotFound, "blocking partition %s is not consumable yet (producer not finished)", p.key)
 		}
 		sp.mu.Lock()
-		data := sp.data // append-free after finish
+		data := sp.queue // append-free after finish
 		sp.mu.Unlock()
 		return &blockingReader{p: p, data: data}, true, nil
 	}
@@ -142,7 +142,7 @@ func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest
 	case sp.drained:
 		return nil, false, status.Errorf(codes.FailedPrecondition, "subpartition of %s was fully consumed", p.key)
 	}
-	ready = sp.ended || len(sp.queue) > sp.head
+	ready = sp.ended || len(sp.queue) > int(sp.head)
 	sp.reader, sp.wake, sp.armed = consumer, wake, !ready
 	if into == nil {
 		into = &pipelinedReader{}

@@ -106,7 +106,7 @@ func TestSlowChannelDoesNotStallItsStream(t *testing.T) {
 	// The slow channel's producer is blocked on a full subpartition: its credit ran out.
 	waitFor(t, 10*time.Second, "the slow channel's producer to be held back", func() (bool, string) {
 		inFlight, sp := slow.inFlight(), slowP.subs[0]
-		full := sp.buffered() == sp.capacity
+		full := sp.buffered() == int(sp.capacity)
 		return full && inFlight <= channelCredit, fmt.Sprintf("subpartition %d/%d, %d batches at the consumer (window %d)",
 			sp.buffered(), sp.capacity, inFlight, channelCredit)
 	})
@@ -283,7 +283,7 @@ func TestProducerWithoutExchangeIsReadAStreamPerChannel(t *testing.T) {
 		if err != nil {
 			t.Fatalf("channel %d to the older producer: %v", i, err)
 		}
-		if r.(*setReader).s.chans[0].legacy == nil {
+		if r.(*setReader).s.chans[0].legacy() == nil {
 			t.Fatalf("channel %d to a producer without Exchange is %T, want a stream of its own", i, r)
 		}
 		done := produce(p, 20_000)

@@ -178,7 +178,7 @@ func resetTM(t *testing.T, tm *TaskManager) {
 	tm.mu.Lock()
 	for id, task := range tm.tasks {
 		if isTerminal(task.state) {
-			delete(tm.tasks, id)
+			tm.dropTaskLocked(id)
 		}
 	}
 	clear(tm.partitionExpiry)

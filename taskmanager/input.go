@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,11 @@ type inputChannel struct {
 	// changes (evUpdated).
 	set *channelSet
 	idx int
+	// found: where the gates of one shared list keep the partition each of the list's local
+	// channels was found (sharedLists.found): the consumers of a batch read the same producer
+	// partitions, so each is looked up in the registry once, not once per consumer. nil for
+	// an inline channel, and once update replaced the list's descriptor.
+	found *atomic.Pointer[resultPartition]
 }
 
 // buildGates makes a task's input gates from a validated descriptor (validateTDD: shared
@@ -44,10 +50,11 @@ func buildGates(tdd *pb.TaskDeploymentDescriptor, shared *sharedLists) []*inputG
 		ig := &inputGate{resultID: g.GetResultId()}
 		if r := g.GetSharedChannels(); r != 0 {
 			chs := shared.lists[r-1].GetChannels()
+			found := shared.foundIn(int(r - 1))
 			ig.channels = make([]*inputChannel, len(chs))
 			all := make([]inputChannel, len(chs)) // one allocation for the gate's channels
 			for i, c := range chs {
-				all[i].desc, all[i].sub = c, g.GetSubpartitionIndex()
+				all[i].desc, all[i].sub, all[i].found = c, g.GetSubpartitionIndex(), &found[i]
 				ig.channels[i] = &all[i]
 			}
 			gates = append(gates, ig)
@@ -93,7 +100,7 @@ func (c *inputChannel) update(d *pb.InputChannelDescriptor) {
 	if d.GetResultId() == "" {
 		d.ResultId = c.desc.GetResultId()
 	}
-	c.desc, c.sub = d, d.GetSubpartitionIndex()
+	c.desc, c.sub, c.found = d, d.GetSubpartitionIndex(), nil
 	set, idx := c.set, c.idx
 	c.mu.Unlock()
 	if set != nil {
@@ -101,17 +108,26 @@ func (c *inputChannel) update(d *pb.InputChannelDescriptor) {
 	}
 }
 
-func (c *inputChannel) subpartition() int32 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.sub
-}
-
 // watch makes set (nil: none) the reader told of updates, as its channel idx.
 func (c *inputChannel) watch(set *channelSet, idx int) {
 	c.mu.Lock()
 	c.set, c.idx = set, idx
 	c.mu.Unlock()
+}
+
+// attach is watch, returning what open needs (snapshot), under one lock.
+func (c *inputChannel) attach(set *channelSet, idx int) (*pb.InputChannelDescriptor, int32, *atomic.Pointer[resultPartition]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.set, c.idx = set, idx
+	return c.desc, c.sub, c.found
+}
+
+// snapshot is the channel's descriptor, subpartition and shared lookup slot.
+func (c *inputChannel) snapshot() (*pb.InputChannelDescriptor, int32, *atomic.Pointer[resultPartition]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.desc, c.sub, c.found
 }
 
 var errProducerUnknown = errors.New("producer not yet known")
@@ -204,7 +220,8 @@ type channelSet struct {
 	ctx      context.Context
 	job      string
 	consumer string
-	retry    bool // a task's: retry NotFound and Unavailable up to InputConnectTimeout
+	retry    bool      // a task's: retry NotFound and Unavailable up to InputConnectTimeout
+	deadline time.Time // of every channel's retries: InputConnectTimeout from the first add
 	in       *inbox
 	chans    []*channelState
 	live     int // channels not ended
@@ -221,24 +238,55 @@ const (
 )
 
 // channelState is one channel of a set; only the task's loop touches it.
+// What a channel rarely needs (a retry, a wait for its producer, an older producer's stream) is
+// in channelRare, made when first needed: a 512 x 512 job has 262,144 channelStates.
 type channelState struct {
-	in       *inputChannel
-	desc     *pb.InputChannelDescriptor // as last opened
-	gen      uint32                     // bumped at each open: events of an earlier one are stale
-	phase    chanPhase
-	mux      *muxChannel
-	local    subpartitionReader
-	legacy   *legacyChannel
-	stop     func() // ends a local subscription still waiting for its partition
-	set      *channelSet
-	idx      int
-	wakeGen  atomic.Uint32   // the open a local reader's wake-ups belong to
-	reader   pipelinedReader // a local channel's reader, when the producer was registered at its open
-	deadline time.Time
-	backoff  time.Duration
-	timer    *time.Timer
-	lastErr  error
+	in      *inputChannel
+	desc    *pb.InputChannelDescriptor // as last opened
+	gen     uint32                     // bumped at each open: events of an earlier one are stale
+	wakeGen atomic.Uint32              // the open a local reader's wake-ups belong to
+	mux     *muxChannel
+	local   subpartitionReader
+	set     *channelSet
+	reader  pipelinedReader // a local channel's reader, when the producer was registered at its open
+	rare    *channelRare
+	idx     int32
+	phase   chanPhase
 }
+
+type channelRare struct {
+	legacy  *legacyChannel
+	stop    func()        // ends a local subscription still waiting for its partition
+	backoff time.Duration // the next retry's wait; 0: the first (minBackoff)
+	timer   *time.Timer
+	lastErr error
+}
+
+// r is the channel's channelRare, made if it has none.
+func (cs *channelState) r() *channelRare {
+	if cs.rare == nil {
+		cs.rare = &channelRare{}
+	}
+	return cs.rare
+}
+
+// legacy is the channel's ReadPartition stream of an older producer, or nil.
+func (cs *channelState) legacy() *legacyChannel {
+	if cs.rare == nil {
+		return nil
+	}
+	return cs.rare.legacy
+}
+
+func (cs *channelState) lastErr() error {
+	if cs.rare == nil {
+		return nil
+	}
+	return cs.rare.lastErr
+}
+
+// minBackoff is the first retry's wait of a refused channel; it doubles up to a second.
+const minBackoff = 10 * time.Millisecond
 
 func (tm *TaskManager) newChannelSet(ctx context.Context, job, consumer string, retry bool) *channelSet {
 	return &channelSet{tm: tm, ctx: ctx, job: job, consumer: consumer, retry: retry, in: newInbox()}
@@ -246,27 +294,35 @@ func (tm *TaskManager) newChannelSet(ctx context.Context, job, consumer string, 
 
 // add makes the channels of the set and starts opening them.
 func (s *channelSet) add(ics ...*inputChannel) {
-	deadline := time.Now().Add(s.tm.cfg.InputConnectTimeout)
+	if s.deadline.IsZero() {
+		s.deadline = time.Now().Add(s.tm.cfg.InputConnectTimeout)
+	}
 	states := make([]channelState, len(ics))
+	s.chans = slices.Grow(s.chans, len(ics))
 	for k, ic := range ics {
 		i := len(s.chans)
 		cs := &states[k]
-		cs.in, cs.deadline, cs.backoff, cs.set, cs.idx = ic, deadline, 10*time.Millisecond, s, i
+		cs.in, cs.set, cs.idx = ic, s, int32(i)
 		s.chans = append(s.chans, cs)
 		s.live++
-		ic.watch(s, i)
-		s.open(i)
+		d, sub, found := ic.attach(s, i)
+		s.openWith(i, d, sub, found)
 	}
 }
 
 // open asks for channel i, if its producer is known.
 func (s *channelSet) open(i int) {
+	d, sub, found := s.chans[i].in.snapshot()
+	s.openWith(i, d, sub, found)
+}
+
+// openWith is open with the channel's descriptor, subpartition and shared lookup slot.
+func (s *channelSet) openWith(i int, d *pb.InputChannelDescriptor, sub int32, found *atomic.Pointer[resultPartition]) {
 	cs := s.chans[i]
-	d := cs.in.current()
 	if d.GetProducerAttemptId() == "" || d.GetProducerDataAddress() == "" {
 		// UpdatePartitionInfo will say (evUpdated); until the deadline at most.
-		cs.phase, cs.lastErr = phaseWaiting, errProducerUnknown
-		s.retryAt(i, time.Until(cs.deadline))
+		cs.phase, cs.r().lastErr = phaseWaiting, errProducerUnknown
+		s.retryAt(i, time.Until(s.deadline))
 		return
 	}
 	cs.gen++
@@ -277,7 +333,7 @@ func (s *channelSet) open(i int) {
 			JobId:             s.job,
 			ResultId:          d.GetResultId(),
 			PartitionIndex:    d.GetPartitionIndex(),
-			SubpartitionIndex: cs.in.subpartition(),
+			SubpartitionIndex: sub,
 			ProducerAttemptId: d.GetProducerAttemptId(),
 			ConsumerAttemptId: s.consumer,
 		}
@@ -287,11 +343,22 @@ func (s *channelSet) open(i int) {
 	case addr == s.tm.DataAddr():
 		cs.wakeGen.Store(gen)
 		wake := cs
-		if p := s.tm.parts.lookup(s.job, d.GetResultId(), d.GetPartitionIndex(), d.GetProducerAttemptId()); p != nil {
+		var p *resultPartition
+		if found != nil {
+			if p = found.Load(); p != nil && p.isReleased() {
+				p = nil // released (and gone from the registry) since another gate found it
+			}
+		}
+		if p == nil {
+			if p = s.tm.parts.lookup(s.job, d.GetResultId(), d.GetPartitionIndex(), d.GetProducerAttemptId()); p != nil && found != nil {
+				found.Store(p)
+			}
+		}
+		if p != nil {
 			// The producer is here already (the common case): open without an event, the
 			// reader in the channel's own memory.
 			local := pb.ReadPartitionRequest{JobId: s.job, ResultId: d.GetResultId(), PartitionIndex: d.GetPartitionIndex(),
-				SubpartitionIndex: cs.in.subpartition(), ProducerAttemptId: d.GetProducerAttemptId(), ConsumerAttemptId: s.consumer}
+				SubpartitionIndex: sub, ProducerAttemptId: d.GetProducerAttemptId(), ConsumerAttemptId: s.consumer}
 			r, ready, err := s.tm.readerOf(p, &local, wake, &cs.reader)
 			switch {
 			case err != nil:
@@ -304,13 +371,13 @@ func (s *channelSet) open(i int) {
 			}
 			return
 		}
-		cs.stop = s.tm.subscribeAsync(request(), wake, func(r subpartitionReader, err error) {
+		cs.r().stop = s.tm.subscribeAsync(request(), wake, func(r subpartitionReader, err error) {
 			if !s.in.push(inputEvent{kind: evLocal, ch: i, gen: gen, local: r, err: err}) && r != nil {
 				r.close() // the task ended meanwhile
 			}
 		})
 	case s.tm.legacyPeer(addr):
-		cs.legacy = s.tm.openLegacy(s.ctx, addr, request(), s.in, i, gen)
+		cs.r().legacy = s.tm.openLegacy(s.ctx, addr, request(), s.in, i, gen)
 	default:
 		x, err := s.tm.exchange(addr)
 		if err == nil {
@@ -324,17 +391,18 @@ func (s *channelSet) open(i int) {
 
 // wake is the subpartition of a local channel saying it has something to take.
 func (cs *channelState) wake() {
-	cs.set.in.push(inputEvent{kind: evReady, ch: cs.idx, gen: cs.wakeGen.Load()})
+	cs.set.in.push(inputEvent{kind: evReady, ch: int(cs.idx), gen: cs.wakeGen.Load()})
 }
 
 // retryAt pushes evRetry for channel i after d.
 func (s *channelSet) retryAt(i int, d time.Duration) {
 	cs := s.chans[i]
-	if cs.timer != nil {
-		cs.timer.Stop()
+	r := cs.r()
+	if r.timer != nil {
+		r.timer.Stop()
 	}
 	gen := cs.gen
-	cs.timer = time.AfterFunc(max(d, 0), func() { s.in.push(inputEvent{kind: evRetry, ch: i, gen: gen}) })
+	r.timer = time.AfterFunc(max(d, 0), func() { s.in.push(inputEvent{kind: evRetry, ch: i, gen: gen}) })
 }
 
 // handle applies one event; it returns the records it brings (in a fresh slice) and whether
@@ -350,7 +418,9 @@ func (s *channelSet) handle(ev inputEvent) (records []operators.Record, ended bo
 	switch ev.kind {
 	case evUpdated:
 		if cs.phase == phaseWaiting {
-			cs.backoff = 10 * time.Millisecond
+			if cs.rare != nil {
+				cs.rare.backoff = 0
+			}
 			s.open(ev.ch)
 		}
 		return nil, false, nil
@@ -358,7 +428,7 @@ func (s *channelSet) handle(ev inputEvent) (records []operators.Record, ended bo
 		if ev.gen != cs.gen || cs.phase != phaseWaiting {
 			return nil, false, nil
 		}
-		if cs.lastErr == errProducerUnknown && time.Now().After(cs.deadline) {
+		if cs.lastErr() == errProducerUnknown && time.Now().After(s.deadline) {
 			return nil, false, s.unavailable(cs)
 		}
 		s.open(ev.ch)
@@ -375,7 +445,9 @@ func (s *channelSet) handle(ev inputEvent) (records []operators.Record, ended bo
 	case evOpened:
 		cs.phase = phaseOpen
 	case evLocal:
-		cs.stop = nil
+		if cs.rare != nil {
+			cs.rare.stop = nil
+		}
 		if ev.err != nil {
 			return nil, false, s.refused(ev.ch, ev.err)
 		}
@@ -389,8 +461,8 @@ func (s *channelSet) handle(ev inputEvent) (records []operators.Record, ended bo
 		cs.phase = phaseOpen
 		if cs.mux != nil {
 			cs.mux.took()
-		} else if cs.legacy != nil {
-			cs.legacy.took()
+		} else if l := cs.legacy(); l != nil {
+			l.took()
 		}
 		eop := ev.batch.GetEndOfPartition()
 		if eop {
@@ -430,8 +502,11 @@ func (s *channelSet) pollLocal(i int) ([]operators.Record, bool, error) {
 func (s *channelSet) refused(i int, err error) error {
 	cs := s.chans[i]
 	d := cs.desc
-	viaLegacy := cs.legacy != nil
-	cs.mux, cs.local, cs.legacy = nil, nil, nil
+	viaLegacy := cs.legacy() != nil
+	cs.mux, cs.local = nil, nil
+	if cs.rare != nil {
+		cs.rare.legacy = nil
+	}
 	code := status.Code(err)
 	if code == codes.Unimplemented && d.GetProducerDataAddress() != s.tm.DataAddr() && !viaLegacy {
 		// Every channel on the stream to an older producer gets this: each reads it the old way.
@@ -442,24 +517,28 @@ func (s *channelSet) refused(i int, err error) error {
 	if !s.retry {
 		return err
 	}
-	cs.lastErr = err
+	r := cs.r()
+	r.lastErr = err
 	if code != codes.NotFound && code != codes.Unavailable {
 		return fmt.Errorf("input %s/%d: producer %s at %s refused: %w",
 			d.GetResultId(), d.GetPartitionIndex(), d.GetProducerAttemptId(), d.GetProducerDataAddress(), err)
 	}
-	if time.Now().After(cs.deadline) {
+	if time.Now().After(s.deadline) {
 		return s.unavailable(cs)
 	}
 	cs.phase = phaseWaiting
-	s.retryAt(i, cs.backoff)
-	cs.backoff = min(2*cs.backoff, time.Second)
+	if r.backoff == 0 {
+		r.backoff = minBackoff
+	}
+	s.retryAt(i, r.backoff)
+	r.backoff = min(2*r.backoff, time.Second)
 	return nil
 }
 
 func (s *channelSet) unavailable(cs *channelState) error {
 	d := cs.in.current()
 	return fmt.Errorf("input %s/%d: producer %s at %q not available after %v: %w",
-		d.GetResultId(), d.GetPartitionIndex(), d.GetProducerAttemptId(), d.GetProducerDataAddress(), s.tm.cfg.InputConnectTimeout, cs.lastErr)
+		d.GetResultId(), d.GetPartitionIndex(), d.GetProducerAttemptId(), d.GetProducerDataAddress(), s.tm.cfg.InputConnectTimeout, cs.lastErr())
 }
 
 // end marks a channel ended; tell says the producer must be told to stop sending.
@@ -471,18 +550,20 @@ func (s *channelSet) end(cs *channelState, tell bool) {
 		switch {
 		case cs.mux != nil:
 			cs.mux.abort()
-		case cs.legacy != nil:
-			cs.legacy.close()
+		case cs.legacy() != nil:
+			cs.rare.legacy.close()
 		}
 	}
 	if cs.local != nil {
 		cs.local.close()
 	}
-	if cs.stop != nil {
-		cs.stop()
-	}
-	if cs.timer != nil {
-		cs.timer.Stop()
+	if r := cs.rare; r != nil {
+		if r.stop != nil {
+			r.stop()
+		}
+		if r.timer != nil {
+			r.timer.Stop()
+		}
 	}
 	cs.in.watch(nil, 0)
 	cs.phase = phaseEnded

@@ -75,20 +75,21 @@ type resultPartition struct {
 // release) calls the reader's wake function once. Nothing waits per channel: a remote
 // channel's sender is the stream's writer, woken per ready channel; a local channel's reader
 // is its task's loop. A wide partition's subpartitions are many (a 512-wide ALL_TO_ALL
-// producer has 512), so the queue is allocated when the first record arrives.
+// producer has 512), so the queue is allocated when the first record arrives, and the struct
+// is kept small (88 bytes: 262,144 of them in a 512 x 512 job).
 type subpartition struct {
-	capacity int
-
-	mu      sync.Mutex
-	queue   []operators.Record // PIPELINED: written and not taken, from head on
-	head    int
-	ended   bool          // PIPELINED: the producer finished; end_of_partition once the queue is empty
+	mu       sync.Mutex
+	capacity int32 // PIPELINED: the queue's bound
+	head     int32 // PIPELINED: the first record not taken
+	// queue: PIPELINED, written and not taken from head on; BLOCKING, all the data (append-free
+	// once the producer finished).
+	queue   []operators.Record
 	space   chan struct{} // made by a producer that found the queue full, closed when the reader takes
 	wake    waker         // the reader's: woken once when it is armed and records, the end or the release arrive
+	reader  string        // PIPELINED: the consumer attempt reading it
+	ended   bool          // PIPELINED: the producer finished; end_of_partition once the queue is empty
 	armed   bool
-	reader  string // PIPELINED: the consumer attempt reading it
-	drained bool   // PIPELINED: end_of_partition was delivered
-	data    []operators.Record
+	drained bool // PIPELINED: end_of_partition was delivered
 }
 
 func newResultPartition(key partitionKey, d *pb.ResultPartitionDeploymentDescriptor) *resultPartition {
@@ -104,7 +105,7 @@ func newResultPartition(key partitionKey, d *pb.ResultPartitionDeploymentDescrip
 	buf := subpartitionBuffer(n)
 	subs := make([]subpartition, n) // one allocation: a 512-wide producer has 512
 	for i := range p.subs {
-		subs[i].capacity = buf
+		subs[i].capacity = int32(buf)
 		p.subs[i] = &subs[i]
 	}
 	return p
@@ -114,7 +115,7 @@ func newResultPartition(key partitionKey, d *pb.ResultPartitionDeploymentDescrip
 func (sp *subpartition) buffered() int {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	return len(sp.queue) - sp.head
+	return len(sp.queue) - int(sp.head)
 }
 
 // waker is a subpartition reader's owner, told that an armed reader has something to take. wake
@@ -138,7 +139,7 @@ func (sp *subpartition) push(r operators.Record) {
 		sp.queue, sp.head = sp.queue[:n], 0
 	}
 	if sp.queue == nil {
-		sp.queue = make([]operators.Record, 0, min(sp.capacity, batchRecords))
+		sp.queue = make([]operators.Record, 0, min(int(sp.capacity), batchRecords))
 	}
 	sp.queue = append(sp.queue, r)
 }
@@ -147,17 +148,18 @@ func (sp *subpartition) push(r operators.Record) {
 // queue is now empty (the end is delivered with the last records). Finding nothing arms the
 // reader. sp.mu is held.
 func (sp *subpartition) take(dst []operators.Record, max int) ([]operators.Record, bool) {
-	n := min(len(sp.queue)-sp.head, max)
-	dst = append(dst, sp.queue[sp.head:sp.head+n]...)
-	sp.head += n
-	if sp.head == len(sp.queue) {
+	head := int(sp.head)
+	n := min(len(sp.queue)-head, max)
+	dst = append(dst, sp.queue[head:head+n]...)
+	sp.head += int32(n)
+	if int(sp.head) == len(sp.queue) {
 		sp.queue, sp.head = sp.queue[:0], 0
 	}
 	if n > 0 && sp.space != nil {
 		close(sp.space)
 		sp.space = nil
 	}
-	eop := sp.ended && sp.head == len(sp.queue)
+	eop := sp.ended && int(sp.head) == len(sp.queue)
 	if n == 0 && !eop {
 		sp.armed = true
 	}
@@ -197,11 +199,11 @@ func (p *resultPartition) add(ctx context.Context, r operators.Record) error {
 		}
 		sp.mu.Lock()
 		if p.typ == pb.ResultType_RESULT_TYPE_BLOCKING {
-			sp.data = append(sp.data, r)
+			sp.queue = append(sp.queue, r)
 			sp.mu.Unlock()
 			return nil
 		}
-		if len(sp.queue)-sp.head < sp.capacity {
+		if len(sp.queue)-int(sp.head) < int(sp.capacity) {
 			sp.push(r)
 			wake := sp.wakeLocked()
 			sp.mu.Unlock()
@@ -250,7 +252,7 @@ func (p *resultPartition) release() {
 		close(p.released)
 		for _, sp := range p.subs {
 			sp.mu.Lock()
-			sp.data, sp.queue, sp.head = nil, nil, 0
+			sp.queue, sp.head = nil, 0
 			wake := sp.wakeLocked()
 			sp.mu.Unlock()
 			if wake != nil {

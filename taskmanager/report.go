@@ -117,7 +117,7 @@ func (tm *TaskManager) reapLoop(ctx context.Context) {
 		tm.mu.Lock()
 		for id, task := range tm.tasks {
 			if isTerminal(task.state) && now.Sub(task.endedAt) > tm.cfg.RetainTerminal {
-				delete(tm.tasks, id)
+				tm.dropTaskLocked(id)
 			}
 		}
 		for k, until := range tm.partitionExpiry {

@@ -28,7 +28,7 @@ func wideTask(tm *TaskManager, subtask int32, width int) {
 	close(t.done)
 	t.state, t.endedAt = finished, time.Now()
 	tm.mu.Lock()
-	tm.tasks[d.AttemptId] = t
+	tm.addTaskLocked(t)
 	tm.mu.Unlock()
 }
 

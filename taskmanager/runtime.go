@@ -40,15 +40,21 @@ func (tm *TaskManager) newTask(tdd *pb.TaskDeploymentDescriptor, shared *sharedL
 // highest epoch this TM had seen when it accepted the call (the two differ only when fencing
 // let a deposed leader's call through), and its start event carries both.
 func (tm *TaskManager) launchLocked(t *task, epoch uint64) {
+	tm.placeLocked(t, epoch)
+	go tm.runTask(t)
+}
+
+// placeLocked is launchLocked without starting the task's goroutine.
+func (tm *TaskManager) placeLocked(t *task, epoch uint64) {
 	t.deployEpoch, t.fenceEpoch = epoch, tm.epoch
-	tm.tasks[t.attempt()] = t
+	tm.addTaskLocked(t)
 	s := t.tdd.GetSlotIndex()
 	tm.slots[s] = append(tm.slots[s], t)
-	go tm.runTask(t)
 }
 
 func (tm *TaskManager) runTask(t *task) {
 	defer close(t.done)
+	defer t.markStarted() // a task that ended before RUNNING holds its batch's gate no longer
 	started, err := tm.execute(t)
 	tm.complete(t, started, err)
 }
@@ -111,6 +117,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 		return false, t.ctx.Err()
 	}
 	answer()
+	t.markStarted()
 	if src != nil {
 		err = src.Run(t.ctx, emit)
 	} else {
@@ -234,6 +241,14 @@ func (tm *TaskManager) complete(t *task, started bool, err error) {
 // task's own goroutine reads every channel (channelSet): it opens them all, then handles what
 // its inbox brings, in the order it came.
 func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Emit) error {
+	if g := t.batch; g != nil {
+		// The tasks submitted with this one start first (startGate).
+		select {
+		case <-g.open:
+		case <-t.ctx.Done():
+			return t.ctx.Err()
+		}
+	}
 	s := tm.newChannelSet(t.ctx, t.tdd.GetJobId(), t.attempt(), true)
 	defer s.close()
 	for _, g := range t.gates {

@@ -2,6 +2,7 @@ package taskmanager
 
 import (
 	"context"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -53,14 +54,45 @@ func (s *controlService) SubmitTask(ctx context.Context, req *pb.SubmitTaskReque
 // newerAttemptLocked returns a task of the same ExecutionVertex with an attempt number at or
 // above d's (a deployment from an outdated view of the graph), or nil.
 func (tm *TaskManager) newerAttemptLocked(d *pb.TaskDeploymentDescriptor) *task {
-	for _, o := range tm.tasks {
-		od := o.tdd
-		if od.GetJobId() == d.GetJobId() && od.GetVertexId() == d.GetVertexId() && od.GetSubtaskIndex() == d.GetSubtaskIndex() &&
-			od.GetAttemptNumber() >= d.GetAttemptNumber() {
+	for _, o := range tm.bySubtask[subtaskOf(d)] {
+		if o.tdd.GetAttemptNumber() >= d.GetAttemptNumber() {
 			return o
 		}
 	}
 	return nil
+}
+
+// subtaskKey is the subtask a task is an attempt of.
+type subtaskKey struct {
+	job, vertex string
+	subtask     int32
+}
+
+func subtaskOf(d *pb.TaskDeploymentDescriptor) subtaskKey {
+	return subtaskKey{d.GetJobId(), d.GetVertexId(), d.GetSubtaskIndex()}
+}
+
+// addTaskLocked lists a task (tasks, bySubtask).
+func (tm *TaskManager) addTaskLocked(t *task) {
+	tm.tasks[t.attempt()] = t
+	k := subtaskOf(t.tdd)
+	tm.bySubtask[k] = append(tm.bySubtask[k], t)
+}
+
+// dropTaskLocked forgets the task of an attempt id.
+func (tm *TaskManager) dropTaskLocked(id string) {
+	t := tm.tasks[id]
+	if t == nil {
+		return
+	}
+	delete(tm.tasks, id)
+	k := subtaskOf(t.tdd)
+	ts := slices.DeleteFunc(tm.bySubtask[k], func(o *task) bool { return o == t })
+	if len(ts) == 0 {
+		delete(tm.bySubtask, k)
+	} else {
+		tm.bySubtask[k] = ts
+	}
 }
 
 func (s *controlService) CancelTask(ctx context.Context, req *pb.CancelTaskRequest) (*pb.CancelTaskResponse, error) {
@@ -187,7 +219,7 @@ func (s *controlService) AcknowledgeTerminal(ctx context.Context, req *pb.Acknow
 	}
 	for _, id := range req.GetAttemptIds() {
 		if t := tm.tasks[id]; t != nil && isTerminal(t.state) {
-			delete(tm.tasks, id)
+			tm.dropTaskLocked(id)
 		}
 	}
 	return &pb.AcknowledgeTerminalResponse{}, nil

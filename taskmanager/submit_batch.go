@@ -65,6 +65,7 @@ func (s *controlService) SubmitTasks(ctx context.Context, req *pb.SubmitTasksReq
 	}
 	accepted := 0
 	var started []*pb.TaskDeploymentDescriptor
+	var launch []*task
 	for i, t := range prepared {
 		if t == nil {
 			continue
@@ -81,9 +82,15 @@ func (s *controlService) SubmitTasks(ctx context.Context, req *pb.SubmitTasksReq
 			}
 			continue
 		}
-		tm.launchLocked(t, req.GetEpoch())
+		tm.placeLocked(t, req.GetEpoch())
+		launch = append(launch, t)
 		started = append(started, t.tdd)
 		accepted++
+	}
+	gate := newStartGate(len(launch))
+	for _, t := range launch {
+		t.batch = gate
+		go tm.runTask(t)
 	}
 	tm.mu.Unlock()
 	if len(started) > 0 {

@@ -17,6 +17,10 @@ type task struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the task goroutine has exited
 	gates  []*inputGate
+	// batch: the start-up of the tasks submitted with this one (SubmitTasks); the task's own
+	// goroutine marks it started once (startedOnce).
+	batch       *startGate
+	startedOnce bool
 
 	// guarded by TaskManager.mu
 	state      pb.ExecutionState
@@ -35,6 +39,42 @@ type task struct {
 }
 
 func (t *task) attempt() string { return t.tdd.GetAttemptId() }
+
+// startGate is the start-up of the tasks of one SubmitTasks batch: open when every one of them
+// has reached RUNNING (its partitions registered, its RUNNING in the outbox) or ended before.
+// The batch's consumers open their input channels once it is open: the start-up of the tasks
+// deployed with them comes first (the channel opens of 512 consumers, 512 channels each, ran
+// ahead of the later tasks' start-up and held their RUNNING back), and the producers among
+// them are then registered, so a local channel opens at once instead of waiting for its
+// producer.
+type startGate struct {
+	pending atomic.Int32
+	open    chan struct{}
+}
+
+func newStartGate(n int) *startGate {
+	g := &startGate{open: make(chan struct{})}
+	g.pending.Store(int32(n))
+	if n <= 0 {
+		close(g.open)
+	}
+	return g
+}
+
+// started marks one of the batch's tasks started (or ended before it did).
+func (g *startGate) started() {
+	if g.pending.Add(-1) == 0 {
+		close(g.open)
+	}
+}
+
+// markStarted tells t's batch that t has started; only t's goroutine calls it, once or more.
+func (t *task) markStarted() {
+	if t.batch != nil && !t.startedOnce {
+		t.startedOnce = true
+		t.batch.started()
+	}
+}
 
 // wait blocks until the task goroutine exited or d passed; it reports whether it exited.
 func (t *task) wait(d time.Duration) bool {

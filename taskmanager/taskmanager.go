@@ -66,11 +66,15 @@ type TaskManager struct {
 	conns  *connPool
 	events *eventLog
 
-	mu              sync.Mutex
-	epoch           uint64
-	tasks           map[string]*task // by attempt id, terminal ones while retained
-	slots           [][]*task        // the non-terminal occupants of each slot (slot sharing)
-	cancelledUnseen *tombstones      // attempts cancelled before they were submitted here
+	mu    sync.Mutex
+	epoch uint64
+	tasks map[string]*task // by attempt id, terminal ones while retained
+	// bySubtask: the same tasks by job, vertex and subtask (addTaskLocked, dropTaskLocked), so
+	// that admitting a task does not scan every task retained (a TM that ran a few 1024-task
+	// jobs retains thousands).
+	bySubtask       map[subtaskKey][]*task
+	slots           [][]*task   // the non-terminal occupants of each slot (slot sharing)
+	cancelledUnseen *tombstones // attempts cancelled before they were submitted here
 	leaderAddr      string
 	leaderID        string
 	registered      bool
@@ -130,6 +134,7 @@ func New(cfg Config) (*TaskManager, error) {
 		conns:           newConnPool(cfg.MaxMessageSize, cfg.TLS),
 		events:          newEventLog(cfg.EventLog, cfg.ID),
 		tasks:           map[string]*task{},
+		bySubtask:       map[subtaskKey][]*task{},
 		cancelledUnseen: newTombstones(MaxCancelTombstones),
 		slots:           make([][]*task, cfg.Slots),
 		hbInterval:      cfg.HeartbeatInterval,

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/taskmanager/operators"
@@ -172,6 +174,23 @@ func validateSinkTarget(d *pb.TaskDeploymentDescriptor, workDir string) error {
 type sharedLists struct {
 	lists    []*pb.SharedChannels
 	problems []string
+	// found: per list, per channel, the producer partition a consumer of the batch found here
+	// (inputChannel.found), made with the list's first gate.
+	mu    sync.Mutex
+	found [][]atomic.Pointer[resultPartition]
+}
+
+// foundIn is list i's lookup slots.
+func (s *sharedLists) foundIn(i int) []atomic.Pointer[resultPartition] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.found == nil {
+		s.found = make([][]atomic.Pointer[resultPartition], len(s.lists))
+	}
+	if s.found[i] == nil {
+		s.found[i] = make([]atomic.Pointer[resultPartition], len(s.lists[i].GetChannels()))
+	}
+	return s.found[i]
 }
 
 func (s *sharedLists) len() int {
