@@ -64,11 +64,13 @@ var (
 	descTMHeartbeats = prometheus.NewDesc(Namespace+"_tm_heartbeats_total", "Heartbeats the leader answered.", nil, nil)
 	descTMRecordsIn  = prometheus.NewDesc(Namespace+"_tm_task_records_in_total", "Records a task read from its inputs.", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMRecordsOut = prometheus.NewDesc(Namespace+"_tm_task_records_out_total", "Records a task emitted to its outputs.", []string{"job", "vertex", "subtask", "attempt"}, nil)
+	descTMBytesIn    = prometheus.NewDesc(Namespace+"_tm_task_bytes_in_total", "Encoded record batches a task received from other TaskManagers (Exchange streams; local channels carry none).", []string{"job", "vertex", "subtask", "attempt"}, nil)
+	descTMBytesOut   = prometheus.NewDesc(Namespace+"_tm_task_bytes_out_total", "Encoded record batches a task's partitions sent to other TaskManagers (Exchange streams).", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMFreeSlots  = prometheus.NewDesc(Namespace+"_tm_free_slots", "Slots holding no task.", nil, nil)
 )
 
 func (g *taskManagerGauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTMTasks, descTMRecordsIn, descTMRecordsOut, descTMOutbox, descTMRetries, descTMContact, descTMEpoch, descTMHeartbeats, descTMFreeSlots} {
+	for _, d := range []*prometheus.Desc{descTMTasks, descTMRecordsIn, descTMRecordsOut, descTMBytesIn, descTMBytesOut, descTMOutbox, descTMRetries, descTMContact, descTMEpoch, descTMHeartbeats, descTMFreeSlots} {
 		ch <- d
 	}
 }
@@ -81,6 +83,8 @@ func (g *taskManagerGauges) Collect(ch chan<- prometheus.Metric) {
 		sub, att := strconv.Itoa(int(io.Subtask)), strconv.Itoa(int(io.AttemptNumber))
 		ch <- prometheus.MustNewConstMetric(descTMRecordsIn, prometheus.CounterValue, float64(io.RecordsIn), io.JobID, io.VertexID, sub, att)
 		ch <- prometheus.MustNewConstMetric(descTMRecordsOut, prometheus.CounterValue, float64(io.RecordsOut), io.JobID, io.VertexID, sub, att)
+		ch <- prometheus.MustNewConstMetric(descTMBytesIn, prometheus.CounterValue, float64(io.BytesIn), io.JobID, io.VertexID, sub, att)
+		ch <- prometheus.MustNewConstMetric(descTMBytesOut, prometheus.CounterValue, float64(io.BytesOut), io.JobID, io.VertexID, sub, att)
 	}
 	ch <- prometheus.MustNewConstMetric(descTMOutbox, prometheus.GaugeValue, float64(g.st.OutboxLen()))
 	ch <- prometheus.MustNewConstMetric(descTMRetries, prometheus.CounterValue, float64(g.st.OutboxRetries()))

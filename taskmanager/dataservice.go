@@ -78,7 +78,12 @@ type subpartitionReader interface {
 	poll(dst []operators.Record, max int) (records []operators.Record, eop bool, err error)
 	// close gives the subpartition up (a PIPELINED one may be read again by a new attempt).
 	close()
+	// partition is the partition read (its producer's byte count).
+	partition() *resultPartition
 }
+
+func (r *blockingReader) partition() *resultPartition  { return r.p }
+func (r *pipelinedReader) partition() *resultPartition { return r.p }
 
 // partitionWait is how long a request for a partition not registered yet waits for its
 // producer to register it before it is refused NotFound (and the consumer retries).

@@ -365,7 +365,11 @@ func (x *exchangeServer) collect() *pb.ExchangeResponse {
 			continue // armed: its subpartition wakes it
 		}
 		ch.credit--
-		add(&pb.ChannelBatch{Channel: ch.id, Batch: &pb.RecordBatch{Records: toPB(rs), EndOfPartition: eop}}, len(rs), 16+len(rs)*recordWireMax)
+		cb := &pb.ChannelBatch{Channel: ch.id, Batch: &pb.RecordBatch{Records: toPB(rs), EndOfPartition: eop}}
+		if c := ch.r.partition().bytesOut; c != nil {
+			c.Add(int64(proto.Size(cb)))
+		}
+		add(cb, len(rs), 16+len(rs)*recordWireMax)
 		if eop {
 			x.finishLocked(ch)
 		} else {
@@ -564,6 +568,9 @@ func (x *exchangeClient) deliver(c *muxChannel, b *pb.ChannelBatch) {
 		ev.kind, ev.err = evBroken, status.Errorf(codes.Internal, "protocol error: producer %s sent channel %d more than its credit", x.addr, c.id)
 	default:
 		ev.kind, ev.batch = evBatch, b.GetBatch()
+		if c.in.bytes != nil {
+			c.in.bytes.Add(int64(proto.Size(b)))
+		}
 		if b.GetBatch().GetEndOfPartition() {
 			c.forget()
 		}

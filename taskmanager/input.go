@@ -163,6 +163,9 @@ type inputEvent struct {
 // them all at once. Pushing never waits: what a channel may have in it is bounded by its
 // credit (remote) or by one wake-up (local).
 type inbox struct {
+	// bytes counts the encoded batches delivered from Exchange streams: the consumer task's
+	// (nil: not counted; set before any channel opens).
+	bytes  *atomic.Int64
 	mu     sync.Mutex
 	events []inputEvent
 	spare  []inputEvent

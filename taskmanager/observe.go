@@ -24,6 +24,7 @@ type TaskIO struct {
 	JobID, VertexID        string
 	Subtask, AttemptNumber int32
 	RecordsIn, RecordsOut  int64
+	BytesIn, BytesOut      int64 // over Exchange streams
 }
 
 // TaskIOs returns the record counts of this TaskManager's tasks (retained terminal ones too).
@@ -34,7 +35,7 @@ func (tm *TaskManager) TaskIOs() []TaskIO {
 	for _, t := range tm.tasks {
 		d := t.tdd
 		out = append(out, TaskIO{JobID: d.GetJobId(), VertexID: d.GetVertexId(), Subtask: d.GetSubtaskIndex(), AttemptNumber: d.GetAttemptNumber(),
-			RecordsIn: t.recordsIn.Load(), RecordsOut: t.recordsOut.Load()})
+			RecordsIn: t.recordsIn.Load(), RecordsOut: t.recordsOut.Load(), BytesIn: t.bytesIn.Load(), BytesOut: t.bytesOut.Load()})
 	}
 	return out
 }

@@ -65,6 +65,9 @@ type resultPartition struct {
 	finished chan struct{} // closed when the producer FINISHED (BLOCKING: readable)
 	released chan struct{} // closed when released: writers and readers abort
 	gone     atomic.Bool   // released, for the writer's check per record
+	// bytesOut counts the encoded record batches sent from this partition over Exchange
+	// streams: the producer task's (nil: not counted).
+	bytesOut *atomic.Int64
 	once     sync.Once
 	finOnce  sync.Once
 }

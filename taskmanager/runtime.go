@@ -142,6 +142,7 @@ func (tm *TaskManager) registerPartitions(t *task) (_ []*resultPartition, answer
 	for _, pd := range d.GetProduced() {
 		k := partitionKey{job: d.GetJobId(), result: pd.GetResultId(), index: pd.GetPartitionIndex(), attempt: d.GetAttemptId()}
 		p := newResultPartition(k, pd)
+		p.bytesOut = &t.bytesOut
 		answers = append(answers, tm.parts.addLater(p))
 		parts = append(parts, p)
 		keys = append(keys, k)
@@ -250,6 +251,7 @@ func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Em
 		}
 	}
 	s := tm.newChannelSet(t.ctx, t.tdd.GetJobId(), t.attempt(), true)
+	s.in.bytes = &t.bytesIn
 	defer s.close()
 	for _, g := range t.gates {
 		s.add(g.channels...)

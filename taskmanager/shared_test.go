@@ -80,6 +80,27 @@ func TestSharedChannelListDeploysAWideGate(t *testing.T) {
 	if total != producers*count {
 		t.Fatalf("the sinks counted %d records, want %d", total, producers*count)
 	}
+	// What each task read and sent, as /metrics exports it: the sinks on tm1 read every record,
+	// half of them over the Exchange stream from tm2, whose sources sent bytes; tm1's sources
+	// send to its sinks locally (no bytes).
+	var in, sinkBytes, tm2Out, tm1Out int64
+	for _, io := range tm1.TaskIOs() {
+		if io.VertexID == "sink" {
+			in, sinkBytes = in+io.RecordsIn, sinkBytes+io.BytesIn
+		} else {
+			tm1Out += io.BytesOut
+			if io.RecordsOut != count {
+				t.Fatalf("%s[%d] emitted %d records, want %d", io.VertexID, io.Subtask, io.RecordsOut, count)
+			}
+		}
+	}
+	for _, io := range tm2.TaskIOs() {
+		tm2Out += io.BytesOut
+	}
+	if in != producers*count || sinkBytes == 0 || tm2Out == 0 || tm1Out != 0 || sinkBytes != tm2Out {
+		t.Fatalf("records in %d (want %d), bytes: sinks in %d, tm2's sources out %d, tm1's sources out %d (want equal, non-zero, zero)",
+			in, producers*count, sinkBytes, tm2Out, tm1Out)
+	}
 }
 
 // TestSharedChannelListsAreChecked: a reference out of range, a list with a bad channel, a

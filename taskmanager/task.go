@@ -36,6 +36,8 @@ type task struct {
 
 	// records the task read from its inputs and emitted (metrics; no lock)
 	recordsIn, recordsOut atomic.Int64
+	// encoded record batches received and sent over Exchange streams (local channels carry none)
+	bytesIn, bytesOut atomic.Int64
 }
 
 func (t *task) attempt() string { return t.tdd.GetAttemptId() }
