@@ -210,6 +210,26 @@ func checkCounts(t testing.TB, f *FSM) {
 	if !maps.Equal(gotJobs, jobs) || !maps.Equal(gotExecs, execs) {
 		t.Fatalf("counts kept: jobs %v executions %v; counted: jobs %v executions %v", gotJobs, gotExecs, jobs, execs)
 	}
+	type slot struct {
+		tm    string
+		index int32
+	}
+	seen, used := map[slot]bool{}, map[string]int32{}
+	for _, rec := range f.Jobs() {
+		for _, ev := range graph.AllExecutions(rec.ExecutionGraph) {
+			e := ev.GetCurrent()
+			if e == nil || e.GetSlot().GetTmId() == "" || graph.IsTerminalExecution(e.State) {
+				continue
+			}
+			if s := (slot{e.Slot.TmId, e.Slot.Index}); !seen[s] {
+				seen[s] = true
+				used[s.tm]++
+			}
+		}
+	}
+	if got := f.SlotsUsed(); !maps.Equal(got, used) {
+		t.Fatalf("slots used kept %v, counted %v", got, used)
+	}
 }
 
 // FuzzApply applies a sequence of well-formed envelopes with arbitrary payloads to two FSMs,

@@ -53,6 +53,38 @@ type state struct {
 type counts struct {
 	jobs  map[pb.JobStatus]int64
 	execs map[pb.ExecutionState]int64
+	// slots: the current non-terminal executions in each slot; tmSlots: per TM, the slots
+	// holding at least one (a region's tasks share a slot).
+	slots   map[slotKey]int
+	tmSlots map[string]int
+}
+
+type slotKey struct {
+	tm    string
+	index int32
+}
+
+// countSlot adds (sign 1) or takes away (-1) a non-terminal execution from its slot.
+func (s *state) countSlot(ex *pb.Execution, sign int) {
+	if ex.GetSlot().GetTmId() == "" || graph.IsTerminalExecution(ex.State) {
+		return
+	}
+	k := slotKey{ex.Slot.TmId, ex.Slot.Index}
+	before := s.counts.slots[k]
+	after := before + sign
+	if after <= 0 {
+		delete(s.counts.slots, k)
+	} else {
+		s.counts.slots[k] = after
+	}
+	switch {
+	case before == 0 && after > 0:
+		s.counts.tmSlots[k.tm]++
+	case before > 0 && after <= 0:
+		if s.counts.tmSlots[k.tm]--; s.counts.tmSlots[k.tm] <= 0 {
+			delete(s.counts.tmSlots, k.tm)
+		}
+	}
 }
 
 // countJob adds (sign 1) or takes away (-1) a job and its current executions.
@@ -62,6 +94,7 @@ func (s *state) countJob(rec *pb.JobRecord, sign int64) {
 		for _, ev := range ejv.Subtasks {
 			if cur := ev.GetCurrent(); cur != nil {
 				s.counts.execs[cur.State] += sign
+				s.countSlot(cur, int(sign))
 			}
 		}
 	}
@@ -71,8 +104,10 @@ func (s *state) countJob(rec *pb.JobRecord, sign int64) {
 func (s *state) replaceCurrent(old, cur *pb.Execution) {
 	if old != nil {
 		s.counts.execs[old.State]--
+		s.countSlot(old, -1)
 	}
 	s.counts.execs[cur.State]++
+	s.countSlot(cur, 1)
 }
 
 func newState() *state {
@@ -81,7 +116,7 @@ func newState() *state {
 		attempts: map[string]attemptRef{},
 		epoch:    &pb.LeaderEpoch{},
 		pool:     &pb.TaskManagerPool{},
-		counts:   counts{jobs: map[pb.JobStatus]int64{}, execs: map[pb.ExecutionState]int64{}},
+		counts:   counts{jobs: map[pb.JobStatus]int64{}, execs: map[pb.ExecutionState]int64{}, slots: map[slotKey]int{}, tmSlots: map[string]int{}},
 	}
 }
 
@@ -146,7 +181,9 @@ func (s *state) setJobStatus(rec *pb.JobRecord, st pb.JobStatus, ts int64, cause
 func (s *state) setExecutionState(ex *pb.Execution, st pb.ExecutionState, ts int64, cause string) {
 	s.counts.execs[ex.State]--
 	s.counts.execs[st]++
+	s.countSlot(ex, -1)
 	ex.State = st
+	s.countSlot(ex, 1)
 	graph.AddStateTimestamp(ex, st, ts)
 	if st == pb.ExecutionState_EXECUTION_STATE_FAILED && cause != "" {
 		ex.FailureCause = cause

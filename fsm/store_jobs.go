@@ -149,6 +149,18 @@ func (s *state) removeJobs(_ uint64, c *pb.RemoveJobsCommand) error {
 	return nil
 }
 
+// SlotsUsed returns, per TaskManager, the slots holding a non-terminal current execution (kept
+// by every change: no walk of the jobs).
+func (f *FSM) SlotsUsed() map[string]int32 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make(map[string]int32, len(f.st.counts.tmSlots))
+	for tm, n := range f.st.counts.tmSlots {
+		out[tm] = int32(n)
+	}
+	return out
+}
+
 // Counts returns the jobs by status and the current executions by state (kept by every change:
 // no walk of the jobs). States with none are left out.
 func (f *FSM) Counts() (jobs map[pb.JobStatus]int64, execs map[pb.ExecutionState]int64) {

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -249,32 +248,7 @@ func jobSummaries(d Deps) []*pb.JobSummary {
 
 // slotsUsed counts, per TM, the slots holding a non-terminal current execution of any job (a
 // slot shared by several executions of one region counts once).
-func slotsUsed(d Deps) map[string]int32 {
-	type slot struct {
-		tm    string
-		index int32
-	}
-	seen := map[slot]bool{}
-	used := map[string]int32{}
-	for _, id := range d.State.JobIDs() {
-		d.State.WithJob(id, func(rec *pb.JobRecord) {
-			for _, ejv := range rec.GetExecutionGraph().GetVertices() {
-				for _, ev := range ejv.GetSubtasks() {
-					e := ev.GetCurrent()
-					if e == nil || graph.IsTerminalExecution(e.GetState()) {
-						continue
-					}
-					s := slot{e.GetSlot().GetTmId(), e.GetSlot().GetIndex()}
-					if !seen[s] {
-						seen[s] = true
-						used[s.tm]++
-					}
-				}
-			}
-		})
-	}
-	return used
-}
+func slotsUsed(d Deps) map[string]int32 { return d.State.SlotsUsed() }
 
 // serveJobView is GET /api/v1/jobs/{id}: GetJob's answer as JSON. Query parameters: view
 // (summary, the default; full; executions), and for executions vertex, page_token, page_size
