@@ -230,6 +230,34 @@ func checkCounts(t testing.TB, f *FSM) {
 	if got := f.SlotsUsed(); !maps.Equal(got, used) {
 		t.Fatalf("slots used kept %v, counted %v", got, used)
 	}
+	for _, rec := range f.Jobs() {
+		for _, ev := range graph.AllExecutions(rec.ExecutionGraph) {
+			e := ev.GetCurrent()
+			if e == nil || e.GetSlot().GetTmId() == "" || graph.IsTerminalExecution(e.State) {
+				continue
+			}
+			found := false
+			f.OnTaskManager(e.Slot.TmId, func(_ string, x *pb.ExecutionVertex) { found = found || x.GetCurrent().GetAttemptId() == e.AttemptId })
+			if !found {
+				t.Fatalf("attempt %s on %s is not in the TaskManager's index", e.AttemptId, e.Slot.TmId)
+			}
+		}
+	}
+	n := 0
+	for tm := range used {
+		f.OnTaskManager(tm, func(string, *pb.ExecutionVertex) { n++ })
+	}
+	want := 0
+	for _, rec := range f.Jobs() {
+		for _, ev := range graph.AllExecutions(rec.ExecutionGraph) {
+			if e := ev.GetCurrent(); e != nil && e.GetSlot().GetTmId() != "" && !graph.IsTerminalExecution(e.State) {
+				want++
+			}
+		}
+	}
+	if n != want {
+		t.Fatalf("the TaskManagers' index holds %d executions, the jobs %d", n, want)
+	}
 }
 
 // FuzzApply applies a sequence of well-formed envelopes with arbitrary payloads to two FSMs,

@@ -57,6 +57,9 @@ type counts struct {
 	// holding at least one (a region's tasks share a slot).
 	slots   map[slotKey]int
 	tmSlots map[string]int
+	// onTM: per TM, the attempt ids of the current non-terminal executions placed on it (the
+	// leader's deployment check reads a TM's attempts without walking the jobs).
+	onTM map[string]map[string]struct{}
 }
 
 type slotKey struct {
@@ -70,6 +73,17 @@ func (s *state) countSlot(ex *pb.Execution, sign int) {
 		return
 	}
 	k := slotKey{ex.Slot.TmId, ex.Slot.Index}
+	if sign > 0 {
+		if s.counts.onTM[k.tm] == nil {
+			s.counts.onTM[k.tm] = map[string]struct{}{}
+		}
+		s.counts.onTM[k.tm][ex.AttemptId] = struct{}{}
+	} else if m := s.counts.onTM[k.tm]; m != nil {
+		delete(m, ex.AttemptId)
+		if len(m) == 0 {
+			delete(s.counts.onTM, k.tm)
+		}
+	}
 	before := s.counts.slots[k]
 	after := before + sign
 	if after <= 0 {
@@ -116,7 +130,7 @@ func newState() *state {
 		attempts: map[string]attemptRef{},
 		epoch:    &pb.LeaderEpoch{},
 		pool:     &pb.TaskManagerPool{},
-		counts:   counts{jobs: map[pb.JobStatus]int64{}, execs: map[pb.ExecutionState]int64{}, slots: map[slotKey]int{}, tmSlots: map[string]int{}},
+		counts:   counts{jobs: map[pb.JobStatus]int64{}, execs: map[pb.ExecutionState]int64{}, slots: map[slotKey]int{}, tmSlots: map[string]int{}, onTM: map[string]map[string]struct{}{}},
 	}
 }
 

@@ -149,6 +149,27 @@ func (s *state) removeJobs(_ uint64, c *pb.RemoveJobsCommand) error {
 	return nil
 }
 
+// OnTaskManager calls fn with every current, non-terminal execution placed on the TaskManager
+// tm and its job, under the read lock (fn must neither keep nor change them). The executions
+// come from an index kept by every change, not from a walk of the jobs; in no set order.
+func (f *FSM) OnTaskManager(tm string, fn func(jobID string, ev *pb.ExecutionVertex)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for id := range f.st.counts.onTM[tm] {
+		ref, ok := f.st.attempts[id]
+		if !ok {
+			continue
+		}
+		rec := f.st.jobs[ref.jobID]
+		if rec == nil {
+			continue
+		}
+		if ev := graph.FindVertex(rec.ExecutionGraph, ref.vertexID, ref.subtask); ev != nil && ev.GetCurrent().GetAttemptId() == id {
+			fn(ref.jobID, ev)
+		}
+	}
+}
+
 // SlotsUsed returns, per TaskManager, the slots holding a non-terminal current execution (kept
 // by every change: no walk of the jobs).
 func (f *FSM) SlotsUsed() map[string]int32 {

@@ -16,8 +16,9 @@ const ackedRetention = time.Minute
 // there; an attempt the graph places there but the TM has not reported in two consecutive
 // heartbeats is failed. A heartbeat only counts against an attempt whose submission the TM
 // acknowledged at least one heartbeat interval before the heartbeat arrived: a report built
-// before the TM took a batch (and delayed behind a slow call) does not show it yet. The graph
-// is read once per job (an index of its current attempts), not once per reported attempt.
+// before the TM took a batch (and delayed behind a slow call) does not show it yet. The graph's
+// attempts on the TM come from the FSM's index of them (FSM.OnTaskManager): a heartbeat costs
+// what the TM holds, not what every job holds.
 func (t *term) checkDeployment(req *pb.HeartbeatRequest) {
 	arrived := time.Now()
 	tm, ok := t.jm.tms.Get(req.TmId)
@@ -25,64 +26,51 @@ func (t *term) checkDeployment(req *pb.HeartbeatRequest) {
 		return
 	}
 	reported := make(map[string]bool, len(req.Deployed))
-	byJob := map[string][]*pb.DeployedExecution{}
 	for _, d := range req.Deployed {
 		reported[d.AttemptId] = true
-		byJob[d.JobId] = append(byJob[d.JobId], d)
 	}
-	for jobID, ds := range byJob {
-		owned := map[string]bool{}
-		t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
-			forEachExecution(rec, func(ev *pb.ExecutionVertex) {
-				if e := ev.GetCurrent(); e != nil && e.GetSlot().GetTmId() == req.TmId && !isTerminal(e.State) {
-					owned[e.AttemptId] = true
-				}
-			})
-		})
-		for _, d := range ds {
-			if !owned[d.AttemptId] && !isTerminal(d.State) {
-				t.jm.log.Info("cancelling attempt the graph does not own", "tm", req.TmId, "job", d.JobId, "attempt", d.AttemptId)
-				t.cancelOnTM(tm.GRPCAddr, d.JobId, d.AttemptId)
-			}
+	// The graph's live attempts on this TM, from the FSM's index of them (no walk of the jobs).
+	type placed struct{ jobID, attemptID string }
+	owned := map[string]bool{}
+	var running []placed
+	t.jm.state.OnTaskManager(req.TmId, func(jobID string, ev *pb.ExecutionVertex) {
+		e := ev.GetCurrent()
+		owned[e.AttemptId] = true
+		switch e.State {
+		case stDeploying, pb.ExecutionState_EXECUTION_STATE_INITIALIZING, stRunning:
+			running = append(running, placed{jobID, e.AttemptId})
+		}
+	})
+	for _, d := range req.Deployed {
+		if !owned[d.AttemptId] && !isTerminal(d.State) {
+			t.jm.log.Info("cancelling attempt the graph does not own", "tm", req.TmId, "job", d.JobId, "attempt", d.AttemptId)
+			t.cancelOnTM(tm.GRPCAddr, d.JobId, d.AttemptId)
 		}
 	}
 	grace := t.jm.cfg.HeartbeatInterval
 	var failed []*pb.ExecutionStateUpdate
-	for _, jobID := range t.jm.state.JobIDs() {
-		t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			forEachExecution(rec, func(ev *pb.ExecutionVertex) {
-				e := ev.GetCurrent()
-				if e == nil || e.GetSlot().GetTmId() != req.TmId {
-					return
-				}
-				switch e.State {
-				case stDeploying, pb.ExecutionState_EXECUTION_STATE_INITIALIZING, stRunning:
-				default:
-					return
-				}
-				id := e.AttemptId
-				if t.submitting[id] || reported[id] {
-					delete(t.missing, id)
-					delete(t.acked, id)
-					return
-				}
-				if at, ok := t.acked[id]; ok && at.After(arrived.Add(-grace)) {
-					return // acknowledged too recently for this report to show it
-				}
-				t.missing[id]++
-				if t.missing[id] >= 2 {
-					delete(t.missing, id)
-					delete(t.acked, id)
-					failed = append(failed, &pb.ExecutionStateUpdate{
-						JobId: jobID, AttemptId: id, State: stFailed, Timestamp: nowMillis(),
-						FailureCause: "attempt missing from the deployment report of " + req.TmId,
-					})
-				}
+	t.mu.Lock()
+	for _, p := range running {
+		id := p.attemptID
+		if t.submitting[id] || reported[id] {
+			delete(t.missing, id)
+			delete(t.acked, id)
+			continue
+		}
+		if at, ok := t.acked[id]; ok && at.After(arrived.Add(-grace)) {
+			continue // acknowledged too recently for this report to show it
+		}
+		t.missing[id]++
+		if t.missing[id] >= 2 {
+			delete(t.missing, id)
+			delete(t.acked, id)
+			failed = append(failed, &pb.ExecutionStateUpdate{
+				JobId: p.jobID, AttemptId: id, State: stFailed, Timestamp: nowMillis(),
+				FailureCause: "attempt missing from the deployment report of " + req.TmId,
 			})
-		})
+		}
 	}
+	t.mu.Unlock()
 	if len(failed) > 0 {
 		t.jm.log.Warn("attempts missing on task manager", "tm", req.TmId, "count", len(failed))
 		t.spawn(func() { t.batch.commit(t.ctx, failed) })
