@@ -88,8 +88,12 @@ bench-short: build ## the benchmark goals, under ten minutes on two cores: ends 
 		[ $$rc -eq 0 ] || { tail -40 bench-short.out; echo "bench-short: the goal tests failed (bench-short.out)"; exit 1; }; \
 		echo; grep '^GOAL' bench-short.out
 
-bench: ## run the benchmarks (see docs/benchmarks.md)
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
+bench: build ## every benchmark, then every goal at full trials (JMC_GOALS=full): reproduces docs/benchmarks.md; bench.out keeps the log
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS) | tee bench.out
+	@JMC_GOALS=full $(GO) test -count=1 -p 1 -timeout 90m -run '^TestGoal' -v ./fsm/ ./reconcile/ ./agent/ ./taskmanager/ ./cmd/jmnode/ >> bench.out 2>&1; rc=$$?; \
+		grep -E '^\s+[a-z_]+_test\.go:[0-9]+: ' bench.out | grep -v '^\s*helpers_test'; \
+		[ $$rc -eq 0 ] || { tail -40 bench.out; echo "bench: the goal tests failed (bench.out)"; exit 1; }; \
+		echo; grep '^GOAL' bench.out
 
 bin/jepsen: FORCE
 	$(GO) build -o bin/jepsen ./jepsen-style/cmd/jepsen

@@ -12,6 +12,18 @@ import (
 // otherwise, with Skip.
 func Enabled() bool { return os.Getenv("JMC_GOALS") != "" }
 
+// Full reports whether the goals run at full size (`make bench`: JMC_GOALS=full), not with the
+// reduced trials of `make bench-short` (JMC_GOALS=1).
+func Full() bool { return os.Getenv("JMC_GOALS") == "full" }
+
+// Trials is short under `make bench-short` and full under `make bench`.
+func Trials(short, full int) int {
+	if Full() {
+		return full
+	}
+	return short
+}
+
 // Skip skips t unless the goal tests run.
 func Skip(t *testing.T) {
 	t.Helper()
