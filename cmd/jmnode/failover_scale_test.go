@@ -254,7 +254,7 @@ func killLeaderOnce(t *testing.T, d *procs, sims []*testcluster.LiveSim, jobID s
 			if name != victim.Name {
 				ch := make(chan []byte, 1)
 				profiled[name] = ch
-				go func() { ch <- cpuProfile(addr, 4) }()
+				go func() { ch <- cpuProfile(addr, 8) }()
 			}
 		}
 	}
@@ -300,7 +300,7 @@ func killLeaderOnce(t *testing.T, d *procs, sims []*testcluster.LiveSim, jobID s
 			last = fmt.Sprintf("%s leads at epoch %d, gate open, record not seen yet", p.Name, cs.Epoch)
 		}
 		if rec == nil {
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(25 * time.Millisecond)
 		}
 	}
 	at := func(ms int64) time.Duration { return time.UnixMilli(ms).Sub(killed) }

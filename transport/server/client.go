@@ -45,6 +45,9 @@ type Deps struct {
 	// Audit receives a line for every submit, cancel and Raft membership change this node
 	// serves, naming the caller (audit.go); nil: none.
 	Audit hclog.Logger
+
+	// slots caches the slots in use per TM (NewClientService sets it).
+	slots *slotsCache
 }
 
 // ClientService implements pb.ClientServiceServer. The policy table sends writes to the
@@ -56,7 +59,12 @@ type ClientService struct {
 }
 
 // NewClientService returns the client-facing service.
-func NewClientService(d Deps) *ClientService { return &ClientService{d: d} }
+func NewClientService(d Deps) *ClientService {
+	if d.slots == nil {
+		d.slots = &slotsCache{}
+	}
+	return &ClientService{d: d}
+}
 
 func (s *ClientService) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
 	if req.JobGraph == nil {
@@ -220,7 +228,7 @@ func taskManagers(d Deps) []*pb.TaskManagerInfo {
 			}
 		}
 	}
-	used := slotsUsed(d)
+	used := d.slots.get(d)
 	drained := d.State.Drained()
 	for id := range drained {
 		if byID[id] == nil {
