@@ -319,6 +319,9 @@ func killLeaderOnce(t *testing.T, d *procs, sims []*testcluster.LiveSim, jobID s
 		t.Fatalf("%s logged no \"leadership established\" for epoch %d", f.leader, rec.Epoch)
 	}
 	f.established = est.Sub(killed)
+	if os.Getenv("JMC_FAILOVER_STEPS") != "" {
+		t.Logf("the new leader's log from the kill on (+ms):\n%s", logSince(d.Proc(f.leader).LogPath, killed))
+	}
 	if ch := profiled[f.leader]; ch != nil {
 		if b := <-ch; len(b) > 0 {
 			path := filepath.Join(os.Getenv("JMC_FAILOVER_PPROF"), fmt.Sprintf("failover-%d-epoch%d-%s.pprof", n, rec.Epoch, f.leader))
@@ -393,6 +396,25 @@ func establishedAt(logPath string, epoch uint64) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// logSince is the lines of a JobMaster's log stamped after from, each prefixed by its offset
+// from it in milliseconds.
+func logSince(logPath string, from time.Time) string {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		ts, rest, ok := strings.Cut(line, " ")
+		at, err := time.Parse("2006-01-02T15:04:05.000Z0700", ts)
+		if !ok || err != nil || at.Before(from) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("+%5d %s", at.Sub(from).Milliseconds(), rest))
+	}
+	return strings.Join(out, "\n")
 }
 
 // cpuProfile takes a CPU profile of seconds from the pprof server at addr (nil on error).
