@@ -74,8 +74,9 @@ bench-short: build ## the benchmark goals, under ten minutes on two cores: ends 
 		[ $$rc -eq 0 ] || { tail -40 bench-short.out; echo "bench-short: the goal tests failed (bench-short.out)"; exit 1; }; \
 		echo; grep '^GOAL' bench-short.out
 
-bench: ## run the benchmarks (see docs/benchmarks.md)
+bench: ## run the benchmarks, then the failover-at-scale goal with 10 trials per size (see docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
+	set -o pipefail; JMC_GOALS=1 JMC_FAILOVER_TRIALS=10 $(GO) test -count=1 -timeout 30m -run '^TestGoalFailoverAtScale$$' -v ./cmd/jmnode/ | grep -E '^\s+failover_scale_test\.go:[0-9]+: |^GOAL'
 
 bin/jepsen: FORCE
 	$(GO) build -o bin/jepsen ./jepsen-style/cmd/jepsen

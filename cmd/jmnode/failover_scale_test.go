@@ -355,7 +355,23 @@ func killLeaderOnce(t *testing.T, d *procs, sims []*testcluster.LiveSim, jobID s
 	}); err != nil {
 		t.Fatal(err)
 	}
+	restarts, started := 0, time.Now()
 	testcluster.WaitFor(t, 2*time.Minute, victim.Name+" caught up", func() (bool, string) {
+		if !victim.Running() {
+			// Its port can be taken while it is down (another process, or an outgoing
+			// connection's local port): start it again, a second apart, once that is released.
+			if time.Since(started) < time.Second {
+				return false, victim.Name + " exited: " + victim.LogTail(1)
+			}
+			if restarts++; restarts > 30 {
+				t.Fatalf("%s does not start:\n%s", victim.Name, victim.LogTail(5))
+			}
+			started = time.Now()
+			if err := victim.Start(); err != nil {
+				return false, err.Error()
+			}
+			return false, fmt.Sprintf("%s started again (%d): %s", victim.Name, restarts, victim.LogTail(1))
+		}
 		cs, err := d.status(victim.Addrs.GRPC)
 		if err != nil {
 			return false, err.Error()
