@@ -154,10 +154,16 @@ func runningSteps(rec *pb.JobRecord, v view) []action {
 	countRestart := false
 	// Reused from region to region: nothing below keeps them (the actions copy what they need).
 	var active, failed, finished, undeployed []*pb.ExecutionVertex
+	// The job vertices by id, once per pass: looking each member's up by a scan of the
+	// vertices was a fifth of the leader's CPU while a job of 100 vertices x 1,000 deployed.
+	byID := make(map[string]*pb.ExecutionJobVertex, len(eg.GetVertices()))
+	for _, ejv := range eg.GetVertices() {
+		byID[ejv.VertexId] = ejv
+	}
 	for _, r := range v.regions {
 		active, failed, finished, undeployed = active[:0], failed[:0], finished[:0], undeployed[:0]
 		for _, m := range r.Members {
-			ev := graph.FindVertex(eg, m.VertexID, m.Subtask)
+			ev := subtaskOf(byID[m.VertexID], m.Subtask)
 			switch s := ev.GetCurrent().GetState(); {
 			case ev.GetCurrent() == nil:
 				undeployed = append(undeployed, ev)
@@ -453,4 +459,20 @@ func (a action) String() string {
 		return "resume " + strings.Join(parts, " ")
 	}
 	return fmt.Sprintf("action(%d)", a.kind)
+}
+
+// subtaskOf is graph.FindVertex once the job vertex is found (nil stays nil).
+func subtaskOf(ejv *pb.ExecutionJobVertex, subtask int32) *pb.ExecutionVertex {
+	if ejv == nil || subtask < 0 || int(subtask) >= len(ejv.Subtasks) {
+		return nil
+	}
+	if ev := ejv.Subtasks[subtask]; ev.GetSubtaskIndex() == subtask {
+		return ev
+	}
+	for _, ev := range ejv.Subtasks {
+		if ev.SubtaskIndex == subtask {
+			return ev
+		}
+	}
+	return nil
 }

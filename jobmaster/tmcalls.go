@@ -114,8 +114,22 @@ func (jm *JobMaster) lookup(jobID, attemptID, tmID string) (*pb.ExecutionVertex,
 	}
 	var out *pb.ExecutionVertex
 	var err error
+	// The FSM's index of current attempts, read before WithJob (both take the FSM's read
+	// lock): a scan of the graph for each state update was most of the leader's CPU while a
+	// job of 100,000 executions deployed. The index is checked against the graph in WithJob
+	// (an entry applied in between may have changed it), and the scan is the fallback.
+	refJob, refVertex, refSubtask, indexed := jm.state.LocateAttempt(attemptID)
 	found := jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
-		if ev := graph.FindAttempt(rec.ExecutionGraph, attemptID); ev != nil {
+		var ev *pb.ExecutionVertex
+		if indexed && refJob == jobID {
+			if e := graph.FindVertex(rec.ExecutionGraph, refVertex, refSubtask); e.GetCurrent().GetAttemptId() == attemptID {
+				ev = e
+			}
+		}
+		if ev == nil {
+			ev = graph.FindAttempt(rec.ExecutionGraph, attemptID)
+		}
+		if ev != nil {
 			if tmID != "" && ev.Current.GetSlot().GetTmId() != tmID {
 				err = errorf(ErrNotAssigned, "attempt %s of %s[%d] is assigned to %s, not %s",
 					attemptID, ev.VertexId, ev.SubtaskIndex, ev.Current.GetSlot().GetTmId(), tmID)

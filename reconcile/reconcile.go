@@ -235,21 +235,56 @@ func (r *Reconciler) commitJob(ctx context.Context, t jobmaster.Term, jp *JobPla
 	epoch := t.Epoch()
 	n := len(jp.Executions)
 	chunk := r.cfg.CommitChunk
-	for i := 0; i == 0 || i < n; i += chunk {
+	command := func(i int) *pb.ReconcileJobCommand {
 		end := min(i+chunk, n)
-		last := end >= n
 		cmd := &pb.ReconcileJobCommand{
-			Epoch: epoch, JobId: jp.JobID, Executions: jp.Executions[i:end], LastChunk: last, Timestamp: time.Now().UnixMilli(),
+			Epoch: epoch, JobId: jp.JobID, Executions: jp.Executions[i:end], LastChunk: end >= n, Timestamp: time.Now().UnixMilli(),
 		}
-		if last {
+		if cmd.LastChunk {
 			cmd.Status, cmd.Cause = jp.Status, jp.Cause
 		}
-		if _, err := t.Commit(ctx, pb.CommandType_COMMAND_TYPE_RECONCILE_JOB, cmd); err != nil {
-			return fmt.Errorf("commit job %s chunk at %d: %w", jp.JobID, i, err)
-		}
+		return cmd
+	}
+	// The chunks before the last are independent of each other (each replaces executions of its
+	// own) and are proposed together, up to commitInFlight at a time, so that Raft batches them
+	// into shared appends and fsyncs instead of a round trip each; the last chunk, which carries
+	// the job's status, is committed once all of them are.
+	last := 0
+	if n > chunk {
+		last = (n - 1) / chunk * chunk
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		sem   = make(chan struct{}, commitInFlight)
+	)
+	for i := 0; i < last; i += chunk {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if _, err := t.Commit(ctx, pb.CommandType_COMMAND_TYPE_RECONCILE_JOB, command(i)); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = fmt.Errorf("commit job %s chunk at %d: %w", jp.JobID, i, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	if _, err := t.Commit(ctx, pb.CommandType_COMMAND_TYPE_RECONCILE_JOB, command(last)); err != nil {
+		return fmt.Errorf("commit job %s chunk at %d: %w", jp.JobID, last, err)
 	}
 	return nil
 }
+
+// commitInFlight bounds the chunks of one job proposed at once.
+const commitInFlight = 4
 
 // act carries out what the committed plan decided: mark TMs that did not report lost (their
 // executions have failed; they get new work only after they register again), cancel attempts

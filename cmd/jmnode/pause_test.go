@@ -174,6 +174,13 @@ func newProcessClusterOf(t *testing.T, o proccluster.LocalOptions, edit func(dir
 	if edit != nil {
 		edit(dir, nodes)
 	}
+	return startProcessCluster(t, dir, bin, nodes)
+}
+
+// startProcessCluster makes and starts the cluster of nodes, run by bin under dir; it is
+// killed when the test ends (a failed test logs and keeps the JobMasters' logs).
+func startProcessCluster(t *testing.T, dir, bin string, nodes []proccluster.Node) *procs {
+	t.Helper()
 	c, err := proccluster.New(bin, nodes)
 	if err != nil {
 		t.Fatal(err)

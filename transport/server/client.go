@@ -60,7 +60,9 @@ type ClientService struct {
 }
 
 // NewClientService returns the client-facing service.
-func NewClientService(d Deps) *ClientService { return &ClientService{d: d} }
+func NewClientService(d Deps) *ClientService {
+	return &ClientService{d: d}
+}
 
 func (s *ClientService) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
 	if req.JobGraph == nil {

@@ -247,7 +247,9 @@ func jobSummaries(d Deps) []*pb.JobSummary {
 }
 
 // slotsUsed counts, per TM, the slots holding a non-terminal current execution of any job (a
-// slot shared by several executions of one region counts once).
+// slot shared by several executions of one region counts once): the FSM keeps the count as it
+// applies, so ClusterStatus, which every TaskManager that lost its leader asks of each
+// JobMaster while a new leader reconciles, costs the TMs, not the executions.
 func slotsUsed(d Deps) map[string]int32 { return d.State.SlotsUsed() }
 
 // serveJobView is GET /api/v1/jobs/{id}: GetJob's answer as JSON. Query parameters: view
