@@ -25,16 +25,17 @@ import (
 // parallelism p (100 x p executions, one region and so one shared slot per subtask index), on
 // ten simulated TaskManagers.
 type failoverSize struct {
-	name   string
-	p      int32
-	trials int
-	goal   float64 // 0: no goal line, only the figures
+	name      string
+	p         int32
+	trials    int
+	goal      float64 // 0: no goal line, only the figures
+	heapGoals bool    // the leader-heap goal lines (at the largest size)
 }
 
 // failoverTrials is the trial count of each size: JMC_FAILOVER_TRIALS (`make bench` sets 10),
 // else 3 at 10k and 100k and 1 at 1k (`make bench-short`).
 func failoverSizes(t *testing.T) []failoverSize {
-	sizes := []failoverSize{{"1k", 10, 1, 0}, {"10k", 100, 3, 1.1}, {"100k", 1000, 3, 1.2}}
+	sizes := []failoverSize{{"1k", 10, 1, 0, false}, {"10k", 100, 3, 1.1, false}, {"100k", 1000, 3, 1.2, true}}
 	if v := os.Getenv("JMC_FAILOVER_TRIALS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -73,18 +74,39 @@ func newJobMasterCluster(t *testing.T, o proccluster.LocalOptions) (*procs, map[
 		t.Fatal(err)
 	}
 	nodes = slices.DeleteFunc(nodes, func(n proccluster.Node) bool { return n.Role != proccluster.JobMaster })
+	// pprof on every JobMaster: the heap goals read it (and JMC_FAILOVER_PPROF's profiles).
 	pprofs := map[string]string{}
-	if os.Getenv("JMC_FAILOVER_PPROF") != "" {
-		ports, err := proccluster.FreePorts(len(nodes))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range nodes {
-			nodes[i].Flags = append(slices.Clone(nodes[i].Flags), "--pprof-addr", ports[i])
-			pprofs[nodes[i].Name] = ports[i]
-		}
+	ports, err := proccluster.FreePorts(len(nodes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range nodes {
+		nodes[i].Flags = append(slices.Clone(nodes[i].Flags), "--pprof-addr", ports[i])
+		pprofs[nodes[i].Name] = ports[i]
 	}
 	return startProcessCluster(t, dir, bin, nodes), pprofs
+}
+
+// heapInUse is the heap in use of the process serving pprof at addr, after a collection
+// (runtime.MemStats.HeapInuse, from /debug/pprof/heap?gc=1&debug=1).
+func heapInUse(t *testing.T, addr string) uint64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1&debug=1")
+	if err != nil {
+		t.Fatalf("heap of %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "# HeapInuse = "); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	t.Fatalf("heap of %s: no HeapInuse line", addr)
+	return 0
 }
 
 // failoverTrial is what one leader kill took, each time from the kill (the test's clock; the
@@ -186,6 +208,7 @@ func runFailoverTrials(t *testing.T, size failoverSize) []failoverTrial {
 	// trials count restarts from the deployed job on.
 	jg.RestartStrategy = &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_FIXED_DELAY, Attempts: 1000, DelayMs: 100}
 	n := int(100 * size.p)
+	heapBefore := heapInUse(t, pprofs[leader.LeaderId])
 	c := d.client(leader.LeaderGrpcAddress)
 	if err := c.call(60*time.Second, func(ctx context.Context) error {
 		_, err := c.client().SubmitJob(ctx, &pb.SubmitJobRequest{JobGraph: jg})
@@ -199,6 +222,25 @@ func runFailoverTrials(t *testing.T, size failoverSize) []failoverTrial {
 		t.Fatal(err)
 	}
 	t.Logf("[%s] %d executions RUNNING on %d simulated TMs (%d attempts changed, %d restarts while deploying)", since(), n, tms, base.GetAttemptsChanged(), base.GetRestarts())
+	// The heap in use after a collection: the leader's growth per execution since before the
+	// submission, and the leader against a follower (the same committed state).
+	if now, err := d.waitLeader(ctx, "", time.Minute); err == nil && now.LeaderId == leader.LeaderId {
+		lh := heapInUse(t, pprofs[leader.LeaderId])
+		var fh uint64
+		for name, addr := range pprofs {
+			if name != leader.LeaderId {
+				fh = max(fh, heapInUse(t, addr))
+			}
+		}
+		perExec := float64(lh-min(lh, heapBefore)) / float64(n)
+		t.Logf("heap in use after GC: leader %s %.1f MB (%.1f MB before the job: %.0f bytes per execution), follower %.1f MB (%.2fx)",
+			leader.LeaderId, float64(lh)/1e6, float64(heapBefore)/1e6, perExec, float64(fh)/1e6, float64(lh)/float64(max(fh, 1)))
+		if size.heapGoals {
+			benchgoal.Report(t, "leader-heap-per-execution-"+size.name, perExec, 1024, perExec <= 1024, "B")
+			ratio := float64(lh) / float64(max(fh, 1))
+			benchgoal.Report(t, "leader-heap-vs-follower-"+size.name, ratio, 2, ratio <= 2, "x")
+		}
+	}
 
 	var out []failoverTrial
 	for i := 1; i <= size.trials; i++ {
