@@ -138,6 +138,9 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 		return nil, err
 	}
 	a.JM.SetRaft(a.Node)
+	if cfg.Reconcile.WholeRecords == nil && cfg.Gossip != nil {
+		cfg.Reconcile.WholeRecords = func() bool { return !a.votersApply(fsm.LevelReconcileKept) }
+	}
 	a.Recon = reconcile.New(cfg.Reconcile)
 	a.JM.SetReconciler(a.Recon)
 
@@ -148,7 +151,7 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	if cfg.Gossip != nil {
 		g := *cfg.Gossip
 		g.Logger = log
-		g.Meta = membership.Meta{Role: membership.RoleJobMaster, ID: cfg.Cluster.ID, GRPCAddr: cfg.Cluster.GRPCAddr, Version: version.Version}
+		g.Meta = membership.Meta{Role: membership.RoleJobMaster, ID: cfg.Cluster.ID, GRPCAddr: cfg.Cluster.GRPCAddr, Version: version.Version, FSMLevel: fsm.CommandLevel}
 		if a.Gossip, err = membership.New(g); err != nil {
 			return nil, fmt.Errorf("gossip: %w", err)
 		}
@@ -191,6 +194,34 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	}
 	log.Info("jobmaster started", "grpc", a.GRPCAddr(), "raft", a.Node.RaftAddr(), "http", a.httpAddr)
 	return a, nil
+}
+
+// votersApply reports whether every voter of the Raft configuration gossips (now, or last
+// before it went down) that it applies the commands of level: a voter gossip does not know, or
+// one of an older build, may not, and a command it cannot apply would stop it.
+func (a *JobMaster) votersApply(level int) bool {
+	peers, err := a.Node.Peers()
+	if err != nil || a.Gossip == nil {
+		return false
+	}
+	levels := map[string]int{}
+	for _, m := range a.Gossip.Members() {
+		if m.MetaErr == nil && m.Meta.Role == membership.RoleJobMaster {
+			// Every entry of an id counts: the lowest wins (a node restarted on an older build).
+			if l, ok := levels[m.Meta.ID]; !ok || m.Meta.FSMLevel < l {
+				levels[m.Meta.ID] = m.Meta.FSMLevel
+			}
+		}
+	}
+	for _, p := range peers {
+		if p.Suffrage != "voter" {
+			continue
+		}
+		if l, ok := levels[p.Id]; !ok || l < level {
+			return false
+		}
+	}
+	return true
 }
 
 // seenEpoch is the highest leader epoch a TaskManager of the gossip pool says it has seen:

@@ -113,6 +113,15 @@ func (f *FSM) WithJob(id string, fn func(*pb.JobRecord)) bool {
 	return ok
 }
 
+// WithJobs runs fn on every live job record, ordered by create index, under the read lock
+// (fn must neither keep nor change them, nor call back into the FSM's writers): a read of
+// every job without the copy Jobs makes.
+func (f *FSM) WithJobs(fn func([]*pb.JobRecord)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fn(f.st.sortedJobs())
+}
+
 // Jobs returns copies of every job record, ordered by create index.
 func (f *FSM) Jobs() []*pb.JobRecord {
 	f.mu.RLock()

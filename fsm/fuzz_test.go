@@ -57,6 +57,8 @@ func payloadMessage(t pb.CommandType) proto.Message {
 		return &pb.PoolAckCommand{}
 	case pb.CommandType_COMMAND_TYPE_SET_DRAIN:
 		return &pb.SetDrainCommand{}
+	case pb.CommandType_COMMAND_TYPE_RECONCILE_KEPT:
+		return &pb.ReconcileKeptCommand{}
 	}
 	return nil
 }

@@ -180,6 +180,69 @@ func (s *state) reconcileJob(index uint64, c *pb.ReconcileJobCommand) error {
 	return nil
 }
 
+// reconcileKept moves ranges of RECONCILING executions to the state their TaskManagers
+// reported, keeping everything else of them (attempt, slot, start, data address): what
+// reconcileJob does for an execution whose report changes only its state, without the record
+// in the command. A reconciliation that keeps every task running commits a range per vertex
+// instead of every execution. Like reconcileJob's replacement, the plan wins over an update
+// applied after the merge (TestReconcileJobReplacesAnUpdateAppliedMeanwhile): the state is set
+// whatever the execution's state is now. Everything is checked before anything changes; the
+// job's status stays for the last RECONCILE_JOB chunk.
+func (s *state) reconcileKept(index uint64, c *pb.ReconcileKeptCommand) error {
+	if err := s.checkEpoch(c.Epoch); err != nil {
+		return err
+	}
+	rec, err := s.job(c.JobId)
+	if err != nil {
+		return err
+	}
+	eg := rec.ExecutionGraph
+	vertices := make(map[string]*pb.ExecutionJobVertex, len(eg.GetVertices()))
+	for _, v := range eg.GetVertices() {
+		vertices[v.VertexId] = v
+	}
+	// Ranges of one vertex come in ascending order and do not overlap: next[v] is the first
+	// subtask the vertex's next range may name.
+	next := make(map[string]int32, len(c.Ranges))
+	for i, r := range c.Ranges {
+		v := vertices[r.VertexId]
+		switch {
+		case v == nil:
+			return wrapf(ErrUnknownVertex, "ranges[%d]: vertex %q of job %q", i, r.VertexId, c.JobId)
+		case r.Count <= 0 || r.FirstSubtask < 0 || int64(r.FirstSubtask)+int64(r.Count) > int64(len(v.Subtasks)):
+			return wrapf(ErrInvalidCommand, "ranges[%d]: subtasks [%d, %d+%d) of %s, which has %d", i, r.FirstSubtask, r.FirstSubtask, r.Count, r.VertexId, len(v.Subtasks))
+		case r.FirstSubtask < next[r.VertexId]:
+			return wrapf(ErrInvalidCommand, "ranges[%d]: subtasks of %s from %d overlap or precede an earlier range", i, r.VertexId, r.FirstSubtask)
+		case !keptStates[r.State]:
+			return wrapf(ErrInvalidCommand, "ranges[%d]: state %s (want RUNNING, INITIALIZING or FINISHED)", i, graph.ExecutionStateName(r.State))
+		}
+		next[r.VertexId] = r.FirstSubtask + r.Count
+		for _, ev := range v.Subtasks[r.FirstSubtask : r.FirstSubtask+r.Count] {
+			if ev.Current == nil {
+				return wrapf(ErrInvalidCommand, "ranges[%d]: %s[%d] has no attempt", i, r.VertexId, ev.SubtaskIndex)
+			}
+		}
+	}
+	produced := resultsByProducer(eg)
+	for _, r := range c.Ranges {
+		v := vertices[r.VertexId]
+		for _, ev := range v.Subtasks[r.FirstSubtask : r.FirstSubtask+r.Count] {
+			s.setExecutionState(ev.Current, r.State, c.Timestamp, "")
+			setConsumable(produced[r.VertexId], ev.SubtaskIndex, r.State)
+		}
+	}
+	rec.ModifyIndex = index
+	return nil
+}
+
+// keptStates are the states RECONCILE_KEPT may move an execution to: those a report can keep
+// without a failure cause or a changed record.
+var keptStates = map[pb.ExecutionState]bool{
+	pb.ExecutionState_EXECUTION_STATE_RUNNING:      true,
+	pb.ExecutionState_EXECUTION_STATE_INITIALIZING: true,
+	pb.ExecutionState_EXECUTION_STATE_FINISHED:     true,
+}
+
 // endReconciliation closes the in-progress record of the epoch.
 func (s *state) endReconciliation(_ uint64, c *pb.EndReconciliationCommand) error {
 	if err := s.checkEpoch(c.Epoch); err != nil {

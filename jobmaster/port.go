@@ -21,10 +21,12 @@ type Term interface {
 	// Commit encodes and commits one command through Raft; a domain error of the applier is
 	// returned as the error.
 	Commit(ctx context.Context, t pb.CommandType, m proto.Message) (*fsm.Result, error)
-	// Jobs returns copies of every committed job; WithJob runs fn on one live job record under
-	// the state's read lock (fn must neither keep nor change it).
+	// Jobs returns copies of every committed job; WithJob runs fn on one live job record, and
+	// WithJobs on every one (ordered by create index), under the state's read lock (fn must
+	// neither keep nor change them, nor take the term's other locks).
 	Jobs() []*pb.JobRecord
 	WithJob(id string, fn func(*pb.JobRecord)) bool
+	WithJobs(fn func([]*pb.JobRecord))
 	// TMs lists the TaskManagers the registry knows (registration and gossip); TM returns one.
 	TMs() []TaskManager
 	TM(id string) (TaskManager, bool)
@@ -71,6 +73,8 @@ func (t *term) Commit(ctx context.Context, typ pb.CommandType, m proto.Message) 
 func (t *term) Jobs() []*pb.JobRecord { return t.jm.state.Jobs() }
 
 func (t *term) WithJob(id string, fn func(*pb.JobRecord)) bool { return t.jm.state.WithJob(id, fn) }
+
+func (t *term) WithJobs(fn func([]*pb.JobRecord)) { t.jm.state.WithJobs(fn) }
 
 func (t *term) TMs() []TaskManager { return t.jm.tms.List() }
 

@@ -42,6 +42,10 @@ type Meta struct {
 	Epoch       uint64 // the highest leader epoch the node knows
 	Leader      bool   // JM only: this node is the established leader
 	Leaving     bool   // set by Membership.Leave just before the node leaves
+	// FSMLevel (JM only) is the newest set of replicated commands the build applies
+	// (fsm.CommandLevel); builds before the field gossip 0. A leader writes a command of a
+	// level only when every voter gossips it.
+	FSMLevel int
 }
 
 // wireMeta is the JSON form of Meta. Keys are short because the whole
@@ -58,6 +62,7 @@ type wireMeta struct {
 	Epoch    uint64 `json:"e,omitempty"`
 	Leader   bool   `json:"l,omitempty"`
 	Leaving  bool   `json:"lv,omitempty"`
+	FSMLevel int    `json:"fl,omitempty"`
 }
 
 // validate checks the fields every well-formed Meta has.
@@ -67,6 +72,9 @@ func (m Meta) validate() error {
 	}
 	if !m.Role.Valid() {
 		return fmt.Errorf("%w: %q", ErrUnknownRole, m.Role)
+	}
+	if m.FSMLevel < 0 {
+		return fmt.Errorf("%w: negative fsm level %d", ErrMalformedMeta, m.FSMLevel)
 	}
 	if m.Slots < 0 {
 		return fmt.Errorf("%w: negative slots %d", ErrMalformedMeta, m.Slots)
@@ -92,6 +100,7 @@ func (m Meta) Encode() ([]byte, error) {
 		Epoch:    m.Epoch,
 		Leader:   m.Leader,
 		Leaving:  m.Leaving,
+		FSMLevel: m.FSMLevel,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("encode meta: %w", err)
@@ -134,6 +143,7 @@ func ParseMeta(b []byte) (Meta, error) {
 		Epoch:       w.Epoch,
 		Leader:      w.Leader,
 		Leaving:     w.Leaving,
+		FSMLevel:    w.FSMLevel,
 	}
 	if err := m.validate(); err != nil {
 		return Meta{}, fmt.Errorf("parse meta: %w", err)

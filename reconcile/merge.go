@@ -26,8 +26,11 @@ type Cancel struct {
 
 // JobPlan is one job's reconciled executions and status.
 type JobPlan struct {
-	JobID      string
+	JobID string
+	// Executions are whole reconciled records (RECONCILE_JOB); Kept, in a compact plan, the
+	// ranges of executions whose report changes nothing but their state (RECONCILE_KEPT).
 	Executions []*pb.ReconciledExecution
+	Kept       []*pb.KeptRange
 	Status     pb.JobStatus
 	Cause      string
 }
@@ -41,6 +44,8 @@ type Plan struct {
 	Counts *pb.ReconciliationCounts
 	// MissingTMs: TMs holding committed attempts that did not report, sorted.
 	MissingTMs []string
+	// At is the merge's timestamp: every reconciled execution's new state timestamp.
+	At int64
 }
 
 // Summary is a one-line description of the plan.
@@ -111,8 +116,25 @@ type match struct {
 // FAILS (missing). The job's status follows FLINK-5703: FINISHED when every task finished,
 // FAILING when a task failed or was cancelled or a TM holding an attempt did not report, else
 // RUNNING (a job that was CANCELLING or FAILING before goes back to that status).
+//
+// Merge writes every reconciled execution as a whole record (JobPlan.Executions), the form
+// every replica applies; MergeCompact decides the same.
 func Merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64) *Plan {
-	plan := &Plan{Acks: map[string][]string{}, Counts: &pb.ReconciliationCounts{}}
+	return merge(jobs, reports, now, false)
+}
+
+// MergeCompact is Merge, but an execution whose report changes nothing but its state (the same
+// attempt on the same slot, started when the graph says, RUNNING, INITIALIZING or FINISHED) is
+// not copied: it goes into a range of its vertex (JobPlan.Kept) for RECONCILE_KEPT. A
+// reconciliation that keeps every task running then commits a range per vertex, not every
+// execution. ExpandKept turns the ranges back into the records Merge writes. jobs are only
+// read: MergeCompact may run on the live records under the state's read lock.
+func MergeCompact(jobs []*pb.JobRecord, reports map[string]*Report, now int64) *Plan {
+	return merge(jobs, reports, now, true)
+}
+
+func merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64, compact bool) *Plan {
+	plan := &Plan{Acks: map[string][]string{}, Counts: &pb.ReconciliationCounts{}, At: now}
 	idx := map[string]*jobIndex{}
 	for _, rec := range jobs {
 		idx[rec.JobGraph.JobId] = indexJob(rec)
@@ -193,15 +215,37 @@ func Merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64) *Plan {
 		jp := &JobPlan{JobID: jobID}
 		var failedCause string
 		tmMissing := false
+		// The job's status needs every execution's state after the plan: allFinished and
+		// anyFailed are gathered in the same walk.
+		allFinished, anyFailed := true, false
 		for _, v := range ji.rec.GetExecutionGraph().GetVertices() {
+			var kept *pb.KeptRange // the vertex's open range
 			for _, ev := range v.Subtasks {
 				e := ev.GetCurrent()
 				if e == nil || e.State != pb.ExecutionState_EXECUTION_STATE_RECONCILING {
+					st := e.GetState()
+					allFinished = allFinished && st == pb.ExecutionState_EXECUTION_STATE_FINISHED
+					anyFailed = anyFailed || st == pb.ExecutionState_EXECUTION_STATE_FAILED || st == pb.ExecutionState_EXECUTION_STATE_CANCELED
 					continue
 				}
 				plan.Counts.Executions++
-				next := proto.Clone(e).(*pb.Execution)
 				m, ok := matched[e.AttemptId]
+				if compact && ok {
+					if st, keep := keptState(ji, ev, m.rep); keep {
+						countState(plan.Counts, st)
+						allFinished = allFinished && st == pb.ExecutionState_EXECUTION_STATE_FINISHED
+						if st == pb.ExecutionState_EXECUTION_STATE_FINISHED {
+							plan.Acks[m.addr] = append(plan.Acks[m.addr], e.AttemptId)
+						}
+						if kept == nil || kept.State != st || kept.FirstSubtask+kept.Count != ev.SubtaskIndex {
+							kept = &pb.KeptRange{VertexId: ev.VertexId, FirstSubtask: ev.SubtaskIndex, State: st}
+							jp.Kept = append(jp.Kept, kept)
+						}
+						kept.Count++
+						continue
+					}
+				}
+				next := proto.Clone(e).(*pb.Execution)
 				counted := false // missing and rejected are counted on their own
 				switch {
 				case !ok:
@@ -243,18 +287,11 @@ func Merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64) *Plan {
 						plan.Acks[m.addr] = append(plan.Acks[m.addr], e.AttemptId)
 					}
 				}
-				switch next.State {
-				case pb.ExecutionState_EXECUTION_STATE_RUNNING, pb.ExecutionState_EXECUTION_STATE_INITIALIZING:
-					plan.Counts.KeptRunning++
-				case pb.ExecutionState_EXECUTION_STATE_FINISHED:
-					plan.Counts.Finished++
-				case pb.ExecutionState_EXECUTION_STATE_CANCELED:
-					plan.Counts.Canceled++
-				case pb.ExecutionState_EXECUTION_STATE_FAILED:
-					if !counted {
-						plan.Counts.Failed++
-					}
+				if !counted {
+					countState(plan.Counts, next.State)
 				}
+				allFinished = allFinished && next.State == pb.ExecutionState_EXECUTION_STATE_FINISHED
+				anyFailed = anyFailed || next.State == pb.ExecutionState_EXECUTION_STATE_FAILED || next.State == pb.ExecutionState_EXECUTION_STATE_CANCELED
 				graph.AddStateTimestamp(next, next.State, now)
 				jp.Executions = append(jp.Executions, &pb.ReconciledExecution{VertexId: ev.VertexId, SubtaskIndex: ev.SubtaskIndex, Execution: next})
 				if failedCause == "" && (next.State == pb.ExecutionState_EXECUTION_STATE_FAILED || next.State == pb.ExecutionState_EXECUTION_STATE_CANCELED) {
@@ -262,7 +299,7 @@ func Merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64) *Plan {
 				}
 			}
 		}
-		jp.Status, jp.Cause = jobStatus(ji.rec, jp, failedCause, tmMissing)
+		jp.Status, jp.Cause = jobStatus(ji.rec, failedCause, tmMissing, allFinished, anyFailed)
 		plan.Jobs = append(plan.Jobs, jp)
 	}
 	plan.Counts.TmsMissing = int64(len(tmsMissing))
@@ -302,8 +339,10 @@ func partitionsMatch(ji *jobIndex, ev *pb.ExecutionVertex, rep *pb.ExecutionRepo
 	return len(rep.Consumed) == len(ev.Inputs)
 }
 
-// jobStatus decides the status a RECONCILING job moves to.
-func jobStatus(rec *pb.JobRecord, jp *JobPlan, failedCause string, tmMissing bool) (pb.JobStatus, string) {
+// jobStatus decides the status a RECONCILING job moves to, from the states its executions have
+// after the plan: allFinished when every one is FINISHED, anyFailed when one is FAILED or
+// CANCELED.
+func jobStatus(rec *pb.JobRecord, failedCause string, tmMissing, allFinished, anyFailed bool) (pb.JobStatus, string) {
 	before := pb.JobStatus_JOB_STATUS_RUNNING
 	if h := rec.History; len(h) >= 2 {
 		before = h[len(h)-2].Status
@@ -311,25 +350,6 @@ func jobStatus(rec *pb.JobRecord, jp *JobPlan, failedCause string, tmMissing boo
 	switch before {
 	case pb.JobStatus_JOB_STATUS_CANCELLING, pb.JobStatus_JOB_STATUS_FAILING:
 		return before, "resumed after reconciliation"
-	}
-	next := make(map[vsKey]pb.ExecutionState, len(jp.Executions))
-	for _, re := range jp.Executions {
-		next[vsKey{re.VertexId, re.SubtaskIndex}] = re.Execution.State
-	}
-	allFinished, anyFailed := true, false
-	for _, v := range rec.GetExecutionGraph().GetVertices() {
-		for _, ev := range v.Subtasks {
-			s := ev.GetCurrent().GetState()
-			if n, ok := next[vsKey{ev.VertexId, ev.SubtaskIndex}]; ok {
-				s = n
-			}
-			if s != pb.ExecutionState_EXECUTION_STATE_FINISHED {
-				allFinished = false
-			}
-			if s == pb.ExecutionState_EXECUTION_STATE_FAILED || s == pb.ExecutionState_EXECUTION_STATE_CANCELED {
-				anyFailed = true
-			}
-		}
 	}
 	switch {
 	case allFinished:
@@ -341,4 +361,55 @@ func jobStatus(rec *pb.JobRecord, jp *JobPlan, failedCause string, tmMissing boo
 		return pb.JobStatus_JOB_STATUS_FAILING, failedCause
 	}
 	return pb.JobStatus_JOB_STATUS_RUNNING, ""
+}
+
+// countState counts an execution the plan moves to st (missing and rejected ones are counted
+// on their own, not here).
+func countState(c *pb.ReconciliationCounts, st pb.ExecutionState) {
+	switch st {
+	case pb.ExecutionState_EXECUTION_STATE_RUNNING, pb.ExecutionState_EXECUTION_STATE_INITIALIZING:
+		c.KeptRunning++
+	case pb.ExecutionState_EXECUTION_STATE_FINISHED:
+		c.Finished++
+	case pb.ExecutionState_EXECUTION_STATE_CANCELED:
+		c.Canceled++
+	case pb.ExecutionState_EXECUTION_STATE_FAILED:
+		c.Failed++
+	}
+}
+
+// keptState says whether a matched report changes nothing of its execution but the state, and
+// the state: the form RECONCILE_KEPT commits. The partitions must match (or the execution is
+// rejected), the state must be one a report keeps without a failure cause, and the start and
+// slot index the report gives (step one) must be what the graph has.
+func keptState(ji *jobIndex, ev *pb.ExecutionVertex, rep *pb.ExecutionReport) (pb.ExecutionState, bool) {
+	e := ev.Current
+	st := reportedState(rep.State)
+	switch {
+	case st != pb.ExecutionState_EXECUTION_STATE_RUNNING && st != pb.ExecutionState_EXECUTION_STATE_INITIALIZING && st != pb.ExecutionState_EXECUTION_STATE_FINISHED,
+		rep.StartTimestamp != 0 && rep.StartTimestamp != e.StartTimestamp,
+		e.Slot != nil && e.Slot.Index != rep.SlotIndex,
+		!partitionsMatch(ji, ev, rep):
+		return 0, false
+	}
+	return st, true
+}
+
+// ExpandKept returns the whole records of a compact plan's kept ranges of job rec, as Merge
+// would have written them (for tests and tools; the FSM applies the ranges directly).
+func ExpandKept(rec *pb.JobRecord, jp *JobPlan, now int64) []*pb.ReconciledExecution {
+	vertices := map[string]*pb.ExecutionJobVertex{}
+	for _, v := range rec.GetExecutionGraph().GetVertices() {
+		vertices[v.VertexId] = v
+	}
+	var out []*pb.ReconciledExecution
+	for _, r := range jp.Kept {
+		for _, ev := range vertices[r.VertexId].GetSubtasks()[r.FirstSubtask : r.FirstSubtask+r.Count] {
+			next := proto.Clone(ev.Current).(*pb.Execution)
+			next.State = r.State
+			graph.AddStateTimestamp(next, r.State, now)
+			out = append(out, &pb.ReconciledExecution{VertexId: ev.VertexId, SubtaskIndex: ev.SubtaskIndex, Execution: next})
+		}
+	}
+	return out
 }

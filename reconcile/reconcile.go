@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/jobmaster"
@@ -43,7 +44,11 @@ type Config struct {
 	MaxReportExecutions int
 	// RetryInterval between attempts to reach a TM within the deadline (default 100ms).
 	RetryInterval time.Duration
-	Logger        hclog.Logger
+	// WholeRecords, when set and true, makes the commit write every reconciled execution as a
+	// whole record (RECONCILE_JOB), never ranges (RECONCILE_KEPT): a voter may run a build
+	// that does not apply RECONCILE_KEPT. Nil: every replica does.
+	WholeRecords func() bool
+	Logger       hclog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -128,15 +133,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, t jobmaster.Term) error {
 	}); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	jobs := r.reconcilingJobs(t)
-	r.step(epoch, "begin", "%d jobs RECONCILING", len(jobs))
-	if failpoint.Enabled(failpoint.StuckReconciling) && len(jobs) > 0 {
+	// The jobs are read in place, under the state's read lock, never copied: a copy of 100,000
+	// executions took about as long as the merge.
+	var (
+		jobs    int
+		holders map[string]*target
+	)
+	t.WithJobs(func(all []*pb.JobRecord) {
+		rec := reconcilingJobs(all)
+		jobs, holders = len(rec), holdersOf(rec)
+	})
+	r.step(epoch, "begin", "%d jobs RECONCILING", jobs)
+	if failpoint.Enabled(failpoint.StuckReconciling) && jobs > 0 {
 		r.log.Warn("failpoint stuck-reconciling: reconciliation never finishes", "epoch", epoch)
 		<-ctx.Done()
 		return ctx.Err()
 	}
 
-	targets := r.targets(t, jobs)
+	targets := r.targets(t, holders)
 	col := newCollector(r, t)
 	reports, err := col.collect(ctx, targets)
 	if err != nil {
@@ -145,7 +159,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, t jobmaster.Term) error {
 	// The record's phase and report times are this leader's clock, written into the command.
 	end := &pb.EndReconciliationCommand{Epoch: epoch, Outcome: "completed"}
 	end.CollectedAt, end.Reports = col.record()
-	plan := Merge(jobs, reports, time.Now().UnixMilli())
+	// Kept executions go into ranges (RECONCILE_KEPT) when every voter applies that command;
+	// otherwise, and for the failpoint that fails every execution, whole records.
+	compact := !failpoint.Enabled(failpoint.RestartOnFailover) && (r.cfg.WholeRecords == nil || !r.cfg.WholeRecords())
+	var plan *Plan
+	t.WithJobs(func(all []*pb.JobRecord) {
+		plan = merge(reconcilingJobs(all), reports, time.Now().UnixMilli(), compact)
+	})
 	plan.Counts.Reports = int64(len(reports))
 	if failpoint.Enabled(failpoint.RestartOnFailover) {
 		restartAll(plan)
@@ -155,7 +175,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, t jobmaster.Term) error {
 	failpoint.Inject(ctx, failpoint.BeforeReconcileCommit)
 
 	for _, jp := range plan.Jobs {
-		if err := r.commitJob(ctx, t, jp); err != nil {
+		if err := r.commitJob(ctx, t, jp, plan.At); err != nil {
 			return err
 		}
 	}
@@ -173,9 +193,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, t jobmaster.Term) error {
 }
 
 // reconcilingJobs returns the jobs BeginReconciliation moved to RECONCILING.
-func (r *Reconciler) reconcilingJobs(t jobmaster.Term) []*pb.JobRecord {
+func reconcilingJobs(all []*pb.JobRecord) []*pb.JobRecord {
 	var out []*pb.JobRecord
-	for _, rec := range t.Jobs() {
+	for _, rec := range all {
 		if rec.Status == pb.JobStatus_JOB_STATUS_RECONCILING {
 			out = append(out, rec)
 		}
@@ -190,8 +210,8 @@ type target struct {
 	holds bool
 }
 
-// targets: every TM that holds a committed attempt, and every TM gossip or registration knows.
-func (r *Reconciler) targets(port jobmaster.Term, jobs []*pb.JobRecord) []target {
+// holdersOf: every TM that holds a committed attempt of the jobs, by id.
+func holdersOf(jobs []*pb.JobRecord) map[string]*target {
 	byID := map[string]*target{}
 	for _, rec := range jobs {
 		for _, v := range rec.GetExecutionGraph().GetVertices() {
@@ -210,6 +230,12 @@ func (r *Reconciler) targets(port jobmaster.Term, jobs []*pb.JobRecord) []target
 			}
 		}
 	}
+	return byID
+}
+
+// targets: every TM that holds a committed attempt (byID, from holdersOf), and every TM gossip
+// or registration knows.
+func (r *Reconciler) targets(port jobmaster.Term, byID map[string]*target) []target {
 	for _, tm := range port.TMs() {
 		if tm.GRPCAddr == "" {
 			continue
@@ -229,9 +255,9 @@ func (r *Reconciler) targets(port jobmaster.Term, jobs []*pb.JobRecord) []target
 	return out
 }
 
-// commitJob commits one job's reconciled executions in chunks; the last chunk carries the
-// job's new status.
-func (r *Reconciler) commitJob(ctx context.Context, t jobmaster.Term, jp *JobPlan) error {
+// commitJob commits one job's reconciled executions in chunks, and its kept ranges; the last
+// chunk carries the job's new status. at is the merge's timestamp.
+func (r *Reconciler) commitJob(ctx context.Context, t jobmaster.Term, jp *JobPlan, at int64) error {
 	epoch := t.Epoch()
 	n := len(jp.Executions)
 	chunk := r.cfg.CommitChunk
@@ -253,25 +279,34 @@ func (r *Reconciler) commitJob(ctx context.Context, t jobmaster.Term, jp *JobPla
 	if n > chunk {
 		last = (n - 1) / chunk * chunk
 	}
+	// The kept ranges (RECONCILE_KEPT) are as independent of the chunks and go with them.
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
 		first error
 		sem   = make(chan struct{}, commitInFlight)
 	)
-	for i := 0; i < last; i += chunk {
+	propose := func(typ pb.CommandType, what string, at int, m proto.Message) {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if _, err := t.Commit(ctx, pb.CommandType_COMMAND_TYPE_RECONCILE_JOB, command(i)); err != nil {
+			if _, err := t.Commit(ctx, typ, m); err != nil {
 				mu.Lock()
 				if first == nil {
-					first = fmt.Errorf("commit job %s chunk at %d: %w", jp.JobID, i, err)
+					first = fmt.Errorf("commit job %s %s at %d: %w", jp.JobID, what, at, err)
 				}
 				mu.Unlock()
 			}
 		}()
+	}
+	for i := 0; i < len(jp.Kept); i += chunk {
+		propose(pb.CommandType_COMMAND_TYPE_RECONCILE_KEPT, "kept ranges", i, &pb.ReconcileKeptCommand{
+			Epoch: epoch, JobId: jp.JobID, Ranges: jp.Kept[i:min(i+chunk, len(jp.Kept))], Timestamp: at,
+		})
+	}
+	for i := 0; i < last; i += chunk {
+		propose(pb.CommandType_COMMAND_TYPE_RECONCILE_JOB, "chunk", i, command(i))
 	}
 	wg.Wait()
 	if first != nil {

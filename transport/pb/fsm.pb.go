@@ -45,6 +45,11 @@ const (
 	// Drains a TaskManager (no new tasks on it; its regions move) or ends a drain. Not ignorable:
 	// every replica must know it before a leader first writes it (docs/operations.md, upgrades).
 	CommandType_COMMAND_TYPE_SET_DRAIN CommandType = 15
+	// Moves ranges of RECONCILING executions to the state their TaskManagers reported, keeping
+	// attempt, slot and start: the compact form of RECONCILE_JOB for executions a reconciliation
+	// keeps. Not ignorable; a leader writes it only when every voter gossips that it applies it
+	// (membership.Meta.FSMLevel, docs/fsm.md).
+	CommandType_COMMAND_TYPE_RECONCILE_KEPT CommandType = 16
 )
 
 // Enum value maps for CommandType.
@@ -66,6 +71,7 @@ var (
 		13: "COMMAND_TYPE_POOL_REMOVE",
 		14: "COMMAND_TYPE_POOL_ACK",
 		15: "COMMAND_TYPE_SET_DRAIN",
+		16: "COMMAND_TYPE_RECONCILE_KEPT",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNSPECIFIED":             0,
@@ -84,6 +90,7 @@ var (
 		"COMMAND_TYPE_POOL_REMOVE":             13,
 		"COMMAND_TYPE_POOL_ACK":                14,
 		"COMMAND_TYPE_SET_DRAIN":               15,
+		"COMMAND_TYPE_RECONCILE_KEPT":          16,
 	}
 )
 
@@ -1363,6 +1370,147 @@ func (x *ReconcileJobCommand) GetCause() string {
 	return ""
 }
 
+// Executions a reconciliation keeps as they are committed but for their state (see
+// COMMAND_TYPE_RECONCILE_KEPT): in each range, every subtask must have an attempt.
+type ReconcileKeptCommand struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Epoch  uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	JobId  string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Ranges []*KeptRange           `protobuf:"bytes,3,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	// The state timestamp written for every execution of the ranges (the merge's time).
+	Timestamp     int64 `protobuf:"varint,4,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileKeptCommand) Reset() {
+	*x = ReconcileKeptCommand{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileKeptCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileKeptCommand) ProtoMessage() {}
+
+func (x *ReconcileKeptCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileKeptCommand.ProtoReflect.Descriptor instead.
+func (*ReconcileKeptCommand) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReconcileKeptCommand) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ReconcileKeptCommand) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ReconcileKeptCommand) GetRanges() []*KeptRange {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
+func (x *ReconcileKeptCommand) GetTimestamp() int64 {
+	if x != nil {
+		return x.Timestamp
+	}
+	return 0
+}
+
+// Subtasks [first_subtask, first_subtask + count) of one vertex, moved to state.
+type KeptRange struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	VertexId     string                 `protobuf:"bytes,1,opt,name=vertex_id,json=vertexId,proto3" json:"vertex_id,omitempty"`
+	FirstSubtask int32                  `protobuf:"varint,2,opt,name=first_subtask,json=firstSubtask,proto3" json:"first_subtask,omitempty"`
+	Count        int32                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	// RUNNING, INITIALIZING or FINISHED.
+	State         ExecutionState `protobuf:"varint,4,opt,name=state,proto3,enum=jmcluster.v1.ExecutionState" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeptRange) Reset() {
+	*x = KeptRange{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeptRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeptRange) ProtoMessage() {}
+
+func (x *KeptRange) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeptRange.ProtoReflect.Descriptor instead.
+func (*KeptRange) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *KeptRange) GetVertexId() string {
+	if x != nil {
+		return x.VertexId
+	}
+	return ""
+}
+
+func (x *KeptRange) GetFirstSubtask() int32 {
+	if x != nil {
+		return x.FirstSubtask
+	}
+	return 0
+}
+
+func (x *KeptRange) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *KeptRange) GetState() ExecutionState {
+	if x != nil {
+		return x.State
+	}
+	return ExecutionState_EXECUTION_STATE_UNSPECIFIED
+}
+
 type ReconciledExecution struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	VertexId      string                 `protobuf:"bytes,1,opt,name=vertex_id,json=vertexId,proto3" json:"vertex_id,omitempty"`
@@ -1374,7 +1522,7 @@ type ReconciledExecution struct {
 
 func (x *ReconciledExecution) Reset() {
 	*x = ReconciledExecution{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1534,7 @@ func (x *ReconciledExecution) String() string {
 func (*ReconciledExecution) ProtoMessage() {}
 
 func (x *ReconciledExecution) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1547,7 @@ func (x *ReconciledExecution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciledExecution.ProtoReflect.Descriptor instead.
 func (*ReconciledExecution) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReconciledExecution) GetVertexId() string {
@@ -1436,7 +1584,7 @@ type RemoveJobsCommand struct {
 
 func (x *RemoveJobsCommand) Reset() {
 	*x = RemoveJobsCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1596,7 @@ func (x *RemoveJobsCommand) String() string {
 func (*RemoveJobsCommand) ProtoMessage() {}
 
 func (x *RemoveJobsCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1609,7 @@ func (x *RemoveJobsCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveJobsCommand.ProtoReflect.Descriptor instead.
 func (*RemoveJobsCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RemoveJobsCommand) GetJobIds() []string {
@@ -1496,7 +1644,7 @@ type EndReconciliationCommand struct {
 
 func (x *EndReconciliationCommand) Reset() {
 	*x = EndReconciliationCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1656,7 @@ func (x *EndReconciliationCommand) String() string {
 func (*EndReconciliationCommand) ProtoMessage() {}
 
 func (x *EndReconciliationCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1669,7 @@ func (x *EndReconciliationCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndReconciliationCommand.ProtoReflect.Descriptor instead.
 func (*EndReconciliationCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EndReconciliationCommand) GetEpoch() uint64 {
@@ -1601,7 +1749,7 @@ type PoolMember struct {
 
 func (x *PoolMember) Reset() {
 	*x = PoolMember{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1761,7 @@ func (x *PoolMember) String() string {
 func (*PoolMember) ProtoMessage() {}
 
 func (x *PoolMember) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1774,7 @@ func (x *PoolMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolMember.ProtoReflect.Descriptor instead.
 func (*PoolMember) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PoolMember) GetTmId() string {
@@ -1675,7 +1823,7 @@ type PoolVersion struct {
 
 func (x *PoolVersion) Reset() {
 	*x = PoolVersion{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1835,7 @@ func (x *PoolVersion) String() string {
 func (*PoolVersion) ProtoMessage() {}
 
 func (x *PoolVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1848,7 @@ func (x *PoolVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolVersion.ProtoReflect.Descriptor instead.
 func (*PoolVersion) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{20}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PoolVersion) GetVersion() uint64 {
@@ -1739,7 +1887,7 @@ type TaskManagerPool struct {
 
 func (x *TaskManagerPool) Reset() {
 	*x = TaskManagerPool{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +1899,7 @@ func (x *TaskManagerPool) String() string {
 func (*TaskManagerPool) ProtoMessage() {}
 
 func (x *TaskManagerPool) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +1912,7 @@ func (x *TaskManagerPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskManagerPool.ProtoReflect.Descriptor instead.
 func (*TaskManagerPool) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{21}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TaskManagerPool) GetVersion() uint64 {
@@ -1813,7 +1961,7 @@ type DrainedTaskManager struct {
 
 func (x *DrainedTaskManager) Reset() {
 	*x = DrainedTaskManager{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1825,7 +1973,7 @@ func (x *DrainedTaskManager) String() string {
 func (*DrainedTaskManager) ProtoMessage() {}
 
 func (x *DrainedTaskManager) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1838,7 +1986,7 @@ func (x *DrainedTaskManager) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainedTaskManager.ProtoReflect.Descriptor instead.
 func (*DrainedTaskManager) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{22}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DrainedTaskManager) GetTmId() string {
@@ -1867,7 +2015,7 @@ type SetDrainCommand struct {
 
 func (x *SetDrainCommand) Reset() {
 	*x = SetDrainCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +2027,7 @@ func (x *SetDrainCommand) String() string {
 func (*SetDrainCommand) ProtoMessage() {}
 
 func (x *SetDrainCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +2040,7 @@ func (x *SetDrainCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDrainCommand.ProtoReflect.Descriptor instead.
 func (*SetDrainCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{23}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetDrainCommand) GetTmId() string {
@@ -1930,7 +2078,7 @@ type PoolPutCommand struct {
 
 func (x *PoolPutCommand) Reset() {
 	*x = PoolPutCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2090,7 @@ func (x *PoolPutCommand) String() string {
 func (*PoolPutCommand) ProtoMessage() {}
 
 func (x *PoolPutCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2103,7 @@ func (x *PoolPutCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPutCommand.ProtoReflect.Descriptor instead.
 func (*PoolPutCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PoolPutCommand) GetTmId() string {
@@ -1988,7 +2136,7 @@ type PoolRemoveCommand struct {
 
 func (x *PoolRemoveCommand) Reset() {
 	*x = PoolRemoveCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2148,7 @@ func (x *PoolRemoveCommand) String() string {
 func (*PoolRemoveCommand) ProtoMessage() {}
 
 func (x *PoolRemoveCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2161,7 @@ func (x *PoolRemoveCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRemoveCommand.ProtoReflect.Descriptor instead.
 func (*PoolRemoveCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{25}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PoolRemoveCommand) GetTmId() string {
@@ -2033,7 +2181,7 @@ type PoolAck struct {
 
 func (x *PoolAck) Reset() {
 	*x = PoolAck{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2193,7 @@ func (x *PoolAck) String() string {
 func (*PoolAck) ProtoMessage() {}
 
 func (x *PoolAck) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2206,7 @@ func (x *PoolAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolAck.ProtoReflect.Descriptor instead.
 func (*PoolAck) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{26}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PoolAck) GetTmId() string {
@@ -2086,7 +2234,7 @@ type PoolAckCommand struct {
 
 func (x *PoolAckCommand) Reset() {
 	*x = PoolAckCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2246,7 @@ func (x *PoolAckCommand) String() string {
 func (*PoolAckCommand) ProtoMessage() {}
 
 func (x *PoolAckCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2259,7 @@ func (x *PoolAckCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolAckCommand.ProtoReflect.Descriptor instead.
 func (*PoolAckCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{27}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PoolAckCommand) GetAcks() []*PoolAck {
@@ -2137,7 +2285,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[28]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2297,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[28]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2310,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{28}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -2209,7 +2357,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[29]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2221,7 +2369,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[29]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2234,7 +2382,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{29}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -2436,7 +2584,17 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"last_chunk\x18\x05 \x01(\bR\tlastChunk\x12\x1c\n" +
 	"\ttimestamp\x18\x06 \x01(\x03R\ttimestamp\x12\x14\n" +
-	"\x05cause\x18\a \x01(\tR\x05cause\"\x8e\x01\n" +
+	"\x05cause\x18\a \x01(\tR\x05cause\"\x92\x01\n" +
+	"\x14ReconcileKeptCommand\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12/\n" +
+	"\x06ranges\x18\x03 \x03(\v2\x17.jmcluster.v1.KeptRangeR\x06ranges\x12\x1c\n" +
+	"\ttimestamp\x18\x04 \x01(\x03R\ttimestamp\"\x97\x01\n" +
+	"\tKeptRange\x12\x1b\n" +
+	"\tvertex_id\x18\x01 \x01(\tR\bvertexId\x12#\n" +
+	"\rfirst_subtask\x18\x02 \x01(\x05R\ffirstSubtask\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x05R\x05count\x122\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x1c.jmcluster.v1.ExecutionStateR\x05state\"\x8e\x01\n" +
 	"\x13ReconciledExecution\x12\x1b\n" +
 	"\tvertex_id\x18\x01 \x01(\tR\bvertexId\x12#\n" +
 	"\rsubtask_index\x18\x02 \x01(\x05R\fsubtaskIndex\x125\n" +
@@ -2498,7 +2656,7 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\x05epoch\x18\x03 \x01(\v2\x19.jmcluster.v1.LeaderEpochH\x00R\x05epoch\x12L\n" +
 	"\x0ereconciliation\x18\x04 \x01(\v2\".jmcluster.v1.ReconciliationRecordH\x00R\x0ereconciliation\x123\n" +
 	"\x04pool\x18\x05 \x01(\v2\x1d.jmcluster.v1.TaskManagerPoolH\x00R\x04poolB\b\n" +
-	"\x06record*\x8a\x04\n" +
+	"\x06record*\xab\x04\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17COMMAND_TYPE_SUBMIT_JOB\x10\x01\x12\x1f\n" +
@@ -2516,7 +2674,8 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\x15COMMAND_TYPE_POOL_PUT\x10\f\x12\x1c\n" +
 	"\x18COMMAND_TYPE_POOL_REMOVE\x10\r\x12\x19\n" +
 	"\x15COMMAND_TYPE_POOL_ACK\x10\x0e\x12\x1a\n" +
-	"\x16COMMAND_TYPE_SET_DRAIN\x10\x0fB-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
+	"\x16COMMAND_TYPE_SET_DRAIN\x10\x0f\x12\x1f\n" +
+	"\x1bCOMMAND_TYPE_RECONCILE_KEPT\x10\x10B-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
 
 var (
 	file_jmcluster_v1_fsm_proto_rawDescOnce sync.Once
@@ -2531,7 +2690,7 @@ func file_jmcluster_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_jmcluster_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_jmcluster_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_jmcluster_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_jmcluster_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),                     // 0: jmcluster.v1.CommandType
 	(*Command)(nil),                      // 1: jmcluster.v1.Command
@@ -2550,57 +2709,61 @@ var file_jmcluster_v1_fsm_proto_goTypes = []any{
 	(*ReconciliationRecord)(nil),         // 14: jmcluster.v1.ReconciliationRecord
 	(*BeginReconciliationCommand)(nil),   // 15: jmcluster.v1.BeginReconciliationCommand
 	(*ReconcileJobCommand)(nil),          // 16: jmcluster.v1.ReconcileJobCommand
-	(*ReconciledExecution)(nil),          // 17: jmcluster.v1.ReconciledExecution
-	(*RemoveJobsCommand)(nil),            // 18: jmcluster.v1.RemoveJobsCommand
-	(*EndReconciliationCommand)(nil),     // 19: jmcluster.v1.EndReconciliationCommand
-	(*PoolMember)(nil),                   // 20: jmcluster.v1.PoolMember
-	(*PoolVersion)(nil),                  // 21: jmcluster.v1.PoolVersion
-	(*TaskManagerPool)(nil),              // 22: jmcluster.v1.TaskManagerPool
-	(*DrainedTaskManager)(nil),           // 23: jmcluster.v1.DrainedTaskManager
-	(*SetDrainCommand)(nil),              // 24: jmcluster.v1.SetDrainCommand
-	(*PoolPutCommand)(nil),               // 25: jmcluster.v1.PoolPutCommand
-	(*PoolRemoveCommand)(nil),            // 26: jmcluster.v1.PoolRemoveCommand
-	(*PoolAck)(nil),                      // 27: jmcluster.v1.PoolAck
-	(*PoolAckCommand)(nil),               // 28: jmcluster.v1.PoolAckCommand
-	(*SnapshotHeader)(nil),               // 29: jmcluster.v1.SnapshotHeader
-	(*SnapshotRecord)(nil),               // 30: jmcluster.v1.SnapshotRecord
-	(*JobGraph)(nil),                     // 31: jmcluster.v1.JobGraph
-	(JobStatus)(0),                       // 32: jmcluster.v1.JobStatus
-	(*SlotID)(nil),                       // 33: jmcluster.v1.SlotID
-	(ExecutionState)(0),                  // 34: jmcluster.v1.ExecutionState
-	(*Execution)(nil),                    // 35: jmcluster.v1.Execution
-	(*JobRecord)(nil),                    // 36: jmcluster.v1.JobRecord
+	(*ReconcileKeptCommand)(nil),         // 17: jmcluster.v1.ReconcileKeptCommand
+	(*KeptRange)(nil),                    // 18: jmcluster.v1.KeptRange
+	(*ReconciledExecution)(nil),          // 19: jmcluster.v1.ReconciledExecution
+	(*RemoveJobsCommand)(nil),            // 20: jmcluster.v1.RemoveJobsCommand
+	(*EndReconciliationCommand)(nil),     // 21: jmcluster.v1.EndReconciliationCommand
+	(*PoolMember)(nil),                   // 22: jmcluster.v1.PoolMember
+	(*PoolVersion)(nil),                  // 23: jmcluster.v1.PoolVersion
+	(*TaskManagerPool)(nil),              // 24: jmcluster.v1.TaskManagerPool
+	(*DrainedTaskManager)(nil),           // 25: jmcluster.v1.DrainedTaskManager
+	(*SetDrainCommand)(nil),              // 26: jmcluster.v1.SetDrainCommand
+	(*PoolPutCommand)(nil),               // 27: jmcluster.v1.PoolPutCommand
+	(*PoolRemoveCommand)(nil),            // 28: jmcluster.v1.PoolRemoveCommand
+	(*PoolAck)(nil),                      // 29: jmcluster.v1.PoolAck
+	(*PoolAckCommand)(nil),               // 30: jmcluster.v1.PoolAckCommand
+	(*SnapshotHeader)(nil),               // 31: jmcluster.v1.SnapshotHeader
+	(*SnapshotRecord)(nil),               // 32: jmcluster.v1.SnapshotRecord
+	(*JobGraph)(nil),                     // 33: jmcluster.v1.JobGraph
+	(JobStatus)(0),                       // 34: jmcluster.v1.JobStatus
+	(*SlotID)(nil),                       // 35: jmcluster.v1.SlotID
+	(ExecutionState)(0),                  // 36: jmcluster.v1.ExecutionState
+	(*Execution)(nil),                    // 37: jmcluster.v1.Execution
+	(*JobRecord)(nil),                    // 38: jmcluster.v1.JobRecord
 }
 var file_jmcluster_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: jmcluster.v1.Command.type:type_name -> jmcluster.v1.CommandType
-	31, // 1: jmcluster.v1.SubmitJobCommand.job_graph:type_name -> jmcluster.v1.JobGraph
-	32, // 2: jmcluster.v1.SetJobStatusCommand.status:type_name -> jmcluster.v1.JobStatus
-	32, // 3: jmcluster.v1.SetJobStatusCommand.expected:type_name -> jmcluster.v1.JobStatus
-	33, // 4: jmcluster.v1.AttemptSpec.slot:type_name -> jmcluster.v1.SlotID
+	33, // 1: jmcluster.v1.SubmitJobCommand.job_graph:type_name -> jmcluster.v1.JobGraph
+	34, // 2: jmcluster.v1.SetJobStatusCommand.status:type_name -> jmcluster.v1.JobStatus
+	34, // 3: jmcluster.v1.SetJobStatusCommand.expected:type_name -> jmcluster.v1.JobStatus
+	35, // 4: jmcluster.v1.AttemptSpec.slot:type_name -> jmcluster.v1.SlotID
 	4,  // 5: jmcluster.v1.CreateAttemptsCommand.attempts:type_name -> jmcluster.v1.AttemptSpec
-	34, // 6: jmcluster.v1.ExecutionStateUpdate.state:type_name -> jmcluster.v1.ExecutionState
+	36, // 6: jmcluster.v1.ExecutionStateUpdate.state:type_name -> jmcluster.v1.ExecutionState
 	6,  // 7: jmcluster.v1.UpdateExecutionStatesCommand.updates:type_name -> jmcluster.v1.ExecutionStateUpdate
 	12, // 8: jmcluster.v1.ReconciliationRecord.counts:type_name -> jmcluster.v1.ReconciliationCounts
 	13, // 9: jmcluster.v1.ReconciliationRecord.reports:type_name -> jmcluster.v1.ReconciliationReport
-	17, // 10: jmcluster.v1.ReconcileJobCommand.executions:type_name -> jmcluster.v1.ReconciledExecution
-	32, // 11: jmcluster.v1.ReconcileJobCommand.status:type_name -> jmcluster.v1.JobStatus
-	35, // 12: jmcluster.v1.ReconciledExecution.execution:type_name -> jmcluster.v1.Execution
-	12, // 13: jmcluster.v1.EndReconciliationCommand.counts:type_name -> jmcluster.v1.ReconciliationCounts
-	13, // 14: jmcluster.v1.EndReconciliationCommand.reports:type_name -> jmcluster.v1.ReconciliationReport
-	20, // 15: jmcluster.v1.TaskManagerPool.members:type_name -> jmcluster.v1.PoolMember
-	21, // 16: jmcluster.v1.TaskManagerPool.versions:type_name -> jmcluster.v1.PoolVersion
-	23, // 17: jmcluster.v1.TaskManagerPool.drained:type_name -> jmcluster.v1.DrainedTaskManager
-	27, // 18: jmcluster.v1.PoolAckCommand.acks:type_name -> jmcluster.v1.PoolAck
-	29, // 19: jmcluster.v1.SnapshotRecord.header:type_name -> jmcluster.v1.SnapshotHeader
-	36, // 20: jmcluster.v1.SnapshotRecord.job:type_name -> jmcluster.v1.JobRecord
-	11, // 21: jmcluster.v1.SnapshotRecord.epoch:type_name -> jmcluster.v1.LeaderEpoch
-	14, // 22: jmcluster.v1.SnapshotRecord.reconciliation:type_name -> jmcluster.v1.ReconciliationRecord
-	22, // 23: jmcluster.v1.SnapshotRecord.pool:type_name -> jmcluster.v1.TaskManagerPool
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	19, // 10: jmcluster.v1.ReconcileJobCommand.executions:type_name -> jmcluster.v1.ReconciledExecution
+	34, // 11: jmcluster.v1.ReconcileJobCommand.status:type_name -> jmcluster.v1.JobStatus
+	18, // 12: jmcluster.v1.ReconcileKeptCommand.ranges:type_name -> jmcluster.v1.KeptRange
+	36, // 13: jmcluster.v1.KeptRange.state:type_name -> jmcluster.v1.ExecutionState
+	37, // 14: jmcluster.v1.ReconciledExecution.execution:type_name -> jmcluster.v1.Execution
+	12, // 15: jmcluster.v1.EndReconciliationCommand.counts:type_name -> jmcluster.v1.ReconciliationCounts
+	13, // 16: jmcluster.v1.EndReconciliationCommand.reports:type_name -> jmcluster.v1.ReconciliationReport
+	22, // 17: jmcluster.v1.TaskManagerPool.members:type_name -> jmcluster.v1.PoolMember
+	23, // 18: jmcluster.v1.TaskManagerPool.versions:type_name -> jmcluster.v1.PoolVersion
+	25, // 19: jmcluster.v1.TaskManagerPool.drained:type_name -> jmcluster.v1.DrainedTaskManager
+	29, // 20: jmcluster.v1.PoolAckCommand.acks:type_name -> jmcluster.v1.PoolAck
+	31, // 21: jmcluster.v1.SnapshotRecord.header:type_name -> jmcluster.v1.SnapshotHeader
+	38, // 22: jmcluster.v1.SnapshotRecord.job:type_name -> jmcluster.v1.JobRecord
+	11, // 23: jmcluster.v1.SnapshotRecord.epoch:type_name -> jmcluster.v1.LeaderEpoch
+	14, // 24: jmcluster.v1.SnapshotRecord.reconciliation:type_name -> jmcluster.v1.ReconciliationRecord
+	24, // 25: jmcluster.v1.SnapshotRecord.pool:type_name -> jmcluster.v1.TaskManagerPool
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_fsm_proto_init() }
@@ -2609,7 +2772,7 @@ func file_jmcluster_v1_fsm_proto_init() {
 		return
 	}
 	file_jmcluster_v1_graph_proto_init()
-	file_jmcluster_v1_fsm_proto_msgTypes[29].OneofWrappers = []any{
+	file_jmcluster_v1_fsm_proto_msgTypes[31].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Epoch)(nil),
@@ -2622,7 +2785,7 @@ func file_jmcluster_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_fsm_proto_rawDesc), len(file_jmcluster_v1_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
