@@ -53,6 +53,21 @@ func replicaStates(t *testing.T, c *testcluster.Cluster) string {
 	return got
 }
 
+// settled waits until the TM has the leader's epoch and has heartbeated since, so the
+// baseline of a check is not taken while its registration is still being answered (the
+// registry lists a TM before the TM reads the answer that carries the epoch).
+func settled(t *testing.T, c *testcluster.Cluster, tm interface {
+	Epoch() uint64
+	Heartbeats() int64
+}) {
+	t.Helper()
+	hb := tm.Heartbeats()
+	testcluster.WaitFor(t, 10*time.Second, "the TM to hold the leader's epoch and heartbeat", func() (bool, string) {
+		e := c.Leader().A.JM.Epoch()
+		return tm.Epoch() == e && tm.Heartbeats() > hb, fmt.Sprintf("TM epoch %d, leader epoch %d, heartbeats %d (from %d)", tm.Epoch(), e, tm.Heartbeats(), hb)
+	})
+}
+
 // wantTooLarge checks err is RESOURCE_EXHAUSTED with the MESSAGE_TOO_LARGE reason and a message
 // naming the limit and the setting.
 func wantTooLarge(t *testing.T, what string, err error, msg string) {
@@ -90,6 +105,7 @@ func TestOversizedRequestRefusedNamingTheLimit(t *testing.T) {
 	req := &pb.SubmitJobRequest{JobGraph: testcluster.StreamingChain(huge, 1, 10, 0)}
 	size := proto.Size(req)
 	for try := 1; ; try++ {
+		settled(t, c, tm)
 		epoch, before := c.Leader().A.JM.Epoch(), replicaStates(t, c)
 		tmEpoch, tasks := tm.Epoch(), len(tm.Tasks())
 		for _, j := range []*testcluster.JM{c.Follower(), c.Leader()} {
@@ -115,7 +131,7 @@ func TestOversizedRequestRefusedNamingTheLimit(t *testing.T) {
 		wantTooLarge(t, "DataService.ReadPartition", err, "is over the TaskManager's message limit of 4194304 bytes (--max-message-size)")
 
 		after := replicaStates(t, c)
-		if e := c.Leader().A.JM.Epoch(); e != epoch && try < 3 {
+		if e := c.Leader().A.JM.Epoch(); (e != epoch || tm.Epoch() != tmEpoch) && try < 3 {
 			t.Logf("an election during the check (epoch %d -> %d) moved the state; checking again", epoch, e)
 			continue
 		}
