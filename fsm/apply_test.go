@@ -102,6 +102,10 @@ func script(h *harness) {
 	h.ok(statusT, &pb.SetJobStatusCommand{JobId: a, Status: pb.JobStatus_JOB_STATUS_RUNNING, AddRestarts: 1})
 	establish(h, 1)
 	h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: 1, Timestamp: 60})
+	h.ok(pb.CommandType_COMMAND_TYPE_RECONCILE_KEPT, &pb.ReconcileKeptCommand{Epoch: 1, JobId: a, Timestamp: 65, Ranges: []*pb.KeptRange{
+		{VertexId: "src", FirstSubtask: 0, Count: 3, State: pb.ExecutionState_EXECUTION_STATE_RUNNING},
+		{VertexId: "sink", FirstSubtask: 1, Count: 1, State: pb.ExecutionState_EXECUTION_STATE_FINISHED},
+	}})
 	h.ok(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: b, LastChunk: true, Status: pb.JobStatus_JOB_STATUS_FAILING, Cause: "lost"})
 	h.ok(endT, &pb.EndReconciliationCommand{Epoch: 1, Timestamp: 70, Counts: &pb.ReconciliationCounts{Missing: 12},
 		CollectedAt: 66, MergedAt: 67, JobsCommittedAt: 69,

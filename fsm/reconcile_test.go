@@ -1,6 +1,9 @@
 package fsm
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -356,5 +359,124 @@ func TestReconcileJobReplacesAnUpdateAppliedMeanwhile(t *testing.T) {
 		Executions: []*pb.ReconciledExecution{{VertexId: "sink", SubtaskIndex: 0, Execution: reported}}})
 	if st := graph.FindVertex(h.job(id).ExecutionGraph, "sink", 0).Current.State; st != pb.ExecutionState_EXECUTION_STATE_RUNNING {
 		t.Fatalf("after the reconciliation commit the sink is %v, want RUNNING (the plan replaces the execution)", st)
+	}
+}
+
+// reconcilingHarness is a RUNNING streamingJob(id, 2, 2) whose six executions a new leader
+// (epoch 1) moved to RECONCILING, and a second job, idle, with no attempts yet.
+func reconcilingHarness(t *testing.T, id, idle string) *harness {
+	h := newHarness(t)
+	h.submit(streamingJob(id, 2, 2))
+	h.submit(streamingJob(idle, 1, 1))
+	h.setStatus(id, pb.JobStatus_JOB_STATUS_RUNNING)
+	h.attemptAll(id, 0)
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_DEPLOYING)
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_RUNNING)
+	establish(h, 1)
+	h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: 1, Timestamp: 11000})
+	return h
+}
+
+// TestReconcileKeptRefusals: a RECONCILE_KEPT command that names a stale epoch, an unknown job
+// or vertex, a range outside the vertex, ranges out of order or overlapping, a state a report
+// cannot keep, or a subtask with no attempt is refused whole, even when its other ranges are
+// good: the state hash does not move.
+func TestReconcileKeptRefusals(t *testing.T) {
+	id, idle := jobIDN(0), jobIDN(1)
+	h := reconcilingHarness(t, id, idle)
+	const keptT = pb.CommandType_COMMAND_TYPE_RECONCILE_KEPT
+	running := pb.ExecutionState_EXECUTION_STATE_RUNNING
+	r := func(vertex string, first, count int32, st pb.ExecutionState) *pb.KeptRange {
+		return &pb.KeptRange{VertexId: vertex, FirstSubtask: first, Count: count, State: st}
+	}
+	good := r("src", 0, 2, running)
+	before := h.f.Hash()
+	for _, c := range []struct {
+		name   string
+		cmd    *pb.ReconcileKeptCommand
+		want   error
+		detail string
+	}{
+		{"stale epoch", &pb.ReconcileKeptCommand{Epoch: 2, JobId: id, Ranges: []*pb.KeptRange{good}}, ErrStaleEpoch, ""},
+		{"unknown job", &pb.ReconcileKeptCommand{Epoch: 1, JobId: "nope", Ranges: []*pb.KeptRange{good}}, ErrUnknownJob, ""},
+		{"unknown vertex", &pb.ReconcileKeptCommand{Epoch: 1, JobId: id, Ranges: []*pb.KeptRange{good, r("nope", 0, 1, running)}}, ErrUnknownVertex, `ranges[1]: vertex "nope"`},
+		{"empty range", &pb.ReconcileKeptCommand{Epoch: 1, JobId: id, Ranges: []*pb.KeptRange{r("map", 0, 0, running)}}, ErrInvalidCommand, "subtasks [0, 0+0) of map, which has 2"},
+		{"negative first", &pb.ReconcileKeptCommand{Epoch: 1, JobId: id, Ranges: []*pb.KeptRange{r("map", -1, 2, running)}}, ErrInvalidCommand, "which has 2"},
+		{"past the end", &pb.ReconcileKeptCommand{Epoch: 1, JobId: id, Ranges: []*pb.KeptRange{good, r("map", 1, 2, running)}}, ErrInvalidCommand, "subtasks [1, 1+2) of map, which has 2"},
+		{"overflow", &pb.ReconcileKeptCommand{Epoch: 1, JobId: id, Ranges: []*pb.KeptRange{r("map", 1, 1<<31-1, running)}}, ErrInvalidCommand, "which has 2"},
+		{"overlap", &pb.ReconcileKeptCommand{Epoch: 1, JobId: id, Ranges: []*pb.KeptRange{good, r("src", 1, 1, running)}}, ErrInvalidCommand, "ranges[1]: subtasks of src from 1 overlap"},
+		{"descending", &pb.ReconcileKeptCommand{Epoch: 1, JobId: id, Ranges: []*pb.KeptRange{r("sink", 1, 1, running), r("sink", 0, 1, running)}}, ErrInvalidCommand, "precede an earlier range"},
+		{"failed", &pb.ReconcileKeptCommand{Epoch: 1, JobId: id, Ranges: []*pb.KeptRange{good, r("map", 0, 1, pb.ExecutionState_EXECUTION_STATE_FAILED)}}, ErrInvalidCommand, "state FAILED"},
+		{"reconciling", &pb.ReconcileKeptCommand{Epoch: 1, JobId: id, Ranges: []*pb.KeptRange{r("map", 0, 1, pb.ExecutionState_EXECUTION_STATE_RECONCILING)}}, ErrInvalidCommand, "state RECONCILING"},
+		{"no state", &pb.ReconcileKeptCommand{Epoch: 1, JobId: id, Ranges: []*pb.KeptRange{r("map", 0, 1, pb.ExecutionState_EXECUTION_STATE_UNSPECIFIED)}}, ErrInvalidCommand, "want RUNNING, INITIALIZING or FINISHED"},
+		{"no attempt", &pb.ReconcileKeptCommand{Epoch: 1, JobId: idle, Ranges: []*pb.KeptRange{r("src", 0, 1, running)}}, ErrInvalidCommand, "src[0] has no attempt"},
+	} {
+		res := h.apply(keptT, c.cmd)
+		if !errors.Is(res.Err, c.want) || !strings.Contains(fmt.Sprint(res.Err), c.detail) {
+			t.Errorf("%s: want %v containing %q, got %v", c.name, c.want, c.detail, res.Err)
+		}
+	}
+	if h.f.Hash() != before {
+		t.Fatal("a refused RECONCILE_KEPT changed the state")
+	}
+	if _, execs := h.f.Counts(); execs[pb.ExecutionState_EXECUTION_STATE_RECONCILING] != 6 {
+		t.Fatalf("execution counts after refusals: %v", execs)
+	}
+}
+
+// TestReconcileKeptIsReconcileJob: committing a reconciliation as kept ranges leaves exactly
+// the state (hash, counts, consumable partitions) that committing the same executions as whole
+// records does, the records reconcile.Merge writes: the current execution with the reported
+// state and a state timestamp at the merge's time.
+func TestReconcileKeptIsReconcileJob(t *testing.T) {
+	id, idle := jobIDN(0), jobIDN(1)
+	ranges := []*pb.KeptRange{
+		{VertexId: "src", FirstSubtask: 0, Count: 2, State: pb.ExecutionState_EXECUTION_STATE_RUNNING},
+		{VertexId: "map", FirstSubtask: 0, Count: 1, State: pb.ExecutionState_EXECUTION_STATE_FINISHED},
+		{VertexId: "map", FirstSubtask: 1, Count: 1, State: pb.ExecutionState_EXECUTION_STATE_INITIALIZING},
+		{VertexId: "sink", FirstSubtask: 0, Count: 2, State: pb.ExecutionState_EXECUTION_STATE_RUNNING},
+	}
+	const at = 12000
+	last := &pb.ReconcileJobCommand{Epoch: 1, JobId: id, LastChunk: true, Status: pb.JobStatus_JOB_STATUS_RUNNING, Timestamp: at}
+
+	kept := reconcilingHarness(t, id, idle)
+	kept.ok(pb.CommandType_COMMAND_TYPE_RECONCILE_KEPT, &pb.ReconcileKeptCommand{Epoch: 1, JobId: id, Ranges: ranges, Timestamp: at})
+	kept.ok(reconT, last)
+
+	whole := reconcilingHarness(t, id, idle)
+	var records []*pb.ReconciledExecution
+	for _, r := range ranges {
+		for s := r.FirstSubtask; s < r.FirstSubtask+r.Count; s++ {
+			ex := proto.Clone(graph.FindVertex(whole.job(id).ExecutionGraph, r.VertexId, s).Current).(*pb.Execution)
+			ex.State = r.State
+			graph.AddStateTimestamp(ex, r.State, at)
+			records = append(records, &pb.ReconciledExecution{VertexId: r.VertexId, SubtaskIndex: s, Execution: ex})
+		}
+	}
+	whole.ok(reconT, &pb.ReconcileJobCommand{Epoch: 1, JobId: id, Timestamp: at, Executions: records})
+	whole.ok(reconT, last)
+
+	if k, w := kept.f.Hash(), whole.f.Hash(); k != w {
+		t.Errorf("kept ranges and whole records left different states:\nkept  %v\nwhole %v", kept.job(id), whole.job(id))
+	}
+	_, ke := kept.f.Counts()
+	_, we := whole.f.Counts()
+	if fmt.Sprint(ke) != fmt.Sprint(we) || ke[pb.ExecutionState_EXECUTION_STATE_RECONCILING] != 0 {
+		t.Errorf("execution counts: kept %v, whole %v", ke, we)
+	}
+	rec := kept.job(id)
+	if p := rec.ExecutionGraph.Results[1].Partitions; !p[0].Consumable || p[1].Consumable {
+		t.Errorf("blocking partitions after the kept commit: %v", p)
+	}
+	if rec.Status != pb.JobStatus_JOB_STATUS_RUNNING || rec.ModifyIndex != kept.index {
+		t.Errorf("job after the last chunk: %v, modify index %d of %d", rec.Status, rec.ModifyIndex, kept.index)
+	}
+	// The ranges survive a snapshot and restore like any record.
+	restored := newHarness(t)
+	if err := restore(restored.f, persist(t, kept.f)); err != nil {
+		t.Fatal(err)
+	}
+	if restored.f.Hash() != kept.f.Hash() {
+		t.Error("the restored FSM differs from the one that applied the ranges")
 	}
 }

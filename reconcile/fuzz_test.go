@@ -1,9 +1,11 @@
 package reconcile_test
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -42,7 +44,8 @@ var (
 // fuzzReports builds reports from the fuzz bytes: the first byte says which TMs reported (a bit
 // per TM; a TM whose bit is clear did not report unless it sends an execution below), then 8
 // bytes per reported execution: TM, job, vertex, subtask, which attempt id, attempt number,
-// state (and a failure cause), and how many produced and consumed partitions, at which index.
+// state (and a failure cause), and how many produced and consumed partitions, at which index
+// (and, bit 5 of the last byte, no start timestamp).
 func fuzzReports(data []byte) map[string]*reconcile.Report {
 	out := map[string]*reconcile.Report{}
 	report := func(tm string) *reconcile.Report {
@@ -86,6 +89,9 @@ func fuzzReports(data []byte) map[string]*reconcile.Report {
 		if b[6]&0x80 != 0 {
 			rep.FailureCause = "boom"
 		}
+		if b[7]&0x20 != 0 {
+			rep.StartTimestamp = 0 // a TM that does not say (the graph's start stands)
+		}
 		part := subtask + int32(b[7]>>6)
 		for k := 0; k < int(b[7]&3); k++ {
 			rep.Produced = append(rep.Produced, &pb.ProducedPartitionReport{ResultId: vertex + "->x", PartitionIndex: part})
@@ -121,6 +127,29 @@ func describePlan(p *reconcile.Plan) string {
 	c, _ := proto.MarshalOptions{Deterministic: true}.Marshal(p.Counts)
 	fmt.Fprintf(&b, "counts %x missing %v\n", c, p.MissingTMs)
 	return b.String()
+}
+
+// describeSorted is describePlan with each job's records in a fixed order and, when jobs is
+// given, a compact plan's kept ranges expanded into records (reconcile.ExpandKept).
+func describeSorted(p *reconcile.Plan, jobs []*pb.JobRecord) string {
+	byID := map[string]*pb.JobRecord{}
+	for _, rec := range jobs {
+		byID[rec.JobGraph.JobId] = rec
+	}
+	out := &reconcile.Plan{Cancels: p.Cancels, Acks: p.Acks, Counts: p.Counts, MissingTMs: p.MissingTMs}
+	for _, jp := range p.Jobs {
+		execs := slices.Clone(jp.Executions)
+		if jobs != nil {
+			execs = append(execs, reconcile.ExpandKept(byID[jp.JobID], jp, p.At)...)
+		} else if len(jp.Kept) != 0 {
+			return "a whole-record plan with kept ranges"
+		}
+		slices.SortFunc(execs, func(a, b *pb.ReconciledExecution) int {
+			return cmp.Or(cmp.Compare(a.VertexId, b.VertexId), cmp.Compare(a.SubtaskIndex, b.SubtaskIndex))
+		})
+		out.Jobs = append(out.Jobs, &reconcile.JobPlan{JobID: jp.JobID, Executions: execs, Status: jp.Status, Cause: jp.Cause})
+	}
+	return describePlan(out)
 }
 
 func cloneReports(in map[string]*reconcile.Report) map[string]*reconcile.Report {
@@ -166,6 +195,18 @@ func FuzzMerge(f *testing.F) {
 				if !proto.Equal(e, reportsBefore[tm].Executions[k]) {
 					t.Fatalf("Merge changed a report of %s", tm)
 				}
+			}
+		}
+
+		// The compact plan is the same plan: its kept ranges expand to exactly the records
+		// Merge writes, and everything else is equal.
+		compact := reconcile.MergeCompact(jobs, reports, 1000)
+		if d1, d2 := describeSorted(plan, nil), describeSorted(compact, jobs); d1 != d2 {
+			t.Fatalf("the compact plan does not expand to Merge's plan:\nMerge:\n%s\nMergeCompact, expanded:\n%s", d1, d2)
+		}
+		for i := range jobs {
+			if !proto.Equal(jobs[i], jobsBefore[i]) {
+				t.Fatalf("MergeCompact changed the committed job %s", jobs[i].JobGraph.JobId)
 			}
 		}
 
@@ -239,8 +280,16 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		honest = append(honest,
 			exec(s, 0, 2, s, 0, 3, running, 0x04)...)
 	}
+	// The same with no start timestamps: every execution is kept as it is (a compact plan
+	// commits one range per vertex).
+	kept := slices.Clone(honest)
+	for i := 8; i < len(kept); i += 8 {
+		kept[i] |= 0x20
+	}
 	seeds := map[string][]byte{
 		"honest-running": honest,
+		"honest-kept":    kept,
+		"kept-finished":  append([]byte{0x07}, exec(0, 0, 2, 0, 0, 3, finished, 0x24)...),
 		"nobody":         {0x00},
 		"empty":          nil,
 		"all-finished":   append([]byte{0x07}, exec(0, 0, 2, 0, 0, 3, finished, 0x04)...),
