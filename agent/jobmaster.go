@@ -139,7 +139,7 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	}
 	a.JM.SetRaft(a.Node)
 	if cfg.Reconcile.WholeRecords == nil && cfg.Gossip != nil {
-		cfg.Reconcile.WholeRecords = func() bool { return !a.votersApply(fsm.LevelReconcileKept) }
+		cfg.Reconcile.WholeRecords = func() bool { return !a.serversApply(fsm.LevelReconcileKept) }
 	}
 	a.Recon = reconcile.New(cfg.Reconcile)
 	a.JM.SetReconciler(a.Recon)
@@ -196,10 +196,11 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	return a, nil
 }
 
-// votersApply reports whether every voter of the Raft configuration gossips (now, or last
-// before it went down) that it applies the commands of level: a voter gossip does not know, or
-// one of an older build, may not, and a command it cannot apply would stop it.
-func (a *JobMaster) votersApply(level int) bool {
+// serversApply reports whether every server of the Raft configuration, voter or not (both
+// apply the log), gossips (now, or last before it went down) that it applies the commands of
+// level: a server gossip does not know, or one of an older build, may not, and a command it
+// cannot apply would stop it.
+func (a *JobMaster) serversApply(level int) bool {
 	peers, err := a.Node.Peers()
 	if err != nil || a.Gossip == nil {
 		return false
@@ -214,9 +215,6 @@ func (a *JobMaster) votersApply(level int) bool {
 		}
 	}
 	for _, p := range peers {
-		if p.Suffrage != "voter" {
-			continue
-		}
 		if l, ok := levels[p.Id]; !ok || l < level {
 			return false
 		}
@@ -376,6 +374,9 @@ func PBMembers(ms []membership.Member) []*pb.Member {
 			"slots": strconv.Itoa(int(m.Meta.Slots)), "epoch": strconv.FormatUint(m.Meta.Epoch, 10),
 			"leader": strconv.FormatBool(m.Meta.Leader), "version": m.Meta.Version,
 		}})
+		if m.Meta.Role == membership.RoleJobMaster {
+			out[len(out)-1].Meta["fsm_level"] = strconv.Itoa(m.Meta.FSMLevel)
+		}
 	}
 	return out
 }

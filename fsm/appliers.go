@@ -47,9 +47,11 @@ func init() {
 	register(pb.CommandType_COMMAND_TYPE_RECONCILE_JOB, func(s *state, i uint64, p []byte) *Result {
 		return errResult(i, s.reconcileJob(i, decodePayload(p, &pb.ReconcileJobCommand{})))
 	})
-	register(pb.CommandType_COMMAND_TYPE_RECONCILE_KEPT, func(s *state, i uint64, p []byte) *Result {
-		return errResult(i, s.reconcileKept(i, decodePayload(p, &pb.ReconcileKeptCommand{})))
-	})
+	if CommandLevel >= LevelReconcileKept {
+		register(pb.CommandType_COMMAND_TYPE_RECONCILE_KEPT, func(s *state, i uint64, p []byte) *Result {
+			return errResult(i, s.reconcileKept(i, decodePayload(p, &pb.ReconcileKeptCommand{})))
+		})
+	}
 	register(pb.CommandType_COMMAND_TYPE_END_RECONCILIATION, func(s *state, i uint64, p []byte) *Result {
 		return errResult(i, s.endReconciliation(i, decodePayload(p, &pb.EndReconciliationCommand{})))
 	})

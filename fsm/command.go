@@ -9,10 +9,10 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-// CommandLevel is the newest set of commands this build applies, gossiped by every JobMaster
-// (membership.Meta.FSMLevel): 1 adds RECONCILE_KEPT. A leader writes a command of a level only
-// when every voter gossips that level or a later one; builds before the level gossip 0.
-const CommandLevel = 1
+// CommandLevel (level.go) is the newest set of commands this build applies, gossiped by every
+// JobMaster (membership.Meta.FSMLevel): 1 adds RECONCILE_KEPT. A leader writes a command of a
+// level only when every server of the Raft configuration gossips that level or a later one;
+// builds before the level gossip 0.
 
 // LevelReconcileKept is the level that added RECONCILE_KEPT.
 const LevelReconcileKept = 1

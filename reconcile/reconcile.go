@@ -184,12 +184,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, t jobmaster.Term) error {
 	if _, err := t.Commit(ctx, pb.CommandType_COMMAND_TYPE_END_RECONCILIATION, end); err != nil {
 		return fmt.Errorf("end: %w", err)
 	}
-	r.step(epoch, "committed", "reconciled graph committed in %s", time.Since(start).Round(time.Millisecond))
+	r.step(epoch, "committed", "reconciled graph committed in %s (%s)", time.Since(start).Round(time.Millisecond), commitForm(plan, compact))
 
 	// Only now, after the commit, act on what the reports showed.
 	r.act(ctx, t, plan)
 	go col.handleLate(ctx)
 	return nil
+}
+
+// commitForm says how the plan was committed: how many whole records and kept ranges, and,
+// when every execution went as a whole record, why.
+func commitForm(plan *Plan, compact bool) string {
+	records, ranges := 0, 0
+	for _, jp := range plan.Jobs {
+		records, ranges = records+len(jp.Executions), ranges+len(jp.Kept)
+	}
+	form := fmt.Sprintf("%d whole records, %d kept ranges", records, ranges)
+	switch {
+	case compact:
+	case failpoint.Enabled(failpoint.RestartOnFailover):
+		form += "; whole records only: failpoint " + failpoint.RestartOnFailover.Name()
+	default:
+		form += "; whole records only: a Raft server does not gossip that it applies RECONCILE_KEPT"
+	}
+	return form
 }
 
 // reconcilingJobs returns the jobs BeginReconciliation moved to RECONCILING.

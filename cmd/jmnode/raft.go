@@ -120,10 +120,10 @@ func runMembers(args []string) error {
 		return printJSON(resp)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tADDRESS\tROLE\tSTATE\tGRPC\tDATA\tSLOTS\tEPOCH\tLEADER")
+	fmt.Fprintln(w, "NAME\tADDRESS\tROLE\tSTATE\tGRPC\tDATA\tSLOTS\tEPOCH\tLEADER\tFSM LEVEL")
 	for _, m := range resp.Members {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Address, m.Role, m.State,
-			orDash(m.Meta["grpc"]), orDash(m.Meta["data"]), m.Meta["slots"], m.Meta["epoch"], m.Meta["leader"])
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Address, m.Role, m.State,
+			orDash(m.Meta["grpc"]), orDash(m.Meta["data"]), m.Meta["slots"], m.Meta["epoch"], m.Meta["leader"], orDash(m.Meta["fsm_level"]))
 	}
 	return w.Flush()
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/internal/proccluster"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -147,4 +149,116 @@ func TestMixedVersionReplicasSkipAnIgnorableCommand(t *testing.T) {
 		t.Fatalf("attempts changed: %v", diff)
 	}
 	waitSameState(t, d)
+}
+
+// TestMixedVersionReconcilesWithWholeRecords: a rolling upgrade past command level 1. jm3 runs
+// the release before it (-tags jmprev: it gossips FSM level 0 and has no applier for
+// RECONCILE_KEPT, which would stop it). A leader of this build reconciles with whole records
+// only, says why in its log, and jm3 applies every entry: the three state hashes agree and the
+// job keeps its tasks and attempts. jm3 is then upgraded in place (stopped, restarted on the same
+// data with this build); once gossip carries its level 1, the next failover commits kept
+// ranges and no whole records, and all three replicas still agree.
+func TestMixedVersionReconcilesWithWholeRecords(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds jmnode twice and runs processes")
+	}
+	var current string
+	d := newProcessClusterOf(t, defaultRaftProcs, func(dir string, nodes []proccluster.Node) {
+		nodes[2].Bin = buildJmnode(t, dir, "jmnode-prev", "jmprev")
+		current = filepath.Join(dir, "jmnode")
+	})
+	const tasks = 12
+	before := submitChain(t, d, "rolling", 4)
+	ctx := context.Background()
+
+	// failover moves leadership to a replica of this build other than the leader and returns
+	// the new leader's "committed" line for its epoch.
+	failover := func() string {
+		t.Helper()
+		leader, err := d.waitLeader(ctx, "", 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		to := "jm1"
+		if leader.LeaderId == "jm1" {
+			to = "jm2"
+		}
+		if err := run([]string{"raft", "transfer-leadership", "--to", to, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
+			t.Fatal(err)
+		}
+		now := waitReconciledAfter(t, d, leader.Epoch, []string{leader.LeaderId, "jm3"}, tasks)
+		return waitLog(t, d.Proc(now.LeaderId), 30*time.Second, "committed", fmt.Sprintf("epoch=%d", now.Epoch), "reconciled graph committed")
+	}
+
+	line := failover()
+	t.Logf("with jm3 at level 0: %s", line)
+	if !strings.Contains(line, fmt.Sprintf("%d whole records, 0 kept ranges", tasks)) || !strings.Contains(line, "does not gossip that it applies RECONCILE_KEPT") {
+		t.Fatalf("a leader with a level-0 replica did not commit whole records only: %s", line)
+	}
+	if !d.Proc("jm3").Running() {
+		t.Fatalf("jm3 (the older build) stopped:\n%s", d.Proc("jm3").LogTail(30))
+	}
+	hash, index := waitSameState(t, d)
+	t.Logf("all three replicas at index %d, hash %.12s", index, hash)
+
+	// Upgrade jm3 in place.
+	jm3 := d.Proc("jm3")
+	jm3.Stop(10 * time.Second)
+	jm3.SetBin(current)
+	if err := jm3.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitGossipedLevel(t, d, "jm3", fsm.CommandLevel)
+
+	line = failover()
+	t.Logf("with every replica at level %d: %s", fsm.CommandLevel, line)
+	if !strings.Contains(line, "0 whole records,") || strings.Contains(line, "whole records only") || strings.Contains(line, " 0 kept ranges") {
+		t.Fatalf("with every replica upgraded the leader did not commit kept ranges only: %s", line)
+	}
+	waitSameState(t, d)
+	after, err := d.waitJob(ctx, before.JobGraph.JobId, 30*time.Second, allRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := compareAttempts(before, after); len(diff) > 0 {
+		t.Fatalf("attempts changed: %v", diff)
+	}
+}
+
+// waitGossipedLevel waits until every running JobMaster's gossip view has JobMaster id alive
+// with the given FSM level.
+func waitGossipedLevel(t *testing.T, d *procs, id string, level int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last []string
+	for time.Now().Before(deadline) {
+		last = last[:0]
+		ok := true
+		for _, p := range d.JMs {
+			if !p.Running() {
+				continue
+			}
+			c := d.client(p.Addrs.GRPC)
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			resp, err := c.operator().Members(cctx, &pb.MembersRequest{})
+			cancel()
+			c.cc.Close()
+			seen := "absent"
+			for _, m := range resp.GetMembers() {
+				if m.Meta["id"] == id && m.Role == "jobmaster" {
+					seen = m.State + " level " + m.Meta["fsm_level"]
+				}
+			}
+			if err != nil {
+				seen = err.Error()
+			}
+			last = append(last, p.Name+" sees "+id+" "+seen)
+			ok = ok && seen == fmt.Sprintf("alive level %d", level)
+		}
+		if ok {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s is not gossiped alive at FSM level %d after 30 s: %v", id, level, last)
 }

@@ -399,6 +399,14 @@ func (p *Proc) Stop(grace time.Duration) {
 	}
 }
 
+// SetBin makes the next Start run bin (a rolling upgrade: stop the process, set the new
+// build, start it on the same data).
+func (p *Proc) SetBin(bin string) {
+	p.mu.Lock()
+	p.bin = bin
+	p.mu.Unlock()
+}
+
 // Revive makes the process run again: SIGCONT when paused, a restart with the same command
 // line (and so the same data) when not running; a running process is left alone.
 func (p *Proc) Revive() error {
