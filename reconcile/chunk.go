@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -24,6 +25,17 @@ type reportStream struct {
 	bytes    int64
 	chunks   int
 	rep      *Report
+	expect   *transport.ReportDigest // what the request expected (nil: nothing)
+}
+
+func (s *reportStream) contradiction(chunk *pb.TaskManagerReport) string {
+	switch {
+	case s.expect == nil:
+		return "to a request that expected nothing"
+	case !chunk.GetLast():
+		return fmt.Sprintf("in chunk %d, which is not the last", chunk.GetChunkIndex())
+	}
+	return fmt.Sprintf("and lists %d executions", len(s.rep.Executions))
 }
 
 // add takes one chunk; it refuses a chunk that would pass either bound, naming the bound.
@@ -39,6 +51,14 @@ func (s *reportStream) add(chunk *pb.TaskManagerReport) error {
 			ErrReportTooLarge, s.tmID, s.maxExecs, chunk.GetChunkIndex(), n)
 	}
 	s.rep.Executions = append(s.rep.Executions, chunk.GetExecutions()...)
+	if chunk.GetAsExpected() {
+		// Only an answer to an expectation, and only with nothing listed: anything else is
+		// a TM that contradicts itself, and its report is read as it lists.
+		if s.expect == nil || len(s.rep.Executions) != 0 || !chunk.GetLast() {
+			return fmt.Errorf("the report of %s says as_expected %s", s.tmID, s.contradiction(chunk))
+		}
+		s.rep.AsExpected, s.rep.Expected = true, int64(s.expect.Count)
+	}
 	return nil
 }
 
@@ -47,13 +67,19 @@ func (s *reportStream) add(chunk *pb.TaskManagerReport) error {
 // Chunks are asked for at most ReportChunk executions and ReportChunkBytes bytes each.
 func (c *collector) fetch(ctx context.Context, t target) (*Report, error) {
 	cfg := c.r.cfg
-	s := &reportStream{tmID: t.id, maxBytes: cfg.MaxReportBytes, maxExecs: cfg.MaxReportExecutions, rep: &Report{TMID: t.id, Addr: t.addr}}
+	s := &reportStream{tmID: t.id, maxBytes: cfg.MaxReportBytes, maxExecs: cfg.MaxReportExecutions, rep: &Report{TMID: t.id, Addr: t.addr}, expect: t.expect}
 	leaderID, leaderAddr := c.t.Leader()
+	req := &pb.RequestReportRequest{
+		Epoch: c.epoch, LeaderId: leaderID, LeaderGrpcAddress: leaderAddr,
+		ChunkSize: cfg.ReportChunk, MaxChunkBytes: int64(cfg.ReportChunkBytes),
+	}
+	if t.expect != nil && !cfg.WholeReports {
+		req.Expect = t.expect.Proto()
+	} else {
+		s.expect = nil
+	}
 	err := c.t.Stream(ctx, t.addr, cfg.ReportStreamTimeout, func(ctx context.Context, cl pb.TaskManagerServiceClient) error {
-		stream, err := cl.RequestReport(ctx, &pb.RequestReportRequest{
-			Epoch: c.epoch, LeaderId: leaderID, LeaderGrpcAddress: leaderAddr,
-			ChunkSize: cfg.ReportChunk, MaxChunkBytes: int64(cfg.ReportChunkBytes),
-		})
+		stream, err := cl.RequestReport(ctx, req)
 		if err != nil {
 			return err
 		}
@@ -77,7 +103,7 @@ func (c *collector) fetch(ctx context.Context, t target) (*Report, error) {
 		}
 	})
 	if err == nil {
-		c.r.log.Debug("report received", "epoch", c.epoch, "tm", t.id, "executions", len(s.rep.Executions), "chunks", s.chunks, "bytes", s.bytes)
+		c.r.log.Debug("report received", "epoch", c.epoch, "tm", t.id, "executions", len(s.rep.Executions), "as_expected", s.rep.AsExpected, "chunks", s.chunks, "bytes", s.bytes)
 	}
 	return s.rep, err
 }

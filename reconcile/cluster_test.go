@@ -177,7 +177,7 @@ func TestLeaderKillStreamingJob(t *testing.T) {
 	}
 	checkPhases(t, r)
 	for i, rep := range r.Reports {
-		if rep.Outcome != "reported" || rep.Executions != 3 || rep.At < r.StartedAt || rep.At > r.CollectedAt {
+		if rep.Outcome != "reported" || rep.Executions != 3 || !rep.AsExpected || rep.At < r.StartedAt || rep.At > r.CollectedAt {
 			t.Fatalf("report %d in the record: %v (record %v)", i, rep, r)
 		}
 	}
@@ -276,8 +276,10 @@ func TestTaskFinishedDuringGapCountedFinished(t *testing.T) {
 	stopped := c.StopQuorum()
 
 	var retained []string
+	retainedOn := map[string]bool{}
 	tc.WaitFor(t, 30*time.Second, "the bounded chain FINISHED and retained on the TMs", func() (bool, string) {
 		retained = nil
+		clear(retainedOn)
 		var desc []string
 		for _, tm := range c.TMs {
 			for _, ti := range tm.A.TM.Tasks() {
@@ -287,6 +289,7 @@ func TestTaskFinishedDuringGapCountedFinished(t *testing.T) {
 				desc = append(desc, fmt.Sprintf("%s[%d]=%s", ti.VertexID, ti.Subtask, graph.ExecutionStateName(ti.State)))
 				if ti.State == stFinished && ti.Retained {
 					retained = append(retained, ti.AttemptID)
+					retainedOn[tm.ID] = true
 				}
 			}
 		}
@@ -296,6 +299,13 @@ func TestTaskFinishedDuringGapCountedFinished(t *testing.T) {
 	r := c.CompletedAfter(e0, 30*time.Second)
 	if r.Counts.Finished != 6 || r.Counts.KeptRunning != 6 || r.Counts.Failed+r.Counts.Missing != 0 {
 		t.Fatalf("reconciliation counts %v, want 6 finished and 6 kept running", r.Counts)
+	}
+	// A TM that holds a FINISHED task, which no expectation names, sends its whole report; the
+	// others answer as expected.
+	for _, rep := range r.Reports {
+		if rep.Outcome != "reported" || rep.AsExpected == retainedOn[rep.TmId] {
+			t.Fatalf("report of %s: %v; it holds FINISHED tasks: %v", rep.TmId, rep, retainedOn[rep.TmId])
+		}
 	}
 	after := c.WaitJob(id, "the job RUNNING with the bounded chain FINISHED", 20*time.Second, func(rec *pb.JobRecord) bool {
 		return rec.Status == jobRunning

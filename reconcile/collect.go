@@ -192,7 +192,11 @@ func (c *collector) deliver(rep *Report) {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	c.r.step(c.epoch, "report", "%s reported %d executions", rep.TMID, len(rep.Executions))
+	if rep.AsExpected {
+		c.r.step(c.epoch, "report", "%s reported %d executions (as expected)", rep.TMID, rep.Expected)
+	} else {
+		c.r.step(c.epoch, "report", "%s reported %d executions", rep.TMID, len(rep.Executions))
+	}
 }
 
 // refuse records that a TM's report passed a bound: the TM counts as not reported.
@@ -224,7 +228,8 @@ func (c *collector) record() (collectedAt int64, out []*pb.ReconciliationReport)
 		r := &pb.ReconciliationReport{TmId: id, Outcome: "dead", At: c.collectedAt}
 		switch {
 		case c.reports[id] != nil:
-			r.Outcome, r.At, r.Executions = "reported", c.at[id], int64(len(c.reports[id].Executions))
+			r.Outcome, r.At, r.Executions = "reported", c.at[id], int64(len(c.reports[id].Executions))+c.reports[id].Expected
+			r.AsExpected = c.reports[id].AsExpected
 		case c.refused[id] != nil:
 			r.Outcome, r.At, r.Detail = "refused", c.at[id], c.refused[id].Error()
 		case missing[id]:

@@ -15,7 +15,16 @@ type Report struct {
 	TMID       string
 	Addr       string
 	Executions []*pb.ExecutionReport
+	// AsExpected: the TM answered that it runs exactly the executions the leader's expectation
+	// named (every RECONCILING execution assigned to it, RUNNING as committed:
+	// transport.ReportDigest), so Executions is empty and each of them is kept RUNNING.
+	// Expected is how many that was.
+	AsExpected bool
+	Expected   int64
 }
+
+// asExpected reports whether r is an as-expected answer (false for no report).
+func (r *Report) asExpected() bool { return r != nil && r.AsExpected }
 
 // Cancel is an attempt a TM runs that the graph does not own; it is cancelled after the commit.
 type Cancel struct {
@@ -230,8 +239,15 @@ func merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64, compact 
 				}
 				plan.Counts.Executions++
 				m, ok := matched[e.AttemptId]
-				if compact && ok {
-					if st, keep := keptState(ji, ev, m.rep); keep {
+				// An execution on a TM that answered as expected is as its committed record
+				// says, RUNNING (the report it would have sent keeps it so).
+				expected := !ok && reports[e.GetSlot().GetTmId()].asExpected()
+				if compact && (ok || expected) {
+					st, keep := pb.ExecutionState_EXECUTION_STATE_RUNNING, true
+					if ok {
+						st, keep = keptState(ji, ev, m.rep)
+					}
+					if keep {
 						countState(plan.Counts, st)
 						allFinished = allFinished && st == pb.ExecutionState_EXECUTION_STATE_FINISHED
 						if st == pb.ExecutionState_EXECUTION_STATE_FINISHED {
@@ -248,6 +264,8 @@ func merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64, compact 
 				next := proto.Clone(e).(*pb.Execution)
 				counted := false // missing and rejected are counted on their own
 				switch {
+				case expected:
+					next.State = pb.ExecutionState_EXECUTION_STATE_RUNNING
 				case !ok:
 					tm := e.GetSlot().GetTmId()
 					if reports[tm] == nil {

@@ -490,3 +490,37 @@ func TestMergeCancelsALiveAttemptTheGraphEnded(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeAsExpectedIsTheFullReport: a TM that answers as expected (no execution listed) gives
+// the plan its full report would give when every execution on it runs as committed, in both
+// forms of the merge; a TM missing from the reports still fails its executions.
+func TestMergeAsExpectedIsTheFullReport(t *testing.T) {
+	rec := reconcilingJob(t, "job-a", 3, 2)
+	full := honestReports(rec, stRunning)
+	for _, r := range full {
+		for _, e := range r.Executions {
+			e.StartTimestamp = 100 // as committed
+		}
+	}
+	short := map[string]*reconcile.Report{}
+	for id, r := range full {
+		short[id] = &reconcile.Report{TMID: r.TMID, Addr: r.Addr}
+		if id != "tm2" {
+			short[id].AsExpected, short[id].Expected = true, int64(len(r.Executions))
+		} else {
+			short[id].Executions = r.Executions // one TM of an older build
+		}
+	}
+	for _, merge := range []func([]*pb.JobRecord, map[string]*reconcile.Report, int64) *reconcile.Plan{reconcile.Merge, reconcile.MergeCompact} {
+		want := describeSorted(merge([]*pb.JobRecord{rec}, full, 1000), []*pb.JobRecord{rec})
+		got := describeSorted(merge([]*pb.JobRecord{rec}, short, 1000), []*pb.JobRecord{rec})
+		if got != want {
+			t.Fatalf("as-expected answers give another plan:\n%s\nfull reports give:\n%s", got, want)
+		}
+	}
+	delete(short, "tm3")
+	p := reconcile.MergeCompact([]*pb.JobRecord{rec}, short, 1000)
+	if p.Counts.Missing != 3 || p.Counts.KeptRunning != 6 || len(p.MissingTMs) != 1 || p.MissingTMs[0] != "tm3" {
+		t.Fatalf("with tm3 silent: %v, missing %v", p.Counts, p.MissingTMs)
+	}
+}

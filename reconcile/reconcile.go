@@ -48,6 +48,9 @@ type Config struct {
 	// whole record (RECONCILE_JOB), never ranges (RECONCILE_KEPT): a voter may run a build
 	// that does not apply RECONCILE_KEPT. Nil: every replica does.
 	WholeRecords func() bool
+	// WholeReports asks every TM for its whole report, never with an expectation (tests that
+	// compare the two answers; a TM answers as expected only when it matches).
+	WholeReports bool
 	Logger       hclog.Logger
 }
 
@@ -226,12 +229,22 @@ type target struct {
 	id, addr string
 	// holds: the TM holds a committed attempt of a reconciling job (its silence fails them).
 	holds bool
+	// expect: the digest of what the committed graph has on the TM, every RECONCILING
+	// execution assigned to it RUNNING as committed (nil for a TM found later: it sends its
+	// whole report).
+	expect *transport.ReportDigest
 }
 
-// holdersOf: every TM that holds a committed attempt of the jobs, by id.
+// holdersOf: every TM that holds a committed attempt of the jobs, by id, with the digest of
+// the report that would keep every RECONCILING execution on it as committed.
 func holdersOf(jobs []*pb.JobRecord) map[string]*target {
 	byID := map[string]*target{}
 	for _, rec := range jobs {
+		jobID := rec.GetJobGraph().GetJobId()
+		produces := map[string]int{}
+		for _, res := range rec.GetExecutionGraph().GetResults() {
+			produces[res.ProducerVertexId]++
+		}
 		for _, v := range rec.GetExecutionGraph().GetVertices() {
 			for _, ev := range v.Subtasks {
 				e := ev.GetCurrent()
@@ -239,11 +252,15 @@ func holdersOf(jobs []*pb.JobRecord) map[string]*target {
 					continue
 				}
 				id := e.Slot.TmId
-				if byID[id] == nil {
-					byID[id] = &target{id: id, addr: e.TmGrpcAddress}
+				t := byID[id]
+				if t == nil {
+					t = &target{id: id, addr: e.TmGrpcAddress, expect: &transport.ReportDigest{}}
+					byID[id] = t
 				}
 				if e.State == pb.ExecutionState_EXECUTION_STATE_RECONCILING {
-					byID[id].holds = true
+					t.holds = true
+					t.expect.Add(jobID, ev.VertexId, ev.SubtaskIndex, e.AttemptId, e.Slot.Index, e.StartTimestamp,
+						pb.ExecutionState_EXECUTION_STATE_RUNNING, produces[ev.VertexId], true, len(ev.Inputs))
 				}
 			}
 		}

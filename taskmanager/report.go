@@ -132,3 +132,22 @@ func (tm *TaskManager) reapLoop(ctx context.Context) {
 		}
 	}
 }
+
+// AnswerReport is the report a TM sends for req: one chunk saying as_expected and listing
+// nothing when its executions give exactly the digest the leader expects (req.expect,
+// transport.ReportDigest), else every execution, chunked (ChunkReport). Exported so that
+// simulated TaskManagers in tests answer exactly as a TM does.
+func AnswerReport(base *pb.TaskManagerReport, execs []*pb.ExecutionReport, req *pb.RequestReportRequest, maxExecs, maxBytes int) []*pb.TaskManagerReport {
+	if e := req.GetExpect(); e != nil && uint64(len(execs)) == e.GetCount() {
+		var d transport.ReportDigest
+		for _, r := range execs {
+			d.AddReport(r)
+		}
+		if d.Matches(e) {
+			c := proto.CloneOf(base)
+			c.Last, c.AsExpected = true, true
+			return []*pb.TaskManagerReport{c}
+		}
+	}
+	return ChunkReport(base, execs, maxExecs, maxBytes)
+}

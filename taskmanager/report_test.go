@@ -2,6 +2,7 @@ package taskmanager
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -226,4 +227,50 @@ func TestSubmitTasksDoesNotWaitForInputs(t *testing.T) {
 		}
 	}
 	t.Logf("8 consumers accepted in %s while their inputs wait for a producer", time.Since(start).Round(time.Millisecond))
+}
+
+// TestAnswerReportAsExpected: a TM whose executions give the digest the leader expects answers
+// with one last chunk, as_expected, listing nothing; one execution in another state, an
+// execution more or less, or no expectation at all gives the whole report.
+func TestAnswerReportAsExpected(t *testing.T) {
+	var execs []*pb.ExecutionReport
+	for i := int32(0); i < 2500; i++ {
+		execs = append(execs, &pb.ExecutionReport{JobId: "j", VertexId: "v", SubtaskIndex: i, AttemptId: fmt.Sprintf("a-%d", i),
+			StartTimestamp: 7, State: pb.ExecutionState_EXECUTION_STATE_RUNNING, SlotIndex: i % 4,
+			Produced: []*pb.ProducedPartitionReport{{ResultId: "r", PartitionIndex: i}}})
+	}
+	var d transport.ReportDigest
+	for i := len(execs) - 1; i >= 0; i-- { // the leader's order is not the TM's
+		e := execs[i]
+		d.Add(e.JobId, e.VertexId, e.SubtaskIndex, e.AttemptId, e.SlotIndex, e.StartTimestamp, pb.ExecutionState_EXECUTION_STATE_RUNNING, 1, true, 0)
+	}
+	base := &pb.TaskManagerReport{TmId: "tm1"}
+	got := AnswerReport(base, execs, &pb.RequestReportRequest{Expect: d.Proto()}, 1000, 1<<20)
+	if len(got) != 1 || !got[0].AsExpected || !got[0].Last || len(got[0].Executions) != 0 || got[0].TmId != "tm1" {
+		t.Fatalf("a matching TM answered %d chunks, first %v", len(got), got[0])
+	}
+	whole := func(what string, execs []*pb.ExecutionReport, req *pb.RequestReportRequest) {
+		t.Helper()
+		got := AnswerReport(base, execs, req, 1000, 1<<20)
+		n := 0
+		for _, c := range got {
+			n += len(c.Executions)
+			if c.AsExpected {
+				t.Fatalf("%s: answered as expected", what)
+			}
+		}
+		if n != len(execs) || !got[len(got)-1].Last {
+			t.Fatalf("%s: %d executions in %d chunks, want all %d", what, n, len(got), len(execs))
+		}
+	}
+	finished := slices.Clone(execs)
+	finished[1200] = gproto.CloneOf(execs[1200])
+	finished[1200].State = pb.ExecutionState_EXECUTION_STATE_FINISHED
+	whole("one FINISHED", finished, &pb.RequestReportRequest{Expect: d.Proto()})
+	moved := slices.Clone(execs)
+	moved[3] = gproto.CloneOf(execs[3])
+	moved[3].Produced[0].PartitionIndex = 4
+	whole("a partition of another index", moved, &pb.RequestReportRequest{Expect: d.Proto()})
+	whole("one execution fewer", execs[1:], &pb.RequestReportRequest{Expect: d.Proto()})
+	whole("no expectation", execs, &pb.RequestReportRequest{})
 }

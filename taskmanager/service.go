@@ -199,7 +199,7 @@ func (s *controlService) RequestReport(req *pb.RequestReportRequest, stream pb.T
 	if size <= 0 {
 		size = tm.cfg.ReportChunkSize
 	}
-	for _, c := range ChunkReport(base, execs, size, tm.reportChunkBytes(req.GetMaxChunkBytes())) {
+	for _, c := range AnswerReport(base, execs, req, size, tm.reportChunkBytes(req.GetMaxChunkBytes())) {
 		if err := stream.Send(c); err != nil {
 			return err
 		}

@@ -84,7 +84,11 @@ func recordSteps(r *pb.ReconciliationRecord) []step {
 	for _, rep := range r.Reports {
 		switch rep.Outcome {
 		case "reported":
-			out = append(out, step{ms(rep.At), "report", fmt.Sprintf("%s reported %d executions", rep.TmId, rep.Executions)})
+			detail := fmt.Sprintf("%s reported %d executions", rep.TmId, rep.Executions)
+			if rep.AsExpected {
+				detail += " (as expected: one message, no execution listed)"
+			}
+			out = append(out, step{ms(rep.At), "report", detail})
 		case "refused":
 			out = append(out, step{ms(rep.At), "report-refused", fmt.Sprintf("%s; %s counts as not reported", rep.Detail, rep.TmId)})
 		case "missing":

@@ -534,7 +534,7 @@ func (s *LiveSim) RequestReport(req *pb.RequestReportRequest, stream pb.TaskMana
 		return cmp.Or(cmp.Compare(a.JobId, b.JobId), cmp.Compare(a.VertexId, b.VertexId), cmp.Compare(a.SubtaskIndex, b.SubtaskIndex))
 	})
 	base := &pb.TaskManagerReport{TmId: s.ID, GrpcAddress: s.Addr, DataAddress: s.Addr, Slots: s.Slots, Incarnation: s.Incarnation}
-	for _, c := range taskmanager.ChunkReport(base, execs, int(req.GetChunkSize()), int(req.GetMaxChunkBytes())) {
+	for _, c := range taskmanager.AnswerReport(base, execs, req, int(req.GetChunkSize()), int(req.GetMaxChunkBytes())) {
 		if err := stream.Send(c); err != nil {
 			return err
 		}

@@ -986,7 +986,10 @@ type ReconciliationReport struct {
 	// Executions in the report ("reported").
 	Executions int64 `protobuf:"varint,4,opt,name=executions,proto3" json:"executions,omitempty"`
 	// Why a report was refused, or why a TM counts as dead.
-	Detail        string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	Detail string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	// The TM answered that it runs exactly what the committed graph has on it, every execution
+	// RUNNING (RequestReportRequest.expect): executions is the number expected, none was sent.
+	AsExpected    bool `protobuf:"varint,6,opt,name=as_expected,json=asExpected,proto3" json:"as_expected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1054,6 +1057,13 @@ func (x *ReconciliationReport) GetDetail() string {
 		return x.Detail
 	}
 	return ""
+}
+
+func (x *ReconciliationReport) GetAsExpected() bool {
+	if x != nil {
+		return x.AsExpected
+	}
+	return false
 }
 
 type ReconciliationRecord struct {
@@ -2544,7 +2554,7 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	" \x01(\x03R\brejected\x12\x18\n" +
 	"\areports\x18\v \x01(\x03R\areports\x12\x1f\n" +
 	"\vtms_missing\x18\f \x01(\x03R\n" +
-	"tmsMissing\"\x8d\x01\n" +
+	"tmsMissing\"\xae\x01\n" +
 	"\x14ReconciliationReport\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12\x18\n" +
 	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x0e\n" +
@@ -2552,7 +2562,9 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"executions\x18\x04 \x01(\x03R\n" +
 	"executions\x12\x16\n" +
-	"\x06detail\x18\x05 \x01(\tR\x06detail\"\xe4\x03\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\x12\x1f\n" +
+	"\vas_expected\x18\x06 \x01(\bR\n" +
+	"asExpected\"\xe4\x03\n" +
 	"\x14ReconciliationRecord\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1d\n" +

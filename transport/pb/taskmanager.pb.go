@@ -675,6 +675,11 @@ type RequestReportRequest struct {
 	// Bytes per chunk (the encoded TaskManagerReport) the leader accepts; 0 means the TM's
 	// default (the message limit minus the chunk margin). The TM uses the smaller of the two.
 	MaxChunkBytes int64 `protobuf:"varint,5,opt,name=max_chunk_bytes,json=maxChunkBytes,proto3" json:"max_chunk_bytes,omitempty"`
+	// What the leader's committed graph has on this TM: every execution of a reconciling job
+	// assigned to it, each RUNNING (transport.ReportDigest). A TM whose tasks give exactly this
+	// digest may answer with one chunk, as_expected and no executions. A TM of a build before
+	// this field sends its whole report, as before.
+	Expect        *ReportExpectation `protobuf:"bytes,6,opt,name=expect,proto3" json:"expect,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -744,6 +749,75 @@ func (x *RequestReportRequest) GetMaxChunkBytes() int64 {
 	return 0
 }
 
+func (x *RequestReportRequest) GetExpect() *ReportExpectation {
+	if x != nil {
+		return x.Expect
+	}
+	return nil
+}
+
+// A digest of executions (transport.ReportDigest): their number, and the sum and exclusive or
+// of a 64-bit hash of each.
+type ReportExpectation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Count         uint64                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	Sum           uint64                 `protobuf:"fixed64,2,opt,name=sum,proto3" json:"sum,omitempty"`
+	Xor           uint64                 `protobuf:"fixed64,3,opt,name=xor,proto3" json:"xor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportExpectation) Reset() {
+	*x = ReportExpectation{}
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportExpectation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportExpectation) ProtoMessage() {}
+
+func (x *ReportExpectation) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportExpectation.ProtoReflect.Descriptor instead.
+func (*ReportExpectation) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReportExpectation) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ReportExpectation) GetSum() uint64 {
+	if x != nil {
+		return x.Sum
+	}
+	return 0
+}
+
+func (x *ReportExpectation) GetXor() uint64 {
+	if x != nil {
+		return x.Xor
+	}
+	return 0
+}
+
 type ProducedPartitionReport struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	ResultId       string                 `protobuf:"bytes,1,opt,name=result_id,json=resultId,proto3" json:"result_id,omitempty"`
@@ -755,7 +829,7 @@ type ProducedPartitionReport struct {
 
 func (x *ProducedPartitionReport) Reset() {
 	*x = ProducedPartitionReport{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +841,7 @@ func (x *ProducedPartitionReport) String() string {
 func (*ProducedPartitionReport) ProtoMessage() {}
 
 func (x *ProducedPartitionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +854,7 @@ func (x *ProducedPartitionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducedPartitionReport.ProtoReflect.Descriptor instead.
 func (*ProducedPartitionReport) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{11}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ProducedPartitionReport) GetResultId() string {
@@ -815,7 +889,7 @@ type ConsumedPartitionReport struct {
 
 func (x *ConsumedPartitionReport) Reset() {
 	*x = ConsumedPartitionReport{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +901,7 @@ func (x *ConsumedPartitionReport) String() string {
 func (*ConsumedPartitionReport) ProtoMessage() {}
 
 func (x *ConsumedPartitionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +914,7 @@ func (x *ConsumedPartitionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumedPartitionReport.ProtoReflect.Descriptor instead.
 func (*ConsumedPartitionReport) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ConsumedPartitionReport) GetResultId() string {
@@ -883,7 +957,7 @@ type ExecutionReport struct {
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +969,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +982,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{13}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExecutionReport) GetJobId() string {
@@ -999,14 +1073,17 @@ type TaskManagerReport struct {
 	ChunkIndex  int32                  `protobuf:"varint,6,opt,name=chunk_index,json=chunkIndex,proto3" json:"chunk_index,omitempty"`
 	Last        bool                   `protobuf:"varint,7,opt,name=last,proto3" json:"last,omitempty"`
 	// The TM process's incarnation.
-	Incarnation   string `protobuf:"bytes,8,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Incarnation string `protobuf:"bytes,8,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// The TM runs exactly what the request's expectation describes: the report lists no
+	// execution, and every expected one is RUNNING as committed (only in the last chunk).
+	AsExpected    bool `protobuf:"varint,9,opt,name=as_expected,json=asExpected,proto3" json:"as_expected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskManagerReport) Reset() {
 	*x = TaskManagerReport{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1095,7 @@ func (x *TaskManagerReport) String() string {
 func (*TaskManagerReport) ProtoMessage() {}
 
 func (x *TaskManagerReport) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1108,7 @@ func (x *TaskManagerReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskManagerReport.ProtoReflect.Descriptor instead.
 func (*TaskManagerReport) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{14}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TaskManagerReport) GetTmId() string {
@@ -1090,6 +1167,13 @@ func (x *TaskManagerReport) GetIncarnation() string {
 	return ""
 }
 
+func (x *TaskManagerReport) GetAsExpected() bool {
+	if x != nil {
+		return x.AsExpected
+	}
+	return false
+}
+
 type AcknowledgeTerminalRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -1100,7 +1184,7 @@ type AcknowledgeTerminalRequest struct {
 
 func (x *AcknowledgeTerminalRequest) Reset() {
 	*x = AcknowledgeTerminalRequest{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1196,7 @@ func (x *AcknowledgeTerminalRequest) String() string {
 func (*AcknowledgeTerminalRequest) ProtoMessage() {}
 
 func (x *AcknowledgeTerminalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1209,7 @@ func (x *AcknowledgeTerminalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeTerminalRequest.ProtoReflect.Descriptor instead.
 func (*AcknowledgeTerminalRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{15}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AcknowledgeTerminalRequest) GetEpoch() uint64 {
@@ -1150,7 +1234,7 @@ type AcknowledgeTerminalResponse struct {
 
 func (x *AcknowledgeTerminalResponse) Reset() {
 	*x = AcknowledgeTerminalResponse{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1246,7 @@ func (x *AcknowledgeTerminalResponse) String() string {
 func (*AcknowledgeTerminalResponse) ProtoMessage() {}
 
 func (x *AcknowledgeTerminalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1259,7 @@ func (x *AcknowledgeTerminalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeTerminalResponse.ProtoReflect.Descriptor instead.
 func (*AcknowledgeTerminalResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{16}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{17}
 }
 
 type SubmitTasksRequest struct {
@@ -1190,7 +1274,7 @@ type SubmitTasksRequest struct {
 
 func (x *SubmitTasksRequest) Reset() {
 	*x = SubmitTasksRequest{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1286,7 @@ func (x *SubmitTasksRequest) String() string {
 func (*SubmitTasksRequest) ProtoMessage() {}
 
 func (x *SubmitTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1299,7 @@ func (x *SubmitTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTasksRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTasksRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{17}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SubmitTasksRequest) GetEpoch() uint64 {
@@ -1258,7 +1342,7 @@ type SubmitTaskResult struct {
 
 func (x *SubmitTaskResult) Reset() {
 	*x = SubmitTaskResult{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1354,7 @@ func (x *SubmitTaskResult) String() string {
 func (*SubmitTaskResult) ProtoMessage() {}
 
 func (x *SubmitTaskResult) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1367,7 @@ func (x *SubmitTaskResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResult.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResult) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{18}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SubmitTaskResult) GetAttemptId() string {
@@ -1331,7 +1415,7 @@ type SubmitTasksResponse struct {
 
 func (x *SubmitTasksResponse) Reset() {
 	*x = SubmitTasksResponse{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1427,7 @@ func (x *SubmitTasksResponse) String() string {
 func (*SubmitTasksResponse) ProtoMessage() {}
 
 func (x *SubmitTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1440,7 @@ func (x *SubmitTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTasksResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTasksResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{19}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SubmitTasksResponse) GetResults() []*SubmitTaskResult {
@@ -1376,7 +1460,7 @@ type LeaderContactRequest struct {
 
 func (x *LeaderContactRequest) Reset() {
 	*x = LeaderContactRequest{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1472,7 @@ func (x *LeaderContactRequest) String() string {
 func (*LeaderContactRequest) ProtoMessage() {}
 
 func (x *LeaderContactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1485,7 @@ func (x *LeaderContactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderContactRequest.ProtoReflect.Descriptor instead.
 func (*LeaderContactRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{20}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LeaderContactRequest) GetTmId() string {
@@ -1429,7 +1513,7 @@ type LeaderContactResponse struct {
 
 func (x *LeaderContactResponse) Reset() {
 	*x = LeaderContactResponse{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1525,7 @@ func (x *LeaderContactResponse) String() string {
 func (*LeaderContactResponse) ProtoMessage() {}
 
 func (x *LeaderContactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1538,7 @@ func (x *LeaderContactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderContactResponse.ProtoReflect.Descriptor instead.
 func (*LeaderContactResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{21}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LeaderContactResponse) GetTmId() string {
@@ -1546,14 +1630,19 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12.\n" +
 	"\x13consumer_attempt_id\x18\x03 \x01(\tR\x11consumerAttemptId\x12@\n" +
 	"\bchannels\x18\x04 \x03(\v2$.jmcluster.v1.InputChannelDescriptorR\bchannels\"\x1d\n" +
-	"\x1bUpdatePartitionInfoResponse\"\xc0\x01\n" +
+	"\x1bUpdatePartitionInfoResponse\"\xf9\x01\n" +
 	"\x14RequestReportRequest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12.\n" +
 	"\x13leader_grpc_address\x18\x03 \x01(\tR\x11leaderGrpcAddress\x12\x1d\n" +
 	"\n" +
 	"chunk_size\x18\x04 \x01(\x05R\tchunkSize\x12&\n" +
-	"\x0fmax_chunk_bytes\x18\x05 \x01(\x03R\rmaxChunkBytes\"\x7f\n" +
+	"\x0fmax_chunk_bytes\x18\x05 \x01(\x03R\rmaxChunkBytes\x127\n" +
+	"\x06expect\x18\x06 \x01(\v2\x1f.jmcluster.v1.ReportExpectationR\x06expect\"M\n" +
+	"\x11ReportExpectation\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\x12\x10\n" +
+	"\x03sum\x18\x02 \x01(\x06R\x03sum\x12\x10\n" +
+	"\x03xor\x18\x03 \x01(\x06R\x03xor\"\x7f\n" +
 	"\x17ProducedPartitionReport\x12\x1b\n" +
 	"\tresult_id\x18\x01 \x01(\tR\bresultId\x12'\n" +
 	"\x0fpartition_index\x18\x02 \x01(\x05R\x0epartitionIndex\x12\x1e\n" +
@@ -1578,7 +1667,7 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"slot_index\x18\t \x01(\x05R\tslotIndex\x12A\n" +
 	"\bproduced\x18\n" +
 	" \x03(\v2%.jmcluster.v1.ProducedPartitionReportR\bproduced\x12A\n" +
-	"\bconsumed\x18\v \x03(\v2%.jmcluster.v1.ConsumedPartitionReportR\bconsumed\"\x9a\x02\n" +
+	"\bconsumed\x18\v \x03(\v2%.jmcluster.v1.ConsumedPartitionReportR\bconsumed\"\xbb\x02\n" +
 	"\x11TaskManagerReport\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
@@ -1590,7 +1679,9 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\vchunk_index\x18\x06 \x01(\x05R\n" +
 	"chunkIndex\x12\x12\n" +
 	"\x04last\x18\a \x01(\bR\x04last\x12 \n" +
-	"\vincarnation\x18\b \x01(\tR\vincarnation\"S\n" +
+	"\vincarnation\x18\b \x01(\tR\vincarnation\x12\x1f\n" +
+	"\vas_expected\x18\t \x01(\bR\n" +
+	"asExpected\"S\n" +
 	"\x1aAcknowledgeTerminalRequest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1f\n" +
 	"\vattempt_ids\x18\x02 \x03(\tR\n" +
@@ -1641,7 +1732,7 @@ func file_jmcluster_v1_taskmanager_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_taskmanager_proto_rawDescData
 }
 
-var file_jmcluster_v1_taskmanager_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_jmcluster_v1_taskmanager_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_jmcluster_v1_taskmanager_proto_goTypes = []any{
 	(*ResultPartitionDeploymentDescriptor)(nil), // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor
 	(*InputGateDeploymentDescriptor)(nil),       // 1: jmcluster.v1.InputGateDeploymentDescriptor
@@ -1654,64 +1745,66 @@ var file_jmcluster_v1_taskmanager_proto_goTypes = []any{
 	(*UpdatePartitionInfoRequest)(nil),          // 8: jmcluster.v1.UpdatePartitionInfoRequest
 	(*UpdatePartitionInfoResponse)(nil),         // 9: jmcluster.v1.UpdatePartitionInfoResponse
 	(*RequestReportRequest)(nil),                // 10: jmcluster.v1.RequestReportRequest
-	(*ProducedPartitionReport)(nil),             // 11: jmcluster.v1.ProducedPartitionReport
-	(*ConsumedPartitionReport)(nil),             // 12: jmcluster.v1.ConsumedPartitionReport
-	(*ExecutionReport)(nil),                     // 13: jmcluster.v1.ExecutionReport
-	(*TaskManagerReport)(nil),                   // 14: jmcluster.v1.TaskManagerReport
-	(*AcknowledgeTerminalRequest)(nil),          // 15: jmcluster.v1.AcknowledgeTerminalRequest
-	(*AcknowledgeTerminalResponse)(nil),         // 16: jmcluster.v1.AcknowledgeTerminalResponse
-	(*SubmitTasksRequest)(nil),                  // 17: jmcluster.v1.SubmitTasksRequest
-	(*SubmitTaskResult)(nil),                    // 18: jmcluster.v1.SubmitTaskResult
-	(*SubmitTasksResponse)(nil),                 // 19: jmcluster.v1.SubmitTasksResponse
-	(*LeaderContactRequest)(nil),                // 20: jmcluster.v1.LeaderContactRequest
-	(*LeaderContactResponse)(nil),               // 21: jmcluster.v1.LeaderContactResponse
-	(Distribution)(0),                           // 22: jmcluster.v1.Distribution
-	(ResultType)(0),                             // 23: jmcluster.v1.ResultType
-	(*InputChannelDescriptor)(nil),              // 24: jmcluster.v1.InputChannelDescriptor
-	(*Operator)(nil),                            // 25: jmcluster.v1.Operator
-	(JobType)(0),                                // 26: jmcluster.v1.JobType
-	(ExecutionState)(0),                         // 27: jmcluster.v1.ExecutionState
+	(*ReportExpectation)(nil),                   // 11: jmcluster.v1.ReportExpectation
+	(*ProducedPartitionReport)(nil),             // 12: jmcluster.v1.ProducedPartitionReport
+	(*ConsumedPartitionReport)(nil),             // 13: jmcluster.v1.ConsumedPartitionReport
+	(*ExecutionReport)(nil),                     // 14: jmcluster.v1.ExecutionReport
+	(*TaskManagerReport)(nil),                   // 15: jmcluster.v1.TaskManagerReport
+	(*AcknowledgeTerminalRequest)(nil),          // 16: jmcluster.v1.AcknowledgeTerminalRequest
+	(*AcknowledgeTerminalResponse)(nil),         // 17: jmcluster.v1.AcknowledgeTerminalResponse
+	(*SubmitTasksRequest)(nil),                  // 18: jmcluster.v1.SubmitTasksRequest
+	(*SubmitTaskResult)(nil),                    // 19: jmcluster.v1.SubmitTaskResult
+	(*SubmitTasksResponse)(nil),                 // 20: jmcluster.v1.SubmitTasksResponse
+	(*LeaderContactRequest)(nil),                // 21: jmcluster.v1.LeaderContactRequest
+	(*LeaderContactResponse)(nil),               // 22: jmcluster.v1.LeaderContactResponse
+	(Distribution)(0),                           // 23: jmcluster.v1.Distribution
+	(ResultType)(0),                             // 24: jmcluster.v1.ResultType
+	(*InputChannelDescriptor)(nil),              // 25: jmcluster.v1.InputChannelDescriptor
+	(*Operator)(nil),                            // 26: jmcluster.v1.Operator
+	(JobType)(0),                                // 27: jmcluster.v1.JobType
+	(ExecutionState)(0),                         // 28: jmcluster.v1.ExecutionState
 }
 var file_jmcluster_v1_taskmanager_proto_depIdxs = []int32{
-	22, // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
-	23, // 1: jmcluster.v1.ResultPartitionDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
-	22, // 2: jmcluster.v1.InputGateDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
-	23, // 3: jmcluster.v1.InputGateDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
-	24, // 4: jmcluster.v1.InputGateDeploymentDescriptor.channels:type_name -> jmcluster.v1.InputChannelDescriptor
-	24, // 5: jmcluster.v1.SharedChannels.channels:type_name -> jmcluster.v1.InputChannelDescriptor
-	25, // 6: jmcluster.v1.TaskDeploymentDescriptor.operator:type_name -> jmcluster.v1.Operator
+	23, // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
+	24, // 1: jmcluster.v1.ResultPartitionDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
+	23, // 2: jmcluster.v1.InputGateDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
+	24, // 3: jmcluster.v1.InputGateDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
+	25, // 4: jmcluster.v1.InputGateDeploymentDescriptor.channels:type_name -> jmcluster.v1.InputChannelDescriptor
+	25, // 5: jmcluster.v1.SharedChannels.channels:type_name -> jmcluster.v1.InputChannelDescriptor
+	26, // 6: jmcluster.v1.TaskDeploymentDescriptor.operator:type_name -> jmcluster.v1.Operator
 	0,  // 7: jmcluster.v1.TaskDeploymentDescriptor.produced:type_name -> jmcluster.v1.ResultPartitionDeploymentDescriptor
 	1,  // 8: jmcluster.v1.TaskDeploymentDescriptor.inputs:type_name -> jmcluster.v1.InputGateDeploymentDescriptor
-	26, // 9: jmcluster.v1.TaskDeploymentDescriptor.job_type:type_name -> jmcluster.v1.JobType
+	27, // 9: jmcluster.v1.TaskDeploymentDescriptor.job_type:type_name -> jmcluster.v1.JobType
 	3,  // 10: jmcluster.v1.SubmitTaskRequest.task:type_name -> jmcluster.v1.TaskDeploymentDescriptor
-	27, // 11: jmcluster.v1.CancelTaskResponse.state:type_name -> jmcluster.v1.ExecutionState
-	24, // 12: jmcluster.v1.UpdatePartitionInfoRequest.channels:type_name -> jmcluster.v1.InputChannelDescriptor
-	27, // 13: jmcluster.v1.ExecutionReport.state:type_name -> jmcluster.v1.ExecutionState
-	11, // 14: jmcluster.v1.ExecutionReport.produced:type_name -> jmcluster.v1.ProducedPartitionReport
-	12, // 15: jmcluster.v1.ExecutionReport.consumed:type_name -> jmcluster.v1.ConsumedPartitionReport
-	13, // 16: jmcluster.v1.TaskManagerReport.executions:type_name -> jmcluster.v1.ExecutionReport
-	3,  // 17: jmcluster.v1.SubmitTasksRequest.tasks:type_name -> jmcluster.v1.TaskDeploymentDescriptor
-	2,  // 18: jmcluster.v1.SubmitTasksRequest.shared_channels:type_name -> jmcluster.v1.SharedChannels
-	18, // 19: jmcluster.v1.SubmitTasksResponse.results:type_name -> jmcluster.v1.SubmitTaskResult
-	4,  // 20: jmcluster.v1.TaskManagerService.SubmitTask:input_type -> jmcluster.v1.SubmitTaskRequest
-	6,  // 21: jmcluster.v1.TaskManagerService.CancelTask:input_type -> jmcluster.v1.CancelTaskRequest
-	8,  // 22: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:input_type -> jmcluster.v1.UpdatePartitionInfoRequest
-	10, // 23: jmcluster.v1.TaskManagerService.RequestReport:input_type -> jmcluster.v1.RequestReportRequest
-	15, // 24: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:input_type -> jmcluster.v1.AcknowledgeTerminalRequest
-	17, // 25: jmcluster.v1.TaskManagerService.SubmitTasks:input_type -> jmcluster.v1.SubmitTasksRequest
-	20, // 26: jmcluster.v1.PeerService.LeaderContact:input_type -> jmcluster.v1.LeaderContactRequest
-	5,  // 27: jmcluster.v1.TaskManagerService.SubmitTask:output_type -> jmcluster.v1.SubmitTaskResponse
-	7,  // 28: jmcluster.v1.TaskManagerService.CancelTask:output_type -> jmcluster.v1.CancelTaskResponse
-	9,  // 29: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:output_type -> jmcluster.v1.UpdatePartitionInfoResponse
-	14, // 30: jmcluster.v1.TaskManagerService.RequestReport:output_type -> jmcluster.v1.TaskManagerReport
-	16, // 31: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:output_type -> jmcluster.v1.AcknowledgeTerminalResponse
-	19, // 32: jmcluster.v1.TaskManagerService.SubmitTasks:output_type -> jmcluster.v1.SubmitTasksResponse
-	21, // 33: jmcluster.v1.PeerService.LeaderContact:output_type -> jmcluster.v1.LeaderContactResponse
-	27, // [27:34] is the sub-list for method output_type
-	20, // [20:27] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	28, // 11: jmcluster.v1.CancelTaskResponse.state:type_name -> jmcluster.v1.ExecutionState
+	25, // 12: jmcluster.v1.UpdatePartitionInfoRequest.channels:type_name -> jmcluster.v1.InputChannelDescriptor
+	11, // 13: jmcluster.v1.RequestReportRequest.expect:type_name -> jmcluster.v1.ReportExpectation
+	28, // 14: jmcluster.v1.ExecutionReport.state:type_name -> jmcluster.v1.ExecutionState
+	12, // 15: jmcluster.v1.ExecutionReport.produced:type_name -> jmcluster.v1.ProducedPartitionReport
+	13, // 16: jmcluster.v1.ExecutionReport.consumed:type_name -> jmcluster.v1.ConsumedPartitionReport
+	14, // 17: jmcluster.v1.TaskManagerReport.executions:type_name -> jmcluster.v1.ExecutionReport
+	3,  // 18: jmcluster.v1.SubmitTasksRequest.tasks:type_name -> jmcluster.v1.TaskDeploymentDescriptor
+	2,  // 19: jmcluster.v1.SubmitTasksRequest.shared_channels:type_name -> jmcluster.v1.SharedChannels
+	19, // 20: jmcluster.v1.SubmitTasksResponse.results:type_name -> jmcluster.v1.SubmitTaskResult
+	4,  // 21: jmcluster.v1.TaskManagerService.SubmitTask:input_type -> jmcluster.v1.SubmitTaskRequest
+	6,  // 22: jmcluster.v1.TaskManagerService.CancelTask:input_type -> jmcluster.v1.CancelTaskRequest
+	8,  // 23: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:input_type -> jmcluster.v1.UpdatePartitionInfoRequest
+	10, // 24: jmcluster.v1.TaskManagerService.RequestReport:input_type -> jmcluster.v1.RequestReportRequest
+	16, // 25: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:input_type -> jmcluster.v1.AcknowledgeTerminalRequest
+	18, // 26: jmcluster.v1.TaskManagerService.SubmitTasks:input_type -> jmcluster.v1.SubmitTasksRequest
+	21, // 27: jmcluster.v1.PeerService.LeaderContact:input_type -> jmcluster.v1.LeaderContactRequest
+	5,  // 28: jmcluster.v1.TaskManagerService.SubmitTask:output_type -> jmcluster.v1.SubmitTaskResponse
+	7,  // 29: jmcluster.v1.TaskManagerService.CancelTask:output_type -> jmcluster.v1.CancelTaskResponse
+	9,  // 30: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:output_type -> jmcluster.v1.UpdatePartitionInfoResponse
+	15, // 31: jmcluster.v1.TaskManagerService.RequestReport:output_type -> jmcluster.v1.TaskManagerReport
+	17, // 32: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:output_type -> jmcluster.v1.AcknowledgeTerminalResponse
+	20, // 33: jmcluster.v1.TaskManagerService.SubmitTasks:output_type -> jmcluster.v1.SubmitTasksResponse
+	22, // 34: jmcluster.v1.PeerService.LeaderContact:output_type -> jmcluster.v1.LeaderContactResponse
+	28, // [28:35] is the sub-list for method output_type
+	21, // [21:28] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_taskmanager_proto_init() }
@@ -1726,7 +1819,7 @@ func file_jmcluster_v1_taskmanager_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_taskmanager_proto_rawDesc), len(file_jmcluster_v1_taskmanager_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
