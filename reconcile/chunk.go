@@ -17,6 +17,11 @@ import (
 // report (its executions are missing); asking again would only repeat it.
 var ErrReportTooLarge = errors.New("reconcile: report too large")
 
+// ErrContradictoryReport: a TaskManager's report says as_expected but lists executions, says it
+// before its last chunk, or answers a request that expected nothing. It is refused like a
+// report past a bound.
+var ErrContradictoryReport = errors.New("reconcile: contradictory report")
+
 // reportStream accumulates one TM's report chunks within the per-stream bounds.
 type reportStream struct {
 	tmID     string
@@ -55,7 +60,7 @@ func (s *reportStream) add(chunk *pb.TaskManagerReport) error {
 		// Only an answer to an expectation, and only with nothing listed: anything else is
 		// a TM that contradicts itself, and its report is read as it lists.
 		if s.expect == nil || len(s.rep.Executions) != 0 || !chunk.GetLast() {
-			return fmt.Errorf("the report of %s says as_expected %s", s.tmID, s.contradiction(chunk))
+			return fmt.Errorf("%w: the report of %s says as_expected %s", ErrContradictoryReport, s.tmID, s.contradiction(chunk))
 		}
 		s.rep.AsExpected, s.rep.Expected = true, int64(s.expect.Count)
 	}

@@ -221,3 +221,34 @@ func TestRefusedReportIsNotWaitedFor(t *testing.T) {
 		t.Fatalf("the refused TM was asked %d times, want once", big.served)
 	}
 }
+
+// TestReportStreamRefusesContradictions: an as_expected chunk is taken only as the one last
+// chunk, listing nothing, of a stream whose request carried an expectation.
+func TestReportStreamRefusesContradictions(t *testing.T) {
+	one := []*pb.ExecutionReport{{JobId: "j", AttemptId: "a"}}
+	for _, c := range []struct {
+		name   string
+		expect *transport.ReportDigest
+		chunks []*pb.TaskManagerReport
+		want   string
+	}{
+		{"nothing expected", nil, []*pb.TaskManagerReport{{AsExpected: true, Last: true}}, "to a request that expected nothing"},
+		{"not the last", &transport.ReportDigest{Count: 3}, []*pb.TaskManagerReport{{AsExpected: true}}, "in chunk 0, which is not the last"},
+		{"lists executions", &transport.ReportDigest{Count: 3}, []*pb.TaskManagerReport{{Executions: one}, {AsExpected: true, Last: true, ChunkIndex: 1}}, "and lists 1 executions"},
+	} {
+		s := &reportStream{tmID: "tm1", maxBytes: 1 << 20, maxExecs: 10, rep: &Report{TMID: "tm1"}, expect: c.expect}
+		var err error
+		for _, ch := range c.chunks {
+			if err = s.add(ch); err != nil {
+				break
+			}
+		}
+		if !errors.Is(err, ErrContradictoryReport) || !strings.Contains(fmt.Sprint(err), c.want) || s.rep.AsExpected {
+			t.Errorf("%s: want ErrContradictoryReport containing %q, got %v (as expected %v)", c.name, c.want, err, s.rep.AsExpected)
+		}
+	}
+	s := &reportStream{tmID: "tm1", maxBytes: 1 << 20, maxExecs: 10, rep: &Report{TMID: "tm1"}, expect: &transport.ReportDigest{Count: 3}}
+	if err := s.add(&pb.TaskManagerReport{AsExpected: true, Last: true}); err != nil || !s.rep.AsExpected || s.rep.Expected != 3 {
+		t.Fatalf("a good answer: %v, %+v", err, s.rep)
+	}
+}

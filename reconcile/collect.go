@@ -158,7 +158,7 @@ func (c *collector) ask(ctx context.Context, t target, deadline time.Time) {
 				c.mu.Unlock()
 				return
 			}
-			if errors.Is(err, ErrReportTooLarge) {
+			if errors.Is(err, ErrReportTooLarge) || errors.Is(err, ErrContradictoryReport) {
 				c.refuse(t.id, err)
 				return
 			}

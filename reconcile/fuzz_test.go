@@ -42,7 +42,8 @@ var (
 )
 
 // fuzzReports builds reports from the fuzz bytes: the first byte says which TMs reported (a bit
-// per TM; a TM whose bit is clear did not report unless it sends an execution below), then 8
+// per TM; a TM whose bit is clear did not report unless it sends an execution below) and, in
+// its high four bits, which answered as expected, then 8
 // bytes per reported execution: TM, job, vertex, subtask, which attempt id, attempt number,
 // state (and a failure cause), and how many produced and consumed partitions, at which index
 // (and, bit 5 of the last byte, no start timestamp).
@@ -60,6 +61,9 @@ func fuzzReports(data []byte) map[string]*reconcile.Report {
 	for i, tm := range fuzzTMs {
 		if data[0]&(1<<i) != 0 {
 			report(tm)
+		}
+		if data[0]&(0x10<<i) != 0 {
+			report(tm).AsExpected = true // it answered as expected (and may list more below)
 		}
 	}
 	for data = data[1:]; len(data) >= 8; data = data[8:] {
@@ -289,6 +293,8 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	seeds := map[string][]byte{
 		"honest-running": honest,
 		"honest-kept":    kept,
+		"as-expected":    {0x77},
+		"expected-mixed": append([]byte{0x57}, exec(1, 0, 1, 1, 0, 3, finished, 0x25)...),
 		"kept-finished":  append([]byte{0x07}, exec(0, 0, 2, 0, 0, 3, finished, 0x24)...),
 		"nobody":         {0x00},
 		"empty":          nil,
