@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -81,5 +82,33 @@ func BenchmarkMarshalJobs10k(b *testing.B) {
 			n += len(out)
 		}
 		b.SetBytes(int64(n))
+	}
+}
+
+// BenchmarkFailoverApply100k applies what a failover that keeps every task commits for a chain
+// of 100 x 1000 executions: ESTABLISH_LEADERSHIP, BEGIN_RECONCILIATION (every execution to
+// RECONCILING), RECONCILE_KEPT (a range per vertex back to RUNNING) and the last RECONCILE_JOB chunk
+// (the job RUNNING): each replica's apply work per failover.
+func BenchmarkFailoverApply100k(b *testing.B) {
+	h := newHarness(b)
+	id := jobIDN(0)
+	h.submit(forwardJob(id, 100, 1000))
+	h.setStatus(id, pb.JobStatus_JOB_STATUS_RUNNING)
+	h.attemptAll(id, 0)
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_DEPLOYING)
+	h.moveAll(id, pb.ExecutionState_EXECUTION_STATE_RUNNING)
+	var ranges []*pb.KeptRange
+	for v := 0; v < 100; v++ {
+		ranges = append(ranges, &pb.KeptRange{VertexId: fmt.Sprintf("v%d", v), Count: 1000, State: pb.ExecutionState_EXECUTION_STATE_RUNNING})
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		e := uint64(i + 1)
+		ts := int64(10000 * (i + 2))
+		h.ok(leaderT, &pb.EstablishLeadershipCommand{Epoch: e, LeaderId: "jm1", LeaderGrpcAddress: "127.0.0.1:9000", Timestamp: ts})
+		h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: e, Timestamp: ts + 1})
+		h.ok(pb.CommandType_COMMAND_TYPE_RECONCILE_KEPT, &pb.ReconcileKeptCommand{Epoch: e, JobId: id, Ranges: ranges, Timestamp: ts + 2})
+		h.ok(reconT, &pb.ReconcileJobCommand{Epoch: e, JobId: id, LastChunk: true, Status: pb.JobStatus_JOB_STATUS_RUNNING, Timestamp: ts + 2})
 	}
 }

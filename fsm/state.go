@@ -195,9 +195,16 @@ func (s *state) setJobStatus(rec *pb.JobRecord, st pb.JobStatus, ts int64, cause
 func (s *state) setExecutionState(ex *pb.Execution, st pb.ExecutionState, ts int64, cause string) {
 	s.counts.execs[ex.State]--
 	s.counts.execs[st]++
-	s.countSlot(ex, -1)
-	ex.State = st
-	s.countSlot(ex, 1)
+	// A slot is counted by whether its execution is terminal: a move between two live states
+	// (RUNNING to RECONCILING and back, at every failover for every execution) leaves the
+	// counts as they are.
+	if graph.IsTerminalExecution(ex.State) != graph.IsTerminalExecution(st) {
+		s.countSlot(ex, -1)
+		ex.State = st
+		s.countSlot(ex, 1)
+	} else {
+		ex.State = st
+	}
 	graph.AddStateTimestamp(ex, st, ts)
 	if st == pb.ExecutionState_EXECUTION_STATE_FAILED && cause != "" {
 		ex.FailureCause = cause

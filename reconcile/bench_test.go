@@ -41,3 +41,36 @@ func BenchmarkCloneJob100k(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMergeCompact100k is the merge a leader runs today on full reports that keep every
+// execution as committed (their starts as committed): kept ranges, no records.
+func BenchmarkMergeCompact100k(b *testing.B) {
+	rec, reports := benchJob(b)
+	for _, r := range reports {
+		for _, e := range r.Executions {
+			e.StartTimestamp = 100
+		}
+	}
+	benchCompact(b, rec, reports)
+}
+
+// BenchmarkMergeAsExpected100k is the same merge when every TM answered as expected: no
+// execution is listed, so none is looked up.
+func BenchmarkMergeAsExpected100k(b *testing.B) {
+	rec, reports := benchJob(b)
+	for _, r := range reports {
+		r.Executions, r.AsExpected = nil, true
+	}
+	benchCompact(b, rec, reports)
+}
+
+func benchCompact(b *testing.B, rec *pb.JobRecord, reports map[string]*reconcile.Report) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		plan := reconcile.MergeCompact([]*pb.JobRecord{rec}, reports, 1)
+		if plan.Counts.KeptRunning != 100002 || len(plan.Jobs[0].Executions) != 0 {
+			b.Fatalf("kept running %d, %d records", plan.Counts.KeptRunning, len(plan.Jobs[0].Executions))
+		}
+	}
+}

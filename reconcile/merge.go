@@ -81,12 +81,27 @@ type jobIndex struct {
 }
 
 func indexJob(rec *pb.JobRecord) *jobIndex {
+	ji := &jobIndex{rec: rec, produces: map[string]int{}}
+	for _, res := range rec.GetExecutionGraph().GetResults() {
+		ji.produces[res.ProducerVertexId]++
+	}
+	return ji
+}
+
+// lookups builds the maps from attempts and subtasks to executions, on the first report that
+// names the job: when every TM answered as expected no execution is looked up, and building
+// them was most of a merge of 100,000 executions.
+func (ji *jobIndex) lookups() {
+	if ji.byAttempt != nil {
+		return
+	}
+	rec := ji.rec
 	n := 0
 	for _, v := range rec.GetExecutionGraph().GetVertices() {
 		n += len(v.Subtasks)
 	}
 	// Sized up front: growing them was a fifth of a merge of 100,000 executions.
-	ji := &jobIndex{rec: rec, byAttempt: make(map[string]*pb.ExecutionVertex, n), byVertex: make(map[vsKey]*pb.ExecutionVertex, n), produces: map[string]int{}}
+	ji.byAttempt, ji.byVertex = make(map[string]*pb.ExecutionVertex, n), make(map[vsKey]*pb.ExecutionVertex, n)
 	for _, v := range rec.GetExecutionGraph().GetVertices() {
 		for _, ev := range v.Subtasks {
 			ji.byVertex[vsKey{ev.VertexId, ev.SubtaskIndex}] = ev
@@ -95,10 +110,6 @@ func indexJob(rec *pb.JobRecord) *jobIndex {
 			}
 		}
 	}
-	for _, res := range rec.GetExecutionGraph().GetResults() {
-		ji.produces[res.ProducerVertexId]++
-	}
-	return ji
 }
 
 type match struct {
@@ -181,6 +192,7 @@ func merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64, compact 
 				cancel(rep, r, "unknown")
 				continue
 			}
+			ji.lookups()
 			ev := ji.byAttempt[rep.AttemptId]
 			if ev == nil {
 				cur := ji.byVertex[vsKey{rep.VertexId, rep.SubtaskIndex}]
