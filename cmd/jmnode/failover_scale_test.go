@@ -344,8 +344,11 @@ func killLeaderOnce(t *testing.T, d *procs, sims []*testcluster.LiveSim, jobID s
 			if f.gateSeen == 0 {
 				f.gateSeen = time.Since(killed)
 			}
+			// The record must be this leader's own: a replica that has just won the election
+			// reports itself as leader while its status still carries the epoch, and record,
+			// of the leader before.
 			for _, r := range cs.Reconciliations {
-				if r.Epoch == cs.Epoch && r.Outcome == "completed" {
+				if r.Epoch == cs.Epoch && r.Outcome == "completed" && r.LeaderId == cs.LeaderId {
 					rec, f.leader = r, cs.LeaderId
 				}
 			}
