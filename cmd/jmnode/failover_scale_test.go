@@ -291,7 +291,7 @@ func waitAllRunning(d *procs, jobID string, n int, limit time.Duration, base *pb
 func killLeaderOnce(t *testing.T, d *procs, sims []*testcluster.LiveSim, jobID string, n int, pprofs map[string]string, base *pb.JobSummary) failoverTrial {
 	t.Helper()
 	ctx := context.Background()
-	old, err := d.waitLeader(ctx, "", time.Minute)
+	old, err := d.waitSelfLeader(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,6 +98,20 @@ func (d *procs) waitLeader(ctx context.Context, not string, limit time.Duration)
 	return got, err
 }
 
+// waitSelfLeader is waitLeader read only from the leader itself: a follower's view of who
+// leads, and at which epoch, may be one election old.
+func (d *procs) waitSelfLeader(ctx context.Context, limit time.Duration) (*pb.ClusterStatusResponse, error) {
+	var got *pb.ClusterStatusResponse
+	err := d.waitFor(ctx, limit, "an established leader, by its own status", func(cs *pb.ClusterStatusResponse) bool {
+		if cs.LeaderGrpcAddress != "" && cs.NodeId == cs.LeaderId && !cs.Reconciling {
+			got = cs
+			return true
+		}
+		return false
+	})
+	return got, err
+}
+
 // waitTMs waits until the leader's view holds n live TaskManagers with slots.
 func (d *procs) waitTMs(ctx context.Context, limit time.Duration, n int, slots int32) error {
 	return d.waitFor(ctx, limit, fmt.Sprintf("%d TaskManagers registered", n), func(cs *pb.ClusterStatusResponse) bool {
