@@ -136,6 +136,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, t jobmaster.Term) error {
 	}); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	begun := time.Now()
 	// The jobs are read in place, under the state's read lock, never copied: a copy of 100,000
 	// executions took about as long as the merge.
 	var (
@@ -146,7 +147,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, t jobmaster.Term) error {
 		rec := reconcilingJobs(all)
 		jobs, holders = len(rec), holdersOf(rec)
 	})
-	r.step(epoch, "begin", "%d jobs RECONCILING", jobs)
+	r.step(epoch, "begin", "%d jobs RECONCILING (begin committed in %s, report targets in %s)", jobs,
+		begun.Sub(start).Round(time.Millisecond), time.Since(begun).Round(time.Millisecond))
 	if failpoint.Enabled(failpoint.StuckReconciling) && jobs > 0 {
 		r.log.Warn("failpoint stuck-reconciling: reconciliation never finishes", "epoch", epoch)
 		<-ctx.Done()
