@@ -32,6 +32,9 @@ type TaskManager struct {
 	exMu      sync.Mutex
 	exchanges map[string]*exchangeClient
 	legacy    map[string]time.Time // producers without Exchange (an older build), by data address: when found
+	// opensServed counts the channel opens this TM served on Exchange streams: one control
+	// each (single) and the channel groups (group, with groupChannels channels in all).
+	opensServed struct{ single, group, groupChannels atomic.Int64 }
 
 	// fenceChecks counts the checks for a live leader made after FenceTimeout without contact.
 	fenceChecks atomic.Int64

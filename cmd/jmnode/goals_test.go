@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jmcluster/jmcluster/internal/benchgoal"
+	"github.com/jmcluster/jmcluster/internal/proccluster"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -64,7 +68,23 @@ func phaseTimes(rec *pb.JobRecord) string {
 // FORWARD.
 func TestGoalWideDeployment(t *testing.T) {
 	benchgoal.Skip(t)
-	d := newProcessCluster(t, wideProcs)
+	// JMC_WIDE_PPROF=DIR: every process serves pprof, and a CPU profile of each is taken over
+	// the 2 s after each ALL_TO_ALL submission (DIR/all-to-all-512#N-NAME.pprof).
+	profDir := os.Getenv("JMC_WIDE_PPROF")
+	pprofs := map[string]string{}
+	d := newProcessClusterOf(t, wideProcs, func(_ string, nodes []proccluster.Node) {
+		if profDir == "" {
+			return
+		}
+		ports, err := proccluster.FreePorts(len(nodes))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range nodes {
+			nodes[i].Flags = append(slices.Clone(nodes[i].Flags), "--pprof-addr", ports[i])
+			pprofs[nodes[i].Name] = ports[i]
+		}
+	})
 	ctx := context.Background()
 	leader, err := d.waitLeader(ctx, "", 60*time.Second)
 	if err != nil {
@@ -80,6 +100,19 @@ func TestGoalWideDeployment(t *testing.T) {
 		jg := testcluster.WideAllToAll(name, 512, 2)
 		jg.Edges[0].Distribution = dist
 		jg.JobId = newJobID()
+		var profiled sync.WaitGroup
+		if profDir != "" && dist == pb.Distribution_DISTRIBUTION_ALL_TO_ALL {
+			for tm, addr := range pprofs {
+				profiled.Add(1)
+				go func() {
+					defer profiled.Done()
+					if b := cpuProfile(addr, 2); b != nil {
+						_ = os.WriteFile(filepath.Join(profDir, fmt.Sprintf("%s-%s.pprof", strings.ReplaceAll(name, " ", ""), tm)), b, 0o644)
+					}
+				}()
+			}
+		}
+		defer profiled.Wait()
 		if err := c.call(60*time.Second, func(ctx context.Context) error {
 			_, err := c.client().SubmitJob(ctx, &pb.SubmitJobRequest{JobGraph: jg})
 			return err
