@@ -136,16 +136,17 @@ type exchangeServer struct {
 
 // serverChannel is one channel being served. Guarded by its exchangeServer's mu.
 type serverChannel struct {
-	x      *exchangeServer
-	id     uint64
-	r      subpartitionReader // nil until subscribed
-	stop   func()             // ends the wait for the partition
-	credit int                // batches the consumer can take
-	answer *pb.ChannelBatch   // a refusal of the open, sent first
-	accept bool               // the open's answer is to be sent first: an empty batch
-	reader pipelinedReader    // the reader, when the partition was there at the open
-	queued bool               // in the ready list
-	done   bool
+	x       *exchangeServer
+	id      uint64
+	r       subpartitionReader // nil until subscribed
+	stop    func()             // ends the wait for the partition
+	credit  int                // batches the consumer can take
+	answer  *pb.ChannelBatch   // a refusal of the open, sent first
+	accept  bool               // the open's answer is to be sent first: an empty batch
+	grouped bool               // opened by a group: the answer is its id in opened
+	reader  pipelinedReader    // the reader, when the partition was there at the open
+	queued  bool               // in the ready list
+	done    bool
 }
 
 func (x *exchangeServer) receive(stream pb.DataService_ExchangeServer) error {
@@ -254,7 +255,7 @@ func (x *exchangeServer) openGroup(first uint64, credit int32, g *pb.ChannelGrou
 	chs := make([]serverChannel, n)
 	for i := range chs {
 		ch := &chs[i]
-		ch.x, ch.id = x, first+uint64(i)
+		ch.x, ch.id, ch.grouped = x, first+uint64(i), true
 		ch.grant(credit)
 		x.chans[ch.id] = ch
 	}
@@ -419,6 +420,14 @@ func (x *exchangeServer) collect() *pb.ExchangeResponse {
 			add(a, 0, 16+len(a.GetError()))
 			x.finishLocked(ch)
 			continue
+		}
+		if ch.accept && ch.grouped {
+			ch.accept = false
+			if msg == nil {
+				msg = &pb.ExchangeResponse{}
+			}
+			msg.Opened = append(msg.Opened, ch.id)
+			size += 10
 		}
 		if ch.accept {
 			ch.accept = false
@@ -682,6 +691,7 @@ func (x *exchangeClient) write(stream pb.DataService_ExchangeClient) {
 // channel left.
 func (x *exchangeClient) read(stream pb.DataService_ExchangeClient) {
 	first := true
+	var opened []*muxChannel
 	for {
 		msg, err := stream.Recv()
 		if first {
@@ -698,6 +708,20 @@ func (x *exchangeClient) read(stream pb.DataService_ExchangeClient) {
 			x.broken(fmt.Errorf("exchange stream to %s broke: %w", x.addr, err))
 			return
 		}
+		if ids := msg.GetOpened(); len(ids) > 0 {
+			opened = opened[:0]
+			x.mu.Lock()
+			for _, id := range ids {
+				if c := x.chans[id]; c != nil {
+					opened = append(opened, c)
+				}
+			}
+			x.mu.Unlock()
+			for _, c := range opened {
+				x.deliver(c, openedBatch)
+			}
+			clear(opened)
+		}
 		for _, b := range msg.GetBatches() {
 			x.mu.Lock()
 			c := x.chans[b.GetChannel()]
@@ -709,6 +733,9 @@ func (x *exchangeClient) read(stream pb.DataService_ExchangeClient) {
 		}
 	}
 }
+
+// openedBatch stands for the answer of a channel listed in ExchangeResponse.opened.
+var openedBatch = &pb.ChannelBatch{}
 
 // deliver puts one batch of c into its task's inbox: the open's answer, records, the end, a
 // refusal. A producer breaking the protocol (records before the answer, more than the credit)

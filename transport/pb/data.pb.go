@@ -245,7 +245,11 @@ type ExchangeResponse struct {
 	Batches []*ChannelBatch        `protobuf:"bytes,1,rep,name=batches,proto3" json:"batches,omitempty"`
 	// The producer's first message on the stream says what it serves beyond channel controls
 	// of one channel each (a build before it sends none).
-	Hello         *ExchangeHello `protobuf:"bytes,2,opt,name=hello,proto3" json:"hello,omitempty"`
+	Hello *ExchangeHello `protobuf:"bytes,2,opt,name=hello,proto3" json:"hello,omitempty"`
+	// Channels opened by a ChannelGroup that are open: each stands for the empty batch that
+	// answers an open (refusals still come as batches). Read before batches: a channel's first
+	// records may follow in the same message.
+	Opened        []uint64 `protobuf:"varint,3,rep,packed,name=opened,proto3" json:"opened,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -290,6 +294,13 @@ func (x *ExchangeResponse) GetBatches() []*ChannelBatch {
 func (x *ExchangeResponse) GetHello() *ExchangeHello {
 	if x != nil {
 		return x.Hello
+	}
+	return nil
+}
+
+func (x *ExchangeResponse) GetOpened() []uint64 {
+	if x != nil {
+		return x.Opened
 	}
 	return nil
 }
@@ -636,10 +647,11 @@ const file_jmcluster_v1_data_proto_rawDesc = "" +
 	"\x12subpartition_index\x18\x03 \x01(\x05R\x11subpartitionIndex\x12.\n" +
 	"\x13consumer_attempt_id\x18\x04 \x01(\tR\x11consumerAttemptId\x12+\n" +
 	"\x11partition_indexes\x18\x05 \x03(\x05R\x10partitionIndexes\x120\n" +
-	"\x14producer_attempt_ids\x18\x06 \x03(\tR\x12producerAttemptIds\"{\n" +
+	"\x14producer_attempt_ids\x18\x06 \x03(\tR\x12producerAttemptIds\"\x93\x01\n" +
 	"\x10ExchangeResponse\x124\n" +
 	"\abatches\x18\x01 \x03(\v2\x1a.jmcluster.v1.ChannelBatchR\abatches\x121\n" +
-	"\x05hello\x18\x02 \x01(\v2\x1b.jmcluster.v1.ExchangeHelloR\x05hello\"6\n" +
+	"\x05hello\x18\x02 \x01(\v2\x1b.jmcluster.v1.ExchangeHelloR\x05hello\x12\x16\n" +
+	"\x06opened\x18\x03 \x03(\x04R\x06opened\"6\n" +
 	"\rExchangeHello\x12%\n" +
 	"\x0echannel_groups\x18\x01 \x01(\bR\rchannelGroups\"\x83\x01\n" +
 	"\fChannelBatch\x12\x18\n" +
