@@ -104,3 +104,48 @@ func TestWideJobOnTaskManagersOfTwoProtocols(t *testing.T) {
 		t.Fatalf("tasks per TM %v: the job must run on both", on)
 	}
 }
+
+// TestBatchJobOnTaskManagersWithAndWithoutChannelGroups: a TaskManager serving Exchange as a
+// build before channel groups did (no hello, an open_group ignored) and one of this build run
+// a batch job whose ALL_TO_ALL BLOCKING edge has channels both ways between them: tm-new's
+// consumers open their channels to the older producer one control each, tm-old's (its
+// consumer side is this build's) open theirs to tm-new in groups, and the job finishes
+// without a restart (a channel never answered would fail its task).
+func TestBatchJobOnTaskManagersWithAndWithoutChannelGroups(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 3})
+	c.Opts.TM = func(cfg *taskmanager.Config) {
+		cfg.Slots = 6
+		cfg.ExchangeWithoutGroups = cfg.ID == "tm-old"
+	}
+	c.AddTM("tm-old")
+	c.AddTM("tm-new")
+	l := c.Leader()
+	testcluster.WaitFor(t, 10*time.Second, "both TMs registered", func() (bool, string) {
+		o, _ := l.A.JM.Registry().Get("tm-old")
+		n, _ := l.A.JM.Registry().Get("tm-new")
+		return !o.LastSeen.IsZero() && !n.LastSeen.IsZero(), ""
+	})
+	id := c.Submit(testcluster.BatchKeyedSum("groups-mixed", 8, 2000, 64))
+	rec := c.WaitJob(id, "the job FINISHED", 60*time.Second, func(r *pb.JobRecord) bool {
+		return r.GetStatus() == pb.JobStatus_JOB_STATUS_FINISHED || r.GetStatus() == pb.JobStatus_JOB_STATUS_FAILED
+	})
+	if rec.GetStatus() != pb.JobStatus_JOB_STATUS_FINISHED {
+		t.Fatalf("job %s: %s", rec.GetStatus(), testcluster.Describe(rec))
+	}
+	on := map[string]map[string]int{}
+	for _, v := range rec.GetExecutionGraph().GetVertices() {
+		for _, ev := range v.Subtasks {
+			if n := ev.GetCurrent().GetAttemptNumber(); n != 0 {
+				t.Fatalf("%s/%d ran %d times: a channel between the two builds failed", v.GetVertexId(), ev.GetSubtaskIndex(), n+1)
+			}
+			tm := ev.GetCurrent().GetSlot().GetTmId()
+			if on[v.GetVertexId()] == nil {
+				on[v.GetVertexId()] = map[string]int{}
+			}
+			on[v.GetVertexId()][tm]++
+		}
+	}
+	if on["filter"]["tm-old"] == 0 || on["filter"]["tm-new"] == 0 || on["sink"]["tm-old"] == 0 || on["sink"]["tm-new"] == 0 {
+		t.Fatalf("tasks per vertex and TM %v: producers and consumers must run on both", on)
+	}
+}

@@ -53,6 +53,9 @@ type Config struct {
 	// registration: ProtocolVersion (the constant) when 0. Tests set others to see a leader
 	// refuse them.
 	ProtocolVersion uint32
+	// ExchangeWithoutGroups serves Exchange as a build before channel groups did: no hello, and
+	// a ChannelControl's open_group ignored. Tests set it to stand for an older producer.
+	ExchangeWithoutGroups bool
 	// HeartbeatInterval (default 1s); the leader's RegisterTaskManagerResponse may override it.
 	HeartbeatInterval time.Duration
 	// LeaderGrace: tasks keep running while no leader is reachable for this long, then all are

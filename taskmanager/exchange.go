@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,16 +136,17 @@ type exchangeServer struct {
 
 // serverChannel is one channel being served. Guarded by its exchangeServer's mu.
 type serverChannel struct {
-	x      *exchangeServer
-	id     uint64
-	r      subpartitionReader // nil until subscribed
-	stop   func()             // ends the wait for the partition
-	credit int                // batches the consumer can take
-	answer *pb.ChannelBatch   // a refusal of the open, sent first
-	accept bool               // the open's answer is to be sent first: an empty batch
-	reader pipelinedReader    // the reader, when the partition was there at the open
-	queued bool               // in the ready list
-	done   bool
+	x       *exchangeServer
+	id      uint64
+	r       subpartitionReader // nil until subscribed
+	stop    func()             // ends the wait for the partition
+	credit  int                // batches the consumer can take
+	answer  *pb.ChannelBatch   // a refusal of the open, sent first
+	accept  bool               // the open's answer is to be sent first: an empty batch
+	grouped bool               // opened by a group: the answer is its id in opened
+	reader  pipelinedReader    // the reader, when the partition was there at the open
+	queued  bool               // in the ready list
+	done    bool
 }
 
 func (x *exchangeServer) receive(stream pb.DataService_ExchangeServer) error {
@@ -180,6 +182,7 @@ func (x *exchangeServer) control(c *pb.ChannelControl) error {
 			x.mu.Unlock()
 			return status.Errorf(codes.ResourceExhausted, "exchange: more than %d channels on one stream", maxExchangeChannels)
 		}
+		x.tm.opensServed.single.Add(1)
 		ch = &serverChannel{x: x, id: id}
 		ch.grant(c.GetCredit())
 		x.chans[id] = ch
@@ -199,8 +202,12 @@ func (x *exchangeServer) control(c *pb.ChannelControl) error {
 		}
 		x.mu.Unlock()
 		return nil
+	case c.GetOpenGroup() != nil && !x.tm.cfg.ExchangeWithoutGroups:
+		x.mu.Unlock()
+		return x.openGroup(id, c.GetCredit(), c.GetOpenGroup())
 	case ch == nil:
-		// Credit or close for a channel that ended meanwhile: nothing to do.
+		// Credit or close for a channel that ended meanwhile (or, on a producer without
+		// groups, a group it does not know): nothing to do.
 	case c.GetClose():
 		x.finishLocked(ch)
 	default:
@@ -208,6 +215,71 @@ func (x *exchangeServer) control(c *pb.ChannelControl) error {
 		x.readyLocked(ch)
 	}
 	x.mu.Unlock()
+	return nil
+}
+
+// maxGroupChannels bounds the entries of one ChannelGroup (a consumer splits a wider one).
+const maxGroupChannels = 4096
+
+// openGroup opens the channels first, first+1, ... of a group: as many opens, with their
+// common fields sent once, the channels' state in one allocation and the partitions looked up
+// under one registry lock.
+func (x *exchangeServer) openGroup(first uint64, credit int32, g *pb.ChannelGroup) error {
+	parts, attempts := g.GetPartitionIndexes(), g.GetProducerAttemptIds()
+	n := len(parts)
+	switch {
+	case n != len(attempts):
+		return status.Errorf(codes.InvalidArgument, "exchange: channel group at %d has %d partitions and %d producer attempts", first, n, len(attempts))
+	case n == 0 || n > maxGroupChannels:
+		return status.Errorf(codes.InvalidArgument, "exchange: channel group at %d has %d channels, want 1-%d", first, n, maxGroupChannels)
+	case first == 0 || first+uint64(n) < first:
+		return status.Errorf(codes.InvalidArgument, "exchange: channel group at %d: ids out of range", first)
+	}
+	x.mu.Lock()
+	switch {
+	case x.closed:
+		x.mu.Unlock()
+		return nil
+	case len(x.chans)+n > maxExchangeChannels:
+		x.mu.Unlock()
+		return status.Errorf(codes.ResourceExhausted, "exchange: more than %d channels on one stream", maxExchangeChannels)
+	}
+	for i := range n {
+		if x.chans[first+uint64(i)] != nil {
+			x.mu.Unlock()
+			return status.Errorf(codes.InvalidArgument, "exchange: channel %d opened twice", first+uint64(i))
+		}
+	}
+	x.tm.opensServed.group.Add(1)
+	x.tm.opensServed.groupChannels.Add(int64(n))
+	chs := make([]serverChannel, n)
+	for i := range chs {
+		ch := &chs[i]
+		ch.x, ch.id, ch.grouped = x, first+uint64(i), true
+		ch.grant(credit)
+		x.chans[ch.id] = ch
+	}
+	x.mu.Unlock()
+	found := make([]*resultPartition, n)
+	x.tm.parts.lookupMany(g.GetJobId(), g.GetResultId(), parts, attempts, found)
+	for i := range chs {
+		ch := &chs[i]
+		req := pb.ReadPartitionRequest{JobId: g.GetJobId(), ResultId: g.GetResultId(), PartitionIndex: parts[i],
+			SubpartitionIndex: g.GetSubpartitionIndex(), ProducerAttemptId: attempts[i], ConsumerAttemptId: g.GetConsumerAttemptId()}
+		if p := found[i]; p != nil && attempts[i] != "" {
+			r, _, err := x.tm.readerOf(p, &req, ch, &ch.reader)
+			x.subscribed(ch, r, err)
+			continue
+		}
+		ask := &pb.ReadPartitionRequest{JobId: g.GetJobId(), ResultId: g.GetResultId(), PartitionIndex: parts[i],
+			SubpartitionIndex: g.GetSubpartitionIndex(), ProducerAttemptId: attempts[i], ConsumerAttemptId: g.GetConsumerAttemptId()}
+		stop := x.tm.subscribeAsync(ask, ch, func(r subpartitionReader, err error) { x.subscribed(ch, r, err) })
+		x.mu.Lock()
+		if ch.r == nil && ch.answer == nil && !ch.done {
+			ch.stop = stop
+		}
+		x.mu.Unlock()
+	}
 	return nil
 }
 
@@ -285,8 +357,17 @@ func (x *exchangeServer) end() {
 	x.ready = nil
 }
 
-// write sends what the ready channels have, those ready together in one message.
+// hello is a producer's first message on every stream: what it serves.
+var hello = &pb.ExchangeResponse{Hello: &pb.ExchangeHello{ChannelGroups: true}}
+
+// write sends the hello, then what the ready channels have, those ready together in one
+// message.
 func (x *exchangeServer) write(stream pb.DataService_ExchangeServer) error {
+	if !x.tm.cfg.ExchangeWithoutGroups {
+		if err := stream.Send(hello); err != nil {
+			return err
+		}
+	}
 	for {
 		select {
 		case <-x.signal:
@@ -339,6 +420,14 @@ func (x *exchangeServer) collect() *pb.ExchangeResponse {
 			add(a, 0, 16+len(a.GetError()))
 			x.finishLocked(ch)
 			continue
+		}
+		if ch.accept && ch.grouped {
+			ch.accept = false
+			if msg == nil {
+				msg = &pb.ExchangeResponse{}
+			}
+			msg.Opened = append(msg.Opened, ch.id)
+			size += 10
 		}
 		if ch.accept {
 			ch.accept = false
@@ -397,7 +486,8 @@ func (tm *TaskManager) exchange(addr string) (*exchangeClient, error) {
 		return nil, ErrStopped
 	}
 	ctx, cancel := context.WithCancel(tm.ctx)
-	x := &exchangeClient{tm: tm, addr: addr, ctx: ctx, cancel: cancel, signal: make(chan struct{}, 1), chans: map[uint64]*muxChannel{}}
+	x := &exchangeClient{tm: tm, addr: addr, ctx: ctx, cancel: cancel, signal: make(chan struct{}, 1), chans: map[uint64]*muxChannel{},
+		helloSeen: make(chan struct{})}
 	tm.exchanges[addr] = x
 	tm.wg.Add(1)
 	go func() { defer tm.wg.Done(); x.run() }()
@@ -411,6 +501,11 @@ type exchangeClient struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	signal chan struct{} // capacity 1: controls are pending
+
+	// groups: the producer's hello announced channel groups (set by the reader before
+	// helloSeen closes, or never). helloSeen closes at the stream's first message.
+	groups    atomic.Bool
+	helloSeen chan struct{}
 
 	mu       sync.Mutex
 	controls []*pb.ChannelControl // to the writer
@@ -451,6 +546,59 @@ func (x *exchangeClient) open(req *pb.ReadPartitionRequest, in *inbox, idx int, 
 	return c, nil
 }
 
+// pendingOpen is one channel of a group to open: channel i of its set, in its open gen, on
+// partition part of producer attempt.
+type pendingOpen struct {
+	i       int
+	gen     uint32
+	part    int32
+	attempt string
+}
+
+// openGroup is open for channels of one consumer to partitions of one result at one
+// subpartition: their muxChannels in one allocation, their opens one control per
+// maxGroupChannels, sent as such when the producer announced channel groups, as one open
+// each otherwise (the writer decides: write).
+func (x *exchangeClient) openGroup(job, result string, sub int32, consumer string, opens []pendingOpen, in *inbox, announce bool) ([]muxChannel, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.err != nil {
+		return nil, x.err
+	}
+	cs := make([]muxChannel, len(opens))
+	for start := 0; start < len(opens); start += maxGroupChannels {
+		end := min(start+maxGroupChannels, len(opens))
+		g := &pb.ChannelGroup{JobId: job, ResultId: result, SubpartitionIndex: sub, ConsumerAttemptId: consumer,
+			PartitionIndexes: make([]int32, end-start), ProducerAttemptIds: make([]string, end-start)}
+		first := x.nextID + 1
+		for k := start; k < end; k++ {
+			x.nextID++
+			c := &cs[k]
+			c.id, c.x, c.in, c.idx, c.gen, c.announce = x.nextID, x, in, opens[k].i, opens[k].gen, announce
+			x.chans[c.id] = c
+			g.PartitionIndexes[k-start], g.ProducerAttemptIds[k-start] = opens[k].part, opens[k].attempt
+		}
+		x.sendLocked(&pb.ChannelControl{Channel: first, Credit: channelCredit, OpenGroup: g})
+	}
+	return cs, nil
+}
+
+// ungroup is a group's opens one control each: what a producer without groups is sent.
+func ungroup(dst []*pb.ChannelControl, c *pb.ChannelControl) []*pb.ChannelControl {
+	g := c.GetOpenGroup()
+	for i, part := range g.GetPartitionIndexes() {
+		dst = append(dst, &pb.ChannelControl{Channel: c.GetChannel() + uint64(i), Credit: c.GetCredit(), Open: &pb.ReadPartitionRequest{
+			JobId: g.GetJobId(), ResultId: g.GetResultId(), PartitionIndex: part, SubpartitionIndex: g.GetSubpartitionIndex(),
+			ProducerAttemptId: g.GetProducerAttemptIds()[i], ConsumerAttemptId: g.GetConsumerAttemptId()}})
+	}
+	return dst
+}
+
+// helloWait is how long a stream's first controls wait for the producer's hello: a producer
+// of this build sends it first, at once; one of an older build sends none, and its channels
+// are opened one control each after this wait (once per stream).
+const helloWait = 100 * time.Millisecond
+
 func (x *exchangeClient) sendLocked(c *pb.ChannelControl) {
 	if x.err != nil {
 		return
@@ -489,9 +637,17 @@ func (x *exchangeClient) run() {
 // maxControlBytes bounds one ExchangeRequest's controls (opens carry ids).
 const maxControlBytes = 512 << 10
 
-// write sends the pending controls, those pending together in one message.
+// write sends the pending controls, those pending together in one message. The first wait
+// for the producer's hello (up to helloWait): what it announces decides how groups go out.
 func (x *exchangeClient) write(stream pb.DataService_ExchangeClient) {
-	var pending []*pb.ChannelControl
+	t := time.NewTimer(helloWait)
+	select {
+	case <-x.helloSeen:
+	case <-t.C:
+	case <-x.ctx.Done():
+	}
+	t.Stop()
+	var pending, flat []*pb.ChannelControl
 	for {
 		select {
 		case <-x.signal:
@@ -501,6 +657,18 @@ func (x *exchangeClient) write(stream pb.DataService_ExchangeClient) {
 		x.mu.Lock()
 		pending, x.controls = x.controls, pending[:0]
 		x.mu.Unlock()
+		if !x.groups.Load() && slices.ContainsFunc(pending, func(c *pb.ChannelControl) bool { return c.GetOpenGroup() != nil }) {
+			flat = flat[:0]
+			for _, c := range pending {
+				if c.GetOpenGroup() != nil {
+					flat = ungroup(flat, c)
+				} else {
+					flat = append(flat, c)
+				}
+			}
+			pending, flat = flat, pending
+			clear(flat)
+		}
 		for len(pending) > 0 {
 			msg := &pb.ExchangeRequest{}
 			size := 0
@@ -522,14 +690,37 @@ func (x *exchangeClient) write(stream pb.DataService_ExchangeClient) {
 // read hands each batch to its channel's inbox until the stream ends, then fails every
 // channel left.
 func (x *exchangeClient) read(stream pb.DataService_ExchangeClient) {
+	first := true
+	var opened []*muxChannel
 	for {
 		msg, err := stream.Recv()
+		if first {
+			// A hello, or (an older producer) the first answer, or the end: the writer
+			// stops waiting.
+			first = false
+			x.groups.Store(msg.GetHello().GetChannelGroups())
+			close(x.helloSeen)
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = status.Error(codes.Unavailable, "the producer ended the stream")
 			}
 			x.broken(fmt.Errorf("exchange stream to %s broke: %w", x.addr, err))
 			return
+		}
+		if ids := msg.GetOpened(); len(ids) > 0 {
+			opened = opened[:0]
+			x.mu.Lock()
+			for _, id := range ids {
+				if c := x.chans[id]; c != nil {
+					opened = append(opened, c)
+				}
+			}
+			x.mu.Unlock()
+			for _, c := range opened {
+				x.deliver(c, openedBatch)
+			}
+			clear(opened)
 		}
 		for _, b := range msg.GetBatches() {
 			x.mu.Lock()
@@ -542,6 +733,9 @@ func (x *exchangeClient) read(stream pb.DataService_ExchangeClient) {
 		}
 	}
 }
+
+// openedBatch stands for the answer of a channel listed in ExchangeResponse.opened.
+var openedBatch = &pb.ChannelBatch{}
 
 // deliver puts one batch of c into its task's inbox: the open's answer, records, the end, a
 // refusal. A producer breaking the protocol (records before the answer, more than the credit)

@@ -299,3 +299,168 @@ func TestProducerWithoutExchangeIsReadAStreamPerChannel(t *testing.T) {
 		t.Fatal("the older producer is not remembered")
 	}
 }
+
+// readSet reads every channel of s to its end and returns the records per channel.
+func readSet(ctx context.Context, t *testing.T, s *channelSet) []int {
+	t.Helper()
+	got := make([]int, len(s.chans))
+	for s.live > 0 {
+		select {
+		case <-s.in.signal:
+		case <-ctx.Done():
+			t.Fatalf("%d of %d channels not ended: %v", s.live, len(s.chans), ctx.Err())
+		}
+		for _, ev := range s.in.take() {
+			ch := ev.ch
+			rs, _, err := s.handle(ev)
+			if err != nil {
+				t.Fatalf("channel %d: %v", ch, err)
+			}
+			got[ch] += len(rs)
+		}
+	}
+	return got
+}
+
+// groupedProducer adds n PIPELINED ALL_TO_ALL partitions of result r (partition i of attempt
+// a<i>, subs subpartitions each) to prod, and the consumer's channels to subpartition sub of
+// each.
+func groupedProducer(prod *TaskManager, r string, n int, subs, sub int32) ([]*resultPartition, []*inputChannel) {
+	var ps []*resultPartition
+	var ics []*inputChannel
+	for i := range n {
+		a := fmt.Sprint("a", i)
+		p := newResultPartition(partitionKey{job: "j", result: r, index: int32(i), attempt: a},
+			produces(r, int32(i), subs, pb.Distribution_DISTRIBUTION_ALL_TO_ALL, pb.ResultType_RESULT_TYPE_PIPELINED))
+		prod.parts.add(p)
+		ps = append(ps, p)
+		d := channel(r, int32(i), sub, a, prod.DataAddr())
+		ics = append(ics, &inputChannel{desc: d, sub: sub})
+	}
+	return ps, ics
+}
+
+// produceTo writes n records of key k into subpartition sub of each of ps (RouteKey picks
+// it), then finishes them.
+func produceTo(t *testing.T, ps []*resultPartition, subs, sub int32, n int) {
+	t.Helper()
+	var key int64
+	for RouteKey(key, int(subs)) != int(sub) {
+		key++
+	}
+	for _, p := range ps {
+		go func() {
+			for i := range n {
+				if err := p.add(context.Background(), operators.Record{Key: key, Value: 1, Seq: int64(i)}); err != nil {
+					return
+				}
+			}
+			p.finish()
+		}()
+	}
+}
+
+// TestChannelGroupOpensAConsumersChannelsWithOneControl: a consumer's channels to one
+// producer TM (one result, one subpartition, 600 partitions) are opened by one group control,
+// since the producer's hello announced groups, and every channel delivers all its records.
+func TestChannelGroupOpensAConsumersChannelsWithOneControl(t *testing.T) {
+	prod, cons := newTM(t, "producer", nil, nil), newTM(t, "consumer", nil, nil)
+	const n, subs, sub, records = 600, 4, 3, 700
+	ps, ics := groupedProducer(prod, "r", n, subs, sub)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The stream first, and its hello: what the writer sends before the hello arrives (after
+	// helloWait on a loaded machine) goes one control a channel.
+	x, err := cons.exchange(prod.DataAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the producer's hello announcing channel groups", func() (bool, string) {
+		return x.groups.Load(), ""
+	})
+	s := cons.newChannelSet(ctx, "j", "c1", true)
+	defer s.close()
+	s.add(ics...)
+	produceTo(t, ps, subs, sub, records)
+	for i, got := range readSet(ctx, t, s) {
+		if got != records {
+			t.Fatalf("channel %d delivered %d of %d records", i, got, records)
+		}
+	}
+	if g, c, one := prod.opensServed.group.Load(), prod.opensServed.groupChannels.Load(), prod.opensServed.single.Load(); g != 1 || c != n || one != 0 {
+		t.Fatalf("producer served %d groups of %d channels and %d single opens; want 1 group of %d, no single open", g, c, one, n)
+	}
+}
+
+// TestProducerWithoutGroupsServesAGroupingConsumer: a producer TM of a build before channel
+// groups (no hello; it ignores open_group) still serves a consumer of this build: the
+// consumer waits for a hello that does not come, then opens each channel with a control of
+// its own, and every channel delivers. A later group to it goes out one control a channel at
+// once. A group the older producer is sent anyway opens nothing there.
+func TestProducerWithoutGroupsServesAGroupingConsumer(t *testing.T) {
+	prod := newTM(t, "old-producer", nil, func(c *Config) { c.ExchangeWithoutGroups = true })
+	cons := newTM(t, "consumer", nil, nil)
+	const n, subs, sub, records = 300, 2, 1, 500
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for round, r := range []string{"r1", "r2"} {
+		ps, ics := groupedProducer(prod, r, n, subs, sub)
+		s := cons.newChannelSet(ctx, "j", fmt.Sprint("c", round), true)
+		s.add(ics...)
+		produceTo(t, ps, subs, sub, records)
+		for i, got := range readSet(ctx, t, s) {
+			if got != records {
+				t.Fatalf("round %d: channel %d delivered %d of %d records", round, i, got, records)
+			}
+		}
+		s.close()
+		if g, one := prod.opensServed.group.Load(), prod.opensServed.single.Load(); g != 0 || one != int64((round+1)*n) {
+			t.Fatalf("round %d: the older producer served %d groups and %d single opens; want none and %d", round, g, one, (round+1)*n)
+		}
+	}
+	x, err := cons.exchange(prod.DataAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.groups.Load() {
+		t.Fatal("a producer without a hello is taken for one with channel groups")
+	}
+	// What the older build does with a group control: ignores it (an unknown field there).
+	_, ics := groupedProducer(prod, "r3", 2, subs, sub)
+	srv := &exchangeServer{tm: prod, ctx: ctx, signal: make(chan struct{}, 1), chans: map[uint64]*serverChannel{}}
+	g := &pb.ChannelGroup{JobId: "j", ResultId: "r3", SubpartitionIndex: sub, ConsumerAttemptId: "c9",
+		PartitionIndexes: []int32{0, 1}, ProducerAttemptIds: []string{ics[0].desc.GetProducerAttemptId(), ics[1].desc.GetProducerAttemptId()}}
+	if err := srv.control(&pb.ChannelControl{Channel: 1, Credit: channelCredit, OpenGroup: g}); err != nil || len(srv.chans) != 0 {
+		t.Fatalf("an older producer given a group: %v, %d channels open; want it ignored", err, len(srv.chans))
+	}
+}
+
+// TestChannelGroupViolationsEndTheStream: a group whose lists differ in length, that is empty,
+// or that reuses a channel id open on the stream is the consumer's mistake and ends the stream
+// (InvalidArgument), as a channel opened twice does.
+func TestChannelGroupViolationsEndTheStream(t *testing.T) {
+	prod := newTM(t, "producer", nil, nil)
+	_, ics := groupedProducer(prod, "r", 2, 2, 0)
+	a0, a1 := ics[0].desc.GetProducerAttemptId(), ics[1].desc.GetProducerAttemptId()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := &exchangeServer{tm: prod, ctx: ctx, signal: make(chan struct{}, 1), chans: map[uint64]*serverChannel{}, limit: maxExchangeBytes}
+	defer srv.end()
+	group := func(first uint64, parts []int32, attempts ...string) *pb.ChannelControl {
+		return &pb.ChannelControl{Channel: first, Credit: channelCredit, OpenGroup: &pb.ChannelGroup{JobId: "j", ResultId: "r",
+			ConsumerAttemptId: "c", PartitionIndexes: parts, ProducerAttemptIds: attempts}}
+	}
+	if err := srv.control(group(1, []int32{0, 1}, a0, a1)); err != nil || len(srv.chans) != 2 {
+		t.Fatalf("a valid group: %v, %d channels open", err, len(srv.chans))
+	}
+	for name, c := range map[string]*pb.ChannelControl{
+		"lists of different lengths": group(10, []int32{0, 1}, a0),
+		"no channel":                 group(10, nil),
+		"an id open on the stream":   group(2, []int32{0}, a0),
+		"channel id 0":               group(0, []int32{0}, a0),
+	} {
+		if err := srv.control(c); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+}

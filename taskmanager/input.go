@@ -229,6 +229,17 @@ type channelSet struct {
 	chans    []*channelState
 	live     int // channels not ended
 	closed   bool
+	// groups collects add's remote opens (adding), by producer TM, result and subpartition:
+	// each goes out as one group (exchangeClient.openGroup).
+	groups []remoteGroup
+	adding bool
+}
+
+// remoteGroup is the channels of one add to open on one producer TM's stream together.
+type remoteGroup struct {
+	addr, result string
+	sub          int32
+	opens        []pendingOpen
 }
 
 type chanPhase uint8
@@ -301,6 +312,7 @@ func (s *channelSet) add(ics ...*inputChannel) {
 		s.deadline = time.Now().Add(s.tm.cfg.InputConnectTimeout)
 	}
 	states := make([]channelState, len(ics))
+	s.adding = true
 	s.chans = slices.Grow(s.chans, len(ics))
 	for k, ic := range ics {
 		i := len(s.chans)
@@ -311,6 +323,37 @@ func (s *channelSet) add(ics ...*inputChannel) {
 		d, sub, found := ic.attach(s, i)
 		s.openWith(i, d, sub, found)
 	}
+	s.openGroups()
+}
+
+// collect puts a remote open into add's groups.
+func (s *channelSet) collect(addr, result string, sub int32, o pendingOpen) {
+	for k := range s.groups {
+		if g := &s.groups[k]; g.addr == addr && g.result == result && g.sub == sub {
+			g.opens = append(g.opens, o)
+			return
+		}
+	}
+	s.groups = append(s.groups, remoteGroup{addr: addr, result: result, sub: sub, opens: []pendingOpen{o}})
+}
+
+// openGroups sends add's groups, one per producer TM, result and subpartition.
+func (s *channelSet) openGroups() {
+	for _, g := range s.groups {
+		x, err := s.tm.exchange(g.addr)
+		var muxes []muxChannel
+		if err == nil {
+			muxes, err = x.openGroup(s.job, g.result, g.sub, s.consumer, g.opens, s.in, !s.retry)
+		}
+		for k, o := range g.opens {
+			if err != nil {
+				s.in.push(inputEvent{kind: evRefused, ch: o.i, gen: o.gen, err: err})
+				continue
+			}
+			s.chans[o.i].mux = &muxes[k]
+		}
+	}
+	s.groups, s.adding = nil, false
 }
 
 // open asks for channel i, if its producer is known.
@@ -381,6 +424,8 @@ func (s *channelSet) openWith(i int, d *pb.InputChannelDescriptor, sub int32, fo
 		})
 	case s.tm.legacyPeer(addr):
 		cs.r().legacy = s.tm.openLegacy(s.ctx, addr, request(), s.in, i, gen)
+	case s.adding:
+		s.collect(addr, d.GetResultId(), sub, pendingOpen{i: i, gen: gen, part: d.GetPartitionIndex(), attempt: d.GetProducerAttemptId()})
 	default:
 		x, err := s.tm.exchange(addr)
 		if err == nil {

@@ -420,6 +420,18 @@ func (r *partitionRegistry) lookup(job, result string, index int32, attempt stri
 	return nil
 }
 
+// lookupMany is lookup of the partitions index[i] of attempt[i] of one result, into found,
+// under one read lock; an empty attempt finds nothing (lookup's scan is for tools).
+func (r *partitionRegistry) lookupMany(job, result string, index []int32, attempt []string, found []*resultPartition) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for i, a := range attempt {
+		if a != "" {
+			found[i] = r.parts[partitionKey{job, result, index[i], a}]
+		}
+	}
+}
+
 // has reports whether the partition is still held.
 func (r *partitionRegistry) has(k partitionKey) bool {
 	r.mu.RLock()

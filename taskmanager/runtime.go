@@ -253,9 +253,18 @@ func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Em
 	s := tm.newChannelSet(t.ctx, t.tdd.GetJobId(), t.attempt(), true)
 	s.in.bytes = &t.bytesIn
 	defer s.close()
+	// A few tasks open their channels at a time: a wide job's hundreds of consumers opening
+	// hundreds of channels each at once only contend with each other (the registry, the
+	// streams' locks) and with the RUNNING reports of the tasks deployed with them.
+	select {
+	case tm.openers <- struct{}{}:
+	case <-t.ctx.Done():
+		return t.ctx.Err()
+	}
 	for _, g := range t.gates {
 		s.add(g.channels...)
 	}
+	<-tm.openers
 	for s.live > 0 {
 		select {
 		case <-s.in.signal:

@@ -2,6 +2,7 @@ package taskmanager
 
 import (
 	"github.com/jmcluster/jmcluster/security"
+	"runtime"
 
 	"context"
 	"crypto/rand"
@@ -32,6 +33,11 @@ type TaskManager struct {
 	exMu      sync.Mutex
 	exchanges map[string]*exchangeClient
 	legacy    map[string]time.Time // producers without Exchange (an older build), by data address: when found
+	// openers bounds the tasks opening their input channels at once (consume): a token each.
+	openers chan struct{}
+	// opensServed counts the channel opens this TM served on Exchange streams: one control
+	// each (single) and the channel groups (group, with groupChannels channels in all).
+	opensServed struct{ single, group, groupChannels atomic.Int64 }
 
 	// fenceChecks counts the checks for a live leader made after FenceTimeout without contact.
 	fenceChecks atomic.Int64
@@ -141,6 +147,7 @@ func New(cfg Config) (*TaskManager, error) {
 		partitionExpiry: map[partitionKey]time.Time{},
 		exchanges:       map[string]*exchangeClient{},
 		legacy:          map[string]time.Time{},
+		openers:         make(chan struct{}, max(1, runtime.GOMAXPROCS(0))),
 		ctx:             ctx,
 		cancel:          cancel,
 		kick:            make(chan struct{}, 1),

@@ -3,12 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jmcluster/jmcluster/internal/benchgoal"
+	"github.com/jmcluster/jmcluster/internal/proccluster"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -56,6 +62,37 @@ func phaseTimes(rec *pb.JobRecord) string {
 	return strings.Join(out, "; ")
 }
 
+// cpuTimes is the CPU time (user and system, all threads) each process of the cluster has
+// used so far, by name, from /proc (Linux; empty elsewhere): a deployment's CPU does not move
+// with the machine's load as its time does.
+func (d *procs) cpuTimes() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, p := range d.Procs() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+		if err != nil {
+			continue
+		}
+		// The fields after the command's closing parenthesis: utime and stime are 14 and 15.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		out[p.Name] = time.Duration(u+st) * 10 * time.Millisecond // USER_HZ 100
+	}
+	return out
+}
+
+func cpuLine(cpu map[string]time.Duration) string {
+	names := slices.Sorted(maps.Keys(cpu))
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %s", n, cpu[n]))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // TestGoalWideDeployment (JMC_GOALS=1, `make bench-short`): on three TaskManager processes, the
 // 512 -> 512 ALL_TO_ALL streaming job (262,144 input channels) against the same 1024 tasks
 // wired FORWARD (512 channels), each submitted, timed from submission to its last task
@@ -64,7 +101,31 @@ func phaseTimes(rec *pb.JobRecord) string {
 // FORWARD.
 func TestGoalWideDeployment(t *testing.T) {
 	benchgoal.Skip(t)
-	d := newProcessCluster(t, wideProcs)
+	// JMC_WIDE_PPROF=DIR: every process serves pprof, and a CPU profile of each is taken over
+	// the second after each ALL_TO_ALL submission (DIR/all-to-all-512#N-NAME.pprof), before
+	// the job is cancelled.
+	profDir := os.Getenv("JMC_WIDE_PPROF")
+	pprofs := map[string]string{}
+	// JMC_WIDE_TM_ENV="K=V ...": added to every TaskManager's environment (GOGC=400, say).
+	tmEnv := strings.Fields(os.Getenv("JMC_WIDE_TM_ENV"))
+	d := newProcessClusterOf(t, wideProcs, func(_ string, nodes []proccluster.Node) {
+		for i := range nodes {
+			if nodes[i].Role == proccluster.TaskManager {
+				nodes[i].Env = append(slices.Clone(nodes[i].Env), tmEnv...)
+			}
+		}
+		if profDir == "" {
+			return
+		}
+		ports, err := proccluster.FreePorts(len(nodes))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range nodes {
+			nodes[i].Flags = append(slices.Clone(nodes[i].Flags), "--pprof-addr", ports[i])
+			pprofs[nodes[i].Name] = ports[i]
+		}
+	})
 	ctx := context.Background()
 	leader, err := d.waitLeader(ctx, "", 60*time.Second)
 	if err != nil {
@@ -80,6 +141,19 @@ func TestGoalWideDeployment(t *testing.T) {
 		jg := testcluster.WideAllToAll(name, 512, 2)
 		jg.Edges[0].Distribution = dist
 		jg.JobId = newJobID()
+		var profiled sync.WaitGroup
+		if profDir != "" && dist == pb.Distribution_DISTRIBUTION_ALL_TO_ALL {
+			for tm, addr := range pprofs {
+				profiled.Add(1)
+				go func() {
+					defer profiled.Done()
+					if b := cpuProfile(addr, 1); b != nil {
+						_ = os.WriteFile(filepath.Join(profDir, fmt.Sprintf("%s-%s.pprof", strings.ReplaceAll(name, " ", ""), tm)), b, 0o644)
+					}
+				}()
+			}
+		}
+		cpu0 := d.cpuTimes()
 		if err := c.call(60*time.Second, func(ctx context.Context) error {
 			_, err := c.client().SubmitJob(ctx, &pb.SubmitJobRequest{JobGraph: jg})
 			return err
@@ -91,7 +165,12 @@ func TestGoalWideDeployment(t *testing.T) {
 			t.Fatal(err)
 		}
 		took := deployTime(rec)
-		t.Logf("%s: %s", name, phaseTimes(rec))
+		cpu := d.cpuTimes()
+		for p, c := range cpu {
+			cpu[p] = c - cpu0[p]
+		}
+		t.Logf("%s: %s; CPU until seen RUNNING %s", name, phaseTimes(rec), cpuLine(cpu))
+		profiled.Wait() // the profiles end before the cancel starts
 		if err := c.call(60*time.Second, func(ctx context.Context) error {
 			_, err := c.client().CancelJob(ctx, &pb.CancelJobRequest{JobId: jg.JobId})
 			return err

@@ -77,7 +77,12 @@ type ChannelControl struct {
 	// More batches the consumer can take on the channel.
 	Credit int32 `protobuf:"varint,3,opt,name=credit,proto3" json:"credit,omitempty"`
 	// The consumer is gone: stop sending and release the subpartition.
-	Close         bool `protobuf:"varint,4,opt,name=close,proto3" json:"close,omitempty"`
+	Close bool `protobuf:"varint,4,opt,name=close,proto3" json:"close,omitempty"`
+	// Set: open one channel per entry, with the ids channel, channel+1, ... in the entries'
+	// order, each with the initial credit above; each is answered as an open is. Sent only to a
+	// producer whose hello announced channel_groups: an older one ignores the field (and would
+	// never answer the channels).
+	OpenGroup     *ChannelGroup `protobuf:"bytes,5,opt,name=open_group,json=openGroup,proto3" json:"open_group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -140,17 +145,118 @@ func (x *ChannelControl) GetClose() bool {
 	return false
 }
 
+func (x *ChannelControl) GetOpenGroup() *ChannelGroup {
+	if x != nil {
+		return x.OpenGroup
+	}
+	return nil
+}
+
+// The channels of one consumer attempt to the partitions of one result on one producer
+// TaskManager, each at the same subpartition: what would be one ReadPartitionRequest each.
+type ChannelGroup struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	JobId             string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	ResultId          string                 `protobuf:"bytes,2,opt,name=result_id,json=resultId,proto3" json:"result_id,omitempty"`
+	SubpartitionIndex int32                  `protobuf:"varint,3,opt,name=subpartition_index,json=subpartitionIndex,proto3" json:"subpartition_index,omitempty"`
+	ConsumerAttemptId string                 `protobuf:"bytes,4,opt,name=consumer_attempt_id,json=consumerAttemptId,proto3" json:"consumer_attempt_id,omitempty"`
+	// Entry i: partition partition_indexes[i] of producer attempt producer_attempt_ids[i].
+	PartitionIndexes   []int32  `protobuf:"varint,5,rep,packed,name=partition_indexes,json=partitionIndexes,proto3" json:"partition_indexes,omitempty"`
+	ProducerAttemptIds []string `protobuf:"bytes,6,rep,name=producer_attempt_ids,json=producerAttemptIds,proto3" json:"producer_attempt_ids,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ChannelGroup) Reset() {
+	*x = ChannelGroup{}
+	mi := &file_jmcluster_v1_data_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelGroup) ProtoMessage() {}
+
+func (x *ChannelGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_data_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelGroup.ProtoReflect.Descriptor instead.
+func (*ChannelGroup) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ChannelGroup) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ChannelGroup) GetResultId() string {
+	if x != nil {
+		return x.ResultId
+	}
+	return ""
+}
+
+func (x *ChannelGroup) GetSubpartitionIndex() int32 {
+	if x != nil {
+		return x.SubpartitionIndex
+	}
+	return 0
+}
+
+func (x *ChannelGroup) GetConsumerAttemptId() string {
+	if x != nil {
+		return x.ConsumerAttemptId
+	}
+	return ""
+}
+
+func (x *ChannelGroup) GetPartitionIndexes() []int32 {
+	if x != nil {
+		return x.PartitionIndexes
+	}
+	return nil
+}
+
+func (x *ChannelGroup) GetProducerAttemptIds() []string {
+	if x != nil {
+		return x.ProducerAttemptIds
+	}
+	return nil
+}
+
 // What a producer sends on an Exchange: batches of any number of channels.
 type ExchangeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Batches       []*ChannelBatch        `protobuf:"bytes,1,rep,name=batches,proto3" json:"batches,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Batches []*ChannelBatch        `protobuf:"bytes,1,rep,name=batches,proto3" json:"batches,omitempty"`
+	// The producer's first message on the stream says what it serves beyond channel controls
+	// of one channel each (a build before it sends none).
+	Hello *ExchangeHello `protobuf:"bytes,2,opt,name=hello,proto3" json:"hello,omitempty"`
+	// Channels opened by a ChannelGroup that are open: each stands for the empty batch that
+	// answers an open (refusals still come as batches). Read before batches: a channel's first
+	// records may follow in the same message.
+	Opened        []uint64 `protobuf:"varint,3,rep,packed,name=opened,proto3" json:"opened,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExchangeResponse) Reset() {
 	*x = ExchangeResponse{}
-	mi := &file_jmcluster_v1_data_proto_msgTypes[2]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -162,7 +268,7 @@ func (x *ExchangeResponse) String() string {
 func (*ExchangeResponse) ProtoMessage() {}
 
 func (x *ExchangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_data_proto_msgTypes[2]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -175,7 +281,7 @@ func (x *ExchangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExchangeResponse.ProtoReflect.Descriptor instead.
 func (*ExchangeResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{2}
+	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ExchangeResponse) GetBatches() []*ChannelBatch {
@@ -183,6 +289,65 @@ func (x *ExchangeResponse) GetBatches() []*ChannelBatch {
 		return x.Batches
 	}
 	return nil
+}
+
+func (x *ExchangeResponse) GetHello() *ExchangeHello {
+	if x != nil {
+		return x.Hello
+	}
+	return nil
+}
+
+func (x *ExchangeResponse) GetOpened() []uint64 {
+	if x != nil {
+		return x.Opened
+	}
+	return nil
+}
+
+type ExchangeHello struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The producer opens ChannelControl.open_group.
+	ChannelGroups bool `protobuf:"varint,1,opt,name=channel_groups,json=channelGroups,proto3" json:"channel_groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExchangeHello) Reset() {
+	*x = ExchangeHello{}
+	mi := &file_jmcluster_v1_data_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExchangeHello) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExchangeHello) ProtoMessage() {}
+
+func (x *ExchangeHello) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_data_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExchangeHello.ProtoReflect.Descriptor instead.
+func (*ExchangeHello) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ExchangeHello) GetChannelGroups() bool {
+	if x != nil {
+		return x.ChannelGroups
+	}
+	return false
 }
 
 type ChannelBatch struct {
@@ -200,7 +365,7 @@ type ChannelBatch struct {
 
 func (x *ChannelBatch) Reset() {
 	*x = ChannelBatch{}
-	mi := &file_jmcluster_v1_data_proto_msgTypes[3]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -212,7 +377,7 @@ func (x *ChannelBatch) String() string {
 func (*ChannelBatch) ProtoMessage() {}
 
 func (x *ChannelBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_data_proto_msgTypes[3]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -225,7 +390,7 @@ func (x *ChannelBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelBatch.ProtoReflect.Descriptor instead.
 func (*ChannelBatch) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{3}
+	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ChannelBatch) GetChannel() uint64 {
@@ -270,7 +435,7 @@ type ReadPartitionRequest struct {
 
 func (x *ReadPartitionRequest) Reset() {
 	*x = ReadPartitionRequest{}
-	mi := &file_jmcluster_v1_data_proto_msgTypes[4]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +447,7 @@ func (x *ReadPartitionRequest) String() string {
 func (*ReadPartitionRequest) ProtoMessage() {}
 
 func (x *ReadPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_data_proto_msgTypes[4]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +460,7 @@ func (x *ReadPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadPartitionRequest.ProtoReflect.Descriptor instead.
 func (*ReadPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{4}
+	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReadPartitionRequest) GetJobId() string {
@@ -353,7 +518,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_jmcluster_v1_data_proto_msgTypes[5]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +530,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_data_proto_msgTypes[5]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +543,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{5}
+	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Record) GetKey() int64 {
@@ -420,7 +585,7 @@ type RecordBatch struct {
 
 func (x *RecordBatch) Reset() {
 	*x = RecordBatch{}
-	mi := &file_jmcluster_v1_data_proto_msgTypes[6]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +597,7 @@ func (x *RecordBatch) String() string {
 func (*RecordBatch) ProtoMessage() {}
 
 func (x *RecordBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_data_proto_msgTypes[6]
+	mi := &file_jmcluster_v1_data_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +610,7 @@ func (x *RecordBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordBatch.ProtoReflect.Descriptor instead.
 func (*RecordBatch) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{6}
+	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RecordBatch) GetRecords() []*Record {
@@ -468,14 +633,27 @@ const file_jmcluster_v1_data_proto_rawDesc = "" +
 	"\n" +
 	"\x17jmcluster/v1/data.proto\x12\fjmcluster.v1\"K\n" +
 	"\x0fExchangeRequest\x128\n" +
-	"\bcontrols\x18\x01 \x03(\v2\x1c.jmcluster.v1.ChannelControlR\bcontrols\"\x90\x01\n" +
+	"\bcontrols\x18\x01 \x03(\v2\x1c.jmcluster.v1.ChannelControlR\bcontrols\"\xcb\x01\n" +
 	"\x0eChannelControl\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\x04R\achannel\x126\n" +
 	"\x04open\x18\x02 \x01(\v2\".jmcluster.v1.ReadPartitionRequestR\x04open\x12\x16\n" +
 	"\x06credit\x18\x03 \x01(\x05R\x06credit\x12\x14\n" +
-	"\x05close\x18\x04 \x01(\bR\x05close\"H\n" +
+	"\x05close\x18\x04 \x01(\bR\x05close\x129\n" +
+	"\n" +
+	"open_group\x18\x05 \x01(\v2\x1a.jmcluster.v1.ChannelGroupR\topenGroup\"\x80\x02\n" +
+	"\fChannelGroup\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
+	"\tresult_id\x18\x02 \x01(\tR\bresultId\x12-\n" +
+	"\x12subpartition_index\x18\x03 \x01(\x05R\x11subpartitionIndex\x12.\n" +
+	"\x13consumer_attempt_id\x18\x04 \x01(\tR\x11consumerAttemptId\x12+\n" +
+	"\x11partition_indexes\x18\x05 \x03(\x05R\x10partitionIndexes\x120\n" +
+	"\x14producer_attempt_ids\x18\x06 \x03(\tR\x12producerAttemptIds\"\x93\x01\n" +
 	"\x10ExchangeResponse\x124\n" +
-	"\abatches\x18\x01 \x03(\v2\x1a.jmcluster.v1.ChannelBatchR\abatches\"\x83\x01\n" +
+	"\abatches\x18\x01 \x03(\v2\x1a.jmcluster.v1.ChannelBatchR\abatches\x121\n" +
+	"\x05hello\x18\x02 \x01(\v2\x1b.jmcluster.v1.ExchangeHelloR\x05hello\x12\x16\n" +
+	"\x06opened\x18\x03 \x03(\x04R\x06opened\"6\n" +
+	"\rExchangeHello\x12%\n" +
+	"\x0echannel_groups\x18\x01 \x01(\bR\rchannelGroups\"\x83\x01\n" +
 	"\fChannelBatch\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\x04R\achannel\x12/\n" +
 	"\x05batch\x18\x02 \x01(\v2\x19.jmcluster.v1.RecordBatchR\x05batch\x12\x12\n" +
@@ -512,31 +690,35 @@ func file_jmcluster_v1_data_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_data_proto_rawDescData
 }
 
-var file_jmcluster_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_jmcluster_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_jmcluster_v1_data_proto_goTypes = []any{
 	(*ExchangeRequest)(nil),      // 0: jmcluster.v1.ExchangeRequest
 	(*ChannelControl)(nil),       // 1: jmcluster.v1.ChannelControl
-	(*ExchangeResponse)(nil),     // 2: jmcluster.v1.ExchangeResponse
-	(*ChannelBatch)(nil),         // 3: jmcluster.v1.ChannelBatch
-	(*ReadPartitionRequest)(nil), // 4: jmcluster.v1.ReadPartitionRequest
-	(*Record)(nil),               // 5: jmcluster.v1.Record
-	(*RecordBatch)(nil),          // 6: jmcluster.v1.RecordBatch
+	(*ChannelGroup)(nil),         // 2: jmcluster.v1.ChannelGroup
+	(*ExchangeResponse)(nil),     // 3: jmcluster.v1.ExchangeResponse
+	(*ExchangeHello)(nil),        // 4: jmcluster.v1.ExchangeHello
+	(*ChannelBatch)(nil),         // 5: jmcluster.v1.ChannelBatch
+	(*ReadPartitionRequest)(nil), // 6: jmcluster.v1.ReadPartitionRequest
+	(*Record)(nil),               // 7: jmcluster.v1.Record
+	(*RecordBatch)(nil),          // 8: jmcluster.v1.RecordBatch
 }
 var file_jmcluster_v1_data_proto_depIdxs = []int32{
 	1, // 0: jmcluster.v1.ExchangeRequest.controls:type_name -> jmcluster.v1.ChannelControl
-	4, // 1: jmcluster.v1.ChannelControl.open:type_name -> jmcluster.v1.ReadPartitionRequest
-	3, // 2: jmcluster.v1.ExchangeResponse.batches:type_name -> jmcluster.v1.ChannelBatch
-	6, // 3: jmcluster.v1.ChannelBatch.batch:type_name -> jmcluster.v1.RecordBatch
-	5, // 4: jmcluster.v1.RecordBatch.records:type_name -> jmcluster.v1.Record
-	4, // 5: jmcluster.v1.DataService.ReadPartition:input_type -> jmcluster.v1.ReadPartitionRequest
-	0, // 6: jmcluster.v1.DataService.Exchange:input_type -> jmcluster.v1.ExchangeRequest
-	6, // 7: jmcluster.v1.DataService.ReadPartition:output_type -> jmcluster.v1.RecordBatch
-	2, // 8: jmcluster.v1.DataService.Exchange:output_type -> jmcluster.v1.ExchangeResponse
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	6, // 1: jmcluster.v1.ChannelControl.open:type_name -> jmcluster.v1.ReadPartitionRequest
+	2, // 2: jmcluster.v1.ChannelControl.open_group:type_name -> jmcluster.v1.ChannelGroup
+	5, // 3: jmcluster.v1.ExchangeResponse.batches:type_name -> jmcluster.v1.ChannelBatch
+	4, // 4: jmcluster.v1.ExchangeResponse.hello:type_name -> jmcluster.v1.ExchangeHello
+	8, // 5: jmcluster.v1.ChannelBatch.batch:type_name -> jmcluster.v1.RecordBatch
+	7, // 6: jmcluster.v1.RecordBatch.records:type_name -> jmcluster.v1.Record
+	6, // 7: jmcluster.v1.DataService.ReadPartition:input_type -> jmcluster.v1.ReadPartitionRequest
+	0, // 8: jmcluster.v1.DataService.Exchange:input_type -> jmcluster.v1.ExchangeRequest
+	8, // 9: jmcluster.v1.DataService.ReadPartition:output_type -> jmcluster.v1.RecordBatch
+	3, // 10: jmcluster.v1.DataService.Exchange:output_type -> jmcluster.v1.ExchangeResponse
+	9, // [9:11] is the sub-list for method output_type
+	7, // [7:9] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_data_proto_init() }
@@ -550,7 +732,7 @@ func file_jmcluster_v1_data_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_data_proto_rawDesc), len(file_jmcluster_v1_data_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
