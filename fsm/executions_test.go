@@ -48,7 +48,7 @@ func TestCreateAttempts(t *testing.T) {
 		t.Errorf("modify index %d, want %d", rec.ModifyIndex, h.index)
 	}
 	// Producers are refreshed: map[0] reads src[0]'s attempt at its data address.
-	in := graph.FindVertex(rec.ExecutionGraph, "map", 0).Inputs[0]
+	in := graph.Inputs(rec.ExecutionGraph, graph.FindVertex(rec.ExecutionGraph, "map", 0))[0]
 	if in.ProducerAttemptId != good.AttemptId || in.ProducerDataAddress != good.TmDataAddress {
 		t.Errorf("map[0] input: %v", in)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -28,8 +29,9 @@ const maxSnapshotRecord = 256 << 20
 
 var marshalRecord = proto.MarshalOptions{Deterministic: true}
 
-// snapshot is an immutable deep copy of the state.
+// snapshot is an immutable deep copy of the state (own) or, for the hash, a view of it.
 type snapshot struct {
+	own       bool // jobs are this snapshot's copies, which write may complete in place
 	jobs      []*pb.JobRecord
 	epoch     *pb.LeaderEpoch
 	recons    []*pb.ReconciliationRecord
@@ -44,6 +46,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	snap := &snapshot{
+		own:       true,
 		jobs:      f.st.sortedJobs(),
 		epoch:     proto.Clone(f.st.epoch).(*pb.LeaderEpoch),
 		recons:    make([]*pb.ReconciliationRecord, len(f.st.recons)),
@@ -107,7 +110,7 @@ func (s *snapshot) write(w io.Writer, limit int) error {
 		return err
 	}
 	for _, j := range s.jobs {
-		if err := write(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_Job{Job: j}}); err != nil {
+		if err := write(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_Job{Job: s.withInputs(j)}}); err != nil {
 			return err
 		}
 	}
@@ -122,6 +125,21 @@ func (s *snapshot) write(w io.Writer, limit int) error {
 		}
 	}
 	return write(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_Epoch{Epoch: s.epoch}})
+}
+
+// withInputs is j as a snapshot encodes it: with every consumer subtask's input channels
+// (graph.MaterializeInputs), which the state does not keep. A snapshot is thus what it was
+// when the state kept them, so that a JobMaster of an earlier release restores it with its
+// channels and the hash of a state is the same in both releases; Restore strips them again.
+func (s *snapshot) withInputs(j *pb.JobRecord) *pb.JobRecord {
+	if len(j.GetExecutionGraph().GetResults()) == 0 {
+		return j // no consumer
+	}
+	if !s.own {
+		j = proto.CloneOf(j)
+	}
+	graph.MaterializeInputs(j.ExecutionGraph)
+	return j
 }
 
 // readRecord reads one varint-length-delimited record. A record longer than maxSnapshotRecord
@@ -263,6 +281,7 @@ func (s *state) addJob(rec *pb.JobRecord) error {
 			}
 		}
 	}
+	graph.StripInputs(rec.ExecutionGraph) // the state keeps no channels (withInputs)
 	s.jobs[id] = rec
 	s.indexJob(rec)
 	s.countJob(rec, 1)

@@ -3,7 +3,6 @@ package graph
 import (
 	"container/heap"
 	"fmt"
-	"slices"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -104,8 +103,8 @@ func topoIndexes(jg *pb.JobGraph, idx map[string]int) ([]int, error) {
 
 // BuildExecutionGraph expands a JobGraph into its ExecutionGraph: job vertices in topological
 // order, one ExecutionVertex per subtask with no attempt yet, one IntermediateResult per edge
-// (in edge order) with one partition per producer subtask, and on every consumer subtask the
-// input channels it reads. Producer attempts and addresses stay empty until attempts exist
+// (in edge order) with one partition per producer subtask. The consumer subtasks' input
+// channels follow from the results and are not built (Inputs). Producer attempts and addresses stay empty until attempts exist
 // (see RefreshProducers). The graph should have passed Validate; structural errors that make
 // the expansion impossible are returned wrapping ErrInvalidJobGraph.
 func BuildExecutionGraph(jg *pb.JobGraph) (*pb.ExecutionGraph, error) {
@@ -158,22 +157,8 @@ func BuildExecutionGraph(jg *pb.JobGraph) (*pb.ExecutionGraph, error) {
 		for p := range r.Partitions {
 			r.Partitions[p] = &pb.IntermediateResultPartition{PartitionIndex: int32(p), NumSubpartitions: subs}
 		}
+		// The consumers' input channels are not built: they follow from the result (Inputs).
 		eg.Results = append(eg.Results, r)
-		for c, ev := range cons.Subtasks {
-			if forward {
-				ev.Inputs = append(ev.Inputs, &pb.InputChannelDescriptor{ResultId: rid, PartitionIndex: int32(c)})
-				continue
-			}
-			// A consumer's channels of the edge in one allocation (a 512 x 512 edge has 262,144,
-			// built on every JobMaster when the job is submitted).
-			chs := make([]pb.InputChannelDescriptor, prod.Parallelism)
-			ev.Inputs = slices.Grow(ev.Inputs, len(chs))
-			for p := range chs {
-				in := &chs[p]
-				in.ResultId, in.PartitionIndex, in.SubpartitionIndex = rid, int32(p), int32(c)
-				ev.Inputs = append(ev.Inputs, in)
-			}
-		}
 	}
 	return eg, nil
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -86,22 +88,22 @@ func TestBuildForwardAndAllToAll(t *testing.T) {
 	}
 	// FORWARD: map[i] reads partition i, subpartition 0.
 	for i, ev := range eg.Vertices[1].Subtasks {
-		if len(ev.Inputs) != 1 || ev.Inputs[0].ResultId != "src->map" || ev.Inputs[0].PartitionIndex != int32(i) || ev.Inputs[0].SubpartitionIndex != 0 {
-			t.Errorf("map[%d] inputs: %v", i, ev.Inputs)
+		if len(Inputs(eg, ev)) != 1 || Inputs(eg, ev)[0].ResultId != "src->map" || Inputs(eg, ev)[0].PartitionIndex != int32(i) || Inputs(eg, ev)[0].SubpartitionIndex != 0 {
+			t.Errorf("map[%d] inputs: %v", i, Inputs(eg, ev))
 		}
 	}
 	// ALL_TO_ALL: sink[c] reads every partition p at subpartition c.
 	for c, ev := range eg.Vertices[2].Subtasks {
-		if len(ev.Inputs) != 2 {
-			t.Fatalf("sink[%d] inputs: %v", c, ev.Inputs)
+		if len(Inputs(eg, ev)) != 2 {
+			t.Fatalf("sink[%d] inputs: %v", c, Inputs(eg, ev))
 		}
-		for p, in := range ev.Inputs {
+		for p, in := range Inputs(eg, ev) {
 			if in.ResultId != "map->sink" || in.PartitionIndex != int32(p) || in.SubpartitionIndex != int32(c) {
 				t.Errorf("sink[%d] input %d: %v", c, p, in)
 			}
 		}
 	}
-	if len(eg.Vertices[0].Subtasks[0].Inputs) != 0 {
+	if len(Inputs(eg, eg.Vertices[0].Subtasks[0])) != 0 {
 		t.Errorf("source has inputs")
 	}
 }
@@ -114,13 +116,13 @@ func TestBuildBlockingAndMixed(t *testing.T) {
 		t.Fatal(err)
 	}
 	j1 := FindVertex(eg, "j", 1)
-	if j1 == nil || len(j1.Inputs) != 2 {
+	if j1 == nil || len(Inputs(eg, j1)) != 2 {
 		t.Fatalf("j[1] inputs: %v", j1)
 	}
-	if in := j1.Inputs[0]; in.ResultId != "a->j" || in.PartitionIndex != 1 || in.SubpartitionIndex != 0 {
+	if in := Inputs(eg, j1)[0]; in.ResultId != "a->j" || in.PartitionIndex != 1 || in.SubpartitionIndex != 0 {
 		t.Errorf("j[1] forward input: %v", in)
 	}
-	if in := j1.Inputs[1]; in.ResultId != "b->j" || in.PartitionIndex != 0 || in.SubpartitionIndex != 1 {
+	if in := Inputs(eg, j1)[1]; in.ResultId != "b->j" || in.PartitionIndex != 0 || in.SubpartitionIndex != 1 {
 		t.Errorf("j[1] all-to-all input: %v", in)
 	}
 	if eg.Results[0].ResultType != pb.ResultType_RESULT_TYPE_BLOCKING || eg.Results[2].Partitions[1].NumSubpartitions != 1 {
@@ -177,23 +179,68 @@ func TestExecGraphHelpersAndRefresh(t *testing.T) {
 	if p.ProducerAttemptId != "map-1-0" || p.DataAddress != "tm1:1" {
 		t.Errorf("partition producer: %v", p)
 	}
-	in := FindVertex(eg, "sink", 2).Inputs[1]
+	in := Inputs(eg, FindVertex(eg, "sink", 2))[1]
 	if in.ProducerAttemptId != "map-1-0" || in.ProducerDataAddress != "tm1:1" {
 		t.Errorf("channel producer: %v", in)
 	}
-	in = FindVertex(eg, "map", 0).Inputs[0]
+	in = Inputs(eg, FindVertex(eg, "map", 0))[0]
 	if in.ProducerAttemptId != "src-0-0" {
 		t.Errorf("forward channel producer: %v", in)
 	}
 	// A new attempt replaces the producer everywhere; clearing it clears the descriptors.
 	attempt(FindVertex(eg, "map", 1), 1)
 	RefreshProducers(eg)
-	if got := FindVertex(eg, "sink", 0).Inputs[1].ProducerAttemptId; got != "map-1-1" {
+	if got := Inputs(eg, FindVertex(eg, "sink", 0))[1].ProducerAttemptId; got != "map-1-1" {
 		t.Errorf("after new attempt: %q", got)
 	}
 	FindVertex(eg, "map", 1).Current = nil
 	RefreshProducers(eg)
-	if in := FindVertex(eg, "sink", 0).Inputs[1]; in.ProducerAttemptId != "" || in.ProducerDataAddress != "" {
+	if in := Inputs(eg, FindVertex(eg, "sink", 0))[1]; in.ProducerAttemptId != "" || in.ProducerDataAddress != "" {
 		t.Errorf("after clearing: %v", in)
+	}
+}
+
+// TestBuiltGraphKeepsNoChannels: BuildExecutionGraph keeps no input channel; InputCount counts
+// what Inputs makes; MaterializeInputs writes exactly Inputs into every subtask and StripInputs
+// takes them out again, leaving the graph as built.
+func TestBuiltGraphKeepsNoChannels(t *testing.T) {
+	jg := job([]*pb.JobVertex{source("a", 2, 10), source("b", 3, 10), mapper("j", 2), sink("s", 4)},
+		blocking(fwd("a", "j")), all("b", "j"), all("j", "s"))
+	eg, err := BuildExecutionGraph(jg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range AllExecutions(eg) {
+		attempt(ev, 0)
+	}
+	RefreshProducers(eg)
+	built := proto.Clone(eg).(*pb.ExecutionGraph)
+	want := map[string]int{"a": 0, "b": 0, "j": 1 + 3, "s": 2}
+	for _, ev := range AllExecutions(eg) {
+		if len(ev.Inputs) != 0 {
+			t.Fatalf("%s[%d] keeps %d channels", ev.VertexId, ev.SubtaskIndex, len(ev.Inputs))
+		}
+		if n := InputCount(eg, ev); n != want[ev.VertexId] || len(Inputs(eg, ev)) != n {
+			t.Fatalf("%s[%d]: InputCount %d, Inputs %d, want %d", ev.VertexId, ev.SubtaskIndex, n, len(Inputs(eg, ev)), want[ev.VertexId])
+		}
+	}
+	MaterializeInputs(eg)
+	for _, ev := range AllExecutions(eg) {
+		if got, want := ev.Inputs, Inputs(built, FindVertex(built, ev.VertexId, ev.SubtaskIndex)); len(got) != len(want) {
+			t.Fatalf("%s[%d]: materialized %d channels, want %d", ev.VertexId, ev.SubtaskIndex, len(got), len(want))
+		} else {
+			for k := range got {
+				if !proto.Equal(got[k], want[k]) {
+					t.Fatalf("%s[%d] channel %d: %v, want %v", ev.VertexId, ev.SubtaskIndex, k, got[k], want[k])
+				}
+			}
+		}
+	}
+	if in := FindVertex(eg, "s", 3).Inputs[1]; in.ResultId != "j->s" || in.PartitionIndex != 1 || in.SubpartitionIndex != 3 || in.ProducerAttemptId != FindVertex(eg, "j", 1).Current.AttemptId {
+		t.Fatalf("s[3] channel 1: %v", in)
+	}
+	StripInputs(eg)
+	if !proto.Equal(eg, built) {
+		t.Fatal("materialized and stripped, the graph differs from the one built")
 	}
 }

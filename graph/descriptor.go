@@ -2,7 +2,6 @@ package graph
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 
 	"google.golang.org/protobuf/proto"
@@ -49,41 +48,27 @@ func (b *DescriptorBuilder) Build(vertexID string, subtask int32) (*pb.TaskDeplo
 	return taskDescriptor(b.rec, vertexID, subtask, b.share)
 }
 
-// share returns the 1-based shared list the channels ins (of one gate, result id) can refer
-// to, and their subpartition; ok false: send them inline.
-func (b *DescriptorBuilder) share(resultID string, ins []*pb.InputChannelDescriptor) (ref uint32, sub int32, ok bool) {
-	if len(ins) < MinSharedChannels {
+// share returns the 1-based shared list the channels of subtask c's gate of result r can
+// refer to, and their subpartition; ok false: send them inline. Every consumer of r reads the
+// same producer partitions, so the first gate of r makes the list and the others refer to it.
+func (b *DescriptorBuilder) share(r *pb.IntermediateResult, c int32) (ref uint32, sub int32, ok bool) {
+	if r.GetDistribution() == pb.Distribution_DISTRIBUTION_FORWARD || channelsOf(r) < MinSharedChannels {
 		return 0, 0, false
 	}
-	sub = ins[0].SubpartitionIndex
-	for _, in := range ins {
-		if in.SubpartitionIndex != sub {
-			return 0, 0, false
-		}
-	}
-	i, known := b.byResult[resultID]
+	i, known := b.byResult[r.ResultId]
 	if !known {
-		list := &pb.SharedChannels{Channels: make([]*pb.InputChannelDescriptor, len(ins))}
-		for k, in := range ins {
-			list.Channels[k] = &pb.InputChannelDescriptor{ResultId: resultID, PartitionIndex: in.PartitionIndex,
-				ProducerAttemptId: in.ProducerAttemptId, ProducerDataAddress: in.ProducerDataAddress}
+		n := channelsOf(r)
+		chs := make([]pb.InputChannelDescriptor, n)
+		list := &pb.SharedChannels{Channels: make([]*pb.InputChannelDescriptor, n)}
+		for k := range chs {
+			fillChannel(&chs[k], r, 0, k) // at subpartition 0: each gate says its own
+			list.Channels[k] = &chs[k]
 		}
 		b.Shared = append(b.Shared, list)
 		i = len(b.Shared) - 1
-		b.byResult[resultID] = i
-		return uint32(i + 1), sub, true
+		b.byResult[r.ResultId] = i
 	}
-	list := b.Shared[i].Channels
-	if len(list) != len(ins) {
-		return 0, 0, false
-	}
-	for k, in := range ins {
-		c := list[k]
-		if c.PartitionIndex != in.PartitionIndex || c.ProducerAttemptId != in.ProducerAttemptId || c.ProducerDataAddress != in.ProducerDataAddress {
-			return 0, 0, false
-		}
-	}
-	return uint32(i + 1), sub, true
+	return uint32(i + 1), c, true
 }
 
 // InlineShared replaces every shared channel reference in tdd's gates by copies of the
@@ -108,7 +93,7 @@ func InlineShared(tdd *pb.TaskDeploymentDescriptor, shared []*pb.SharedChannels)
 }
 
 func taskDescriptor(rec *pb.JobRecord, vertexID string, subtask int32,
-	share func(resultID string, ins []*pb.InputChannelDescriptor) (uint32, int32, bool)) (*pb.TaskDeploymentDescriptor, error) {
+	share func(r *pb.IntermediateResult, c int32) (uint32, int32, bool)) (*pb.TaskDeploymentDescriptor, error) {
 	jg := rec.JobGraph
 	eg := rec.ExecutionGraph
 	ev := FindVertex(eg, vertexID, subtask)
@@ -139,53 +124,30 @@ func taskDescriptor(rec *pb.JobRecord, vertexID string, subtask int32,
 			})
 		}
 	}
-	// The channels of each consumed result, in graph order, then a gate per result.
-	byResult, order := channelsByResult(ev.Inputs)
-	for _, id := range order {
-		g := &pb.InputGateDeploymentDescriptor{ResultId: id}
-		for _, res := range eg.Results {
-			if res.ResultId == id {
-				g.Distribution, g.ResultType = res.Distribution, res.ResultType
-			}
+	// A gate per consumed result, in result-id order, its channels in partition order (Inputs).
+	var consumed []*pb.IntermediateResult
+	for _, r := range eg.Results {
+		if consumes(r, vertexID) {
+			consumed = append(consumed, r)
 		}
-		ins := byResult[id]
+	}
+	sort.Slice(consumed, func(i, j int) bool { return consumed[i].ResultId < consumed[j].ResultId })
+	for _, r := range consumed {
+		g := &pb.InputGateDeploymentDescriptor{ResultId: r.ResultId, Distribution: r.Distribution, ResultType: r.ResultType}
+		tdd.Inputs = append(tdd.Inputs, g)
 		if share != nil {
-			if ref, sub, ok := share(id, ins); ok {
+			if ref, sub, ok := share(r, subtask); ok {
 				g.SharedChannels, g.SubpartitionIndex = ref, sub
-				tdd.Inputs = append(tdd.Inputs, g)
 				continue
 			}
 		}
-		for _, in := range ins {
-			g.Channels = append(g.Channels, proto.CloneOf(in))
+		n := channelsOf(r)
+		chs := make([]pb.InputChannelDescriptor, n)
+		g.Channels = make([]*pb.InputChannelDescriptor, n)
+		for k := range chs {
+			fillChannel(&chs[k], r, subtask, k)
+			g.Channels[k] = &chs[k]
 		}
-		tdd.Inputs = append(tdd.Inputs, g)
 	}
 	return tdd, nil
-}
-
-// channelsByResult groups a vertex's input channels by result id, each group in graph order,
-// and lists the result ids in sorted order. The channels of one result are usually one run of
-// the list (BuildExecutionGraph appends them edge by edge): then a group is that part of the
-// list itself, not a copy.
-func channelsByResult(inputs []*pb.InputChannelDescriptor) (map[string][]*pb.InputChannelDescriptor, []string) {
-	byResult := map[string][]*pb.InputChannelDescriptor{}
-	var order []string
-	for start := 0; start < len(inputs); {
-		id := inputs[start].ResultId
-		end := start + 1
-		for end < len(inputs) && inputs[end].ResultId == id {
-			end++
-		}
-		run := inputs[start:end:end]
-		if prev, seen := byResult[id]; seen {
-			byResult[id] = append(slices.Clip(prev), run...)
-		} else {
-			order = append(order, id)
-			byResult[id] = run
-		}
-		start = end
-	}
-	sort.Strings(order)
-	return byResult, order
 }

@@ -75,8 +75,9 @@ func CountByState(eg *pb.ExecutionGraph) map[pb.ExecutionState]int {
 }
 
 // RefreshProducers copies every producer's current attempt id and data address into its
-// result partitions and into the input channels of its consumers. Producers without an attempt
-// leave both empty. It is idempotent and does not touch the consumable flags.
+// result partitions. Producers without an attempt leave both empty. It is idempotent and does
+// not touch the consumable flags. The input channels of the consumers are not kept in the
+// graph (Inputs): they read their producers from these partitions.
 func RefreshProducers(eg *pb.ExecutionGraph) {
 	if eg == nil {
 		return
@@ -85,31 +86,109 @@ func RefreshProducers(eg *pb.ExecutionGraph) {
 	for _, ejv := range eg.Vertices {
 		byVertex[ejv.VertexId] = ejv
 	}
-	producerOf := make(map[string]*pb.ExecutionJobVertex, len(eg.Results))
 	for _, r := range eg.Results {
 		prod := byVertex[r.ProducerVertexId]
-		producerOf[r.ResultId] = prod
 		for _, p := range r.Partitions {
 			cur := currentOf(prod, p.PartitionIndex)
 			p.ProducerAttemptId = cur.GetAttemptId()
 			p.DataAddress = cur.GetTmDataAddress()
 		}
 	}
-	for _, ejv := range eg.Vertices {
+}
+
+// The input channels of a consumer subtask follow from the results its vertex consumes: a
+// FORWARD result gives subtask c one channel, partition c; any other gives it one channel per
+// partition p of the result, at subpartition c; each reads the producer attempt and data
+// address its partition holds (RefreshProducers). They are listed in the order of the results
+// (edge order), then partition. The graph does not keep them: a 512 x 512 ALL_TO_ALL edge has
+// 262,144, which every JobMaster would build and keep for each submission. Inputs makes them
+// on demand; MaterializeInputs writes them into a graph (the snapshot and view encoding, which
+// a JobMaster of an earlier release reads its channels from) and StripInputs takes them out
+// again (a restored snapshot).
+
+// consumes reports whether result r feeds the vertex.
+func consumes(r *pb.IntermediateResult, vertexID string) bool {
+	return r.GetConsumerVertexId() == vertexID
+}
+
+// channelsOf is the number of input channels result r gives each of its consumer subtasks.
+func channelsOf(r *pb.IntermediateResult) int {
+	if r.GetDistribution() == pb.Distribution_DISTRIBUTION_FORWARD {
+		return 1
+	}
+	return len(r.GetPartitions())
+}
+
+// InputCount is the number of input channels of ev (len(Inputs(eg, ev))) without making them.
+func InputCount(eg *pb.ExecutionGraph, ev *pb.ExecutionVertex) int {
+	n := 0
+	for _, r := range eg.GetResults() {
+		if consumes(r, ev.GetVertexId()) {
+			n += channelsOf(r)
+		}
+	}
+	return n
+}
+
+// InputCounts maps each consuming vertex to the number of input channels each of its subtasks
+// has (InputCount, which depends on the vertex only).
+func InputCounts(eg *pb.ExecutionGraph) map[string]int {
+	m := map[string]int{}
+	for _, r := range eg.GetResults() {
+		m[r.GetConsumerVertexId()] += channelsOf(r)
+	}
+	return m
+}
+
+// Inputs makes the input channels of ev, a subtask of eg, in graph order; the descriptors are
+// fresh (the caller may keep or change them).
+func Inputs(eg *pb.ExecutionGraph, ev *pb.ExecutionVertex) []*pb.InputChannelDescriptor {
+	n := InputCount(eg, ev)
+	if n == 0 {
+		return nil
+	}
+	chs := make([]pb.InputChannelDescriptor, n) // one allocation for all of them
+	out := make([]*pb.InputChannelDescriptor, 0, n)
+	for _, r := range eg.GetResults() {
+		if !consumes(r, ev.GetVertexId()) {
+			continue
+		}
+		for k := range channelsOf(r) {
+			in := &chs[len(out)]
+			fillChannel(in, r, ev.GetSubtaskIndex(), k)
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// fillChannel sets in to the k-th channel result r gives consumer subtask c.
+func fillChannel(in *pb.InputChannelDescriptor, r *pb.IntermediateResult, c int32, k int) {
+	part, sub := int32(k), c
+	if r.GetDistribution() == pb.Distribution_DISTRIBUTION_FORWARD {
+		part, sub = c, 0
+	}
+	in.ResultId, in.PartitionIndex, in.SubpartitionIndex = r.ResultId, part, sub
+	if int(part) < len(r.Partitions) {
+		p := r.Partitions[part]
+		in.ProducerAttemptId, in.ProducerDataAddress = p.GetProducerAttemptId(), p.GetDataAddress()
+	}
+}
+
+// MaterializeInputs sets every subtask's Inputs (Inputs(eg, ev)) in place.
+func MaterializeInputs(eg *pb.ExecutionGraph) {
+	for _, ejv := range eg.GetVertices() {
 		for _, ev := range ejv.Subtasks {
-			// A consumer's channels come in runs of one result: look its producer up per run.
-			var (
-				last string
-				prod *pb.ExecutionJobVertex
-			)
-			for k, in := range ev.Inputs {
-				if k == 0 || in.ResultId != last {
-					last, prod = in.ResultId, producerOf[in.ResultId]
-				}
-				cur := currentOf(prod, in.PartitionIndex)
-				in.ProducerAttemptId = cur.GetAttemptId()
-				in.ProducerDataAddress = cur.GetTmDataAddress()
-			}
+			ev.Inputs = Inputs(eg, ev)
+		}
+	}
+}
+
+// StripInputs clears every subtask's Inputs in place.
+func StripInputs(eg *pb.ExecutionGraph) {
+	for _, ejv := range eg.GetVertices() {
+		for _, ev := range ejv.Subtasks {
+			ev.Inputs = nil
 		}
 	}
 }

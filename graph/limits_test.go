@@ -66,7 +66,7 @@ func sizeShapes() map[string]*pb.JobGraph {
 func countExpanded(eg *pb.ExecutionGraph) (execs, channels, partitions int64) {
 	for _, ev := range AllExecutions(eg) {
 		execs++
-		channels += int64(len(ev.Inputs))
+		channels += int64(InputCount(eg, ev))
 	}
 	for _, r := range eg.Results {
 		partitions += int64(len(r.Partitions))
@@ -91,6 +91,7 @@ func TestSizeIsExactForBuiltGraphs(t *testing.T) {
 		if s.Executions != execs || s.InputChannels != channels || s.Partitions != partitions {
 			t.Errorf("%s: size %+v, built %d executions, %d channels, %d partitions", name, s, execs, channels, partitions)
 		}
+		MaterializeInputs(eg) // the encoding of snapshots and views
 		if got := int64(proto.Size(eg)); s.GraphBytes != got {
 			t.Errorf("%s: GraphBytes %d, built graph encodes to %d", name, s.GraphBytes, got)
 		}
@@ -120,6 +121,7 @@ func deploy(eg *pb.ExecutionGraph, addr, tm func(s int32) string, start int64, s
 		}
 	}
 	RefreshProducers(eg)
+	MaterializeInputs(eg) // the encoding of snapshots and views
 }
 
 // TestDeployedBytesEstimate: with values of the assumed lengths DeployedBytes is exact; with

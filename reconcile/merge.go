@@ -78,10 +78,11 @@ type jobIndex struct {
 	byAttempt map[string]*pb.ExecutionVertex
 	byVertex  map[vsKey]*pb.ExecutionVertex
 	produces  map[string]int // vertex -> number of results it produces
+	inputs    map[string]int // vertex -> number of input channels of each subtask
 }
 
 func indexJob(rec *pb.JobRecord) *jobIndex {
-	ji := &jobIndex{rec: rec, produces: map[string]int{}}
+	ji := &jobIndex{rec: rec, produces: map[string]int{}, inputs: graph.InputCounts(rec.GetExecutionGraph())}
 	for _, res := range rec.GetExecutionGraph().GetResults() {
 		ji.produces[res.ProducerVertexId]++
 	}
@@ -293,7 +294,7 @@ func merge(jobs []*pb.JobRecord, reports map[string]*Report, now int64, compact 
 				case !partitionsMatch(ji, ev, m.rep):
 					next.State = pb.ExecutionState_EXECUTION_STATE_FAILED
 					next.FailureCause = fmt.Sprintf("reconciliation rejected the report of %s: %d produced and %d consumed partitions, the graph has %d and %d",
-						m.tmID, len(m.rep.Produced), len(m.rep.Consumed), ji.produces[ev.VertexId], len(ev.Inputs))
+						m.tmID, len(m.rep.Produced), len(m.rep.Consumed), ji.produces[ev.VertexId], ji.inputs[ev.VertexId])
 					plan.Counts.Rejected++
 					counted = true
 					plan.Cancels = append(plan.Cancels, Cancel{TMID: m.tmID, Addr: m.addr, JobID: jobID, AttemptID: e.AttemptId, Reason: "rejected"})
@@ -366,7 +367,7 @@ func partitionsMatch(ji *jobIndex, ev *pb.ExecutionVertex, rep *pb.ExecutionRepo
 			return false
 		}
 	}
-	return len(rep.Consumed) == len(ev.Inputs)
+	return len(rep.Consumed) == ji.inputs[ev.VertexId]
 }
 
 // jobStatus decides the status a RECONCILING job moves to, from the states its executions have

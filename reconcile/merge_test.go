@@ -96,7 +96,7 @@ func honestReports(rec *pb.JobRecord, st pb.ExecutionState) map[string]*reconcil
 					rep.Produced = append(rep.Produced, &pb.ProducedPartitionReport{ResultId: res.ResultId, PartitionIndex: ev.SubtaskIndex, Consumable: true})
 				}
 			}
-			for _, in := range ev.Inputs {
+			for _, in := range graph.Inputs(rec.ExecutionGraph, ev) {
 				rep.Consumed = append(rep.Consumed, &pb.ConsumedPartitionReport{ResultId: in.ResultId, PartitionIndex: in.PartitionIndex, ProducerAttemptId: in.ProducerAttemptId})
 			}
 			r.Executions = append(r.Executions, rep)

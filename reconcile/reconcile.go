@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport"
@@ -243,7 +244,7 @@ func holdersOf(jobs []*pb.JobRecord) map[string]*target {
 	byID := map[string]*target{}
 	for _, rec := range jobs {
 		jobID := rec.GetJobGraph().GetJobId()
-		produces := map[string]int{}
+		produces, inputs := map[string]int{}, graph.InputCounts(rec.GetExecutionGraph())
 		for _, res := range rec.GetExecutionGraph().GetResults() {
 			produces[res.ProducerVertexId]++
 		}
@@ -262,7 +263,7 @@ func holdersOf(jobs []*pb.JobRecord) map[string]*target {
 				if e.State == pb.ExecutionState_EXECUTION_STATE_RECONCILING {
 					t.holds = true
 					t.expect.Add(jobID, ev.VertexId, ev.SubtaskIndex, e.AttemptId, e.Slot.Index, e.StartTimestamp,
-						pb.ExecutionState_EXECUTION_STATE_RUNNING, produces[ev.VertexId], true, len(ev.Inputs))
+						pb.ExecutionState_EXECUTION_STATE_RUNNING, produces[ev.VertexId], true, inputs[ev.VertexId])
 				}
 			}
 		}

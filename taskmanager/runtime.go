@@ -77,7 +77,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 		return false, t.ctx.Err()
 	}
 	info := taskInfo(d, tm.cfg.WorkDir)
-	info.Logger = tm.log.Named("operator").With("job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex())
+	info.Logger = tm.opLog.With("job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex())
 	var (
 		src operators.Source
 		op  operators.Operator

@@ -160,7 +160,7 @@ func TestGoalWideDeployment(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("submit %s: %v", name, err)
 		}
-		rec, err := d.waitJob(ctx, jg.JobId, 3*time.Minute, allRunning)
+		rec, err := d.waitAllRunning(ctx, jg.JobId, 3*time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}

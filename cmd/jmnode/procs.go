@@ -161,6 +161,57 @@ func (d *procs) waitJob(ctx context.Context, id string, limit time.Duration, con
 	return nil, fmt.Errorf("timed out waiting for job %s (last seen: %s)", id, last)
 }
 
+// waitAllRunning is waitJob(allRunning) that polls the job's summary (its counts, a few
+// hundred bytes) and reads the whole record once the summary says every task runs: a wide
+// job's full record, read every poll, costs its JobMaster and this process CPU that a
+// deployment measured on two cores competes with.
+func (d *procs) waitAllRunning(ctx context.Context, id string, limit time.Duration) (*pb.JobRecord, error) {
+	deadline := time.Now().Add(limit)
+	last := "nothing"
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		s, err := d.jobSummary(id)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case s.Tasks > 0 && s.TasksRunning == s.Tasks:
+			rec, _, err := d.getJob(id)
+			if err == nil && allRunning(rec) {
+				return rec, nil
+			}
+			last = fmt.Sprintf("summary %d/%d running, record: %v", s.TasksRunning, s.Tasks, err)
+		default:
+			last = fmt.Sprintf("%s, %d/%d running", graph.JobStatusName(s.Status), s.TasksRunning, s.Tasks)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("timed out waiting for job %s to run every task (last seen: %s)", id, last)
+}
+
+// jobSummary is the job's summary from the first running JobMaster that answers.
+func (d *procs) jobSummary(id string) (*pb.JobSummary, error) {
+	var lastErr error
+	for _, p := range d.JMs {
+		if !p.Running() {
+			continue
+		}
+		c := d.client(p.Addrs.GRPC)
+		var s *pb.JobSummary
+		err := c.call(time.Second, func(ctx context.Context) error {
+			r, err := c.client().GetJob(ctx, &pb.GetJobRequest{JobId: id, View: pb.JobView_JOB_VIEW_SUMMARY})
+			if err == nil {
+				s = r.Summary
+			}
+			return err
+		})
+		c.cc.Close()
+		if err == nil {
+			return s, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
 func allRunning(rec *pb.JobRecord) bool {
 	s := pbSummary(rec)
 	return s.total > 0 && s.running == s.total

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/taskmanager"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -181,7 +182,7 @@ func (c *Cluster) DeployOnSims(j *JM, jobID string, sims []*SimTM, perEntry int)
 				for _, rid := range produced[ev.VertexId] {
 					rep.Produced = append(rep.Produced, &pb.ProducedPartitionReport{ResultId: rid, PartitionIndex: ev.SubtaskIndex, Consumable: true})
 				}
-				for _, in := range ev.Inputs {
+				for _, in := range graph.Inputs(rec.ExecutionGraph, ev) {
 					rep.Consumed = append(rep.Consumed, &pb.ConsumedPartitionReport{ResultId: in.ResultId, PartitionIndex: in.PartitionIndex})
 				}
 				reports[i] = append(reports[i], rep)

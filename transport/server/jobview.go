@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -39,12 +40,14 @@ func JobView(d Deps, req *pb.GetJobRequest) (*pb.GetJobResponse, error) {
 		case pb.JobView_JOB_VIEW_UNSPECIFIED, pb.JobView_JOB_VIEW_SUMMARY:
 			resp.Job, resp.Summary = skeleton(rec), summarize(rec, true)
 		case pb.JobView_JOB_VIEW_FULL:
-			if n := proto.Size(rec); n > budget {
+			full := proto.CloneOf(rec)
+			graph.MaterializeInputs(full.GetExecutionGraph()) // the state keeps no channels
+			if n := proto.Size(full); n > budget {
 				err = status.Errorf(codes.ResourceExhausted, "job %s is %d bytes in full, over the %d-byte message budget (the %d-byte message limit minus its margin): read it with view JOB_VIEW_EXECUTIONS, in pages",
 					req.GetJobId(), n, budget, transport.ChunkedMessageLimit)
 				return
 			}
-			resp.Job = proto.CloneOf(rec)
+			resp.Job = full
 		case pb.JobView_JOB_VIEW_EXECUTIONS:
 			resp.Job, resp.Summary = skeleton(rec), summarize(rec, true)
 			err = page(rec, req, budget-proto.Size(resp), resp)
@@ -206,7 +209,7 @@ func page(rec *pb.JobRecord, req *pb.GetJobRequest, budget int, resp *pb.GetJobR
 				resp.NextPageToken = next.String()
 				return nil
 			}
-			ev := pageVertex(ejv.GetSubtasks()[si], req.GetOmitInputs())
+			ev := pageVertex(rec.GetExecutionGraph(), ejv.GetSubtasks()[si], req.GetOmitInputs())
 			n := protowire.SizeTag(5) + protowire.SizeBytes(proto.Size(ev))
 			if used+n > budget {
 				if len(resp.Executions) == 0 {
@@ -223,16 +226,15 @@ func page(rec *pb.JobRecord, req *pb.GetJobRequest, budget int, resp *pb.GetJobR
 	return nil
 }
 
-// pageVertex copies one ExecutionVertex for a page, without its input channels if asked.
-func pageVertex(ev *pb.ExecutionVertex, omitInputs bool) *pb.ExecutionVertex {
+// pageVertex copies one ExecutionVertex of eg for a page, with its input channels
+// (graph.Inputs) unless asked not to.
+func pageVertex(eg *pb.ExecutionGraph, ev *pb.ExecutionVertex, omitInputs bool) *pb.ExecutionVertex {
 	out := &pb.ExecutionVertex{VertexId: ev.GetVertexId(), SubtaskIndex: ev.GetSubtaskIndex(), Current: proto.CloneOf(ev.GetCurrent())}
 	for _, h := range ev.GetHistory() {
 		out.History = append(out.History, proto.CloneOf(h))
 	}
 	if !omitInputs {
-		for _, in := range ev.GetInputs() {
-			out.Inputs = append(out.Inputs, proto.CloneOf(in))
-		}
+		out.Inputs = graph.Inputs(eg, ev)
 	}
 	return out
 }
