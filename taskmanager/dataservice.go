@@ -273,7 +273,7 @@ func toPB(rs []operators.Record) []*pb.Record {
 	buf := make([]pb.Record, len(rs))
 	out := make([]*pb.Record, len(rs))
 	for i, r := range rs {
-		buf[i].Key, buf[i].Value, buf[i].Origin, buf[i].Seq = r.Key, r.Value, r.Origin, r.Seq
+		buf[i].Key, buf[i].Value, buf[i].Origin, buf[i].Seq, buf[i].Barrier = r.Key, r.Value, r.Origin, r.Seq, r.Barrier
 		out[i] = &buf[i]
 	}
 	return out
@@ -283,7 +283,7 @@ func toPB(rs []operators.Record) []*pb.Record {
 func fromPB(rs []*pb.Record) []operators.Record {
 	out := make([]operators.Record, len(rs))
 	for i, r := range rs {
-		out[i] = operators.Record{Key: r.GetKey(), Value: r.GetValue(), Origin: r.GetOrigin(), Seq: r.GetSeq()}
+		out[i] = operators.Record{Key: r.GetKey(), Value: r.GetValue(), Origin: r.GetOrigin(), Seq: r.GetSeq(), Barrier: r.GetBarrier()}
 	}
 	return out
 }

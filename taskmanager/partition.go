@@ -195,6 +195,11 @@ func (p *resultPartition) add(ctx context.Context, r operators.Record) error {
 	if !p.forward {
 		i = RouteKey(r.Key, len(p.subs))
 	}
+	return p.addTo(ctx, i, r)
+}
+
+// addTo appends r to subpartition i (add).
+func (p *resultPartition) addTo(ctx context.Context, i int, r operators.Record) error {
 	sp := p.subs[i]
 	for {
 		if p.gone.Load() {
@@ -227,6 +232,17 @@ func (p *resultPartition) add(ctx context.Context, r operators.Record) error {
 		case <-p.released:
 		}
 	}
+}
+
+// broadcast appends a checkpoint barrier to every subpartition, behind the records already in
+// it, waiting for space as add does. Only the producer goroutine calls it.
+func (p *resultPartition) broadcast(ctx context.Context, id uint64) error {
+	for i := range p.subs {
+		if err := p.addTo(ctx, i, operators.Record{Barrier: id}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // finish marks the end of the data: PIPELINED readers get end_of_partition once they took

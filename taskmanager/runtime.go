@@ -103,7 +103,16 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 
 	parts, answer := tm.registerPartitions(t)
 	defer answer() // also when the task ends before RUNNING: the waiters learn it is gone
+	var injected uint64 // a source's newest injected barrier
 	emit := func(r operators.Record) error {
+		if src != nil {
+			// A triggered checkpoint's barrier goes in front of the source's next record.
+			if err := tm.injectBarrier(t, &injected, func(id uint64) error {
+				return tm.checkpointReached(t.ctx, t, id, src, parts)
+			}); err != nil {
+				return err
+			}
+		}
 		t.recordsOut.Add(1)
 		for _, p := range parts {
 			if err := p.add(t.ctx, r); err != nil {
@@ -121,7 +130,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	if src != nil {
 		err = src.Run(t.ctx, emit)
 	} else {
-		err = tm.consume(t, op, emit)
+		err = tm.consume(t, op, emit, parts)
 	}
 	if err != nil {
 		return true, err
@@ -241,7 +250,7 @@ func (tm *TaskManager) complete(t *task, started bool, err error) {
 // consume feeds every input channel's records to op until all ended, then finishes op. The
 // task's own goroutine reads every channel (channelSet): it opens them all, then handles what
 // its inbox brings, in the order it came.
-func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Emit) error {
+func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Emit, parts []*resultPartition) error {
 	if g := t.batch; g != nil {
 		// The tasks submitted with this one start first (startGate).
 		select {
@@ -265,6 +274,12 @@ func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Em
 		s.add(g.channels...)
 	}
 	<-tm.openers
+	al := &aligner{
+		live:     func() int { return s.live },
+		process:  func(r operators.Record) error { return op.Process(r, emit) },
+		reached:  func(id uint64) error { return tm.checkpointReached(t.ctx, t, id, op, parts) },
+		declined: func(id uint64, cause string) { tm.declineCheckpoint(t, id, cause) },
+	}
 	for s.live > 0 {
 		select {
 		case <-s.in.signal:
@@ -272,15 +287,21 @@ func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Em
 			return t.ctx.Err()
 		}
 		for _, ev := range s.in.take() {
-			rs, _, err := s.handle(ev)
+			rs, ended, err := s.handle(ev)
 			if err != nil {
 				return err
 			}
 			t.recordsIn.Add(int64(len(rs)))
-			for _, r := range rs {
-				if err := op.Process(r, emit); err != nil {
+			if err := al.feed(ev.ch, rs); err != nil {
+				return err
+			}
+			if ended {
+				if err := al.ended(ev.ch); err != nil {
 					return err
 				}
+			}
+			if err := al.drain(); err != nil {
+				return err
 			}
 		}
 		if t.ctx.Err() != nil {

@@ -34,6 +34,9 @@ type task struct {
 	deployEpoch uint64 // the epoch of the leader call that submitted the task
 	fenceEpoch  uint64 // the highest epoch this TM had seen when it accepted that call
 
+	// inject is the newest checkpoint whose barrier a source task is to inject (TriggerCheckpoint;
+	// 0: none); the task's goroutine injects it in front of its next record.
+	inject atomic.Uint64
 	// records the task read from its inputs and emitted (metrics; no lock)
 	recordsIn, recordsOut atomic.Int64
 	// encoded record batches received and sent over Exchange streams (local channels carry none)

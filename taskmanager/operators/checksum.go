@@ -116,6 +116,8 @@ type checksumSink struct {
 	info     Info
 	root     *os.Root // open from Open to Close
 
+	restored *Checksum // the checkpointed document to continue (restoreState), or nil
+
 	mu      sync.Mutex
 	sum     Checksum
 	dirty   bool
@@ -147,7 +149,14 @@ func (s *checksumSink) Open(context.Context) error {
 	if err == nil {
 		prev, err = parseChecksum(s.path, b)
 	}
-	if err == nil && prev.Job == s.info.Job && prev.Vertex == s.info.Vertex && prev.Subtask == s.info.Subtask {
+	if s.restored != nil {
+		// Restored from a checkpoint: its document, with the attempts the file names since.
+		doc := *s.restored
+		if err == nil && len(prev.Attempts) > len(doc.Attempts) {
+			doc.Attempts = prev.Attempts
+		}
+		s.sum = doc
+	} else if err == nil && prev.Job == s.info.Job && prev.Vertex == s.info.Vertex && prev.Subtask == s.info.Subtask {
 		s.sum = prev
 	} else {
 		s.sum = Checksum{Job: s.info.Job, Vertex: s.info.Vertex, Subtask: s.info.Subtask}

@@ -27,6 +27,18 @@ type Record struct {
 	Value  int64
 	Origin int32 // source subtask index
 	Seq    int64 // sequence number at the source subtask
+	// Barrier, when non-zero, makes the record the barrier of that checkpoint instead of data
+	// (docs/checkpoints.md). The TaskManager handles barriers; operators never see one.
+	Barrier uint64
+}
+
+// Stateful is an operator or source whose state a checkpoint keeps. SnapshotState is called
+// on the task's goroutine between records, when the task's barrier is aligned: it returns
+// the state after every record before the barrier and none after it. A task restored from a
+// checkpoint gets the bytes in Info.Restored before Open (or Run). Operators without state
+// (map, filter, the log sink) do not implement it.
+type Stateful interface {
+	SnapshotState() ([]byte, error)
 }
 
 // Emit hands a record to the downstream partitions. It blocks under backpressure and returns an
@@ -47,6 +59,9 @@ type Info struct {
 	// sinks open their files through an os.Root on it, so nothing is written outside.
 	WorkDir string
 	Logger  hclog.Logger
+	// Restored is the state the task starts from (Stateful.SnapshotState of the checkpoint it
+	// is restored from), or nil for a task that starts afresh.
+	Restored []byte
 }
 
 // Source produces records until it is done (bounded) or ctx is cancelled.
@@ -151,7 +166,11 @@ func NewSource(op *pb.Operator, info Info) (Source, error) {
 	if k.Role != graph.RoleSource || rt.source == nil {
 		return nil, fmt.Errorf("%w: %s is not a source", ErrBadConfig, k.Name)
 	}
-	return rt.source(op, info), nil
+	src := rt.source(op, info)
+	if err := restore(src, k.Name, info); err != nil {
+		return nil, err
+	}
+	return src, nil
 }
 
 // New builds a non-source operator of op; a sink's path is expanded and checked first
@@ -173,7 +192,11 @@ func New(op *pb.Operator, info Info) (Operator, error) {
 			return nil, err
 		}
 	}
-	return rt.operator(op, info, p), nil
+	o := rt.operator(op, info, p)
+	if err := restore(o, k.Name, info); err != nil {
+		return nil, err
+	}
+	return o, nil
 }
 
 // SinkFiles returns the files a sink of op writes inside the work dir, its path expanded with

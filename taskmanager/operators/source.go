@@ -17,6 +17,7 @@ type sequenceSource struct {
 	start, count, keys int64
 	rate               float64
 	origin             int32
+	next               int64 // the index of the next record (a restored source starts past 0)
 }
 
 func newSequenceSource(cfg *pb.SequenceSource, info Info) *sequenceSource {
@@ -47,7 +48,8 @@ func (s *sequenceSource) Run(ctx context.Context, out Emit) error {
 			timer.Stop()
 		}
 	}()
-	for i := int64(0); s.count == 0 || i < s.count; i++ {
+	for i := s.next; s.count == 0 || i < s.count; i++ {
+		s.next = i
 		if interval > 0 {
 			now := time.Now()
 			if wait := next.Sub(now); wait > 0 {
@@ -77,5 +79,6 @@ func (s *sequenceSource) Run(ctx context.Context, out Emit) error {
 			return err
 		}
 	}
+	s.next = s.count
 	return nil
 }

@@ -510,8 +510,12 @@ type Record struct {
 	Key   int64                  `protobuf:"varint,1,opt,name=key,proto3" json:"key,omitempty"`
 	Value int64                  `protobuf:"varint,2,opt,name=value,proto3" json:"value,omitempty"`
 	// The source subtask the record came from, and its sequence number there.
-	Origin        int32 `protobuf:"varint,3,opt,name=origin,proto3" json:"origin,omitempty"`
-	Seq           int64 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	Origin int32 `protobuf:"varint,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	Seq    int64 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Non-zero: not data but the barrier of this checkpoint id (docs/checkpoints.md): every
+	// record before it on the channel belongs to the checkpoint, none after it. Key, value,
+	// origin and seq are unset. Only jobs with checkpointing on send barriers.
+	Barrier       uint64 `protobuf:"varint,5,opt,name=barrier,proto3" json:"barrier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -570,6 +574,13 @@ func (x *Record) GetOrigin() int32 {
 func (x *Record) GetSeq() int64 {
 	if x != nil {
 		return x.Seq
+	}
+	return 0
+}
+
+func (x *Record) GetBarrier() uint64 {
+	if x != nil {
+		return x.Barrier
 	}
 	return 0
 }
@@ -665,12 +676,13 @@ const file_jmcluster_v1_data_proto_rawDesc = "" +
 	"\x0fpartition_index\x18\x03 \x01(\x05R\x0epartitionIndex\x12-\n" +
 	"\x12subpartition_index\x18\x04 \x01(\x05R\x11subpartitionIndex\x12.\n" +
 	"\x13producer_attempt_id\x18\x05 \x01(\tR\x11producerAttemptId\x12.\n" +
-	"\x13consumer_attempt_id\x18\x06 \x01(\tR\x11consumerAttemptId\"Z\n" +
+	"\x13consumer_attempt_id\x18\x06 \x01(\tR\x11consumerAttemptId\"t\n" +
 	"\x06Record\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x03R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value\x12\x16\n" +
 	"\x06origin\x18\x03 \x01(\x05R\x06origin\x12\x10\n" +
-	"\x03seq\x18\x04 \x01(\x03R\x03seq\"g\n" +
+	"\x03seq\x18\x04 \x01(\x03R\x03seq\x12\x18\n" +
+	"\abarrier\x18\x05 \x01(\x04R\abarrier\"g\n" +
 	"\vRecordBatch\x12.\n" +
 	"\arecords\x18\x01 \x03(\v2\x14.jmcluster.v1.RecordR\arecords\x12(\n" +
 	"\x10end_of_partition\x18\x02 \x01(\bR\x0eendOfPartition2\xae\x01\n" +

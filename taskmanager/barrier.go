@@ -1,0 +1,185 @@
+package taskmanager
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jmcluster/jmcluster/taskmanager/operators"
+)
+
+// Checkpoint barriers (docs/checkpoints.md). A source task injects the barrier of a triggered
+// checkpoint in front of its next record: it snapshots its position, sends the barrier down
+// every output subpartition, and hands the state on to be written and acknowledged. A task
+// with inputs aligns: a channel that delivered the barrier is held back (its later records
+// wait in the aligner) until every live channel has delivered it; the task then snapshots its
+// operator, forwards the barrier and replays what it held. Only the task's goroutine touches
+// an aligner.
+
+// MaxAlignedRecords bounds the records one task holds back while it aligns a checkpoint's
+// barriers. A task that would hold more declines the checkpoint (Flink's
+// execution.checkpointing.aligned-checkpoint-timeout is the time-based sibling of this limit).
+const MaxAlignedRecords = 1 << 20
+
+// aligner aligns the barriers of a task's input channels. The task's loop calls feed for each
+// channel's records and ended for each channel that ends, then drain, which replays what an
+// alignment held back once it is over.
+type aligner struct {
+	live     func() int // the channels that have not ended
+	process  func(operators.Record) error
+	reached  func(id uint64) error // the barrier of id is aligned
+	declined func(id uint64, cause string)
+	maxHeld  int // 0: MaxAlignedRecords
+
+	id      uint64       // the checkpoint being aligned, 0: none
+	last    uint64       // the newest checkpoint this task snapshotted or gave up
+	blocked map[int]bool // channels that delivered id's barrier
+	held    map[int][]operators.Record
+	nheld   int
+	pending []heldRun // held records to replay, in channel order per alignment
+}
+
+// heldRun is a channel's held-back records to replay.
+type heldRun struct {
+	ch int
+	rs []operators.Record
+}
+
+// feed handles records that channel ch delivered, in order: data goes to process while the
+// channel is not held back; a barrier is aligned.
+func (a *aligner) feed(ch int, rs []operators.Record) error {
+	for i, r := range rs {
+		if a.id != 0 && a.blocked[ch] {
+			if limit := cmp.Or(a.maxHeld, MaxAlignedRecords); a.nheld+len(rs)-i > limit {
+				a.giveUp(fmt.Sprintf("aligning its barriers would hold back more than %d records (MaxAlignedRecords)", limit))
+				a.pending = append(a.pending, heldRun{ch, rs[i:]}) // behind ch's held records
+				return nil
+			}
+			a.held[ch] = append(a.held[ch], rs[i:]...)
+			a.nheld += len(rs) - i
+			return nil
+		}
+		if r.Barrier == 0 {
+			if err := a.process(r); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := a.barrier(ch, r.Barrier); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// barrier takes channel ch's barrier of checkpoint id.
+func (a *aligner) barrier(ch int, id uint64) error {
+	if id <= a.last {
+		return nil // of a checkpoint this task is done with or gave up
+	}
+	if a.id != 0 && id > a.id {
+		// A newer checkpoint overtook the one being aligned: the older one is given up.
+		a.giveUp(fmt.Sprintf("the barrier of checkpoint %d arrived before it was aligned", id))
+	}
+	if a.id == 0 {
+		a.id, a.blocked, a.held, a.nheld = id, map[int]bool{}, map[int][]operators.Record{}, 0
+	}
+	a.blocked[ch] = true
+	return a.check()
+}
+
+// ended notes that channel ch ended: it needs no barrier any more.
+func (a *aligner) ended(ch int) error {
+	if a.id == 0 || !a.blocked[ch] {
+		return a.check()
+	}
+	delete(a.blocked, ch)
+	return a.check()
+}
+
+// check completes the alignment once every live channel delivered the barrier.
+func (a *aligner) check() error {
+	if a.id == 0 || len(a.blocked) < a.live() {
+		return nil
+	}
+	id := a.id
+	a.stop()
+	a.last = id
+	return a.reached(id)
+}
+
+// giveUp abandons the alignment in progress and declines its checkpoint; every channel flows
+// again.
+func (a *aligner) giveUp(cause string) {
+	if a.id == 0 {
+		return
+	}
+	if a.declined != nil {
+		a.declined(a.id, cause)
+	}
+	a.last = a.id
+	a.stop()
+}
+
+// stop ends the alignment; what it held is replayed by drain, channel by channel.
+func (a *aligner) stop() {
+	chans := make([]int, 0, len(a.held))
+	for ch := range a.held {
+		chans = append(chans, ch)
+	}
+	slices.Sort(chans)
+	for _, ch := range chans {
+		a.pending = append(a.pending, heldRun{ch, a.held[ch]})
+	}
+	a.id, a.blocked, a.held, a.nheld = 0, nil, nil, 0
+}
+
+// drain replays the records given back by the alignments that ended.
+func (a *aligner) drain() error {
+	for len(a.pending) > 0 {
+		run := a.pending[0]
+		a.pending = a.pending[1:]
+		if err := a.feed(run.ch, run.rs); err != nil {
+			return err
+		}
+	}
+	a.pending = nil
+	return nil
+}
+
+// injectBarrier is a source task's side: called before each record it emits, it injects the
+// barrier of a newly triggered checkpoint.
+func (tm *TaskManager) injectBarrier(t *task, last *uint64, reached func(id uint64) error) error {
+	id := t.inject.Load()
+	if id <= *last {
+		return nil
+	}
+	*last = id
+	return reached(id)
+}
+
+// checkpointReached is what a task does when checkpoint id's barrier is aligned (or, for a
+// source, injected): snapshot x's state, forward the barrier downstream, then persist and
+// acknowledge off the task's goroutine.
+func (tm *TaskManager) checkpointReached(ctx context.Context, t *task, id uint64, x any, parts []*resultPartition) error {
+	var state []byte
+	if st, ok := x.(operators.Stateful); ok {
+		var err error
+		if state, err = st.SnapshotState(); err != nil {
+			tm.declineCheckpoint(t, id, fmt.Sprintf("snapshot: %v", err))
+			state = nil
+		}
+	}
+	for _, p := range parts {
+		if err := p.broadcast(ctx, id); err != nil {
+			return err
+		}
+	}
+	tm.persistCheckpoint(t, id, state)
+	return nil
+}
+
+// placeholders until the storage and the leader's calls are wired
+func (tm *TaskManager) declineCheckpoint(t *task, id uint64, cause string) {}
+func (tm *TaskManager) persistCheckpoint(t *task, id uint64, state []byte) {}

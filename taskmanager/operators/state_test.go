@@ -1,0 +1,151 @@
+package operators
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// TestSourceResumesAtItsSnapshottedPosition: a source snapshotted while it emits record i
+// starts, restored, at record i (the barrier goes in front of it).
+func TestSourceResumesAtItsSnapshottedPosition(t *testing.T) {
+	op := &pb.Operator{Kind: &pb.Operator_SequenceSource{SequenceSource: &pb.SequenceSource{Count: 10, Keys: 3}}}
+	info := Info{JobType: pb.JobType_JOB_TYPE_BATCH}
+	src, err := NewSource(op, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var state []byte
+	stop := errors.New("stop")
+	err = src.Run(context.Background(), func(r Record) error {
+		if r.Seq == 4 {
+			if state, err = src.(Stateful).SnapshotState(); err != nil {
+				t.Fatal(err)
+			}
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) {
+		t.Fatalf("run: %v", err)
+	}
+	info.Restored = state
+	again, err := NewSource(op, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	if err := again.Run(context.Background(), func(r Record) error { seqs = append(seqs, r.Seq); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(seqs) != 6 || seqs[0] != 4 || seqs[5] != 9 {
+		t.Fatalf("restored from %s, the source emitted seqs %v, want 4..9", state, seqs)
+	}
+	info.Restored = []byte(`{"next":11}`)
+	if _, err := NewSource(op, info); err == nil || !strings.Contains(err.Error(), "outside the sequence") {
+		t.Fatalf("a position past the end: %v", err)
+	}
+}
+
+// TestKeyBySumContinuesItsSums: restored sums continue where the snapshot left them.
+func TestKeyBySumContinuesItsSums(t *testing.T) {
+	op := &pb.Operator{Kind: &pb.Operator_KeyBySum{KeyBySum: &pb.KeyBySumOperator{}}}
+	first, err := New(op, Info{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, first, []Record{{Key: 2, Value: 5}, {Key: 1, Value: 1}, {Key: 2, Value: 7}})
+	state, err := first.(Stateful).SnapshotState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(state) != `{"keys":[1,2],"sums":[1,12]}` {
+		t.Fatalf("state %s", state)
+	}
+	again, err := New(op, Info{Restored: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := collect(t, again, []Record{{Key: 2, Value: 1}, {Key: 3, Value: 4}})
+	if out[0].Value != 13 || out[1].Value != 4 {
+		t.Fatalf("restored sums emitted %v, want 13 and 4", out)
+	}
+	if _, err := New(op, Info{Restored: []byte(`{"keys":[1],"sums":[]}`)}); err == nil {
+		t.Fatal("a state with fewer sums than keys was accepted")
+	}
+}
+
+// TestChecksumSinkContinuesTheCheckpointedDocument: a restored checksum sink drops what an
+// attempt accounted after the checkpoint, so replayed records are neither gaps nor duplicates.
+func TestChecksumSinkContinuesTheCheckpointedDocument(t *testing.T) {
+	dir := t.TempDir()
+	op := &pb.Operator{Kind: &pb.Operator_ChecksumSink{ChecksumSink: &pb.ChecksumSink{Path: "out/{vertex}-{subtask}.json"}}}
+	info := Info{Job: "j", Vertex: "sink", AttemptID: "a0", WorkDir: dir}
+	first, err := New(op, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var state []byte
+	for i := range int64(6) {
+		if i == 3 {
+			if state, err = first.(Stateful).SnapshotState(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := first.Process(Record{Key: 0, Value: i, Origin: 0, Seq: i}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := first.Close(); err != nil { // the attempt dies past the checkpoint
+		t.Fatal(err)
+	}
+	info.AttemptID, info.Restored = "a1", state
+	again, err := New(op, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(3); i < 8; i++ { // the source replays from its checkpointed position
+		if err := again.Process(Record{Key: 0, Value: i, Origin: 0, Seq: i}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := again.Finish(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ReadChecksum(filepath.Join(dir, "out", "sink-0.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := c.Origins["0"]
+	if c.Count != 8 || c.Sum != 28 || o.Duplicates != 0 || o.Gaps != 0 || o.LastSeq != 7 {
+		t.Fatalf("after the restore: count %d sum %d origin %+v, want 8 records, sum 28, no gap or duplicate", c.Count, c.Sum, o)
+	}
+	if strings.Join(c.Attempts, ",") != "a0,a1" {
+		t.Fatalf("attempts %v", c.Attempts)
+	}
+	info.Vertex = "other"
+	if _, err := New(op, info); err == nil || !strings.Contains(err.Error(), "not of this task") {
+		t.Fatalf("another task's state: %v", err)
+	}
+}
+
+// TestStatelessOperatorRefusesState: state for an operator that keeps none is an error.
+func TestStatelessOperatorRefusesState(t *testing.T) {
+	op := &pb.Operator{Kind: &pb.Operator_Map{Map: &pb.MapOperator{Multiply: 2}}}
+	if _, err := New(op, Info{Restored: []byte("{}")}); err == nil || !strings.Contains(err.Error(), "keeps no state") {
+		t.Fatalf("map with state: %v", err)
+	}
+}
