@@ -102,7 +102,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	}
 
 	parts, answer := tm.registerPartitions(t)
-	defer answer() // also when the task ends before RUNNING: the waiters learn it is gone
+	defer answer()      // also when the task ends before RUNNING: the waiters learn it is gone
 	var injected uint64 // a source's newest injected barrier
 	emit := func(r operators.Record) error {
 		if src != nil {
