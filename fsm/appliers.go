@@ -52,6 +52,20 @@ func init() {
 			return errResult(i, s.reconcileKept(i, decodePayload(p, &pb.ReconcileKeptCommand{})))
 		})
 	}
+	if CommandLevel >= LevelCheckpoints {
+		register(pb.CommandType_COMMAND_TYPE_TRIGGER_CHECKPOINT, func(s *state, i uint64, p []byte) *Result {
+			return checkpointResult(i)(s.triggerCheckpoint(i, decodePayload(p, &pb.TriggerCheckpointCommand{})))
+		})
+		register(pb.CommandType_COMMAND_TYPE_ACK_CHECKPOINT, func(s *state, i uint64, p []byte) *Result {
+			return checkpointResult(i)(s.ackCheckpoint(i, decodePayload(p, &pb.AckCheckpointCommand{})))
+		})
+		register(pb.CommandType_COMMAND_TYPE_COMPLETE_CHECKPOINT, func(s *state, i uint64, p []byte) *Result {
+			return checkpointResult(i)(s.completeCheckpoint(i, decodePayload(p, &pb.CompleteCheckpointCommand{})))
+		})
+		register(pb.CommandType_COMMAND_TYPE_ABORT_CHECKPOINT, func(s *state, i uint64, p []byte) *Result {
+			return checkpointResult(i)(s.abortCheckpoint(i, decodePayload(p, &pb.AbortCheckpointCommand{})))
+		})
+	}
 	register(pb.CommandType_COMMAND_TYPE_END_RECONCILIATION, func(s *state, i uint64, p []byte) *Result {
 		return errResult(i, s.endReconciliation(i, decodePayload(p, &pb.EndReconciliationCommand{})))
 	})
@@ -86,4 +100,14 @@ func decodePayload[T proto.Message](payload []byte, m T) T {
 
 func errResult(index uint64, err error) *Result {
 	return &Result{Index: index, Err: err}
+}
+
+// checkpointResult makes the Result of a checkpoint command: its value, or its error alone.
+func checkpointResult(index uint64) func(*pb.CheckpointCommandResult, error) *Result {
+	return func(v *pb.CheckpointCommandResult, err error) *Result {
+		if err != nil {
+			return &Result{Index: index, Err: err}
+		}
+		return &Result{Index: index, Value: v}
+	}
 }

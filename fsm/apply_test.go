@@ -87,7 +87,7 @@ func TestRegisterTwicePanics(t *testing.T) {
 // script applies a fixed sequence touching every command type.
 func script(h *harness) {
 	a, b := jobIDN(10), jobIDN(11)
-	h.submit(streamingJob(a, 3, 2))
+	h.submit(checkpointed(streamingJob(a, 3, 2), 1, 1))
 	h.submit(forwardJob(b, 3, 4))
 	h.setStatus(a, pb.JobStatus_JOB_STATUS_RUNNING)
 	h.attemptAll(a, 0)
@@ -101,6 +101,16 @@ func script(h *harness) {
 	h.ok(createT, &pb.CreateAttemptsCommand{JobId: a, Attempts: []*pb.AttemptSpec{spec(a, "map", 2, 1)}, Timestamp: 50})
 	h.ok(statusT, &pb.SetJobStatusCommand{JobId: a, Status: pb.JobStatus_JOB_STATUS_RUNNING, AddRestarts: 1})
 	establish(h, 1)
+	// Checkpoints of a: 1 completed, 2 aborted, 3 pending with one acknowledgement (through
+	// the reconciliation below).
+	h.ok(triggerT, &pb.TriggerCheckpointCommand{JobId: a, CheckpointId: 1, Epoch: 1, Timestamp: 55})
+	h.ok(ackT, &pb.AckCheckpointCommand{JobId: a, CheckpointId: 1, Acks: acksOf(h, a, 1)})
+	h.ok(completeT, &pb.CompleteCheckpointCommand{JobId: a, CheckpointId: 1, Timestamp: 56})
+	h.ok(triggerT, &pb.TriggerCheckpointCommand{JobId: a, CheckpointId: 2, Epoch: 1, Timestamp: 57})
+	h.ok(ackT, &pb.AckCheckpointCommand{JobId: a, CheckpointId: 2, Acks: acksOf(h, a, 2)[:2]})
+	h.ok(abortT, &pb.AbortCheckpointCommand{JobId: a, CheckpointId: 2, Timestamp: 58, Reason: "timeout"})
+	h.ok(triggerT, &pb.TriggerCheckpointCommand{JobId: a, CheckpointId: 3, Epoch: 1, Timestamp: 59})
+	h.ok(ackT, &pb.AckCheckpointCommand{JobId: a, CheckpointId: 3, Acks: acksOf(h, a, 3)[:1]})
 	h.ok(beginT, &pb.BeginReconciliationCommand{Epoch: 1, Timestamp: 60})
 	h.ok(pb.CommandType_COMMAND_TYPE_RECONCILE_KEPT, &pb.ReconcileKeptCommand{Epoch: 1, JobId: a, Timestamp: 65, Ranges: []*pb.KeptRange{
 		{VertexId: "src", FirstSubtask: 0, Count: 3, State: pb.ExecutionState_EXECUTION_STATE_RUNNING},

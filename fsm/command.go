@@ -10,12 +10,16 @@ import (
 )
 
 // CommandLevel (level.go) is the newest set of commands this build applies, gossiped by every
-// JobMaster (membership.Meta.FSMLevel): 1 adds RECONCILE_KEPT. A leader writes a command of a
-// level only when every server of the Raft configuration gossips that level or a later one;
-// builds before the level gossip 0.
+// JobMaster (membership.Meta.FSMLevel): 1 adds RECONCILE_KEPT, 2 the checkpoint commands. A
+// leader writes a command of a level only when every server of the Raft configuration gossips
+// that level or a later one; builds before the level gossip 0.
 
 // LevelReconcileKept is the level that added RECONCILE_KEPT.
 const LevelReconcileKept = 1
+
+// LevelCheckpoints is the level that added TRIGGER_CHECKPOINT, ACK_CHECKPOINT,
+// COMPLETE_CHECKPOINT and ABORT_CHECKPOINT.
+const LevelCheckpoints = 2
 
 // EnvelopeVersion is the version written into every Command envelope.
 const EnvelopeVersion = 1

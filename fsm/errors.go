@@ -22,4 +22,15 @@ var (
 	ErrSnapshotVersion     = errors.New("unsupported snapshot version")
 	ErrUnknownPoolMember   = errors.New("not a member of the TaskManager pool")
 	ErrPoolFull            = errors.New("the TaskManager pool is full")
+
+	// Checkpoints (store_checkpoints.go).
+	ErrCheckpointingOff     = errors.New("checkpointing is off for the job")
+	ErrJobNotRunning        = errors.New("job is not running")
+	ErrCheckpointID         = errors.New("checkpoint id is not the job's next checkpoint id")
+	ErrTooManyCheckpoints   = errors.New("the job's maximum of concurrent checkpoints is pending")
+	ErrUnknownCheckpoint    = errors.New("unknown checkpoint")
+	ErrCheckpointNotPending = errors.New("checkpoint is not pending")
+	ErrCheckpointCompleted  = errors.New("checkpoint already completed")
+	ErrStaleCheckpointAck   = errors.New("checkpoint acknowledged by an attempt that is not current")
+	ErrCheckpointIncomplete = errors.New("checkpoint is not acknowledged by every subtask")
 )

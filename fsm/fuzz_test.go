@@ -59,6 +59,14 @@ func payloadMessage(t pb.CommandType) proto.Message {
 		return &pb.SetDrainCommand{}
 	case pb.CommandType_COMMAND_TYPE_RECONCILE_KEPT:
 		return &pb.ReconcileKeptCommand{}
+	case pb.CommandType_COMMAND_TYPE_TRIGGER_CHECKPOINT:
+		return &pb.TriggerCheckpointCommand{}
+	case pb.CommandType_COMMAND_TYPE_ACK_CHECKPOINT:
+		return &pb.AckCheckpointCommand{}
+	case pb.CommandType_COMMAND_TYPE_COMPLETE_CHECKPOINT:
+		return &pb.CompleteCheckpointCommand{}
+	case pb.CommandType_COMMAND_TYPE_ABORT_CHECKPOINT:
+		return &pb.AbortCheckpointCommand{}
 	}
 	return nil
 }
@@ -150,13 +158,13 @@ func applyEntry(f *FSM, index uint64, data []byte) (res *Result, panicked any) {
 	return res, nil
 }
 
-// fuzzBase is a quiet FSM, empty or holding a RUNNING job with deployed attempts under epoch 1
-// (job jobIDN(10), the id the script's entries name).
+// fuzzBase is a quiet FSM, empty or holding a RUNNING, checkpointed job with deployed attempts
+// under epoch 1 (job jobIDN(10), the id the script's entries name).
 func fuzzBase(t testing.TB, withJob bool) *harness {
 	h := &harness{t: t, f: New(nil)}
 	if withJob {
 		a := jobIDN(10)
-		h.submit(streamingJob(a, 3, 2))
+		h.submit(checkpointed(streamingJob(a, 3, 2), 3, 2))
 		h.setStatus(a, pb.JobStatus_JOB_STATUS_RUNNING)
 		h.attemptAll(a, 0)
 		h.moveAll(a, pb.ExecutionState_EXECUTION_STATE_DEPLOYING)

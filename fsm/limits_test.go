@@ -86,8 +86,9 @@ func TestSubmitOverTheCeilingRefused(t *testing.T) {
 // ceiling is accepted, runs (every subtask with an attempt, producers refreshed), and its state
 // snapshots and restores equal. Its record, grown by what the estimate leaves out (the earlier
 // attempts every subtask may keep, each with a failure cause and two failovers' state changes,
-// 64-byte instead of 20-byte addresses in every partition and channel, a full status history),
-// stays under two thirds of the snapshot's record limit.
+// 64-byte instead of 20-byte addresses in every partition and channel, a full status history,
+// the acknowledgements of the checkpoints it may hold), stays under two thirds of the
+// snapshot's record limit.
 func TestJobsAtTheCeilingSnapshotAndRestore(t *testing.T) {
 	ceil := graph.CeilingSizeLimits()
 	// The widest 1024 -> q job with 64-character ids under the byte ceiling.
@@ -144,12 +145,19 @@ func TestJobsAtTheCeilingSnapshotAndRestore(t *testing.T) {
 			history := s.Executions * int64(attemptHistory(rec.ExecutionGraph)) * int64(proto.Size(&pb.ExecutionVertex{History: []*pb.Execution{retired}}))
 			addresses := (s.InputChannels + s.Partitions) * (64 - graph.EstimatedAddressLen)
 			statuses := int64(100 * proto.Size(&pb.JobRecord{History: []*pb.JobStatusChange{{Status: 4, Timestamp: 1_767_000_000_000, Cause: strings.Repeat("c", 200)}}}))
-			worst := recordBytes + history + addresses + statuses
+			// The checkpoints' acknowledgements, one per subtask in each pending and retained
+			// checkpoint (checkpointBudget), each with a 64-character vertex id and the longest
+			// state path of the storage layout.
+			ack := &pb.TaskCheckpointAck{VertexId: strings.Repeat("v", 64), SubtaskIndex: 131071, AttemptNumber: 1 << 20, StateSizeBytes: 1 << 40, Checksum: 1<<32 - 1}
+			ack.StatePath = fmt.Sprintf("%s/chk-%d/%s-%d-%d.state", c.jg.JobId, uint64(1<<63), ack.VertexId, ack.SubtaskIndex, ack.AttemptNumber)
+			ackBytes := int64(proto.Size(&pb.CheckpointRecord{Acks: []*pb.TaskCheckpointAck{ack}}))
+			checkpoints := int64(max(2*s.Executions, maxJobCheckpointAcks)) * ackBytes
+			worst := recordBytes + history + addresses + statuses + checkpoints
 			if !raceEnabled && worst > maxSnapshotRecord*2/3 {
 				t.Errorf("the record can grow to %d bytes, more than two thirds of the snapshot record limit %d", worst, maxSnapshotRecord)
 			}
-			t.Logf("%+v: deployed graph %d bytes (estimate %d), record %d bytes (can grow to %d), snapshot %d bytes, %s",
-				s, proto.Size(rec.ExecutionGraph), s.DeployedBytes, recordBytes, worst, len(data), time.Since(start).Round(time.Millisecond))
+			t.Logf("%+v: deployed graph %d bytes (estimate %d), record %d bytes (can grow to %d, %d of them checkpoints), snapshot %d bytes, %s",
+				s, proto.Size(rec.ExecutionGraph), s.DeployedBytes, recordBytes, worst, checkpoints, len(data), time.Since(start).Round(time.Millisecond))
 		})
 	}
 }

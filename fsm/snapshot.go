@@ -267,6 +267,9 @@ func (s *state) addJob(rec *pb.JobRecord) error {
 	case s.jobs[id] != nil:
 		return fmt.Errorf("%w: job %q appears twice", ErrSnapshotCorrupt, id)
 	}
+	if err := checkRestoredCheckpoints(rec); err != nil {
+		return err
+	}
 	current := map[string]bool{} // this job's current attempts; s.attempts has the others
 	for _, ejv := range rec.ExecutionGraph.Vertices {
 		for i, ev := range ejv.GetSubtasks() {

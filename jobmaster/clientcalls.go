@@ -13,8 +13,9 @@ import (
 // leader and refuses them while the gate is closed.
 
 // SubmitJob validates and commits a job on the established leader; the scheduler deploys it.
-// A job whose expanded size is over the configured limits is refused before anything is
-// committed (a *graph.SizeError naming each limit).
+// A job whose expanded size is over the configured limits, or whose checkpoint config is out
+// of range, is refused before anything is committed (a *graph.SizeError naming each limit, a
+// *graph.ValidationError naming each checkpoint_config field).
 func (jm *JobMaster) SubmitJob(ctx context.Context, jg *pb.JobGraph) (string, uint64, error) {
 	t, err := jm.openTerm()
 	if err != nil {
@@ -24,6 +25,11 @@ func (jm *JobMaster) SubmitJob(ctx context.Context, jg *pb.JobGraph) (string, ui
 		jg.JobId = NewJobID()
 	}
 	if err := graph.Validate(jg, graph.DefaultLimits()); err != nil {
+		return "", 0, err
+	}
+	// Checked here, not by SUBMIT_JOB's applier, which keeps the meaning it had before
+	// checkpoints (replicas trigger no checkpoint of a job whose config is out of range).
+	if err := graph.ValidateCheckpointConfig(jg.GetCheckpointConfig()); err != nil {
 		return "", 0, err
 	}
 	if err := graph.CheckSize(jg, jm.cfg.SizeLimits); err != nil {

@@ -180,3 +180,31 @@ func TestConfiguredSizeLimitsEnforced(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointConfigOutOfRangeRefusedBeforeCommit: a job whose checkpoint config is out of
+// range is refused with InvalidArgument naming each field, before anything is proposed; a job
+// with a valid one is committed with it, Flink's defaults filling what it leaves at 0.
+func TestCheckpointConfigOutOfRangeRefusedBeforeCommit(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 3})
+	bad := sizedJob("bad-checkpoints", 2, 2, 2, forward, 0)
+	bad.CheckpointConfig = &pb.CheckpointConfig{IntervalMs: 5, MaxConcurrent: 17}
+	before := settledIndexes(t, c)
+	err := retryUnavailable(t, "the submission to be answered", func() error {
+		_, err := c.Client(c.Leader()).SubmitJob(ctxT(t), &pb.SubmitJobRequest{JobGraph: bad})
+		return err
+	})
+	st := status.Convert(err)
+	if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "checkpoint_config.interval_ms") || !strings.Contains(st.Message(), "checkpoint_config.max_concurrent") {
+		t.Fatalf("submit: %v, want InvalidArgument naming interval_ms and max_concurrent", err)
+	}
+	if after := settledIndexes(t, c); after[c.Leader().ID] != before[c.Leader().ID] && c.Leader().A.JM.Epoch() == 1 {
+		t.Errorf("commit index %d -> %d after the refused submission", before[c.Leader().ID], after[c.Leader().ID])
+	}
+	good := sizedJob("checkpoints", 2, 2, 2, forward, 0)
+	good.CheckpointConfig = &pb.CheckpointConfig{IntervalMs: 1000}
+	id, _ := submitRetry(t, c, good)
+	s, ok := c.Leader().A.State.CheckpointSettings(id)
+	if want := (graph.CheckpointSettings{IntervalMs: 1000, TimeoutMs: 600_000, MaxConcurrent: 1, Retained: 1}); !ok || s != want {
+		t.Errorf("committed settings %+v %v, want %+v", s, ok, want)
+	}
+}

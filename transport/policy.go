@@ -114,15 +114,23 @@ var Policies = map[string]Policy{
 	pb.JobMasterService_UpdateTaskExecutionState_FullMethodName:  {Gated: true, Leader: Leader, Roles: taskManagers},
 	pb.JobMasterService_ScheduleOrUpdateConsumers_FullMethodName: {Gated: true, Leader: Leader, Roles: taskManagers},
 	pb.JobMasterService_RequestPartitionState_FullMethodName:     {Gated: true, Leader: Leader, Roles: taskManagers},
+	// Checkpoint acknowledgements and declines wait in the TM's outbox while the gate is
+	// closed, like state updates: a new leader learns of acknowledgements it missed from the
+	// reports (docs/checkpoints.md).
+	pb.JobMasterService_AcknowledgeCheckpoint_FullMethodName: {Gated: true, Leader: Leader, Roles: taskManagers},
+	pb.JobMasterService_DeclineCheckpoint_FullMethodName:     {Gated: true, Leader: Leader, Roles: taskManagers},
 
 	// TaskManagerService (TaskManager): the JobMaster leader. Fencing by leader epoch is the
 	// handlers' business: it needs the request.
-	pb.TaskManagerService_SubmitTask_FullMethodName:          {Roles: jobMasters},
-	pb.TaskManagerService_SubmitTasks_FullMethodName:         {Roles: jobMasters},
-	pb.TaskManagerService_CancelTask_FullMethodName:          {Roles: jobMasters},
-	pb.TaskManagerService_UpdatePartitionInfo_FullMethodName: {Roles: jobMasters},
-	pb.TaskManagerService_RequestReport_FullMethodName:       {Roles: jobMasters},
-	pb.TaskManagerService_AcknowledgeTerminal_FullMethodName: {Roles: jobMasters},
+	pb.TaskManagerService_SubmitTask_FullMethodName:               {Roles: jobMasters},
+	pb.TaskManagerService_SubmitTasks_FullMethodName:              {Roles: jobMasters},
+	pb.TaskManagerService_CancelTask_FullMethodName:               {Roles: jobMasters},
+	pb.TaskManagerService_UpdatePartitionInfo_FullMethodName:      {Roles: jobMasters},
+	pb.TaskManagerService_RequestReport_FullMethodName:            {Roles: jobMasters},
+	pb.TaskManagerService_AcknowledgeTerminal_FullMethodName:      {Roles: jobMasters},
+	pb.TaskManagerService_TriggerCheckpoint_FullMethodName:        {Roles: jobMasters},
+	pb.TaskManagerService_NotifyCheckpointComplete_FullMethodName: {Roles: jobMasters},
+	pb.TaskManagerService_NotifyCheckpointAborted_FullMethodName:  {Roles: jobMasters},
 
 	// DataService (TaskManager): other TaskManagers.
 	pb.DataService_ReadPartition_FullMethodName: {Roles: taskManagers},

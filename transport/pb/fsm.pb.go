@@ -50,6 +50,16 @@ const (
 	// keeps. Not ignorable; a leader writes it only when every voter gossips that it applies it
 	// (membership.Meta.FSMLevel, docs/fsm.md).
 	CommandType_COMMAND_TYPE_RECONCILE_KEPT CommandType = 16
+	// Checkpoints (docs/checkpoints.md), FSM level 2: not ignorable; a leader writes them only
+	// when every server of the Raft configuration gossips level 2 or later.
+	// A new PENDING checkpoint with the job's next id, committed before any barrier is injected.
+	CommandType_COMMAND_TYPE_TRIGGER_CHECKPOINT CommandType = 17
+	// Tasks' acknowledgements of a pending checkpoint (several in one entry).
+	CommandType_COMMAND_TYPE_ACK_CHECKPOINT CommandType = 18
+	// A pending checkpoint every task acknowledged becomes COMPLETED, before any task is told.
+	CommandType_COMMAND_TYPE_COMPLETE_CHECKPOINT CommandType = 19
+	// A pending checkpoint becomes ABORTED.
+	CommandType_COMMAND_TYPE_ABORT_CHECKPOINT CommandType = 20
 )
 
 // Enum value maps for CommandType.
@@ -72,6 +82,10 @@ var (
 		14: "COMMAND_TYPE_POOL_ACK",
 		15: "COMMAND_TYPE_SET_DRAIN",
 		16: "COMMAND_TYPE_RECONCILE_KEPT",
+		17: "COMMAND_TYPE_TRIGGER_CHECKPOINT",
+		18: "COMMAND_TYPE_ACK_CHECKPOINT",
+		19: "COMMAND_TYPE_COMPLETE_CHECKPOINT",
+		20: "COMMAND_TYPE_ABORT_CHECKPOINT",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNSPECIFIED":             0,
@@ -91,6 +105,10 @@ var (
 		"COMMAND_TYPE_POOL_ACK":                14,
 		"COMMAND_TYPE_SET_DRAIN":               15,
 		"COMMAND_TYPE_RECONCILE_KEPT":          16,
+		"COMMAND_TYPE_TRIGGER_CHECKPOINT":      17,
+		"COMMAND_TYPE_ACK_CHECKPOINT":          18,
+		"COMMAND_TYPE_COMPLETE_CHECKPOINT":     19,
+		"COMMAND_TYPE_ABORT_CHECKPOINT":        20,
 	}
 )
 
@@ -1738,6 +1756,412 @@ func (x *EndReconciliationCommand) GetReports() []*ReconciliationReport {
 	return nil
 }
 
+// Triggers the job's next checkpoint. Refused unless the job is RUNNING with checkpointing on
+// and fewer than its max_concurrent checkpoints pending.
+type TriggerCheckpointCommand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The id the leader expects the checkpoint to get (the job's next id, as it read it): a
+	// trigger written from a stale view is refused. 0: whatever the next id is.
+	CheckpointId uint64 `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	// Must be the committed leader epoch; recorded in the checkpoint.
+	Epoch uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The leader's clock at the trigger (unix milliseconds).
+	Timestamp     int64 `protobuf:"varint,4,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerCheckpointCommand) Reset() {
+	*x = TriggerCheckpointCommand{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerCheckpointCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerCheckpointCommand) ProtoMessage() {}
+
+func (x *TriggerCheckpointCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerCheckpointCommand.ProtoReflect.Descriptor instead.
+func (*TriggerCheckpointCommand) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *TriggerCheckpointCommand) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *TriggerCheckpointCommand) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *TriggerCheckpointCommand) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *TriggerCheckpointCommand) GetTimestamp() int64 {
+	if x != nil {
+		return x.Timestamp
+	}
+	return 0
+}
+
+// Acknowledgements of one pending checkpoint, each from the current attempt of its subtask.
+// All or nothing; an acknowledgement already recorded (the same attempt, path and checksum) is
+// accepted again and changes nothing.
+type AckCheckpointCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	CheckpointId  uint64                 `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	Acks          []*TaskCheckpointAck   `protobuf:"bytes,3,rep,name=acks,proto3" json:"acks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckCheckpointCommand) Reset() {
+	*x = AckCheckpointCommand{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckCheckpointCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckCheckpointCommand) ProtoMessage() {}
+
+func (x *AckCheckpointCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckCheckpointCommand.ProtoReflect.Descriptor instead.
+func (*AckCheckpointCommand) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *AckCheckpointCommand) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *AckCheckpointCommand) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *AckCheckpointCommand) GetAcks() []*TaskCheckpointAck {
+	if x != nil {
+		return x.Acks
+	}
+	return nil
+}
+
+// Completes a pending checkpoint that every subtask's current attempt acknowledged. Older
+// pending checkpoints are aborted as subsumed; completed ones past the job's retained count
+// are dropped (the result lists both, for the leader to delete from storage).
+type CompleteCheckpointCommand struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	JobId        string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	CheckpointId uint64                 `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	// The leader's clock at the completion (unix milliseconds).
+	Timestamp     int64 `protobuf:"varint,3,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteCheckpointCommand) Reset() {
+	*x = CompleteCheckpointCommand{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteCheckpointCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteCheckpointCommand) ProtoMessage() {}
+
+func (x *CompleteCheckpointCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteCheckpointCommand.ProtoReflect.Descriptor instead.
+func (*CompleteCheckpointCommand) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CompleteCheckpointCommand) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *CompleteCheckpointCommand) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *CompleteCheckpointCommand) GetTimestamp() int64 {
+	if x != nil {
+		return x.Timestamp
+	}
+	return 0
+}
+
+// Aborts a pending checkpoint.
+type AbortCheckpointCommand struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	JobId        string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	CheckpointId uint64                 `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	Timestamp    int64                  `protobuf:"varint,3,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	// "timeout", "declined: <cause>", "task failure", "TaskManager lost", ...
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortCheckpointCommand) Reset() {
+	*x = AbortCheckpointCommand{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortCheckpointCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortCheckpointCommand) ProtoMessage() {}
+
+func (x *AbortCheckpointCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortCheckpointCommand.ProtoReflect.Descriptor instead.
+func (*AbortCheckpointCommand) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *AbortCheckpointCommand) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *AbortCheckpointCommand) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *AbortCheckpointCommand) GetTimestamp() int64 {
+	if x != nil {
+		return x.Timestamp
+	}
+	return 0
+}
+
+func (x *AbortCheckpointCommand) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// A checkpoint whose state the leader may delete from storage (checkpoint.Store.Delete):
+// aborted, subsumed, or past the job's retained count.
+type DiscardedCheckpoint struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	CheckpointId uint64                 `protobuf:"varint,1,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	// "retained" (a completed checkpoint past the retained count), or the abort reason.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The state paths its acknowledgements named (relative to the storage root).
+	StatePaths    []string `protobuf:"bytes,3,rep,name=state_paths,json=statePaths,proto3" json:"state_paths,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscardedCheckpoint) Reset() {
+	*x = DiscardedCheckpoint{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscardedCheckpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscardedCheckpoint) ProtoMessage() {}
+
+func (x *DiscardedCheckpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscardedCheckpoint.ProtoReflect.Descriptor instead.
+func (*DiscardedCheckpoint) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DiscardedCheckpoint) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *DiscardedCheckpoint) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DiscardedCheckpoint) GetStatePaths() []string {
+	if x != nil {
+		return x.StatePaths
+	}
+	return nil
+}
+
+// The Value of every checkpoint command.
+type CheckpointCommandResult struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	CheckpointId uint64                 `protobuf:"varint,1,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	// Acknowledgements recorded, and the subtasks that must acknowledge (the job's executions).
+	Acknowledged int32 `protobuf:"varint,2,opt,name=acknowledged,proto3" json:"acknowledged,omitempty"`
+	Tasks        int32 `protobuf:"varint,3,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	// COMPLETE and ABORT: the checkpoints to delete from storage, by id.
+	Discarded     []*DiscardedCheckpoint `protobuf:"bytes,4,rep,name=discarded,proto3" json:"discarded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointCommandResult) Reset() {
+	*x = CheckpointCommandResult{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointCommandResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointCommandResult) ProtoMessage() {}
+
+func (x *CheckpointCommandResult) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointCommandResult.ProtoReflect.Descriptor instead.
+func (*CheckpointCommandResult) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *CheckpointCommandResult) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *CheckpointCommandResult) GetAcknowledged() int32 {
+	if x != nil {
+		return x.Acknowledged
+	}
+	return 0
+}
+
+func (x *CheckpointCommandResult) GetTasks() int32 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
+}
+
+func (x *CheckpointCommandResult) GetDiscarded() []*DiscardedCheckpoint {
+	if x != nil {
+		return x.Discarded
+	}
+	return nil
+}
+
 // The TaskManager pool: the committed set of TMs whose majorities decide, by intersection,
 // whether an isolated TM keeps its tasks and whether the leader may redeploy a silent TM's
 // attempts (docs/reconciliation.md, "The isolated TaskManager"). Every change adds, removes
@@ -1759,7 +2183,7 @@ type PoolMember struct {
 
 func (x *PoolMember) Reset() {
 	*x = PoolMember{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +2195,7 @@ func (x *PoolMember) String() string {
 func (*PoolMember) ProtoMessage() {}
 
 func (x *PoolMember) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +2208,7 @@ func (x *PoolMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolMember.ProtoReflect.Descriptor instead.
 func (*PoolMember) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{21}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PoolMember) GetTmId() string {
@@ -1833,7 +2257,7 @@ type PoolVersion struct {
 
 func (x *PoolVersion) Reset() {
 	*x = PoolVersion{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2269,7 @@ func (x *PoolVersion) String() string {
 func (*PoolVersion) ProtoMessage() {}
 
 func (x *PoolVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2282,7 @@ func (x *PoolVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolVersion.ProtoReflect.Descriptor instead.
 func (*PoolVersion) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{22}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PoolVersion) GetVersion() uint64 {
@@ -1897,7 +2321,7 @@ type TaskManagerPool struct {
 
 func (x *TaskManagerPool) Reset() {
 	*x = TaskManagerPool{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +2333,7 @@ func (x *TaskManagerPool) String() string {
 func (*TaskManagerPool) ProtoMessage() {}
 
 func (x *TaskManagerPool) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +2346,7 @@ func (x *TaskManagerPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskManagerPool.ProtoReflect.Descriptor instead.
 func (*TaskManagerPool) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{23}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TaskManagerPool) GetVersion() uint64 {
@@ -1971,7 +2395,7 @@ type DrainedTaskManager struct {
 
 func (x *DrainedTaskManager) Reset() {
 	*x = DrainedTaskManager{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2407,7 @@ func (x *DrainedTaskManager) String() string {
 func (*DrainedTaskManager) ProtoMessage() {}
 
 func (x *DrainedTaskManager) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2420,7 @@ func (x *DrainedTaskManager) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainedTaskManager.ProtoReflect.Descriptor instead.
 func (*DrainedTaskManager) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DrainedTaskManager) GetTmId() string {
@@ -2025,7 +2449,7 @@ type SetDrainCommand struct {
 
 func (x *SetDrainCommand) Reset() {
 	*x = SetDrainCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2461,7 @@ func (x *SetDrainCommand) String() string {
 func (*SetDrainCommand) ProtoMessage() {}
 
 func (x *SetDrainCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2474,7 @@ func (x *SetDrainCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDrainCommand.ProtoReflect.Descriptor instead.
 func (*SetDrainCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{25}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetDrainCommand) GetTmId() string {
@@ -2088,7 +2512,7 @@ type PoolPutCommand struct {
 
 func (x *PoolPutCommand) Reset() {
 	*x = PoolPutCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +2524,7 @@ func (x *PoolPutCommand) String() string {
 func (*PoolPutCommand) ProtoMessage() {}
 
 func (x *PoolPutCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2537,7 @@ func (x *PoolPutCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPutCommand.ProtoReflect.Descriptor instead.
 func (*PoolPutCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{26}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PoolPutCommand) GetTmId() string {
@@ -2146,7 +2570,7 @@ type PoolRemoveCommand struct {
 
 func (x *PoolRemoveCommand) Reset() {
 	*x = PoolRemoveCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2582,7 @@ func (x *PoolRemoveCommand) String() string {
 func (*PoolRemoveCommand) ProtoMessage() {}
 
 func (x *PoolRemoveCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2595,7 @@ func (x *PoolRemoveCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRemoveCommand.ProtoReflect.Descriptor instead.
 func (*PoolRemoveCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{27}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PoolRemoveCommand) GetTmId() string {
@@ -2191,7 +2615,7 @@ type PoolAck struct {
 
 func (x *PoolAck) Reset() {
 	*x = PoolAck{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[28]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2627,7 @@ func (x *PoolAck) String() string {
 func (*PoolAck) ProtoMessage() {}
 
 func (x *PoolAck) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[28]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2640,7 @@ func (x *PoolAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolAck.ProtoReflect.Descriptor instead.
 func (*PoolAck) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{28}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PoolAck) GetTmId() string {
@@ -2244,7 +2668,7 @@ type PoolAckCommand struct {
 
 func (x *PoolAckCommand) Reset() {
 	*x = PoolAckCommand{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[29]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2256,7 +2680,7 @@ func (x *PoolAckCommand) String() string {
 func (*PoolAckCommand) ProtoMessage() {}
 
 func (x *PoolAckCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[29]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2269,7 +2693,7 @@ func (x *PoolAckCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolAckCommand.ProtoReflect.Descriptor instead.
 func (*PoolAckCommand) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{29}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PoolAckCommand) GetAcks() []*PoolAck {
@@ -2295,7 +2719,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[30]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2731,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[30]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2744,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{30}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -2367,7 +2791,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[31]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2803,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_fsm_proto_msgTypes[31]
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2816,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{31}
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -2485,7 +2909,7 @@ var File_jmcluster_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x16jmcluster/v1/fsm.proto\x12\fjmcluster.v1\x1a\x18jmcluster/v1/graph.proto\"\x8a\x01\n" +
+	"\x16jmcluster/v1/fsm.proto\x12\fjmcluster.v1\x1a\x1djmcluster/v1/checkpoint.proto\x1a\x18jmcluster/v1/graph.proto\"\x8a\x01\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x19.jmcluster.v1.CommandTypeR\x04type\x12\x18\n" +
@@ -2622,7 +3046,35 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\fcollected_at\x18\x05 \x01(\x03R\vcollectedAt\x12\x1b\n" +
 	"\tmerged_at\x18\x06 \x01(\x03R\bmergedAt\x12*\n" +
 	"\x11jobs_committed_at\x18\a \x01(\x03R\x0fjobsCommittedAt\x12<\n" +
-	"\areports\x18\b \x03(\v2\".jmcluster.v1.ReconciliationReportR\areports\"\xb0\x01\n" +
+	"\areports\x18\b \x03(\v2\".jmcluster.v1.ReconciliationReportR\areports\"\x8a\x01\n" +
+	"\x18TriggerCheckpointCommand\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x1c\n" +
+	"\ttimestamp\x18\x04 \x01(\x03R\ttimestamp\"\x87\x01\n" +
+	"\x14AckCheckpointCommand\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x123\n" +
+	"\x04acks\x18\x03 \x03(\v2\x1f.jmcluster.v1.TaskCheckpointAckR\x04acks\"u\n" +
+	"\x19CompleteCheckpointCommand\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12\x1c\n" +
+	"\ttimestamp\x18\x03 \x01(\x03R\ttimestamp\"\x8a\x01\n" +
+	"\x16AbortCheckpointCommand\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12\x1c\n" +
+	"\ttimestamp\x18\x03 \x01(\x03R\ttimestamp\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"s\n" +
+	"\x13DiscardedCheckpoint\x12#\n" +
+	"\rcheckpoint_id\x18\x01 \x01(\x04R\fcheckpointId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1f\n" +
+	"\vstate_paths\x18\x03 \x03(\tR\n" +
+	"statePaths\"\xb9\x01\n" +
+	"\x17CheckpointCommandResult\x12#\n" +
+	"\rcheckpoint_id\x18\x01 \x01(\x04R\fcheckpointId\x12\"\n" +
+	"\facknowledged\x18\x02 \x01(\x05R\facknowledged\x12\x14\n" +
+	"\x05tasks\x18\x03 \x01(\x05R\x05tasks\x12?\n" +
+	"\tdiscarded\x18\x04 \x03(\v2!.jmcluster.v1.DiscardedCheckpointR\tdiscarded\"\xb0\x01\n" +
 	"\n" +
 	"PoolMember\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12!\n" +
@@ -2668,7 +3120,7 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\x05epoch\x18\x03 \x01(\v2\x19.jmcluster.v1.LeaderEpochH\x00R\x05epoch\x12L\n" +
 	"\x0ereconciliation\x18\x04 \x01(\v2\".jmcluster.v1.ReconciliationRecordH\x00R\x0ereconciliation\x123\n" +
 	"\x04pool\x18\x05 \x01(\v2\x1d.jmcluster.v1.TaskManagerPoolH\x00R\x04poolB\b\n" +
-	"\x06record*\xab\x04\n" +
+	"\x06record*\xba\x05\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17COMMAND_TYPE_SUBMIT_JOB\x10\x01\x12\x1f\n" +
@@ -2687,7 +3139,11 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\x18COMMAND_TYPE_POOL_REMOVE\x10\r\x12\x19\n" +
 	"\x15COMMAND_TYPE_POOL_ACK\x10\x0e\x12\x1a\n" +
 	"\x16COMMAND_TYPE_SET_DRAIN\x10\x0f\x12\x1f\n" +
-	"\x1bCOMMAND_TYPE_RECONCILE_KEPT\x10\x10B-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
+	"\x1bCOMMAND_TYPE_RECONCILE_KEPT\x10\x10\x12#\n" +
+	"\x1fCOMMAND_TYPE_TRIGGER_CHECKPOINT\x10\x11\x12\x1f\n" +
+	"\x1bCOMMAND_TYPE_ACK_CHECKPOINT\x10\x12\x12$\n" +
+	" COMMAND_TYPE_COMPLETE_CHECKPOINT\x10\x13\x12!\n" +
+	"\x1dCOMMAND_TYPE_ABORT_CHECKPOINT\x10\x14B-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
 
 var (
 	file_jmcluster_v1_fsm_proto_rawDescOnce sync.Once
@@ -2702,7 +3158,7 @@ func file_jmcluster_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_jmcluster_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_jmcluster_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_jmcluster_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_jmcluster_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),                     // 0: jmcluster.v1.CommandType
 	(*Command)(nil),                      // 1: jmcluster.v1.Command
@@ -2726,56 +3182,65 @@ var file_jmcluster_v1_fsm_proto_goTypes = []any{
 	(*ReconciledExecution)(nil),          // 19: jmcluster.v1.ReconciledExecution
 	(*RemoveJobsCommand)(nil),            // 20: jmcluster.v1.RemoveJobsCommand
 	(*EndReconciliationCommand)(nil),     // 21: jmcluster.v1.EndReconciliationCommand
-	(*PoolMember)(nil),                   // 22: jmcluster.v1.PoolMember
-	(*PoolVersion)(nil),                  // 23: jmcluster.v1.PoolVersion
-	(*TaskManagerPool)(nil),              // 24: jmcluster.v1.TaskManagerPool
-	(*DrainedTaskManager)(nil),           // 25: jmcluster.v1.DrainedTaskManager
-	(*SetDrainCommand)(nil),              // 26: jmcluster.v1.SetDrainCommand
-	(*PoolPutCommand)(nil),               // 27: jmcluster.v1.PoolPutCommand
-	(*PoolRemoveCommand)(nil),            // 28: jmcluster.v1.PoolRemoveCommand
-	(*PoolAck)(nil),                      // 29: jmcluster.v1.PoolAck
-	(*PoolAckCommand)(nil),               // 30: jmcluster.v1.PoolAckCommand
-	(*SnapshotHeader)(nil),               // 31: jmcluster.v1.SnapshotHeader
-	(*SnapshotRecord)(nil),               // 32: jmcluster.v1.SnapshotRecord
-	(*JobGraph)(nil),                     // 33: jmcluster.v1.JobGraph
-	(JobStatus)(0),                       // 34: jmcluster.v1.JobStatus
-	(*SlotID)(nil),                       // 35: jmcluster.v1.SlotID
-	(ExecutionState)(0),                  // 36: jmcluster.v1.ExecutionState
-	(*Execution)(nil),                    // 37: jmcluster.v1.Execution
-	(*JobRecord)(nil),                    // 38: jmcluster.v1.JobRecord
+	(*TriggerCheckpointCommand)(nil),     // 22: jmcluster.v1.TriggerCheckpointCommand
+	(*AckCheckpointCommand)(nil),         // 23: jmcluster.v1.AckCheckpointCommand
+	(*CompleteCheckpointCommand)(nil),    // 24: jmcluster.v1.CompleteCheckpointCommand
+	(*AbortCheckpointCommand)(nil),       // 25: jmcluster.v1.AbortCheckpointCommand
+	(*DiscardedCheckpoint)(nil),          // 26: jmcluster.v1.DiscardedCheckpoint
+	(*CheckpointCommandResult)(nil),      // 27: jmcluster.v1.CheckpointCommandResult
+	(*PoolMember)(nil),                   // 28: jmcluster.v1.PoolMember
+	(*PoolVersion)(nil),                  // 29: jmcluster.v1.PoolVersion
+	(*TaskManagerPool)(nil),              // 30: jmcluster.v1.TaskManagerPool
+	(*DrainedTaskManager)(nil),           // 31: jmcluster.v1.DrainedTaskManager
+	(*SetDrainCommand)(nil),              // 32: jmcluster.v1.SetDrainCommand
+	(*PoolPutCommand)(nil),               // 33: jmcluster.v1.PoolPutCommand
+	(*PoolRemoveCommand)(nil),            // 34: jmcluster.v1.PoolRemoveCommand
+	(*PoolAck)(nil),                      // 35: jmcluster.v1.PoolAck
+	(*PoolAckCommand)(nil),               // 36: jmcluster.v1.PoolAckCommand
+	(*SnapshotHeader)(nil),               // 37: jmcluster.v1.SnapshotHeader
+	(*SnapshotRecord)(nil),               // 38: jmcluster.v1.SnapshotRecord
+	(*JobGraph)(nil),                     // 39: jmcluster.v1.JobGraph
+	(JobStatus)(0),                       // 40: jmcluster.v1.JobStatus
+	(*SlotID)(nil),                       // 41: jmcluster.v1.SlotID
+	(ExecutionState)(0),                  // 42: jmcluster.v1.ExecutionState
+	(*Execution)(nil),                    // 43: jmcluster.v1.Execution
+	(*TaskCheckpointAck)(nil),            // 44: jmcluster.v1.TaskCheckpointAck
+	(*JobRecord)(nil),                    // 45: jmcluster.v1.JobRecord
 }
 var file_jmcluster_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: jmcluster.v1.Command.type:type_name -> jmcluster.v1.CommandType
-	33, // 1: jmcluster.v1.SubmitJobCommand.job_graph:type_name -> jmcluster.v1.JobGraph
-	34, // 2: jmcluster.v1.SetJobStatusCommand.status:type_name -> jmcluster.v1.JobStatus
-	34, // 3: jmcluster.v1.SetJobStatusCommand.expected:type_name -> jmcluster.v1.JobStatus
-	35, // 4: jmcluster.v1.AttemptSpec.slot:type_name -> jmcluster.v1.SlotID
+	39, // 1: jmcluster.v1.SubmitJobCommand.job_graph:type_name -> jmcluster.v1.JobGraph
+	40, // 2: jmcluster.v1.SetJobStatusCommand.status:type_name -> jmcluster.v1.JobStatus
+	40, // 3: jmcluster.v1.SetJobStatusCommand.expected:type_name -> jmcluster.v1.JobStatus
+	41, // 4: jmcluster.v1.AttemptSpec.slot:type_name -> jmcluster.v1.SlotID
 	4,  // 5: jmcluster.v1.CreateAttemptsCommand.attempts:type_name -> jmcluster.v1.AttemptSpec
-	36, // 6: jmcluster.v1.ExecutionStateUpdate.state:type_name -> jmcluster.v1.ExecutionState
+	42, // 6: jmcluster.v1.ExecutionStateUpdate.state:type_name -> jmcluster.v1.ExecutionState
 	6,  // 7: jmcluster.v1.UpdateExecutionStatesCommand.updates:type_name -> jmcluster.v1.ExecutionStateUpdate
 	12, // 8: jmcluster.v1.ReconciliationRecord.counts:type_name -> jmcluster.v1.ReconciliationCounts
 	13, // 9: jmcluster.v1.ReconciliationRecord.reports:type_name -> jmcluster.v1.ReconciliationReport
 	19, // 10: jmcluster.v1.ReconcileJobCommand.executions:type_name -> jmcluster.v1.ReconciledExecution
-	34, // 11: jmcluster.v1.ReconcileJobCommand.status:type_name -> jmcluster.v1.JobStatus
+	40, // 11: jmcluster.v1.ReconcileJobCommand.status:type_name -> jmcluster.v1.JobStatus
 	18, // 12: jmcluster.v1.ReconcileKeptCommand.ranges:type_name -> jmcluster.v1.KeptRange
-	36, // 13: jmcluster.v1.KeptRange.state:type_name -> jmcluster.v1.ExecutionState
-	37, // 14: jmcluster.v1.ReconciledExecution.execution:type_name -> jmcluster.v1.Execution
+	42, // 13: jmcluster.v1.KeptRange.state:type_name -> jmcluster.v1.ExecutionState
+	43, // 14: jmcluster.v1.ReconciledExecution.execution:type_name -> jmcluster.v1.Execution
 	12, // 15: jmcluster.v1.EndReconciliationCommand.counts:type_name -> jmcluster.v1.ReconciliationCounts
 	13, // 16: jmcluster.v1.EndReconciliationCommand.reports:type_name -> jmcluster.v1.ReconciliationReport
-	22, // 17: jmcluster.v1.TaskManagerPool.members:type_name -> jmcluster.v1.PoolMember
-	23, // 18: jmcluster.v1.TaskManagerPool.versions:type_name -> jmcluster.v1.PoolVersion
-	25, // 19: jmcluster.v1.TaskManagerPool.drained:type_name -> jmcluster.v1.DrainedTaskManager
-	29, // 20: jmcluster.v1.PoolAckCommand.acks:type_name -> jmcluster.v1.PoolAck
-	31, // 21: jmcluster.v1.SnapshotRecord.header:type_name -> jmcluster.v1.SnapshotHeader
-	38, // 22: jmcluster.v1.SnapshotRecord.job:type_name -> jmcluster.v1.JobRecord
-	11, // 23: jmcluster.v1.SnapshotRecord.epoch:type_name -> jmcluster.v1.LeaderEpoch
-	14, // 24: jmcluster.v1.SnapshotRecord.reconciliation:type_name -> jmcluster.v1.ReconciliationRecord
-	24, // 25: jmcluster.v1.SnapshotRecord.pool:type_name -> jmcluster.v1.TaskManagerPool
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	44, // 17: jmcluster.v1.AckCheckpointCommand.acks:type_name -> jmcluster.v1.TaskCheckpointAck
+	26, // 18: jmcluster.v1.CheckpointCommandResult.discarded:type_name -> jmcluster.v1.DiscardedCheckpoint
+	28, // 19: jmcluster.v1.TaskManagerPool.members:type_name -> jmcluster.v1.PoolMember
+	29, // 20: jmcluster.v1.TaskManagerPool.versions:type_name -> jmcluster.v1.PoolVersion
+	31, // 21: jmcluster.v1.TaskManagerPool.drained:type_name -> jmcluster.v1.DrainedTaskManager
+	35, // 22: jmcluster.v1.PoolAckCommand.acks:type_name -> jmcluster.v1.PoolAck
+	37, // 23: jmcluster.v1.SnapshotRecord.header:type_name -> jmcluster.v1.SnapshotHeader
+	45, // 24: jmcluster.v1.SnapshotRecord.job:type_name -> jmcluster.v1.JobRecord
+	11, // 25: jmcluster.v1.SnapshotRecord.epoch:type_name -> jmcluster.v1.LeaderEpoch
+	14, // 26: jmcluster.v1.SnapshotRecord.reconciliation:type_name -> jmcluster.v1.ReconciliationRecord
+	30, // 27: jmcluster.v1.SnapshotRecord.pool:type_name -> jmcluster.v1.TaskManagerPool
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_fsm_proto_init() }
@@ -2783,8 +3248,9 @@ func file_jmcluster_v1_fsm_proto_init() {
 	if File_jmcluster_v1_fsm_proto != nil {
 		return
 	}
+	file_jmcluster_v1_checkpoint_proto_init()
 	file_jmcluster_v1_graph_proto_init()
-	file_jmcluster_v1_fsm_proto_msgTypes[31].OneofWrappers = []any{
+	file_jmcluster_v1_fsm_proto_msgTypes[37].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Epoch)(nil),
@@ -2797,7 +3263,7 @@ func file_jmcluster_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_fsm_proto_rawDesc), len(file_jmcluster_v1_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1144,6 +1144,8 @@ type JobGraph struct {
 	Edges            []*JobEdge       `protobuf:"bytes,5,rep,name=edges,proto3" json:"edges,omitempty"`
 	RestartStrategy  *RestartStrategy `protobuf:"bytes,6,opt,name=restart_strategy,json=restartStrategy,proto3" json:"restart_strategy,omitempty"`
 	FailoverStrategy FailoverStrategy `protobuf:"varint,7,opt,name=failover_strategy,json=failoverStrategy,proto3,enum=jmcluster.v1.FailoverStrategy" json:"failover_strategy,omitempty"`
+	// Absent (or interval_ms 0): the job is not checkpointed.
+	CheckpointConfig *CheckpointConfig `protobuf:"bytes,8,opt,name=checkpoint_config,json=checkpointConfig,proto3" json:"checkpoint_config,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1225,6 +1227,13 @@ func (x *JobGraph) GetFailoverStrategy() FailoverStrategy {
 		return x.FailoverStrategy
 	}
 	return FailoverStrategy_FAILOVER_STRATEGY_UNSPECIFIED
+}
+
+func (x *JobGraph) GetCheckpointConfig() *CheckpointConfig {
+	if x != nil {
+		return x.CheckpointConfig
+	}
+	return nil
 }
 
 type SlotID struct {
@@ -1947,8 +1956,11 @@ type JobRecord struct {
 	Restarts     int32  `protobuf:"varint,6,opt,name=restarts,proto3" json:"restarts,omitempty"`
 	FailureCause string `protobuf:"bytes,7,opt,name=failure_cause,json=failureCause,proto3" json:"failure_cause,omitempty"`
 	// Raft index of the entry that created the record.
-	CreateIndex   uint64 `protobuf:"varint,8,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64 `protobuf:"varint,9,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	CreateIndex uint64 `protobuf:"varint,8,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex uint64 `protobuf:"varint,9,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	// Set by the first checkpoint trigger: a job that never checkpointed has none, so its record
+	// encodes as it did before checkpoints.
+	Checkpoints   *JobCheckpoints `protobuf:"bytes,10,opt,name=checkpoints,proto3" json:"checkpoints,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2046,11 +2058,18 @@ func (x *JobRecord) GetModifyIndex() uint64 {
 	return 0
 }
 
+func (x *JobRecord) GetCheckpoints() *JobCheckpoints {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return nil
+}
+
 var File_jmcluster_v1_graph_proto protoreflect.FileDescriptor
 
 const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\n" +
-	"\x18jmcluster/v1/graph.proto\x12\fjmcluster.v1\"w\n" +
+	"\x18jmcluster/v1/graph.proto\x12\fjmcluster.v1\x1a\x1djmcluster/v1/checkpoint.proto\"w\n" +
 	"\x0fRestartStrategy\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.jmcluster.v1.RestartKindR\x04kind\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\x05R\battempts\x12\x19\n" +
@@ -2093,7 +2112,7 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12>\n" +
 	"\fdistribution\x18\x03 \x01(\x0e2\x1a.jmcluster.v1.DistributionR\fdistribution\x129\n" +
 	"\vresult_type\x18\x04 \x01(\x0e2\x18.jmcluster.v1.ResultTypeR\n" +
-	"resultType\"\xd9\x02\n" +
+	"resultType\"\xa6\x03\n" +
 	"\bJobGraph\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12)\n" +
@@ -2101,7 +2120,8 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\bvertices\x18\x04 \x03(\v2\x17.jmcluster.v1.JobVertexR\bvertices\x12+\n" +
 	"\x05edges\x18\x05 \x03(\v2\x15.jmcluster.v1.JobEdgeR\x05edges\x12H\n" +
 	"\x10restart_strategy\x18\x06 \x01(\v2\x1d.jmcluster.v1.RestartStrategyR\x0frestartStrategy\x12K\n" +
-	"\x11failover_strategy\x18\a \x01(\x0e2\x1e.jmcluster.v1.FailoverStrategyR\x10failoverStrategy\"3\n" +
+	"\x11failover_strategy\x18\a \x01(\x0e2\x1e.jmcluster.v1.FailoverStrategyR\x10failoverStrategy\x12K\n" +
+	"\x11checkpoint_config\x18\b \x01(\v2\x1e.jmcluster.v1.CheckpointConfigR\x10checkpointConfig\"3\n" +
 	"\x06SlotID\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x05R\x05index\"b\n" +
@@ -2160,7 +2180,7 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x0fJobStatusChange\x12/\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x17.jmcluster.v1.JobStatusR\x06status\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12\x14\n" +
-	"\x05cause\x18\x03 \x01(\tR\x05cause\"\x9b\x03\n" +
+	"\x05cause\x18\x03 \x01(\tR\x05cause\"\xdb\x03\n" +
 	"\tJobRecord\x123\n" +
 	"\tjob_graph\x18\x01 \x01(\v2\x16.jmcluster.v1.JobGraphR\bjobGraph\x12/\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x17.jmcluster.v1.JobStatusR\x06status\x127\n" +
@@ -2170,7 +2190,9 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\brestarts\x18\x06 \x01(\x05R\brestarts\x12#\n" +
 	"\rfailure_cause\x18\a \x01(\tR\ffailureCause\x12!\n" +
 	"\fcreate_index\x18\b \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\t \x01(\x04R\vmodifyIndex*O\n" +
+	"\fmodify_index\x18\t \x01(\x04R\vmodifyIndex\x12>\n" +
+	"\vcheckpoints\x18\n" +
+	" \x01(\v2\x1c.jmcluster.v1.JobCheckpointsR\vcheckpoints*O\n" +
 	"\aJobType\x12\x18\n" +
 	"\x14JOB_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12JOB_TYPE_STREAMING\x10\x01\x12\x12\n" +
@@ -2265,6 +2287,8 @@ var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(*ExecutionGraph)(nil),              // 27: jmcluster.v1.ExecutionGraph
 	(*JobStatusChange)(nil),             // 28: jmcluster.v1.JobStatusChange
 	(*JobRecord)(nil),                   // 29: jmcluster.v1.JobRecord
+	(*CheckpointConfig)(nil),            // 30: jmcluster.v1.CheckpointConfig
+	(*JobCheckpoints)(nil),              // 31: jmcluster.v1.JobCheckpoints
 }
 var file_jmcluster_v1_graph_proto_depIdxs = []int32{
 	3,  // 0: jmcluster.v1.RestartStrategy.kind:type_name -> jmcluster.v1.RestartKind
@@ -2283,29 +2307,31 @@ var file_jmcluster_v1_graph_proto_depIdxs = []int32{
 	17, // 13: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
 	7,  // 14: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
 	4,  // 15: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
-	5,  // 16: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
-	5,  // 17: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
-	20, // 18: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
-	19, // 19: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
-	21, // 20: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
-	21, // 21: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
-	22, // 22: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
-	23, // 23: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
-	2,  // 24: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
-	1,  // 25: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
-	25, // 26: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
-	24, // 27: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
-	26, // 28: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
-	6,  // 29: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
-	18, // 30: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
-	6,  // 31: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
-	28, // 32: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
-	27, // 33: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	30, // 16: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
+	5,  // 17: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
+	5,  // 18: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
+	20, // 19: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
+	19, // 20: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
+	21, // 21: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
+	21, // 22: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
+	22, // 23: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
+	23, // 24: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
+	2,  // 25: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
+	1,  // 26: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
+	25, // 27: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
+	24, // 28: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
+	26, // 29: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
+	6,  // 30: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
+	18, // 31: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
+	6,  // 32: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
+	28, // 33: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
+	27, // 34: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
+	31, // 35: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_graph_proto_init() }
@@ -2313,6 +2339,7 @@ func file_jmcluster_v1_graph_proto_init() {
 	if File_jmcluster_v1_graph_proto != nil {
 		return
 	}
+	file_jmcluster_v1_checkpoint_proto_init()
 	file_jmcluster_v1_graph_proto_msgTypes[8].OneofWrappers = []any{
 		(*Operator_SequenceSource)(nil),
 		(*Operator_Map)(nil),

@@ -936,11 +936,312 @@ func (x *RequestPartitionStateResponse) GetProducerDataAddress() string {
 	return ""
 }
 
+type AcknowledgeCheckpointRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	TmId  string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
+	// The highest leader epoch the TM has seen, and its incarnation (as in a heartbeat).
+	EpochSeen    uint64 `protobuf:"varint,2,opt,name=epoch_seen,json=epochSeen,proto3" json:"epoch_seen,omitempty"`
+	Incarnation  string `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	JobId        string `protobuf:"bytes,4,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	CheckpointId uint64 `protobuf:"varint,5,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	// The acknowledging tasks of this TM, each its subtask's attempt that wrote the state.
+	Acks []*TaskCheckpointAck `protobuf:"bytes,6,rep,name=acks,proto3" json:"acks,omitempty"`
+	// Outbox sequence number, increasing per TM; makes retries idempotent.
+	Sequence      uint64 `protobuf:"varint,7,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgeCheckpointRequest) Reset() {
+	*x = AcknowledgeCheckpointRequest{}
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgeCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgeCheckpointRequest) ProtoMessage() {}
+
+func (x *AcknowledgeCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgeCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*AcknowledgeCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AcknowledgeCheckpointRequest) GetTmId() string {
+	if x != nil {
+		return x.TmId
+	}
+	return ""
+}
+
+func (x *AcknowledgeCheckpointRequest) GetEpochSeen() uint64 {
+	if x != nil {
+		return x.EpochSeen
+	}
+	return 0
+}
+
+func (x *AcknowledgeCheckpointRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *AcknowledgeCheckpointRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *AcknowledgeCheckpointRequest) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *AcknowledgeCheckpointRequest) GetAcks() []*TaskCheckpointAck {
+	if x != nil {
+		return x.Acks
+	}
+	return nil
+}
+
+func (x *AcknowledgeCheckpointRequest) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+type AcknowledgeCheckpointResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the checkpoint is no longer pending or an acknowledgement is from an attempt
+	// that is not current (the TM may drop the state it holds for it); reason says which.
+	Accepted      bool   `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgeCheckpointResponse) Reset() {
+	*x = AcknowledgeCheckpointResponse{}
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgeCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgeCheckpointResponse) ProtoMessage() {}
+
+func (x *AcknowledgeCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgeCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*AcknowledgeCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AcknowledgeCheckpointResponse) GetAccepted() bool {
+	if x != nil {
+		return x.Accepted
+	}
+	return false
+}
+
+func (x *AcknowledgeCheckpointResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type DeclineCheckpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TmId          string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
+	EpochSeen     uint64                 `protobuf:"varint,2,opt,name=epoch_seen,json=epochSeen,proto3" json:"epoch_seen,omitempty"`
+	Incarnation   string                 `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	JobId         string                 `protobuf:"bytes,4,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	CheckpointId  uint64                 `protobuf:"varint,5,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	VertexId      string                 `protobuf:"bytes,6,opt,name=vertex_id,json=vertexId,proto3" json:"vertex_id,omitempty"`
+	SubtaskIndex  int32                  `protobuf:"varint,7,opt,name=subtask_index,json=subtaskIndex,proto3" json:"subtask_index,omitempty"`
+	AttemptNumber int32                  `protobuf:"varint,8,opt,name=attempt_number,json=attemptNumber,proto3" json:"attempt_number,omitempty"`
+	Reason        string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	Sequence      uint64                 `protobuf:"varint,10,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeclineCheckpointRequest) Reset() {
+	*x = DeclineCheckpointRequest{}
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeclineCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeclineCheckpointRequest) ProtoMessage() {}
+
+func (x *DeclineCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeclineCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*DeclineCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DeclineCheckpointRequest) GetTmId() string {
+	if x != nil {
+		return x.TmId
+	}
+	return ""
+}
+
+func (x *DeclineCheckpointRequest) GetEpochSeen() uint64 {
+	if x != nil {
+		return x.EpochSeen
+	}
+	return 0
+}
+
+func (x *DeclineCheckpointRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *DeclineCheckpointRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *DeclineCheckpointRequest) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *DeclineCheckpointRequest) GetVertexId() string {
+	if x != nil {
+		return x.VertexId
+	}
+	return ""
+}
+
+func (x *DeclineCheckpointRequest) GetSubtaskIndex() int32 {
+	if x != nil {
+		return x.SubtaskIndex
+	}
+	return 0
+}
+
+func (x *DeclineCheckpointRequest) GetAttemptNumber() int32 {
+	if x != nil {
+		return x.AttemptNumber
+	}
+	return 0
+}
+
+func (x *DeclineCheckpointRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DeclineCheckpointRequest) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+type DeclineCheckpointResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeclineCheckpointResponse) Reset() {
+	*x = DeclineCheckpointResponse{}
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeclineCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeclineCheckpointResponse) ProtoMessage() {}
+
+func (x *DeclineCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_jobmaster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeclineCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*DeclineCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_jobmaster_proto_rawDescGZIP(), []int{16}
+}
+
 var File_jmcluster_v1_jobmaster_proto protoreflect.FileDescriptor
 
 const file_jmcluster_v1_jobmaster_proto_rawDesc = "" +
 	"\n" +
-	"\x1cjmcluster/v1/jobmaster.proto\x12\fjmcluster.v1\x1a\x18jmcluster/v1/graph.proto\"\xf9\x01\n" +
+	"\x1cjmcluster/v1/jobmaster.proto\x12\fjmcluster.v1\x1a\x1djmcluster/v1/checkpoint.proto\x1a\x18jmcluster/v1/graph.proto\"\xf9\x01\n" +
 	"\x1aRegisterTaskManagerRequest\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
@@ -1011,13 +1312,41 @@ const file_jmcluster_v1_jobmaster_proto_rawDesc = "" +
 	"\x1dRequestPartitionStateResponse\x12C\n" +
 	"\x0eproducer_state\x18\x01 \x01(\x0e2\x1c.jmcluster.v1.ExecutionStateR\rproducerState\x12=\n" +
 	"\x1bcurrent_producer_attempt_id\x18\x02 \x01(\tR\x18currentProducerAttemptId\x122\n" +
-	"\x15producer_data_address\x18\x03 \x01(\tR\x13producerDataAddress2\xb7\x04\n" +
+	"\x15producer_data_address\x18\x03 \x01(\tR\x13producerDataAddress\"\x81\x02\n" +
+	"\x1cAcknowledgeCheckpointRequest\x12\x13\n" +
+	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12\x1d\n" +
+	"\n" +
+	"epoch_seen\x18\x02 \x01(\x04R\tepochSeen\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\tR\vincarnation\x12\x15\n" +
+	"\x06job_id\x18\x04 \x01(\tR\x05jobId\x12#\n" +
+	"\rcheckpoint_id\x18\x05 \x01(\x04R\fcheckpointId\x123\n" +
+	"\x04acks\x18\x06 \x03(\v2\x1f.jmcluster.v1.TaskCheckpointAckR\x04acks\x12\x1a\n" +
+	"\bsequence\x18\a \x01(\x04R\bsequence\"S\n" +
+	"\x1dAcknowledgeCheckpointResponse\x12\x1a\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xc9\x02\n" +
+	"\x18DeclineCheckpointRequest\x12\x13\n" +
+	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12\x1d\n" +
+	"\n" +
+	"epoch_seen\x18\x02 \x01(\x04R\tepochSeen\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\tR\vincarnation\x12\x15\n" +
+	"\x06job_id\x18\x04 \x01(\tR\x05jobId\x12#\n" +
+	"\rcheckpoint_id\x18\x05 \x01(\x04R\fcheckpointId\x12\x1b\n" +
+	"\tvertex_id\x18\x06 \x01(\tR\bvertexId\x12#\n" +
+	"\rsubtask_index\x18\a \x01(\x05R\fsubtaskIndex\x12%\n" +
+	"\x0eattempt_number\x18\b \x01(\x05R\rattemptNumber\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\x12\x1a\n" +
+	"\bsequence\x18\n" +
+	" \x01(\x04R\bsequence\"\x1b\n" +
+	"\x19DeclineCheckpointResponse2\x8f\x06\n" +
 	"\x10JobMasterService\x12j\n" +
 	"\x13RegisterTaskManager\x12(.jmcluster.v1.RegisterTaskManagerRequest\x1a).jmcluster.v1.RegisterTaskManagerResponse\x12L\n" +
 	"\tHeartbeat\x12\x1e.jmcluster.v1.HeartbeatRequest\x1a\x1f.jmcluster.v1.HeartbeatResponse\x12y\n" +
 	"\x18UpdateTaskExecutionState\x12-.jmcluster.v1.UpdateTaskExecutionStateRequest\x1a..jmcluster.v1.UpdateTaskExecutionStateResponse\x12|\n" +
 	"\x19ScheduleOrUpdateConsumers\x12..jmcluster.v1.ScheduleOrUpdateConsumersRequest\x1a/.jmcluster.v1.ScheduleOrUpdateConsumersResponse\x12p\n" +
-	"\x15RequestPartitionState\x12*.jmcluster.v1.RequestPartitionStateRequest\x1a+.jmcluster.v1.RequestPartitionStateResponseB-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
+	"\x15RequestPartitionState\x12*.jmcluster.v1.RequestPartitionStateRequest\x1a+.jmcluster.v1.RequestPartitionStateResponse\x12p\n" +
+	"\x15AcknowledgeCheckpoint\x12*.jmcluster.v1.AcknowledgeCheckpointRequest\x1a+.jmcluster.v1.AcknowledgeCheckpointResponse\x12d\n" +
+	"\x11DeclineCheckpoint\x12&.jmcluster.v1.DeclineCheckpointRequest\x1a'.jmcluster.v1.DeclineCheckpointResponseB-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
 
 var (
 	file_jmcluster_v1_jobmaster_proto_rawDescOnce sync.Once
@@ -1031,7 +1360,7 @@ func file_jmcluster_v1_jobmaster_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_jobmaster_proto_rawDescData
 }
 
-var file_jmcluster_v1_jobmaster_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_jmcluster_v1_jobmaster_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_jmcluster_v1_jobmaster_proto_goTypes = []any{
 	(*RegisterTaskManagerRequest)(nil),        // 0: jmcluster.v1.RegisterTaskManagerRequest
 	(*RegisterTaskManagerResponse)(nil),       // 1: jmcluster.v1.RegisterTaskManagerResponse
@@ -1046,31 +1375,41 @@ var file_jmcluster_v1_jobmaster_proto_goTypes = []any{
 	(*ScheduleOrUpdateConsumersResponse)(nil), // 10: jmcluster.v1.ScheduleOrUpdateConsumersResponse
 	(*RequestPartitionStateRequest)(nil),      // 11: jmcluster.v1.RequestPartitionStateRequest
 	(*RequestPartitionStateResponse)(nil),     // 12: jmcluster.v1.RequestPartitionStateResponse
-	(ExecutionState)(0),                       // 13: jmcluster.v1.ExecutionState
+	(*AcknowledgeCheckpointRequest)(nil),      // 13: jmcluster.v1.AcknowledgeCheckpointRequest
+	(*AcknowledgeCheckpointResponse)(nil),     // 14: jmcluster.v1.AcknowledgeCheckpointResponse
+	(*DeclineCheckpointRequest)(nil),          // 15: jmcluster.v1.DeclineCheckpointRequest
+	(*DeclineCheckpointResponse)(nil),         // 16: jmcluster.v1.DeclineCheckpointResponse
+	(ExecutionState)(0),                       // 17: jmcluster.v1.ExecutionState
+	(*TaskCheckpointAck)(nil),                 // 18: jmcluster.v1.TaskCheckpointAck
 }
 var file_jmcluster_v1_jobmaster_proto_depIdxs = []int32{
 	2,  // 0: jmcluster.v1.RegisterTaskManagerResponse.pool:type_name -> jmcluster.v1.PoolView
 	3,  // 1: jmcluster.v1.PoolView.peers:type_name -> jmcluster.v1.PoolPeer
-	13, // 2: jmcluster.v1.DeployedExecution.state:type_name -> jmcluster.v1.ExecutionState
+	17, // 2: jmcluster.v1.DeployedExecution.state:type_name -> jmcluster.v1.ExecutionState
 	4,  // 3: jmcluster.v1.HeartbeatRequest.deployed:type_name -> jmcluster.v1.DeployedExecution
 	2,  // 4: jmcluster.v1.HeartbeatResponse.pool:type_name -> jmcluster.v1.PoolView
-	13, // 5: jmcluster.v1.UpdateTaskExecutionStateRequest.state:type_name -> jmcluster.v1.ExecutionState
-	13, // 6: jmcluster.v1.RequestPartitionStateResponse.producer_state:type_name -> jmcluster.v1.ExecutionState
-	0,  // 7: jmcluster.v1.JobMasterService.RegisterTaskManager:input_type -> jmcluster.v1.RegisterTaskManagerRequest
-	5,  // 8: jmcluster.v1.JobMasterService.Heartbeat:input_type -> jmcluster.v1.HeartbeatRequest
-	7,  // 9: jmcluster.v1.JobMasterService.UpdateTaskExecutionState:input_type -> jmcluster.v1.UpdateTaskExecutionStateRequest
-	9,  // 10: jmcluster.v1.JobMasterService.ScheduleOrUpdateConsumers:input_type -> jmcluster.v1.ScheduleOrUpdateConsumersRequest
-	11, // 11: jmcluster.v1.JobMasterService.RequestPartitionState:input_type -> jmcluster.v1.RequestPartitionStateRequest
-	1,  // 12: jmcluster.v1.JobMasterService.RegisterTaskManager:output_type -> jmcluster.v1.RegisterTaskManagerResponse
-	6,  // 13: jmcluster.v1.JobMasterService.Heartbeat:output_type -> jmcluster.v1.HeartbeatResponse
-	8,  // 14: jmcluster.v1.JobMasterService.UpdateTaskExecutionState:output_type -> jmcluster.v1.UpdateTaskExecutionStateResponse
-	10, // 15: jmcluster.v1.JobMasterService.ScheduleOrUpdateConsumers:output_type -> jmcluster.v1.ScheduleOrUpdateConsumersResponse
-	12, // 16: jmcluster.v1.JobMasterService.RequestPartitionState:output_type -> jmcluster.v1.RequestPartitionStateResponse
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	17, // 5: jmcluster.v1.UpdateTaskExecutionStateRequest.state:type_name -> jmcluster.v1.ExecutionState
+	17, // 6: jmcluster.v1.RequestPartitionStateResponse.producer_state:type_name -> jmcluster.v1.ExecutionState
+	18, // 7: jmcluster.v1.AcknowledgeCheckpointRequest.acks:type_name -> jmcluster.v1.TaskCheckpointAck
+	0,  // 8: jmcluster.v1.JobMasterService.RegisterTaskManager:input_type -> jmcluster.v1.RegisterTaskManagerRequest
+	5,  // 9: jmcluster.v1.JobMasterService.Heartbeat:input_type -> jmcluster.v1.HeartbeatRequest
+	7,  // 10: jmcluster.v1.JobMasterService.UpdateTaskExecutionState:input_type -> jmcluster.v1.UpdateTaskExecutionStateRequest
+	9,  // 11: jmcluster.v1.JobMasterService.ScheduleOrUpdateConsumers:input_type -> jmcluster.v1.ScheduleOrUpdateConsumersRequest
+	11, // 12: jmcluster.v1.JobMasterService.RequestPartitionState:input_type -> jmcluster.v1.RequestPartitionStateRequest
+	13, // 13: jmcluster.v1.JobMasterService.AcknowledgeCheckpoint:input_type -> jmcluster.v1.AcknowledgeCheckpointRequest
+	15, // 14: jmcluster.v1.JobMasterService.DeclineCheckpoint:input_type -> jmcluster.v1.DeclineCheckpointRequest
+	1,  // 15: jmcluster.v1.JobMasterService.RegisterTaskManager:output_type -> jmcluster.v1.RegisterTaskManagerResponse
+	6,  // 16: jmcluster.v1.JobMasterService.Heartbeat:output_type -> jmcluster.v1.HeartbeatResponse
+	8,  // 17: jmcluster.v1.JobMasterService.UpdateTaskExecutionState:output_type -> jmcluster.v1.UpdateTaskExecutionStateResponse
+	10, // 18: jmcluster.v1.JobMasterService.ScheduleOrUpdateConsumers:output_type -> jmcluster.v1.ScheduleOrUpdateConsumersResponse
+	12, // 19: jmcluster.v1.JobMasterService.RequestPartitionState:output_type -> jmcluster.v1.RequestPartitionStateResponse
+	14, // 20: jmcluster.v1.JobMasterService.AcknowledgeCheckpoint:output_type -> jmcluster.v1.AcknowledgeCheckpointResponse
+	16, // 21: jmcluster.v1.JobMasterService.DeclineCheckpoint:output_type -> jmcluster.v1.DeclineCheckpointResponse
+	15, // [15:22] is the sub-list for method output_type
+	8,  // [8:15] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_jobmaster_proto_init() }
@@ -1078,6 +1417,7 @@ func file_jmcluster_v1_jobmaster_proto_init() {
 	if File_jmcluster_v1_jobmaster_proto != nil {
 		return
 	}
+	file_jmcluster_v1_checkpoint_proto_init()
 	file_jmcluster_v1_graph_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1085,7 +1425,7 @@ func file_jmcluster_v1_jobmaster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_jobmaster_proto_rawDesc), len(file_jmcluster_v1_jobmaster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,8 @@ const (
 	JobMasterService_UpdateTaskExecutionState_FullMethodName  = "/jmcluster.v1.JobMasterService/UpdateTaskExecutionState"
 	JobMasterService_ScheduleOrUpdateConsumers_FullMethodName = "/jmcluster.v1.JobMasterService/ScheduleOrUpdateConsumers"
 	JobMasterService_RequestPartitionState_FullMethodName     = "/jmcluster.v1.JobMasterService/RequestPartitionState"
+	JobMasterService_AcknowledgeCheckpoint_FullMethodName     = "/jmcluster.v1.JobMasterService/AcknowledgeCheckpoint"
+	JobMasterService_DeclineCheckpoint_FullMethodName         = "/jmcluster.v1.JobMasterService/DeclineCheckpoint"
 )
 
 // JobMasterServiceClient is the client API for JobMasterService service.
@@ -39,6 +41,10 @@ type JobMasterServiceClient interface {
 	UpdateTaskExecutionState(ctx context.Context, in *UpdateTaskExecutionStateRequest, opts ...grpc.CallOption) (*UpdateTaskExecutionStateResponse, error)
 	ScheduleOrUpdateConsumers(ctx context.Context, in *ScheduleOrUpdateConsumersRequest, opts ...grpc.CallOption) (*ScheduleOrUpdateConsumersResponse, error)
 	RequestPartitionState(ctx context.Context, in *RequestPartitionStateRequest, opts ...grpc.CallOption) (*RequestPartitionStateResponse, error)
+	// A TM's tasks acknowledge a checkpoint: each wrote its state to checkpoint storage.
+	AcknowledgeCheckpoint(ctx context.Context, in *AcknowledgeCheckpointRequest, opts ...grpc.CallOption) (*AcknowledgeCheckpointResponse, error)
+	// A task declines a checkpoint (it could not take or write its state): the leader aborts it.
+	DeclineCheckpoint(ctx context.Context, in *DeclineCheckpointRequest, opts ...grpc.CallOption) (*DeclineCheckpointResponse, error)
 }
 
 type jobMasterServiceClient struct {
@@ -99,6 +105,26 @@ func (c *jobMasterServiceClient) RequestPartitionState(ctx context.Context, in *
 	return out, nil
 }
 
+func (c *jobMasterServiceClient) AcknowledgeCheckpoint(ctx context.Context, in *AcknowledgeCheckpointRequest, opts ...grpc.CallOption) (*AcknowledgeCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcknowledgeCheckpointResponse)
+	err := c.cc.Invoke(ctx, JobMasterService_AcknowledgeCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *jobMasterServiceClient) DeclineCheckpoint(ctx context.Context, in *DeclineCheckpointRequest, opts ...grpc.CallOption) (*DeclineCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeclineCheckpointResponse)
+	err := c.cc.Invoke(ctx, JobMasterService_DeclineCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobMasterServiceServer is the server API for JobMasterService service.
 // All implementations must embed UnimplementedJobMasterServiceServer
 // for forward compatibility.
@@ -108,6 +134,10 @@ type JobMasterServiceServer interface {
 	UpdateTaskExecutionState(context.Context, *UpdateTaskExecutionStateRequest) (*UpdateTaskExecutionStateResponse, error)
 	ScheduleOrUpdateConsumers(context.Context, *ScheduleOrUpdateConsumersRequest) (*ScheduleOrUpdateConsumersResponse, error)
 	RequestPartitionState(context.Context, *RequestPartitionStateRequest) (*RequestPartitionStateResponse, error)
+	// A TM's tasks acknowledge a checkpoint: each wrote its state to checkpoint storage.
+	AcknowledgeCheckpoint(context.Context, *AcknowledgeCheckpointRequest) (*AcknowledgeCheckpointResponse, error)
+	// A task declines a checkpoint (it could not take or write its state): the leader aborts it.
+	DeclineCheckpoint(context.Context, *DeclineCheckpointRequest) (*DeclineCheckpointResponse, error)
 	mustEmbedUnimplementedJobMasterServiceServer()
 }
 
@@ -132,6 +162,12 @@ func (UnimplementedJobMasterServiceServer) ScheduleOrUpdateConsumers(context.Con
 }
 func (UnimplementedJobMasterServiceServer) RequestPartitionState(context.Context, *RequestPartitionStateRequest) (*RequestPartitionStateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RequestPartitionState not implemented")
+}
+func (UnimplementedJobMasterServiceServer) AcknowledgeCheckpoint(context.Context, *AcknowledgeCheckpointRequest) (*AcknowledgeCheckpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcknowledgeCheckpoint not implemented")
+}
+func (UnimplementedJobMasterServiceServer) DeclineCheckpoint(context.Context, *DeclineCheckpointRequest) (*DeclineCheckpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeclineCheckpoint not implemented")
 }
 func (UnimplementedJobMasterServiceServer) mustEmbedUnimplementedJobMasterServiceServer() {}
 func (UnimplementedJobMasterServiceServer) testEmbeddedByValue()                          {}
@@ -244,6 +280,42 @@ func _JobMasterService_RequestPartitionState_Handler(srv interface{}, ctx contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobMasterService_AcknowledgeCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcknowledgeCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobMasterServiceServer).AcknowledgeCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobMasterService_AcknowledgeCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobMasterServiceServer).AcknowledgeCheckpoint(ctx, req.(*AcknowledgeCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JobMasterService_DeclineCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeclineCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobMasterServiceServer).DeclineCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobMasterService_DeclineCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobMasterServiceServer).DeclineCheckpoint(ctx, req.(*DeclineCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobMasterService_ServiceDesc is the grpc.ServiceDesc for JobMasterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -270,6 +342,14 @@ var JobMasterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RequestPartitionState",
 			Handler:    _JobMasterService_RequestPartitionState_Handler,
+		},
+		{
+			MethodName: "AcknowledgeCheckpoint",
+			Handler:    _JobMasterService_AcknowledgeCheckpoint_Handler,
+		},
+		{
+			MethodName: "DeclineCheckpoint",
+			Handler:    _JobMasterService_DeclineCheckpoint_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

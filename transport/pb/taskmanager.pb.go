@@ -951,8 +951,13 @@ type ExecutionReport struct {
 	SlotIndex      int32                      `protobuf:"varint,9,opt,name=slot_index,json=slotIndex,proto3" json:"slot_index,omitempty"`
 	Produced       []*ProducedPartitionReport `protobuf:"bytes,10,rep,name=produced,proto3" json:"produced,omitempty"`
 	Consumed       []*ConsumedPartitionReport `protobuf:"bytes,11,rep,name=consumed,proto3" json:"consumed,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The newest checkpoint the task acknowledged (0: none), and that acknowledgement: a new
+	// leader commits an acknowledgement the previous one may not have, then completes or aborts
+	// the pending checkpoint (docs/checkpoints.md, failover).
+	LatestAckedCheckpointId uint64             `protobuf:"varint,12,opt,name=latest_acked_checkpoint_id,json=latestAckedCheckpointId,proto3" json:"latest_acked_checkpoint_id,omitempty"`
+	LatestCheckpointAck     *TaskCheckpointAck `protobuf:"bytes,13,opt,name=latest_checkpoint_ack,json=latestCheckpointAck,proto3" json:"latest_checkpoint_ack,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *ExecutionReport) Reset() {
@@ -1058,6 +1063,20 @@ func (x *ExecutionReport) GetProduced() []*ProducedPartitionReport {
 func (x *ExecutionReport) GetConsumed() []*ConsumedPartitionReport {
 	if x != nil {
 		return x.Consumed
+	}
+	return nil
+}
+
+func (x *ExecutionReport) GetLatestAckedCheckpointId() uint64 {
+	if x != nil {
+		return x.LatestAckedCheckpointId
+	}
+	return 0
+}
+
+func (x *ExecutionReport) GetLatestCheckpointAck() *TaskCheckpointAck {
+	if x != nil {
+		return x.LatestCheckpointAck
 	}
 	return nil
 }
@@ -1450,6 +1469,330 @@ func (x *SubmitTasksResponse) GetResults() []*SubmitTaskResult {
 	return nil
 }
 
+type TriggerCheckpointRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Epoch        uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	JobId        string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	CheckpointId uint64                 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	// The trigger time the checkpoint was committed with (unix milliseconds).
+	TriggerUnixMs int64 `protobuf:"varint,4,opt,name=trigger_unix_ms,json=triggerUnixMs,proto3" json:"trigger_unix_ms,omitempty"`
+	// The source executions on this TM to inject the barrier into.
+	AttemptIds    []string `protobuf:"bytes,5,rep,name=attempt_ids,json=attemptIds,proto3" json:"attempt_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerCheckpointRequest) Reset() {
+	*x = TriggerCheckpointRequest{}
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerCheckpointRequest) ProtoMessage() {}
+
+func (x *TriggerCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*TriggerCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *TriggerCheckpointRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *TriggerCheckpointRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *TriggerCheckpointRequest) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *TriggerCheckpointRequest) GetTriggerUnixMs() int64 {
+	if x != nil {
+		return x.TriggerUnixMs
+	}
+	return 0
+}
+
+func (x *TriggerCheckpointRequest) GetAttemptIds() []string {
+	if x != nil {
+		return x.AttemptIds
+	}
+	return nil
+}
+
+type TriggerCheckpointResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Attempts of the request this TM does not run (or no longer runs): no barrier was injected
+	// for them, and the leader aborts the checkpoint.
+	NotRunning    []string `protobuf:"bytes,1,rep,name=not_running,json=notRunning,proto3" json:"not_running,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerCheckpointResponse) Reset() {
+	*x = TriggerCheckpointResponse{}
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerCheckpointResponse) ProtoMessage() {}
+
+func (x *TriggerCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*TriggerCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *TriggerCheckpointResponse) GetNotRunning() []string {
+	if x != nil {
+		return x.NotRunning
+	}
+	return nil
+}
+
+type NotifyCheckpointCompleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	JobId         string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	CheckpointId  uint64                 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotifyCheckpointCompleteRequest) Reset() {
+	*x = NotifyCheckpointCompleteRequest{}
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyCheckpointCompleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyCheckpointCompleteRequest) ProtoMessage() {}
+
+func (x *NotifyCheckpointCompleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyCheckpointCompleteRequest.ProtoReflect.Descriptor instead.
+func (*NotifyCheckpointCompleteRequest) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *NotifyCheckpointCompleteRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *NotifyCheckpointCompleteRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *NotifyCheckpointCompleteRequest) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+type NotifyCheckpointCompleteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotifyCheckpointCompleteResponse) Reset() {
+	*x = NotifyCheckpointCompleteResponse{}
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyCheckpointCompleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyCheckpointCompleteResponse) ProtoMessage() {}
+
+func (x *NotifyCheckpointCompleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyCheckpointCompleteResponse.ProtoReflect.Descriptor instead.
+func (*NotifyCheckpointCompleteResponse) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{24}
+}
+
+type NotifyCheckpointAbortedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	JobId         string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	CheckpointId  uint64                 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotifyCheckpointAbortedRequest) Reset() {
+	*x = NotifyCheckpointAbortedRequest{}
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyCheckpointAbortedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyCheckpointAbortedRequest) ProtoMessage() {}
+
+func (x *NotifyCheckpointAbortedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyCheckpointAbortedRequest.ProtoReflect.Descriptor instead.
+func (*NotifyCheckpointAbortedRequest) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *NotifyCheckpointAbortedRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *NotifyCheckpointAbortedRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *NotifyCheckpointAbortedRequest) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *NotifyCheckpointAbortedRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type NotifyCheckpointAbortedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotifyCheckpointAbortedResponse) Reset() {
+	*x = NotifyCheckpointAbortedResponse{}
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyCheckpointAbortedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyCheckpointAbortedResponse) ProtoMessage() {}
+
+func (x *NotifyCheckpointAbortedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyCheckpointAbortedResponse.ProtoReflect.Descriptor instead.
+func (*NotifyCheckpointAbortedResponse) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{26}
+}
+
 type LeaderContactRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The asking TM, for the answering TM's log.
@@ -1460,7 +1803,7 @@ type LeaderContactRequest struct {
 
 func (x *LeaderContactRequest) Reset() {
 	*x = LeaderContactRequest{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1815,7 @@ func (x *LeaderContactRequest) String() string {
 func (*LeaderContactRequest) ProtoMessage() {}
 
 func (x *LeaderContactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1828,7 @@ func (x *LeaderContactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderContactRequest.ProtoReflect.Descriptor instead.
 func (*LeaderContactRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{21}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LeaderContactRequest) GetTmId() string {
@@ -1513,7 +1856,7 @@ type LeaderContactResponse struct {
 
 func (x *LeaderContactResponse) Reset() {
 	*x = LeaderContactResponse{}
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1868,7 @@ func (x *LeaderContactResponse) String() string {
 func (*LeaderContactResponse) ProtoMessage() {}
 
 func (x *LeaderContactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_taskmanager_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1881,7 @@ func (x *LeaderContactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderContactResponse.ProtoReflect.Descriptor instead.
 func (*LeaderContactResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{22}
+	return file_jmcluster_v1_taskmanager_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeaderContactResponse) GetTmId() string {
@@ -1580,7 +1923,7 @@ var File_jmcluster_v1_taskmanager_proto protoreflect.FileDescriptor
 
 const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\n" +
-	"\x1ejmcluster/v1/taskmanager.proto\x12\fjmcluster.v1\x1a\x18jmcluster/v1/graph.proto\"\x93\x02\n" +
+	"\x1ejmcluster/v1/taskmanager.proto\x12\fjmcluster.v1\x1a\x1djmcluster/v1/checkpoint.proto\x1a\x18jmcluster/v1/graph.proto\"\x93\x02\n" +
 	"#ResultPartitionDeploymentDescriptor\x12\x1b\n" +
 	"\tresult_id\x18\x01 \x01(\tR\bresultId\x12'\n" +
 	"\x0fpartition_index\x18\x02 \x01(\x05R\x0epartitionIndex\x12+\n" +
@@ -1652,7 +1995,7 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\x17ConsumedPartitionReport\x12\x1b\n" +
 	"\tresult_id\x18\x01 \x01(\tR\bresultId\x12'\n" +
 	"\x0fpartition_index\x18\x02 \x01(\x05R\x0epartitionIndex\x12.\n" +
-	"\x13producer_attempt_id\x18\x03 \x01(\tR\x11producerAttemptId\"\xd7\x03\n" +
+	"\x13producer_attempt_id\x18\x03 \x01(\tR\x11producerAttemptId\"\xe9\x04\n" +
 	"\x0fExecutionReport\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\tvertex_id\x18\x02 \x01(\tR\bvertexId\x12#\n" +
@@ -1667,7 +2010,9 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"slot_index\x18\t \x01(\x05R\tslotIndex\x12A\n" +
 	"\bproduced\x18\n" +
 	" \x03(\v2%.jmcluster.v1.ProducedPartitionReportR\bproduced\x12A\n" +
-	"\bconsumed\x18\v \x03(\v2%.jmcluster.v1.ConsumedPartitionReportR\bconsumed\"\xbb\x02\n" +
+	"\bconsumed\x18\v \x03(\v2%.jmcluster.v1.ConsumedPartitionReportR\bconsumed\x12;\n" +
+	"\x1alatest_acked_checkpoint_id\x18\f \x01(\x04R\x17latestAckedCheckpointId\x12S\n" +
+	"\x15latest_checkpoint_ack\x18\r \x01(\v2\x1f.jmcluster.v1.TaskCheckpointAckR\x13latestCheckpointAck\"\xbb\x02\n" +
 	"\x11TaskManagerReport\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
@@ -1699,7 +2044,28 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\x10busy_with_job_id\x18\x04 \x01(\tR\rbusyWithJobId\x12/\n" +
 	"\x14busy_with_attempt_id\x18\x05 \x01(\tR\x11busyWithAttemptId\"O\n" +
 	"\x13SubmitTasksResponse\x128\n" +
-	"\aresults\x18\x01 \x03(\v2\x1e.jmcluster.v1.SubmitTaskResultR\aresults\"+\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.jmcluster.v1.SubmitTaskResultR\aresults\"\xb5\x01\n" +
+	"\x18TriggerCheckpointRequest\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12#\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\x12&\n" +
+	"\x0ftrigger_unix_ms\x18\x04 \x01(\x03R\rtriggerUnixMs\x12\x1f\n" +
+	"\vattempt_ids\x18\x05 \x03(\tR\n" +
+	"attemptIds\"<\n" +
+	"\x19TriggerCheckpointResponse\x12\x1f\n" +
+	"\vnot_running\x18\x01 \x03(\tR\n" +
+	"notRunning\"s\n" +
+	"\x1fNotifyCheckpointCompleteRequest\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12#\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\"\"\n" +
+	" NotifyCheckpointCompleteResponse\"\x8a\x01\n" +
+	"\x1eNotifyCheckpointAbortedRequest\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12#\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"!\n" +
+	"\x1fNotifyCheckpointAbortedResponse\"+\n" +
 	"\x14LeaderContactRequest\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\"\xbc\x01\n" +
 	"\x15LeaderContactResponse\x12\x13\n" +
@@ -1707,7 +2073,7 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
 	"\x0econtact_age_ms\x18\x03 \x01(\x03R\fcontactAgeMs\x12/\n" +
 	"\x14epoch_contact_age_ms\x18\x04 \x01(\x03R\x11epochContactAgeMs\x12!\n" +
-	"\fpool_version\x18\x05 \x01(\x04R\vpoolVersion2\xba\x04\n" +
+	"\fpool_version\x18\x05 \x01(\x04R\vpoolVersion2\x93\a\n" +
 	"\x12TaskManagerService\x12O\n" +
 	"\n" +
 	"SubmitTask\x12\x1f.jmcluster.v1.SubmitTaskRequest\x1a .jmcluster.v1.SubmitTaskResponse\x12O\n" +
@@ -1716,7 +2082,10 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\x13UpdatePartitionInfo\x12(.jmcluster.v1.UpdatePartitionInfoRequest\x1a).jmcluster.v1.UpdatePartitionInfoResponse\x12V\n" +
 	"\rRequestReport\x12\".jmcluster.v1.RequestReportRequest\x1a\x1f.jmcluster.v1.TaskManagerReport0\x01\x12j\n" +
 	"\x13AcknowledgeTerminal\x12(.jmcluster.v1.AcknowledgeTerminalRequest\x1a).jmcluster.v1.AcknowledgeTerminalResponse\x12R\n" +
-	"\vSubmitTasks\x12 .jmcluster.v1.SubmitTasksRequest\x1a!.jmcluster.v1.SubmitTasksResponse2g\n" +
+	"\vSubmitTasks\x12 .jmcluster.v1.SubmitTasksRequest\x1a!.jmcluster.v1.SubmitTasksResponse\x12d\n" +
+	"\x11TriggerCheckpoint\x12&.jmcluster.v1.TriggerCheckpointRequest\x1a'.jmcluster.v1.TriggerCheckpointResponse\x12y\n" +
+	"\x18NotifyCheckpointComplete\x12-.jmcluster.v1.NotifyCheckpointCompleteRequest\x1a..jmcluster.v1.NotifyCheckpointCompleteResponse\x12v\n" +
+	"\x17NotifyCheckpointAborted\x12,.jmcluster.v1.NotifyCheckpointAbortedRequest\x1a-.jmcluster.v1.NotifyCheckpointAbortedResponse2g\n" +
 	"\vPeerService\x12X\n" +
 	"\rLeaderContact\x12\".jmcluster.v1.LeaderContactRequest\x1a#.jmcluster.v1.LeaderContactResponseB-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
 
@@ -1732,7 +2101,7 @@ func file_jmcluster_v1_taskmanager_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_taskmanager_proto_rawDescData
 }
 
-var file_jmcluster_v1_taskmanager_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_jmcluster_v1_taskmanager_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_jmcluster_v1_taskmanager_proto_goTypes = []any{
 	(*ResultPartitionDeploymentDescriptor)(nil), // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor
 	(*InputGateDeploymentDescriptor)(nil),       // 1: jmcluster.v1.InputGateDeploymentDescriptor
@@ -1755,56 +2124,70 @@ var file_jmcluster_v1_taskmanager_proto_goTypes = []any{
 	(*SubmitTasksRequest)(nil),                  // 18: jmcluster.v1.SubmitTasksRequest
 	(*SubmitTaskResult)(nil),                    // 19: jmcluster.v1.SubmitTaskResult
 	(*SubmitTasksResponse)(nil),                 // 20: jmcluster.v1.SubmitTasksResponse
-	(*LeaderContactRequest)(nil),                // 21: jmcluster.v1.LeaderContactRequest
-	(*LeaderContactResponse)(nil),               // 22: jmcluster.v1.LeaderContactResponse
-	(Distribution)(0),                           // 23: jmcluster.v1.Distribution
-	(ResultType)(0),                             // 24: jmcluster.v1.ResultType
-	(*InputChannelDescriptor)(nil),              // 25: jmcluster.v1.InputChannelDescriptor
-	(*Operator)(nil),                            // 26: jmcluster.v1.Operator
-	(JobType)(0),                                // 27: jmcluster.v1.JobType
-	(ExecutionState)(0),                         // 28: jmcluster.v1.ExecutionState
+	(*TriggerCheckpointRequest)(nil),            // 21: jmcluster.v1.TriggerCheckpointRequest
+	(*TriggerCheckpointResponse)(nil),           // 22: jmcluster.v1.TriggerCheckpointResponse
+	(*NotifyCheckpointCompleteRequest)(nil),     // 23: jmcluster.v1.NotifyCheckpointCompleteRequest
+	(*NotifyCheckpointCompleteResponse)(nil),    // 24: jmcluster.v1.NotifyCheckpointCompleteResponse
+	(*NotifyCheckpointAbortedRequest)(nil),      // 25: jmcluster.v1.NotifyCheckpointAbortedRequest
+	(*NotifyCheckpointAbortedResponse)(nil),     // 26: jmcluster.v1.NotifyCheckpointAbortedResponse
+	(*LeaderContactRequest)(nil),                // 27: jmcluster.v1.LeaderContactRequest
+	(*LeaderContactResponse)(nil),               // 28: jmcluster.v1.LeaderContactResponse
+	(Distribution)(0),                           // 29: jmcluster.v1.Distribution
+	(ResultType)(0),                             // 30: jmcluster.v1.ResultType
+	(*InputChannelDescriptor)(nil),              // 31: jmcluster.v1.InputChannelDescriptor
+	(*Operator)(nil),                            // 32: jmcluster.v1.Operator
+	(JobType)(0),                                // 33: jmcluster.v1.JobType
+	(ExecutionState)(0),                         // 34: jmcluster.v1.ExecutionState
+	(*TaskCheckpointAck)(nil),                   // 35: jmcluster.v1.TaskCheckpointAck
 }
 var file_jmcluster_v1_taskmanager_proto_depIdxs = []int32{
-	23, // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
-	24, // 1: jmcluster.v1.ResultPartitionDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
-	23, // 2: jmcluster.v1.InputGateDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
-	24, // 3: jmcluster.v1.InputGateDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
-	25, // 4: jmcluster.v1.InputGateDeploymentDescriptor.channels:type_name -> jmcluster.v1.InputChannelDescriptor
-	25, // 5: jmcluster.v1.SharedChannels.channels:type_name -> jmcluster.v1.InputChannelDescriptor
-	26, // 6: jmcluster.v1.TaskDeploymentDescriptor.operator:type_name -> jmcluster.v1.Operator
+	29, // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
+	30, // 1: jmcluster.v1.ResultPartitionDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
+	29, // 2: jmcluster.v1.InputGateDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
+	30, // 3: jmcluster.v1.InputGateDeploymentDescriptor.result_type:type_name -> jmcluster.v1.ResultType
+	31, // 4: jmcluster.v1.InputGateDeploymentDescriptor.channels:type_name -> jmcluster.v1.InputChannelDescriptor
+	31, // 5: jmcluster.v1.SharedChannels.channels:type_name -> jmcluster.v1.InputChannelDescriptor
+	32, // 6: jmcluster.v1.TaskDeploymentDescriptor.operator:type_name -> jmcluster.v1.Operator
 	0,  // 7: jmcluster.v1.TaskDeploymentDescriptor.produced:type_name -> jmcluster.v1.ResultPartitionDeploymentDescriptor
 	1,  // 8: jmcluster.v1.TaskDeploymentDescriptor.inputs:type_name -> jmcluster.v1.InputGateDeploymentDescriptor
-	27, // 9: jmcluster.v1.TaskDeploymentDescriptor.job_type:type_name -> jmcluster.v1.JobType
+	33, // 9: jmcluster.v1.TaskDeploymentDescriptor.job_type:type_name -> jmcluster.v1.JobType
 	3,  // 10: jmcluster.v1.SubmitTaskRequest.task:type_name -> jmcluster.v1.TaskDeploymentDescriptor
-	28, // 11: jmcluster.v1.CancelTaskResponse.state:type_name -> jmcluster.v1.ExecutionState
-	25, // 12: jmcluster.v1.UpdatePartitionInfoRequest.channels:type_name -> jmcluster.v1.InputChannelDescriptor
+	34, // 11: jmcluster.v1.CancelTaskResponse.state:type_name -> jmcluster.v1.ExecutionState
+	31, // 12: jmcluster.v1.UpdatePartitionInfoRequest.channels:type_name -> jmcluster.v1.InputChannelDescriptor
 	11, // 13: jmcluster.v1.RequestReportRequest.expect:type_name -> jmcluster.v1.ReportExpectation
-	28, // 14: jmcluster.v1.ExecutionReport.state:type_name -> jmcluster.v1.ExecutionState
+	34, // 14: jmcluster.v1.ExecutionReport.state:type_name -> jmcluster.v1.ExecutionState
 	12, // 15: jmcluster.v1.ExecutionReport.produced:type_name -> jmcluster.v1.ProducedPartitionReport
 	13, // 16: jmcluster.v1.ExecutionReport.consumed:type_name -> jmcluster.v1.ConsumedPartitionReport
-	14, // 17: jmcluster.v1.TaskManagerReport.executions:type_name -> jmcluster.v1.ExecutionReport
-	3,  // 18: jmcluster.v1.SubmitTasksRequest.tasks:type_name -> jmcluster.v1.TaskDeploymentDescriptor
-	2,  // 19: jmcluster.v1.SubmitTasksRequest.shared_channels:type_name -> jmcluster.v1.SharedChannels
-	19, // 20: jmcluster.v1.SubmitTasksResponse.results:type_name -> jmcluster.v1.SubmitTaskResult
-	4,  // 21: jmcluster.v1.TaskManagerService.SubmitTask:input_type -> jmcluster.v1.SubmitTaskRequest
-	6,  // 22: jmcluster.v1.TaskManagerService.CancelTask:input_type -> jmcluster.v1.CancelTaskRequest
-	8,  // 23: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:input_type -> jmcluster.v1.UpdatePartitionInfoRequest
-	10, // 24: jmcluster.v1.TaskManagerService.RequestReport:input_type -> jmcluster.v1.RequestReportRequest
-	16, // 25: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:input_type -> jmcluster.v1.AcknowledgeTerminalRequest
-	18, // 26: jmcluster.v1.TaskManagerService.SubmitTasks:input_type -> jmcluster.v1.SubmitTasksRequest
-	21, // 27: jmcluster.v1.PeerService.LeaderContact:input_type -> jmcluster.v1.LeaderContactRequest
-	5,  // 28: jmcluster.v1.TaskManagerService.SubmitTask:output_type -> jmcluster.v1.SubmitTaskResponse
-	7,  // 29: jmcluster.v1.TaskManagerService.CancelTask:output_type -> jmcluster.v1.CancelTaskResponse
-	9,  // 30: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:output_type -> jmcluster.v1.UpdatePartitionInfoResponse
-	15, // 31: jmcluster.v1.TaskManagerService.RequestReport:output_type -> jmcluster.v1.TaskManagerReport
-	17, // 32: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:output_type -> jmcluster.v1.AcknowledgeTerminalResponse
-	20, // 33: jmcluster.v1.TaskManagerService.SubmitTasks:output_type -> jmcluster.v1.SubmitTasksResponse
-	22, // 34: jmcluster.v1.PeerService.LeaderContact:output_type -> jmcluster.v1.LeaderContactResponse
-	28, // [28:35] is the sub-list for method output_type
-	21, // [21:28] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	35, // 17: jmcluster.v1.ExecutionReport.latest_checkpoint_ack:type_name -> jmcluster.v1.TaskCheckpointAck
+	14, // 18: jmcluster.v1.TaskManagerReport.executions:type_name -> jmcluster.v1.ExecutionReport
+	3,  // 19: jmcluster.v1.SubmitTasksRequest.tasks:type_name -> jmcluster.v1.TaskDeploymentDescriptor
+	2,  // 20: jmcluster.v1.SubmitTasksRequest.shared_channels:type_name -> jmcluster.v1.SharedChannels
+	19, // 21: jmcluster.v1.SubmitTasksResponse.results:type_name -> jmcluster.v1.SubmitTaskResult
+	4,  // 22: jmcluster.v1.TaskManagerService.SubmitTask:input_type -> jmcluster.v1.SubmitTaskRequest
+	6,  // 23: jmcluster.v1.TaskManagerService.CancelTask:input_type -> jmcluster.v1.CancelTaskRequest
+	8,  // 24: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:input_type -> jmcluster.v1.UpdatePartitionInfoRequest
+	10, // 25: jmcluster.v1.TaskManagerService.RequestReport:input_type -> jmcluster.v1.RequestReportRequest
+	16, // 26: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:input_type -> jmcluster.v1.AcknowledgeTerminalRequest
+	18, // 27: jmcluster.v1.TaskManagerService.SubmitTasks:input_type -> jmcluster.v1.SubmitTasksRequest
+	21, // 28: jmcluster.v1.TaskManagerService.TriggerCheckpoint:input_type -> jmcluster.v1.TriggerCheckpointRequest
+	23, // 29: jmcluster.v1.TaskManagerService.NotifyCheckpointComplete:input_type -> jmcluster.v1.NotifyCheckpointCompleteRequest
+	25, // 30: jmcluster.v1.TaskManagerService.NotifyCheckpointAborted:input_type -> jmcluster.v1.NotifyCheckpointAbortedRequest
+	27, // 31: jmcluster.v1.PeerService.LeaderContact:input_type -> jmcluster.v1.LeaderContactRequest
+	5,  // 32: jmcluster.v1.TaskManagerService.SubmitTask:output_type -> jmcluster.v1.SubmitTaskResponse
+	7,  // 33: jmcluster.v1.TaskManagerService.CancelTask:output_type -> jmcluster.v1.CancelTaskResponse
+	9,  // 34: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:output_type -> jmcluster.v1.UpdatePartitionInfoResponse
+	15, // 35: jmcluster.v1.TaskManagerService.RequestReport:output_type -> jmcluster.v1.TaskManagerReport
+	17, // 36: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:output_type -> jmcluster.v1.AcknowledgeTerminalResponse
+	20, // 37: jmcluster.v1.TaskManagerService.SubmitTasks:output_type -> jmcluster.v1.SubmitTasksResponse
+	22, // 38: jmcluster.v1.TaskManagerService.TriggerCheckpoint:output_type -> jmcluster.v1.TriggerCheckpointResponse
+	24, // 39: jmcluster.v1.TaskManagerService.NotifyCheckpointComplete:output_type -> jmcluster.v1.NotifyCheckpointCompleteResponse
+	26, // 40: jmcluster.v1.TaskManagerService.NotifyCheckpointAborted:output_type -> jmcluster.v1.NotifyCheckpointAbortedResponse
+	28, // 41: jmcluster.v1.PeerService.LeaderContact:output_type -> jmcluster.v1.LeaderContactResponse
+	32, // [32:42] is the sub-list for method output_type
+	22, // [22:32] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_taskmanager_proto_init() }
@@ -1812,6 +2195,7 @@ func file_jmcluster_v1_taskmanager_proto_init() {
 	if File_jmcluster_v1_taskmanager_proto != nil {
 		return
 	}
+	file_jmcluster_v1_checkpoint_proto_init()
 	file_jmcluster_v1_graph_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1819,7 +2203,7 @@ func file_jmcluster_v1_taskmanager_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_taskmanager_proto_rawDesc), len(file_jmcluster_v1_taskmanager_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

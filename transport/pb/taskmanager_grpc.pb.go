@@ -23,12 +23,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	TaskManagerService_SubmitTask_FullMethodName          = "/jmcluster.v1.TaskManagerService/SubmitTask"
-	TaskManagerService_CancelTask_FullMethodName          = "/jmcluster.v1.TaskManagerService/CancelTask"
-	TaskManagerService_UpdatePartitionInfo_FullMethodName = "/jmcluster.v1.TaskManagerService/UpdatePartitionInfo"
-	TaskManagerService_RequestReport_FullMethodName       = "/jmcluster.v1.TaskManagerService/RequestReport"
-	TaskManagerService_AcknowledgeTerminal_FullMethodName = "/jmcluster.v1.TaskManagerService/AcknowledgeTerminal"
-	TaskManagerService_SubmitTasks_FullMethodName         = "/jmcluster.v1.TaskManagerService/SubmitTasks"
+	TaskManagerService_SubmitTask_FullMethodName               = "/jmcluster.v1.TaskManagerService/SubmitTask"
+	TaskManagerService_CancelTask_FullMethodName               = "/jmcluster.v1.TaskManagerService/CancelTask"
+	TaskManagerService_UpdatePartitionInfo_FullMethodName      = "/jmcluster.v1.TaskManagerService/UpdatePartitionInfo"
+	TaskManagerService_RequestReport_FullMethodName            = "/jmcluster.v1.TaskManagerService/RequestReport"
+	TaskManagerService_AcknowledgeTerminal_FullMethodName      = "/jmcluster.v1.TaskManagerService/AcknowledgeTerminal"
+	TaskManagerService_SubmitTasks_FullMethodName              = "/jmcluster.v1.TaskManagerService/SubmitTasks"
+	TaskManagerService_TriggerCheckpoint_FullMethodName        = "/jmcluster.v1.TaskManagerService/TriggerCheckpoint"
+	TaskManagerService_NotifyCheckpointComplete_FullMethodName = "/jmcluster.v1.TaskManagerService/NotifyCheckpointComplete"
+	TaskManagerService_NotifyCheckpointAborted_FullMethodName  = "/jmcluster.v1.TaskManagerService/NotifyCheckpointAborted"
 )
 
 // TaskManagerServiceClient is the client API for TaskManagerService service.
@@ -47,6 +50,14 @@ type TaskManagerServiceClient interface {
 	// answer comes as soon as every accepted task is registered in its slot: the TM starts them
 	// afterwards, so the call never waits for a task to run.
 	SubmitTasks(ctx context.Context, in *SubmitTasksRequest, opts ...grpc.CallOption) (*SubmitTasksResponse, error)
+	// Injects the barrier of a checkpoint into the job's source tasks on this TM. The leader
+	// calls it only after the checkpoint is committed PENDING (the write-ahead rule).
+	TriggerCheckpoint(ctx context.Context, in *TriggerCheckpointRequest, opts ...grpc.CallOption) (*TriggerCheckpointResponse, error)
+	// Tells the TM's tasks of the job that a checkpoint completed (committed COMPLETED first).
+	NotifyCheckpointComplete(ctx context.Context, in *NotifyCheckpointCompleteRequest, opts ...grpc.CallOption) (*NotifyCheckpointCompleteResponse, error)
+	// Tells the TM's tasks of the job that a checkpoint was aborted: they drop what they hold
+	// for it.
+	NotifyCheckpointAborted(ctx context.Context, in *NotifyCheckpointAbortedRequest, opts ...grpc.CallOption) (*NotifyCheckpointAbortedResponse, error)
 }
 
 type taskManagerServiceClient struct {
@@ -126,6 +137,36 @@ func (c *taskManagerServiceClient) SubmitTasks(ctx context.Context, in *SubmitTa
 	return out, nil
 }
 
+func (c *taskManagerServiceClient) TriggerCheckpoint(ctx context.Context, in *TriggerCheckpointRequest, opts ...grpc.CallOption) (*TriggerCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TriggerCheckpointResponse)
+	err := c.cc.Invoke(ctx, TaskManagerService_TriggerCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taskManagerServiceClient) NotifyCheckpointComplete(ctx context.Context, in *NotifyCheckpointCompleteRequest, opts ...grpc.CallOption) (*NotifyCheckpointCompleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NotifyCheckpointCompleteResponse)
+	err := c.cc.Invoke(ctx, TaskManagerService_NotifyCheckpointComplete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taskManagerServiceClient) NotifyCheckpointAborted(ctx context.Context, in *NotifyCheckpointAbortedRequest, opts ...grpc.CallOption) (*NotifyCheckpointAbortedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NotifyCheckpointAbortedResponse)
+	err := c.cc.Invoke(ctx, TaskManagerService_NotifyCheckpointAborted_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TaskManagerServiceServer is the server API for TaskManagerService service.
 // All implementations must embed UnimplementedTaskManagerServiceServer
 // for forward compatibility.
@@ -142,6 +183,14 @@ type TaskManagerServiceServer interface {
 	// answer comes as soon as every accepted task is registered in its slot: the TM starts them
 	// afterwards, so the call never waits for a task to run.
 	SubmitTasks(context.Context, *SubmitTasksRequest) (*SubmitTasksResponse, error)
+	// Injects the barrier of a checkpoint into the job's source tasks on this TM. The leader
+	// calls it only after the checkpoint is committed PENDING (the write-ahead rule).
+	TriggerCheckpoint(context.Context, *TriggerCheckpointRequest) (*TriggerCheckpointResponse, error)
+	// Tells the TM's tasks of the job that a checkpoint completed (committed COMPLETED first).
+	NotifyCheckpointComplete(context.Context, *NotifyCheckpointCompleteRequest) (*NotifyCheckpointCompleteResponse, error)
+	// Tells the TM's tasks of the job that a checkpoint was aborted: they drop what they hold
+	// for it.
+	NotifyCheckpointAborted(context.Context, *NotifyCheckpointAbortedRequest) (*NotifyCheckpointAbortedResponse, error)
 	mustEmbedUnimplementedTaskManagerServiceServer()
 }
 
@@ -169,6 +218,15 @@ func (UnimplementedTaskManagerServiceServer) AcknowledgeTerminal(context.Context
 }
 func (UnimplementedTaskManagerServiceServer) SubmitTasks(context.Context, *SubmitTasksRequest) (*SubmitTasksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SubmitTasks not implemented")
+}
+func (UnimplementedTaskManagerServiceServer) TriggerCheckpoint(context.Context, *TriggerCheckpointRequest) (*TriggerCheckpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TriggerCheckpoint not implemented")
+}
+func (UnimplementedTaskManagerServiceServer) NotifyCheckpointComplete(context.Context, *NotifyCheckpointCompleteRequest) (*NotifyCheckpointCompleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NotifyCheckpointComplete not implemented")
+}
+func (UnimplementedTaskManagerServiceServer) NotifyCheckpointAborted(context.Context, *NotifyCheckpointAbortedRequest) (*NotifyCheckpointAbortedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NotifyCheckpointAborted not implemented")
 }
 func (UnimplementedTaskManagerServiceServer) mustEmbedUnimplementedTaskManagerServiceServer() {}
 func (UnimplementedTaskManagerServiceServer) testEmbeddedByValue()                            {}
@@ -292,6 +350,60 @@ func _TaskManagerService_SubmitTasks_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskManagerService_TriggerCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TriggerCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskManagerServiceServer).TriggerCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskManagerService_TriggerCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskManagerServiceServer).TriggerCheckpoint(ctx, req.(*TriggerCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaskManagerService_NotifyCheckpointComplete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NotifyCheckpointCompleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskManagerServiceServer).NotifyCheckpointComplete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskManagerService_NotifyCheckpointComplete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskManagerServiceServer).NotifyCheckpointComplete(ctx, req.(*NotifyCheckpointCompleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaskManagerService_NotifyCheckpointAborted_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NotifyCheckpointAbortedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskManagerServiceServer).NotifyCheckpointAborted(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskManagerService_NotifyCheckpointAborted_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskManagerServiceServer).NotifyCheckpointAborted(ctx, req.(*NotifyCheckpointAbortedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TaskManagerService_ServiceDesc is the grpc.ServiceDesc for TaskManagerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -318,6 +430,18 @@ var TaskManagerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SubmitTasks",
 			Handler:    _TaskManagerService_SubmitTasks_Handler,
+		},
+		{
+			MethodName: "TriggerCheckpoint",
+			Handler:    _TaskManagerService_TriggerCheckpoint_Handler,
+		},
+		{
+			MethodName: "NotifyCheckpointComplete",
+			Handler:    _TaskManagerService_NotifyCheckpointComplete_Handler,
+		},
+		{
+			MethodName: "NotifyCheckpointAborted",
+			Handler:    _TaskManagerService_NotifyCheckpointAborted_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
