@@ -101,6 +101,11 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// WorkDir is where relative sink paths are written (default: the process's directory).
 	WorkDir string
+	// CheckpointDir is the checkpoint storage root (checkpoint.Store; --checkpoint-dir): every
+	// TaskManager that may restore a task's state and the JobMasters, which delete discarded
+	// checkpoints, must reach the same directory (a shared volume across machines). Empty:
+	// this TaskManager refuses tasks of checkpointed jobs.
+	CheckpointDir string
 	// EventLog receives JSON lines of task lifecycle events; optional.
 	EventLog io.Writer
 	// Logger; default a null logger.

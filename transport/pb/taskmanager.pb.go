@@ -250,8 +250,16 @@ type TaskDeploymentDescriptor struct {
 	Produced       []*ResultPartitionDeploymentDescriptor `protobuf:"bytes,10,rep,name=produced,proto3" json:"produced,omitempty"`
 	Inputs         []*InputGateDeploymentDescriptor       `protobuf:"bytes,11,rep,name=inputs,proto3" json:"inputs,omitempty"`
 	JobType        JobType                                `protobuf:"varint,12,opt,name=job_type,json=jobType,proto3,enum=jmcluster.v1.JobType" json:"job_type,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set when the job has a completed checkpoint: the task starts from the state its subtask
+	// acknowledged for it (restore_from.state_path under the checkpoint storage root, checked
+	// against restore_from.checksum), and acknowledges only checkpoints after it.
+	RestoreCheckpointId uint64             `protobuf:"varint,13,opt,name=restore_checkpoint_id,json=restoreCheckpointId,proto3" json:"restore_checkpoint_id,omitempty"`
+	RestoreFrom         *TaskCheckpointAck `protobuf:"bytes,14,opt,name=restore_from,json=restoreFrom,proto3" json:"restore_from,omitempty"`
+	// The job is checkpointed: the task takes part in checkpoints (the TaskManager refuses it
+	// without checkpoint storage).
+	Checkpointed  bool `protobuf:"varint,15,opt,name=checkpointed,proto3" json:"checkpointed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskDeploymentDescriptor) Reset() {
@@ -366,6 +374,27 @@ func (x *TaskDeploymentDescriptor) GetJobType() JobType {
 		return x.JobType
 	}
 	return JobType_JOB_TYPE_UNSPECIFIED
+}
+
+func (x *TaskDeploymentDescriptor) GetRestoreCheckpointId() uint64 {
+	if x != nil {
+		return x.RestoreCheckpointId
+	}
+	return 0
+}
+
+func (x *TaskDeploymentDescriptor) GetRestoreFrom() *TaskCheckpointAck {
+	if x != nil {
+		return x.RestoreFrom
+	}
+	return nil
+}
+
+func (x *TaskDeploymentDescriptor) GetCheckpointed() bool {
+	if x != nil {
+		return x.Checkpointed
+	}
+	return false
 }
 
 type SubmitTaskRequest struct {
@@ -1940,7 +1969,7 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\x0fshared_channels\x18\x05 \x01(\rR\x0esharedChannels\x12-\n" +
 	"\x12subpartition_index\x18\x06 \x01(\x05R\x11subpartitionIndex\"R\n" +
 	"\x0eSharedChannels\x12@\n" +
-	"\bchannels\x18\x01 \x03(\v2$.jmcluster.v1.InputChannelDescriptorR\bchannels\"\x9d\x04\n" +
+	"\bchannels\x18\x01 \x03(\v2$.jmcluster.v1.InputChannelDescriptorR\bchannels\"\xb9\x05\n" +
 	"\x18TaskDeploymentDescriptor\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\tvertex_id\x18\x02 \x01(\tR\bvertexId\x12#\n" +
@@ -1956,7 +1985,10 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\bproduced\x18\n" +
 	" \x03(\v21.jmcluster.v1.ResultPartitionDeploymentDescriptorR\bproduced\x12C\n" +
 	"\x06inputs\x18\v \x03(\v2+.jmcluster.v1.InputGateDeploymentDescriptorR\x06inputs\x120\n" +
-	"\bjob_type\x18\f \x01(\x0e2\x15.jmcluster.v1.JobTypeR\ajobType\"e\n" +
+	"\bjob_type\x18\f \x01(\x0e2\x15.jmcluster.v1.JobTypeR\ajobType\x122\n" +
+	"\x15restore_checkpoint_id\x18\r \x01(\x04R\x13restoreCheckpointId\x12B\n" +
+	"\frestore_from\x18\x0e \x01(\v2\x1f.jmcluster.v1.TaskCheckpointAckR\vrestoreFrom\x12\"\n" +
+	"\fcheckpointed\x18\x0f \x01(\bR\fcheckpointed\"e\n" +
 	"\x11SubmitTaskRequest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12:\n" +
 	"\x04task\x18\x02 \x01(\v2&.jmcluster.v1.TaskDeploymentDescriptorR\x04task\"\x14\n" +
@@ -2137,8 +2169,8 @@ var file_jmcluster_v1_taskmanager_proto_goTypes = []any{
 	(*InputChannelDescriptor)(nil),              // 31: jmcluster.v1.InputChannelDescriptor
 	(*Operator)(nil),                            // 32: jmcluster.v1.Operator
 	(JobType)(0),                                // 33: jmcluster.v1.JobType
-	(ExecutionState)(0),                         // 34: jmcluster.v1.ExecutionState
-	(*TaskCheckpointAck)(nil),                   // 35: jmcluster.v1.TaskCheckpointAck
+	(*TaskCheckpointAck)(nil),                   // 34: jmcluster.v1.TaskCheckpointAck
+	(ExecutionState)(0),                         // 35: jmcluster.v1.ExecutionState
 }
 var file_jmcluster_v1_taskmanager_proto_depIdxs = []int32{
 	29, // 0: jmcluster.v1.ResultPartitionDeploymentDescriptor.distribution:type_name -> jmcluster.v1.Distribution
@@ -2151,43 +2183,44 @@ var file_jmcluster_v1_taskmanager_proto_depIdxs = []int32{
 	0,  // 7: jmcluster.v1.TaskDeploymentDescriptor.produced:type_name -> jmcluster.v1.ResultPartitionDeploymentDescriptor
 	1,  // 8: jmcluster.v1.TaskDeploymentDescriptor.inputs:type_name -> jmcluster.v1.InputGateDeploymentDescriptor
 	33, // 9: jmcluster.v1.TaskDeploymentDescriptor.job_type:type_name -> jmcluster.v1.JobType
-	3,  // 10: jmcluster.v1.SubmitTaskRequest.task:type_name -> jmcluster.v1.TaskDeploymentDescriptor
-	34, // 11: jmcluster.v1.CancelTaskResponse.state:type_name -> jmcluster.v1.ExecutionState
-	31, // 12: jmcluster.v1.UpdatePartitionInfoRequest.channels:type_name -> jmcluster.v1.InputChannelDescriptor
-	11, // 13: jmcluster.v1.RequestReportRequest.expect:type_name -> jmcluster.v1.ReportExpectation
-	34, // 14: jmcluster.v1.ExecutionReport.state:type_name -> jmcluster.v1.ExecutionState
-	12, // 15: jmcluster.v1.ExecutionReport.produced:type_name -> jmcluster.v1.ProducedPartitionReport
-	13, // 16: jmcluster.v1.ExecutionReport.consumed:type_name -> jmcluster.v1.ConsumedPartitionReport
-	35, // 17: jmcluster.v1.ExecutionReport.latest_checkpoint_ack:type_name -> jmcluster.v1.TaskCheckpointAck
-	14, // 18: jmcluster.v1.TaskManagerReport.executions:type_name -> jmcluster.v1.ExecutionReport
-	3,  // 19: jmcluster.v1.SubmitTasksRequest.tasks:type_name -> jmcluster.v1.TaskDeploymentDescriptor
-	2,  // 20: jmcluster.v1.SubmitTasksRequest.shared_channels:type_name -> jmcluster.v1.SharedChannels
-	19, // 21: jmcluster.v1.SubmitTasksResponse.results:type_name -> jmcluster.v1.SubmitTaskResult
-	4,  // 22: jmcluster.v1.TaskManagerService.SubmitTask:input_type -> jmcluster.v1.SubmitTaskRequest
-	6,  // 23: jmcluster.v1.TaskManagerService.CancelTask:input_type -> jmcluster.v1.CancelTaskRequest
-	8,  // 24: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:input_type -> jmcluster.v1.UpdatePartitionInfoRequest
-	10, // 25: jmcluster.v1.TaskManagerService.RequestReport:input_type -> jmcluster.v1.RequestReportRequest
-	16, // 26: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:input_type -> jmcluster.v1.AcknowledgeTerminalRequest
-	18, // 27: jmcluster.v1.TaskManagerService.SubmitTasks:input_type -> jmcluster.v1.SubmitTasksRequest
-	21, // 28: jmcluster.v1.TaskManagerService.TriggerCheckpoint:input_type -> jmcluster.v1.TriggerCheckpointRequest
-	23, // 29: jmcluster.v1.TaskManagerService.NotifyCheckpointComplete:input_type -> jmcluster.v1.NotifyCheckpointCompleteRequest
-	25, // 30: jmcluster.v1.TaskManagerService.NotifyCheckpointAborted:input_type -> jmcluster.v1.NotifyCheckpointAbortedRequest
-	27, // 31: jmcluster.v1.PeerService.LeaderContact:input_type -> jmcluster.v1.LeaderContactRequest
-	5,  // 32: jmcluster.v1.TaskManagerService.SubmitTask:output_type -> jmcluster.v1.SubmitTaskResponse
-	7,  // 33: jmcluster.v1.TaskManagerService.CancelTask:output_type -> jmcluster.v1.CancelTaskResponse
-	9,  // 34: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:output_type -> jmcluster.v1.UpdatePartitionInfoResponse
-	15, // 35: jmcluster.v1.TaskManagerService.RequestReport:output_type -> jmcluster.v1.TaskManagerReport
-	17, // 36: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:output_type -> jmcluster.v1.AcknowledgeTerminalResponse
-	20, // 37: jmcluster.v1.TaskManagerService.SubmitTasks:output_type -> jmcluster.v1.SubmitTasksResponse
-	22, // 38: jmcluster.v1.TaskManagerService.TriggerCheckpoint:output_type -> jmcluster.v1.TriggerCheckpointResponse
-	24, // 39: jmcluster.v1.TaskManagerService.NotifyCheckpointComplete:output_type -> jmcluster.v1.NotifyCheckpointCompleteResponse
-	26, // 40: jmcluster.v1.TaskManagerService.NotifyCheckpointAborted:output_type -> jmcluster.v1.NotifyCheckpointAbortedResponse
-	28, // 41: jmcluster.v1.PeerService.LeaderContact:output_type -> jmcluster.v1.LeaderContactResponse
-	32, // [32:42] is the sub-list for method output_type
-	22, // [22:32] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	34, // 10: jmcluster.v1.TaskDeploymentDescriptor.restore_from:type_name -> jmcluster.v1.TaskCheckpointAck
+	3,  // 11: jmcluster.v1.SubmitTaskRequest.task:type_name -> jmcluster.v1.TaskDeploymentDescriptor
+	35, // 12: jmcluster.v1.CancelTaskResponse.state:type_name -> jmcluster.v1.ExecutionState
+	31, // 13: jmcluster.v1.UpdatePartitionInfoRequest.channels:type_name -> jmcluster.v1.InputChannelDescriptor
+	11, // 14: jmcluster.v1.RequestReportRequest.expect:type_name -> jmcluster.v1.ReportExpectation
+	35, // 15: jmcluster.v1.ExecutionReport.state:type_name -> jmcluster.v1.ExecutionState
+	12, // 16: jmcluster.v1.ExecutionReport.produced:type_name -> jmcluster.v1.ProducedPartitionReport
+	13, // 17: jmcluster.v1.ExecutionReport.consumed:type_name -> jmcluster.v1.ConsumedPartitionReport
+	34, // 18: jmcluster.v1.ExecutionReport.latest_checkpoint_ack:type_name -> jmcluster.v1.TaskCheckpointAck
+	14, // 19: jmcluster.v1.TaskManagerReport.executions:type_name -> jmcluster.v1.ExecutionReport
+	3,  // 20: jmcluster.v1.SubmitTasksRequest.tasks:type_name -> jmcluster.v1.TaskDeploymentDescriptor
+	2,  // 21: jmcluster.v1.SubmitTasksRequest.shared_channels:type_name -> jmcluster.v1.SharedChannels
+	19, // 22: jmcluster.v1.SubmitTasksResponse.results:type_name -> jmcluster.v1.SubmitTaskResult
+	4,  // 23: jmcluster.v1.TaskManagerService.SubmitTask:input_type -> jmcluster.v1.SubmitTaskRequest
+	6,  // 24: jmcluster.v1.TaskManagerService.CancelTask:input_type -> jmcluster.v1.CancelTaskRequest
+	8,  // 25: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:input_type -> jmcluster.v1.UpdatePartitionInfoRequest
+	10, // 26: jmcluster.v1.TaskManagerService.RequestReport:input_type -> jmcluster.v1.RequestReportRequest
+	16, // 27: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:input_type -> jmcluster.v1.AcknowledgeTerminalRequest
+	18, // 28: jmcluster.v1.TaskManagerService.SubmitTasks:input_type -> jmcluster.v1.SubmitTasksRequest
+	21, // 29: jmcluster.v1.TaskManagerService.TriggerCheckpoint:input_type -> jmcluster.v1.TriggerCheckpointRequest
+	23, // 30: jmcluster.v1.TaskManagerService.NotifyCheckpointComplete:input_type -> jmcluster.v1.NotifyCheckpointCompleteRequest
+	25, // 31: jmcluster.v1.TaskManagerService.NotifyCheckpointAborted:input_type -> jmcluster.v1.NotifyCheckpointAbortedRequest
+	27, // 32: jmcluster.v1.PeerService.LeaderContact:input_type -> jmcluster.v1.LeaderContactRequest
+	5,  // 33: jmcluster.v1.TaskManagerService.SubmitTask:output_type -> jmcluster.v1.SubmitTaskResponse
+	7,  // 34: jmcluster.v1.TaskManagerService.CancelTask:output_type -> jmcluster.v1.CancelTaskResponse
+	9,  // 35: jmcluster.v1.TaskManagerService.UpdatePartitionInfo:output_type -> jmcluster.v1.UpdatePartitionInfoResponse
+	15, // 36: jmcluster.v1.TaskManagerService.RequestReport:output_type -> jmcluster.v1.TaskManagerReport
+	17, // 37: jmcluster.v1.TaskManagerService.AcknowledgeTerminal:output_type -> jmcluster.v1.AcknowledgeTerminalResponse
+	20, // 38: jmcluster.v1.TaskManagerService.SubmitTasks:output_type -> jmcluster.v1.SubmitTasksResponse
+	22, // 39: jmcluster.v1.TaskManagerService.TriggerCheckpoint:output_type -> jmcluster.v1.TriggerCheckpointResponse
+	24, // 40: jmcluster.v1.TaskManagerService.NotifyCheckpointComplete:output_type -> jmcluster.v1.NotifyCheckpointCompleteResponse
+	26, // 41: jmcluster.v1.TaskManagerService.NotifyCheckpointAborted:output_type -> jmcluster.v1.NotifyCheckpointAbortedResponse
+	28, // 42: jmcluster.v1.PeerService.LeaderContact:output_type -> jmcluster.v1.LeaderContactResponse
+	33, // [33:43] is the sub-list for method output_type
+	23, // [23:33] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_taskmanager_proto_init() }
