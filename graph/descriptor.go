@@ -115,6 +115,12 @@ func taskDescriptor(rec *pb.JobRecord, vertexID string, subtask int32,
 		AttemptId: e.AttemptId, AttemptNumber: e.AttemptNumber, StartTimestamp: e.StartTimestamp,
 		SlotIndex: e.GetSlot().GetIndex(), Operator: proto.CloneOf(jv.Operator), JobType: jg.Type,
 	}
+	if _, on := Checkpointing(jg.GetCheckpointConfig()); on {
+		tdd.Checkpointed = true
+		if ck, ack := RestoreFrom(rec, vertexID, subtask); ack != nil {
+			tdd.RestoreCheckpointId, tdd.RestoreFrom = ck.GetId(), proto.CloneOf(ack)
+		}
+	}
 	for _, res := range eg.Results {
 		if res.ProducerVertexId == vertexID {
 			p := res.Partitions[subtask]
@@ -150,4 +156,24 @@ func taskDescriptor(rec *pb.JobRecord, vertexID string, subtask int32,
 		}
 	}
 	return tdd, nil
+}
+
+// RestoreFrom returns the job's latest completed checkpoint and the acknowledgement of the
+// subtask in it (the state a new attempt of the subtask starts from), or nils when the job has
+// none or the checkpoint has no acknowledgement of the subtask.
+func RestoreFrom(rec *pb.JobRecord, vertexID string, subtask int32) (*pb.CheckpointRecord, *pb.TaskCheckpointAck) {
+	done := rec.GetCheckpoints().GetCompleted()
+	if len(done) == 0 {
+		return nil, nil
+	}
+	ck := done[len(done)-1]
+	acks := ck.GetAcks() // ordered by vertex id, then subtask
+	i := sort.Search(len(acks), func(i int) bool {
+		a := acks[i]
+		return a.GetVertexId() > vertexID || (a.GetVertexId() == vertexID && a.GetSubtaskIndex() >= subtask)
+	})
+	if i < len(acks) && acks[i].GetVertexId() == vertexID && acks[i].GetSubtaskIndex() == subtask {
+		return ck, acks[i]
+	}
+	return nil, nil
 }

@@ -179,7 +179,3 @@ func (tm *TaskManager) checkpointReached(ctx context.Context, t *task, id uint64
 	tm.persistCheckpoint(t, id, state)
 	return nil
 }
-
-// placeholders until the storage and the leader's calls are wired
-func (tm *TaskManager) declineCheckpoint(t *task, id uint64, cause string) {}
-func (tm *TaskManager) persistCheckpoint(t *task, id uint64, state []byte) {}

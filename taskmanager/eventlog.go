@@ -63,7 +63,8 @@ func (l *eventLog) log(kind string, t *task, epoch uint64, state pb.ExecutionSta
 }
 
 // delivered records that the leader accepted one outbox message: a state update (State set) or
-// a consumers notification (State "CONSUMERS"), with the sequence number the outbox gave it.
+// a consumers notification (State "CONSUMERS"), a checkpoint acknowledgement or decline
+// ("CHECKPOINT_ACK", "CHECKPOINT_DECLINE"), with the sequence number the outbox gave it.
 // One worker per attempt sends its queue in order, so an attempt's delivered sequence numbers
 // only ever rise.
 func (l *eventLog) delivered(m *outMsg) {
@@ -71,9 +72,14 @@ func (l *eventLog) delivered(m *outMsg) {
 		return
 	}
 	ev := Event{TS: time.Now().UTC(), TM: l.tm, Event: "delivered", AttemptID: m.attempt, Seq: m.seq()}
-	if m.state != nil {
+	switch {
+	case m.state != nil:
 		ev.Job, ev.State = m.state.GetJobId(), strings.TrimPrefix(m.state.GetState().String(), "EXECUTION_STATE_")
-	} else {
+	case m.ack != nil:
+		ev.Job, ev.State = m.ack.GetJobId(), "CHECKPOINT_ACK"
+	case m.decline != nil:
+		ev.Job, ev.State = m.decline.GetJobId(), "CHECKPOINT_DECLINE"
+	default:
 		ev.Job, ev.State = m.consumers.GetJobId(), "CONSUMERS"
 	}
 	l.write(ev)

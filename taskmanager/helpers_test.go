@@ -74,6 +74,8 @@ type testJM struct {
 	disown    map[string]bool // attempts answered with accepted=false
 	updates   []update        // every call, refused ones included
 	consumers []*pb.ScheduleOrUpdateConsumersRequest
+	acks      []*pb.AcknowledgeCheckpointRequest
+	declines  []*pb.DeclineCheckpointRequest
 	registers []*pb.RegisterTaskManagerRequest
 	beats     []*pb.HeartbeatRequest
 	epoch     uint64
@@ -166,6 +168,36 @@ func (j *testJM) ScheduleOrUpdateConsumers(_ context.Context, r *pb.ScheduleOrUp
 	defer j.mu.Unlock()
 	j.consumers = append(j.consumers, r)
 	return &pb.ScheduleOrUpdateConsumersResponse{}, nil
+}
+
+func (j *testJM) AcknowledgeCheckpoint(_ context.Context, r *pb.AcknowledgeCheckpointRequest) (*pb.AcknowledgeCheckpointResponse, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.acks = append(j.acks, r)
+	return &pb.AcknowledgeCheckpointResponse{Accepted: true}, nil
+}
+
+func (j *testJM) DeclineCheckpoint(_ context.Context, r *pb.DeclineCheckpointRequest) (*pb.DeclineCheckpointResponse, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.declines = append(j.declines, r)
+	return &pb.DeclineCheckpointResponse{}, nil
+}
+
+// checkpointAcks returns the acknowledgements of checkpoint id so far, by "vertex[subtask]".
+func (j *testJM) checkpointAcks(id uint64) map[string]*pb.TaskCheckpointAck {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := map[string]*pb.TaskCheckpointAck{}
+	for _, r := range j.acks {
+		if r.GetCheckpointId() != id {
+			continue
+		}
+		for _, a := range r.GetAcks() {
+			out[fmt.Sprintf("%s[%d]", a.GetVertexId(), a.GetSubtaskIndex())] = a
+		}
+	}
+	return out
 }
 
 // accepted returns the states the JM accepted for an attempt, in order.

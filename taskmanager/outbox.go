@@ -18,13 +18,34 @@ type outMsg struct {
 	attempt   string
 	state     *pb.UpdateTaskExecutionStateRequest
 	consumers *pb.ScheduleOrUpdateConsumersRequest
+	ack       *pb.AcknowledgeCheckpointRequest
+	decline   *pb.DeclineCheckpointRequest
 }
 
 func (m *outMsg) seq() uint64 {
-	if m.state != nil {
+	switch {
+	case m.state != nil:
 		return m.state.GetSequence()
+	case m.ack != nil:
+		return m.ack.GetSequence()
+	case m.decline != nil:
+		return m.decline.GetSequence()
 	}
 	return m.consumers.GetSequence()
+}
+
+// setSeq fixes the message's sequence number.
+func (m *outMsg) setSeq(n uint64) {
+	switch {
+	case m.state != nil:
+		m.state.Sequence = n
+	case m.ack != nil:
+		m.ack.Sequence = n
+	case m.decline != nil:
+		m.decline.Sequence = n
+	default:
+		m.consumers.Sequence = n
+	}
 }
 
 // outbox delivers UpdateTaskExecutionState and ScheduleOrUpdateConsumers to the leader: FIFO
@@ -75,6 +96,22 @@ func (o *outbox) enqueueConsumers(d *pb.TaskDeploymentDescriptor, pd *pb.ResultP
 	}})
 }
 
+// enqueueAck queues the attempt's acknowledgement of a checkpoint, behind its state updates.
+func (o *outbox) enqueueAck(d *pb.TaskDeploymentDescriptor, id uint64, ack *pb.TaskCheckpointAck) {
+	o.enqueue(&outMsg{attempt: d.GetAttemptId(), ack: &pb.AcknowledgeCheckpointRequest{
+		TmId: o.tm.cfg.ID, Incarnation: o.tm.cfg.Incarnation, JobId: d.GetJobId(), CheckpointId: id,
+		Acks: []*pb.TaskCheckpointAck{ack},
+	}})
+}
+
+// enqueueDecline queues the attempt's refusal to take part in a checkpoint.
+func (o *outbox) enqueueDecline(d *pb.TaskDeploymentDescriptor, id uint64, reason string) {
+	o.enqueue(&outMsg{attempt: d.GetAttemptId(), decline: &pb.DeclineCheckpointRequest{
+		TmId: o.tm.cfg.ID, Incarnation: o.tm.cfg.Incarnation, JobId: d.GetJobId(), CheckpointId: id,
+		VertexId: d.GetVertexId(), SubtaskIndex: d.GetSubtaskIndex(), AttemptNumber: d.GetAttemptNumber(), Reason: reason,
+	}})
+}
+
 // enqueue queues m behind the attempt's earlier messages and reports whether it started the
 // attempt's worker (there was none).
 func (o *outbox) enqueue(m *outMsg) (started bool) {
@@ -84,11 +121,7 @@ func (o *outbox) enqueue(m *outMsg) (started bool) {
 		return false
 	}
 	o.seq++
-	if m.state != nil {
-		m.state.Sequence = o.seq
-	} else {
-		m.consumers.Sequence = o.seq
-	}
+	m.setSeq(o.seq)
 	q := o.queues[m.attempt]
 	o.queues[m.attempt] = append(q, m)
 	o.n++
@@ -155,9 +188,16 @@ func (o *outbox) worker(attempt string) {
 		if m == nil {
 			return
 		}
-		accepted, addr, err := o.send(m)
+		accepted, reason, addr, err := o.send(m)
 		if err == nil {
 			backoff = cfg.OutboxBackoffMin
+			if !accepted && (m.ack != nil || m.decline != nil) {
+				// The checkpoint is no longer pending (completed without it, aborted): nothing
+				// to retry, and the attempt is still the leader's.
+				lg.Debug("checkpoint acknowledgement not needed any more", "seq", m.seq(), "reason", reason)
+				o.pop(attempt, false)
+				continue
+			}
 			if !accepted {
 				lg.Warn("leader no longer owns the attempt: cancelling it locally", "seq", m.seq())
 				o.pop(attempt, true)
@@ -208,25 +248,34 @@ func (o *outbox) worker(attempt string) {
 }
 
 // send delivers one message to the current leader.
-func (o *outbox) send(m *outMsg) (accepted bool, addr string, err error) {
+func (o *outbox) send(m *outMsg) (accepted bool, reason, addr string, err error) {
 	addr = o.tm.Leader()
 	if addr == "" {
 		o.tm.wake()
-		return false, "", ErrNoLeader
+		return false, "", "", ErrNoLeader
 	}
 	conn, err := o.tm.conns.get(addr)
 	if err != nil {
-		return false, addr, err
+		return false, "", addr, err
 	}
 	ctx, cancel := context.WithTimeout(o.ctx, o.tm.cfg.RPCTimeout)
 	defer cancel()
 	c := pb.NewJobMasterServiceClient(conn)
-	if m.state != nil {
+	switch {
+	case m.state != nil:
 		resp, err := c.UpdateTaskExecutionState(ctx, m.state)
-		return resp.GetAccepted(), addr, err
+		return resp.GetAccepted(), "", addr, err
+	case m.ack != nil:
+		m.ack.EpochSeen = o.tm.Epoch()
+		resp, err := c.AcknowledgeCheckpoint(ctx, m.ack)
+		return resp.GetAccepted(), resp.GetReason(), addr, err
+	case m.decline != nil:
+		m.decline.EpochSeen = o.tm.Epoch()
+		_, err := c.DeclineCheckpoint(ctx, m.decline)
+		return true, "", addr, err
 	}
 	_, err = c.ScheduleOrUpdateConsumers(ctx, m.consumers)
-	return true, addr, err
+	return true, "", addr, err
 }
 
 // drain waits until the outbox is empty or d passed.

@@ -19,6 +19,7 @@ func (tm *TaskManager) executionReportLocked(t *task) *pb.ExecutionReport {
 		JobId: d.GetJobId(), VertexId: d.GetVertexId(), SubtaskIndex: d.GetSubtaskIndex(),
 		AttemptId: d.GetAttemptId(), AttemptNumber: d.GetAttemptNumber(), StartTimestamp: d.GetStartTimestamp(),
 		State: t.state, FailureCause: t.cause, SlotIndex: d.GetSlotIndex(),
+		LatestAckedCheckpointId: t.ackedID, LatestCheckpointAck: t.acked,
 	}
 	for i, pd := range d.GetProduced() {
 		held := i < len(t.produced) && tm.parts.has(t.produced[i])

@@ -78,6 +78,14 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	}
 	info := taskInfo(d, tm.cfg.WorkDir)
 	info.Logger = tm.opLog.With("job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex())
+	if info.Restored, err = tm.restoreState(t); err != nil {
+		return false, err
+	}
+	if id := d.GetRestoreCheckpointId(); id != 0 {
+		tm.mu.Lock()
+		t.ackedID, t.acked = id, d.GetRestoreFrom()
+		tm.mu.Unlock()
+	}
 	var (
 		src operators.Source
 		op  operators.Operator
@@ -102,8 +110,8 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	}
 
 	parts, answer := tm.registerPartitions(t)
-	defer answer()      // also when the task ends before RUNNING: the waiters learn it is gone
-	var injected uint64 // a source's newest injected barrier
+	defer answer()                         // also when the task ends before RUNNING: the waiters learn it is gone
+	injected := d.GetRestoreCheckpointId() // a source's newest injected barrier
 	emit := func(r operators.Record) error {
 		if src != nil {
 			// A triggered checkpoint's barrier goes in front of the source's next record.
@@ -279,6 +287,7 @@ func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Em
 		process:  func(r operators.Record) error { return op.Process(r, emit) },
 		reached:  func(id uint64) error { return tm.checkpointReached(t.ctx, t, id, op, parts) },
 		declined: func(id uint64, cause string) { tm.declineCheckpoint(t, id, cause) },
+		last:     t.tdd.GetRestoreCheckpointId(), // barriers up to the restored checkpoint are done
 	}
 	for s.live > 0 {
 		select {

@@ -111,6 +111,10 @@ func (tm *TaskManager) admitLocked(d *pb.TaskDeploymentDescriptor) (codes.Code, 
 		return codes.FailedPrecondition, fmt.Sprintf("attempt %s of %s[%d] was cancelled by the leader before it reached %s: not starting it",
 			d.GetAttemptId(), d.GetVertexId(), d.GetSubtaskIndex(), tm.cfg.ID)
 	}
+	if d.GetCheckpointed() && tm.ckpt == nil {
+		return codes.FailedPrecondition, fmt.Sprintf("job %s is checkpointed, but %s has no checkpoint storage (start it with --checkpoint-dir, the directory every JobMaster and TaskManager shares): not starting %s[%d]",
+			d.GetJobId(), tm.cfg.ID, d.GetVertexId(), d.GetSubtaskIndex())
+	}
 	if o := tm.newerAttemptLocked(d); o != nil {
 		return codes.FailedPrecondition, fmt.Sprintf("stale attempt number %d of %s[%d]: attempt %s (number %d, %s) is already on %s",
 			d.GetAttemptNumber(), d.GetVertexId(), d.GetSubtaskIndex(), o.attempt(), o.tdd.GetAttemptNumber(), o.state, tm.cfg.ID)

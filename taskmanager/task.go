@@ -31,6 +31,11 @@ type task struct {
 	failNote   string // set by FailTask: the task ends FAILED with this cause
 	produced   []partitionKey
 
+	// ackedID and acked: the newest checkpoint the task acknowledged (or was restored from)
+	// and its acknowledgement, for the reports a new leader completes checkpoints with.
+	ackedID uint64
+	acked   *pb.TaskCheckpointAck
+
 	deployEpoch uint64 // the epoch of the leader call that submitted the task
 	fenceEpoch  uint64 // the highest epoch this TM had seen when it accepted that call
 

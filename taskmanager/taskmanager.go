@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/jmcluster/jmcluster/checkpoint"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -62,6 +63,8 @@ type TaskManager struct {
 	}
 	cfg Config
 	log hclog.Logger
+	// ckpt is the checkpoint storage (Config.CheckpointDir), or nil.
+	ckpt *checkpoint.Store
 	// opLog is log named for operators, made once: a per-task Named costs a deployment of
 	// hundreds of tasks measurable time.
 	opLog hclog.Logger
@@ -114,8 +117,19 @@ func New(cfg Config) (*TaskManager, error) {
 			return nil, fmt.Errorf("taskmanager %s: work dir: %w", cfg.ID, err)
 		}
 	}
+	var ckpt *checkpoint.Store
+	if cfg.CheckpointDir != "" {
+		st, err := checkpoint.Open(cfg.CheckpointDir, checkpoint.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("taskmanager %s: checkpoint storage: %w", cfg.ID, err)
+		}
+		ckpt = st
+	}
 	gl, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
+		if ckpt != nil {
+			_ = ckpt.Close()
+		}
 		return nil, fmt.Errorf("taskmanager %s: listen grpc: %w", cfg.ID, err)
 	}
 	dl, err := net.Listen("tcp", cfg.DataAddr)
@@ -136,6 +150,7 @@ func New(cfg Config) (*TaskManager, error) {
 	tm := &TaskManager{
 		cfg:             cfg,
 		log:             cfg.Logger.Named("taskmanager").With("tm", cfg.ID),
+		ckpt:            ckpt,
 		grpcLis:         gl,
 		dataLis:         dl,
 		health:          health.NewServer(),

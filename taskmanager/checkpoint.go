@@ -1,0 +1,131 @@
+package taskmanager
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// The TaskManager's side of checkpoints (docs/checkpoints.md): the leader's TriggerCheckpoint
+// marks source tasks to inject a barrier (barrier.go); each task's state is written to the
+// checkpoint storage off the task's goroutine and acknowledged through the outbox, FIFO behind
+// the task's state updates and retried to whichever JobMaster leads; a task restored from a
+// checkpoint reads its state before it starts.
+
+// restoreState reads the state t's descriptor restores from, or nil when it starts afresh.
+func (tm *TaskManager) restoreState(t *task) ([]byte, error) {
+	d := t.tdd
+	id, from := d.GetRestoreCheckpointId(), d.GetRestoreFrom()
+	if id == 0 {
+		return nil, nil
+	}
+	if tm.ckpt == nil {
+		return nil, fmt.Errorf("restore from checkpoint %d: %s has no checkpoint storage (--checkpoint-dir)", id, tm.cfg.ID)
+	}
+	b, err := tm.ckpt.ReadChecksum(from.GetStatePath(), from.GetChecksum())
+	if err != nil {
+		return nil, fmt.Errorf("restore from checkpoint %d (the state attempt %d of %s[%d] acknowledged): %w",
+			id, from.GetAttemptNumber(), d.GetVertexId(), d.GetSubtaskIndex(), err)
+	}
+	return b, nil
+}
+
+// persistCheckpoint writes t's state for checkpoint id and acknowledges it, on a goroutine of
+// its own: the task goes on with the records after the barrier meanwhile (the state was taken
+// before). A failure to write declines the checkpoint.
+func (tm *TaskManager) persistCheckpoint(t *task, id uint64, state []byte) {
+	if tm.ckpt == nil {
+		tm.declineCheckpoint(t, id, "no checkpoint storage (--checkpoint-dir)")
+		return
+	}
+	d := t.tdd
+	go func() { // nothing waits for it: a TM that stops meanwhile drops the ack (its outbox is stopped)
+		path, sum, err := tm.ckpt.Write(d.GetJobId(), id, d.GetVertexId(), d.GetSubtaskIndex(), d.GetAttemptNumber(), state)
+		if err != nil {
+			tm.declineCheckpoint(t, id, fmt.Sprintf("write its state: %v", err))
+			return
+		}
+		ack := &pb.TaskCheckpointAck{
+			VertexId: d.GetVertexId(), SubtaskIndex: d.GetSubtaskIndex(), AttemptNumber: d.GetAttemptNumber(),
+			StateSizeBytes: int64(len(state)), StatePath: path, Checksum: sum,
+		}
+		tm.mu.Lock()
+		if id > t.ackedID {
+			t.ackedID, t.acked = id, ack
+		}
+		tm.mu.Unlock()
+		tm.outbox.enqueueAck(d, id, ack)
+	}()
+}
+
+// declineCheckpoint tells the leader that t cannot take part in checkpoint id.
+func (tm *TaskManager) declineCheckpoint(t *task, id uint64, cause string) {
+	d := t.tdd
+	tm.log.Warn("declining a checkpoint", "job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex(),
+		"checkpoint", id, "cause", cause)
+	tm.outbox.enqueueDecline(d, id, cause)
+}
+
+// TriggerCheckpoint marks the named source tasks of a job to inject checkpoint id's barrier
+// in front of their next record; attempts this TM does not run (or that are not RUNNING
+// sources of the job) are returned.
+func (s *controlService) TriggerCheckpoint(ctx context.Context, req *pb.TriggerCheckpointRequest) (*pb.TriggerCheckpointResponse, error) {
+	tm := s.tm
+	var invalid error
+	if req.GetJobId() == "" || req.GetCheckpointId() == 0 {
+		invalid = fmt.Errorf("job_id and checkpoint_id are required")
+	}
+	if err := tm.admit(ctx, req.GetEpoch(), "TriggerCheckpoint", invalid, false); err != nil {
+		return nil, err
+	}
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if err := tm.fenceLocked(req.GetEpoch(), "TriggerCheckpoint"); err != nil {
+		return nil, err
+	}
+	resp := &pb.TriggerCheckpointResponse{}
+	for _, a := range req.GetAttemptIds() {
+		t := tm.tasks[a]
+		if t == nil || t.tdd.GetJobId() != req.GetJobId() || t.state != pb.ExecutionState_EXECUTION_STATE_RUNNING || graph.OperatorRoleOf(t.tdd.GetOperator()) != graph.RoleSource {
+			resp.NotRunning = append(resp.NotRunning, a)
+			continue
+		}
+		for {
+			cur := t.inject.Load()
+			if cur >= req.GetCheckpointId() || t.inject.CompareAndSwap(cur, req.GetCheckpointId()) {
+				break
+			}
+		}
+	}
+	return resp, nil
+}
+
+// NotifyCheckpointComplete: a checkpoint of the job completed. Nothing this TM keeps depends
+// on it yet (the sinks' two-phase commit will); it is logged.
+func (s *controlService) NotifyCheckpointComplete(ctx context.Context, req *pb.NotifyCheckpointCompleteRequest) (*pb.NotifyCheckpointCompleteResponse, error) {
+	if err := s.checkNotify(ctx, req.GetEpoch(), req.GetJobId(), req.GetCheckpointId(), "NotifyCheckpointComplete"); err != nil {
+		return nil, err
+	}
+	s.tm.log.Debug("checkpoint completed", "job", req.GetJobId(), "checkpoint", req.GetCheckpointId())
+	return &pb.NotifyCheckpointCompleteResponse{}, nil
+}
+
+// NotifyCheckpointAborted: a checkpoint of the job was aborted; its state files are the
+// leader's to delete.
+func (s *controlService) NotifyCheckpointAborted(ctx context.Context, req *pb.NotifyCheckpointAbortedRequest) (*pb.NotifyCheckpointAbortedResponse, error) {
+	if err := s.checkNotify(ctx, req.GetEpoch(), req.GetJobId(), req.GetCheckpointId(), "NotifyCheckpointAborted"); err != nil {
+		return nil, err
+	}
+	s.tm.log.Debug("checkpoint aborted", "job", req.GetJobId(), "checkpoint", req.GetCheckpointId(), "reason", req.GetReason())
+	return &pb.NotifyCheckpointAbortedResponse{}, nil
+}
+
+func (s *controlService) checkNotify(ctx context.Context, epoch uint64, job string, id uint64, call string) error {
+	var invalid error
+	if job == "" || id == 0 {
+		invalid = fmt.Errorf("job_id and checkpoint_id are required")
+	}
+	return s.tm.admit(ctx, epoch, call, invalid, false)
+}
