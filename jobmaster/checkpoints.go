@@ -188,14 +188,13 @@ func viewOf(rec *pb.JobRecord) jobView {
 	return v
 }
 
-// sourceVertices: the vertices no edge leads into.
+// sourceVertices: the vertices whose operator is a source (no inputs): the barriers start there.
 func sourceVertices(jg *pb.JobGraph) map[string]bool {
 	out := map[string]bool{}
 	for _, v := range jg.GetVertices() {
-		out[v.Id] = true
-	}
-	for _, e := range jg.GetEdges() {
-		delete(out, e.Target)
+		if graph.OperatorRoleOf(v.Operator) == graph.RoleSource {
+			out[v.Id] = true
+		}
 	}
 	return out
 }
