@@ -11,6 +11,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -268,6 +269,7 @@ func (c *coordinator) commitGroup(k checkpointKey, reqs []ackReq) {
 	for _, r := range reqs {
 		all = append(all, r.acks...)
 	}
+	failpoint.Inject(c.t.ctx, failpoint.BeforeAckCheckpoint)
 	res, err := c.commitAckCommand(k, all)
 	if err != nil && len(reqs) > 1 && !notPending(err) {
 		for _, r := range reqs {
