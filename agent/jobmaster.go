@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/jmcluster/jmcluster/checkpoint"
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/internal/version"
@@ -46,6 +47,10 @@ type JobMasterConfig struct {
 	// JobMaster and Reconcile tune the active JobMaster and the reconciliation.
 	JobMaster jobmaster.Config
 	Reconcile reconcile.Config
+	// CheckpointDir is the checkpoint storage root (--checkpoint-dir), shared with every
+	// TaskManager that may restore a task's state; opened as JobMaster.Checkpoints unless that
+	// is set. Empty: no checkpoint storage (checkpointed jobs are refused).
+	CheckpointDir string
 	// WriteLimit bounds each client's SubmitJob and CancelJob rate on this replica.
 	WriteLimit server.WriteLimit
 	// MaxMessageSize bounds every gRPC message the replica receives or sends: its server and
@@ -78,6 +83,8 @@ type JobMaster struct {
 	Gossip *membership.Membership
 	// Metrics are this replica's instruments (/metrics).
 	Metrics *metrics.JobMaster
+
+	checkpoints *checkpoint.Store // opened from CheckpointDir (closed last)
 
 	grpcLis  net.Listener
 	grpc     *grpc.Server
@@ -129,6 +136,15 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	var deps server.Deps
 	a.Metrics = metrics.NewJobMaster(server.MetricsState(&deps))
 	cfg.JobMaster.Instruments = a.Metrics
+	if cfg.CheckpointDir != "" && cfg.JobMaster.Checkpoints == nil {
+		if a.checkpoints, err = checkpoint.Open(cfg.CheckpointDir, checkpoint.Options{}); err != nil {
+			return nil, fmt.Errorf("--checkpoint-dir %s: %w", cfg.CheckpointDir, err)
+		}
+		cfg.JobMaster.Checkpoints = a.checkpoints
+	}
+	if cfg.JobMaster.ServersApply == nil && cfg.Gossip != nil {
+		cfg.JobMaster.ServersApply = a.serversApply // a.Node and a.Gossip are set before any term
+	}
 	a.State = fsm.New(log)
 	a.JM = jobmaster.New(cfg.JobMaster, nil, a.State)
 	if cfg.Gossip != nil && cfg.Cluster.SeenEpoch == nil {
@@ -325,6 +341,7 @@ func (a *JobMaster) Shutdown() error {
 			a.stopErr = a.Node.Shutdown()
 		}
 		a.stopServers()
+		a.closeCheckpoints()
 	})
 	return a.stopErr
 }
@@ -350,7 +367,14 @@ func (a *JobMaster) Kill() {
 		if a.JM != nil {
 			a.JM.Shutdown()
 		}
+		a.closeCheckpoints()
 	})
+}
+
+func (a *JobMaster) closeCheckpoints() {
+	if a.checkpoints != nil {
+		_ = a.checkpoints.Close()
+	}
 }
 
 func (a *JobMaster) stopServers() {

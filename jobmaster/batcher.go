@@ -86,15 +86,20 @@ func (b *batcher) flush(batch []batchReq) {
 	}
 	i := 0
 	jobs := map[string]bool{}
+	failed := false
 	for _, r := range batch {
 		r.reply <- errs[i : i+len(r.updates)]
 		for _, u := range r.updates {
 			jobs[u.JobId] = true
+			failed = failed || u.State == stFailed || u.State == stCanceled
 		}
 		i += len(r.updates)
 	}
 	for id := range jobs {
 		b.t.kick(id)
+	}
+	if failed {
+		b.t.ckpt.poke() // a task failure aborts its job's pending checkpoints
 	}
 }
 

@@ -32,6 +32,10 @@ func (jm *JobMaster) SubmitJob(ctx context.Context, jg *pb.JobGraph) (string, ui
 	if err := graph.ValidateCheckpointConfig(jg.GetCheckpointConfig()); err != nil {
 		return "", 0, err
 	}
+	if _, on := graph.Checkpointing(jg.GetCheckpointConfig()); on && jm.cfg.Checkpoints == nil {
+		return "", 0, errorf(ErrNoCheckpointStorage, "job %q is checkpointed (checkpoint_config.interval_ms %d), but this JobMaster has no checkpoint storage: start every JobMaster and TaskManager with --checkpoint-dir (docs/checkpoints.md)",
+			jg.JobId, jg.GetCheckpointConfig().GetIntervalMs())
+	}
 	if err := graph.CheckSize(jg, jm.cfg.SizeLimits); err != nil {
 		return "", 0, err
 	}

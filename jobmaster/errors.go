@@ -30,6 +30,9 @@ var (
 	// ErrNoCapacity: a drain would leave the drained TaskManager's regions without slots
 	// (FAILED_PRECONDITION).
 	ErrNoCapacity = errors.New("jobmaster: not enough free slots elsewhere")
+	// ErrNoCheckpointStorage: a checkpointed job submitted to a JobMaster without checkpoint
+	// storage (Config.Checkpoints; FAILED_PRECONDITION).
+	ErrNoCheckpointStorage = errors.New("jobmaster: no checkpoint storage")
 )
 
 // StaleEpochError: the caller has seen a leader epoch above this leader's (the edge answers

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/checkpoint"
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
@@ -122,6 +123,14 @@ type Config struct {
 	// SubmitAttempts is how many times a batch is sent when the call fails transiently
 	// (UNAVAILABLE, DEADLINE_EXCEEDED) before its tasks are failed (default 3).
 	SubmitAttempts int
+	// Checkpoints is the checkpoint storage root (--checkpoint-dir): the leader deletes the
+	// state of discarded checkpoints and of removed jobs from it. nil: checkpointed jobs are
+	// refused at submission and nothing is triggered.
+	Checkpoints *checkpoint.Store
+	// ServersApply reports whether every Raft server gossips that it applies the commands of a
+	// command level (agent: gossip metadata); the leader triggers checkpoints only while they
+	// all apply fsm.LevelCheckpoints. nil: every server does.
+	ServersApply func(level int) bool
 	// Instruments receives what the JobMaster measures (metrics.JobMaster); nil: none.
 	Instruments Instruments
 	Logger      hclog.Logger

@@ -185,7 +185,7 @@ func TestConfiguredSizeLimitsEnforced(t *testing.T) {
 // range is refused with InvalidArgument naming each field, before anything is proposed; a job
 // with a valid one is committed with it, Flink's defaults filling what it leaves at 0.
 func TestCheckpointConfigOutOfRangeRefusedBeforeCommit(t *testing.T) {
-	c := testcluster.New(t, testcluster.Options{JMs: 3})
+	c := testcluster.New(t, testcluster.Options{JMs: 3, Checkpoints: true})
 	bad := sizedJob("bad-checkpoints", 2, 2, 2, forward, 0)
 	bad.CheckpointConfig = &pb.CheckpointConfig{IntervalMs: 5, MaxConcurrent: 17}
 	before := settledIndexes(t, c)

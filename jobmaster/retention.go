@@ -92,5 +92,12 @@ func (t *term) removeExpired() {
 		t.jm.log.Warn("terminal jobs not removed", "jobs", len(ids), "error", err)
 		return
 	}
+	if store := cfg.Checkpoints; store != nil {
+		for _, id := range ids {
+			if err := store.DeleteJob(id); err != nil {
+				t.jm.log.Warn("checkpoints of a removed job not deleted", "job", id, "error", err)
+			}
+		}
+	}
 	t.jm.log.Info("removed terminal jobs past the retention", "jobs", len(ids), "retain_jobs", cfg.RetainJobs, "retain_job_age", cfg.RetainJobAge)
 }

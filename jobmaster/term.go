@@ -22,6 +22,7 @@ type term struct {
 
 	kicks   chan string
 	batch   *batcher
+	ckpt    *coordinator // checkpoints.go
 	started sync.Once
 
 	mu          sync.Mutex
@@ -80,6 +81,7 @@ func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
 	t.since = time.Now()
 	t.beat = t.since
 	t.batch = newBatcher(t)
+	t.ckpt = newCoordinator(t)
 	// The batcher serves reconciliation too, so it runs from the start of the term; so does
 	// the pulse, whose probes let reconciliation stop waiting for a TM proven dead.
 	t.wg.Add(2)
@@ -101,6 +103,8 @@ func (t *term) start() {
 		}
 		t.spawn(t.loop)
 		t.spawn(t.retain)
+		t.spawn(t.ckpt.run)
+		t.spawn(t.ckpt.commitAcks)
 		t.kick("")
 	})
 }
@@ -317,6 +321,9 @@ func (t *term) taskManagerLost(tmID, cause string) {
 	if tm, ok := t.jm.tms.Get(tmID); ok {
 		t.jm.tms.Forget(tm.GRPCAddr)
 	}
+	// Its jobs' pending checkpoints end first, with the TM named (their failures would abort
+	// them too, as task failures).
+	t.ckpt.abortForLostTM(tmID, cause)
 	t.failAttempts(t.attemptsOn(tmID, cause))
 }
 

@@ -192,7 +192,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, t jobmaster.Term) error {
 	}
 	r.step(epoch, "committed", "reconciled graph committed in %s (%s)", time.Since(start).Round(time.Millisecond), commitForm(plan, compact))
 
-	// Only now, after the commit, act on what the reports showed.
+	// Only now, after the commit, act on what the reports showed; the checkpoint
+	// acknowledgements they carried go to the term, which completes or aborts the pending
+	// checkpoints once the gate opens.
+	t.NoteCheckpointAcks(checkpointAcks(reports))
 	r.act(ctx, t, plan)
 	go col.handleLate(ctx)
 	return nil
@@ -236,6 +239,10 @@ type target struct {
 	// execution assigned to it RUNNING as committed (nil for a TM found later: it sends its
 	// whole report).
 	expect *transport.ReportDigest
+	// whole: the TM holds an attempt of a job with a pending checkpoint; it is asked for its
+	// whole report, whose executions carry their latest checkpoint acknowledgements (an
+	// as-expected answer carries none).
+	whole bool
 }
 
 // holdersOf: every TM that holds a committed attempt of the jobs, by id, with the digest of
@@ -244,6 +251,7 @@ func holdersOf(jobs []*pb.JobRecord) map[string]*target {
 	byID := map[string]*target{}
 	for _, rec := range jobs {
 		jobID := rec.GetJobGraph().GetJobId()
+		pending := len(rec.GetCheckpoints().GetPending()) > 0
 		produces, inputs := map[string]int{}, graph.InputCounts(rec.GetExecutionGraph())
 		for _, res := range rec.GetExecutionGraph().GetResults() {
 			produces[res.ProducerVertexId]++
@@ -260,6 +268,7 @@ func holdersOf(jobs []*pb.JobRecord) map[string]*target {
 					t = &target{id: id, addr: e.TmGrpcAddress, expect: &transport.ReportDigest{}}
 					byID[id] = t
 				}
+				t.whole = t.whole || pending
 				if e.State == pb.ExecutionState_EXECUTION_STATE_RECONCILING {
 					t.holds = true
 					t.expect.Add(jobID, ev.VertexId, ev.SubtaskIndex, e.AttemptId, e.Slot.Index, e.StartTimestamp,
@@ -287,6 +296,9 @@ func (r *Reconciler) targets(port jobmaster.Term, byID map[string]*target) []tar
 	}
 	out := make([]target, 0, len(byID))
 	for _, t := range byID {
+		if t.whole {
+			t.expect = nil
+		}
 		out = append(out, *t)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
@@ -419,4 +431,18 @@ func restartAll(plan *Plan) {
 	}
 	plan.Cancels = nil
 	plan.Acks = map[string][]string{}
+}
+
+// checkpointAcks lists the latest checkpoint acknowledgement of every reported execution that
+// has one.
+func checkpointAcks(reports map[string]*Report) []jobmaster.ReportedCheckpointAck {
+	var out []jobmaster.ReportedCheckpointAck
+	for _, rep := range reports {
+		for _, ex := range rep.Executions {
+			if ex.LatestAckedCheckpointId != 0 && ex.LatestCheckpointAck != nil {
+				out = append(out, jobmaster.ReportedCheckpointAck{JobID: ex.JobId, AttemptID: ex.AttemptId, CheckpointID: ex.LatestAckedCheckpointId, Ack: ex.LatestCheckpointAck})
+			}
+		}
+	}
+	return out
 }

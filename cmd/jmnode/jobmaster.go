@@ -59,6 +59,7 @@ func runJobMaster(args []string) error {
 	maxGraphBytes := fs.Int64(graph.LimitGraphBytes, defSize.MaxGraphBytes,
 		fmt.Sprintf("refuse a job whose execution graph, deployed, is estimated larger (bytes); at most %d", ceiling.MaxGraphBytes))
 	retainJobs := fs.Int("retain-jobs", jobmaster.DefaultRetainJobs, "terminal jobs (FINISHED, CANCELED, FAILED) kept; the oldest beyond it are removed (at least 1)")
+	checkpointDir := fs.String("checkpoint-dir", "", "checkpoint storage root: the shared directory every JobMaster and every TaskManager that may restore a task's state must reach (one host: a local directory; across hosts: a shared file system; docs/checkpoints.md). Empty: checkpointed jobs are refused")
 	retainAge := fs.Duration("retain-job-age", jobmaster.DefaultRetainJobAge, "a terminal job is removed this long after it ended")
 	fast := fs.Bool("fast-raft", false, "use fast Raft timings (loopback clusters, demos and tests)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
@@ -133,7 +134,8 @@ func runJobMaster(args []string) error {
 		ccfg.Peers = append(ccfg.Peers, peer)
 	}
 	cfg := agent.JobMasterConfig{
-		Cluster: ccfg, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Logger: log,
+		CheckpointDir: *checkpointDir,
+		Cluster:       ccfg, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Logger: log,
 		JobMaster: jobmaster.Config{HeartbeatTimeout: *hbTimeout, DeadRefusals: *deadRefusals, DeadRefusalWindow: *deadWindow, SizeLimits: sizeLimits, RetainJobs: *retainJobs, RetainJobAge: *retainAge,
 			FenceTimeout: *fenceTimeout, PoolQueryInterval: *poolInterval, PoolQueryTimeout: *poolTimeout, TMLeaderGrace: *tmGrace, HeartbeatInterval: *tmHeartbeat,
 			SlotTimeout: *slotTimeout},

@@ -32,6 +32,7 @@ func runTaskManager(args []string) error {
 	jms := fs.String("jm", "", "comma-separated JobMaster gRPC addresses (asked for the leader when gossip does not know it)")
 	gf := newGossipFlags(fs, "<work-dir>/gossip.keyring when --work-dir is set, else none")
 	workDir := fs.String("work-dir", "", "working directory: relative sink paths are written here")
+	checkpointDir := fs.String("checkpoint-dir", "", "checkpoint storage root: the shared directory every JobMaster and every TaskManager that may restore a task's state must reach (one host: a local directory; across hosts: a shared file system; docs/checkpoints.md). Empty: tasks of checkpointed jobs are refused")
 	eventLog := fs.String("event-log", "", "append task start/stop events as JSON lines to this file")
 	grace := fs.Duration("leader-grace", def.LeaderGrace, "cancel every task after no leader was reachable for this long")
 	fence := fs.Duration("fence-timeout", def.FenceTimeout, "until a leader sends its own: cancel every task when no leader was reached this long while a JobMaster names a live leader, or unless the TM's pool confirms a JobMaster outage (0 turns it off)")
@@ -74,7 +75,7 @@ func runTaskManager(args []string) error {
 	cfg.ID, cfg.Slots, cfg.GRPCAddr, cfg.DataAddr = *id, *slots, *grpcAddr, *dataAddr
 	cfg.AdvertiseGRPC, cfg.AdvertiseData = *grpcAdv, *dataAdv
 	cfg.JobMasters, cfg.LeaderGrace, cfg.RetainTerminal, cfg.HeartbeatInterval = splitList(*jms), *grace, *retain, *hb
-	cfg.Logger, cfg.WorkDir = log, *workDir
+	cfg.Logger, cfg.WorkDir, cfg.CheckpointDir = log, *workDir, *checkpointDir
 	cfg.FenceTimeout = *fence
 	cfg.MaxMessageSize = *maxMsg
 	cfg.TLS = sec

@@ -26,11 +26,14 @@ var (
 	// Hooks: a point between a commit and the RPC it guards (or another window a fault can
 	// land in), where Inject pauses.
 
-	BeforeDeployingCommit = newHook("before-deploying-commit", "after a deployment's attempts are committed SCHEDULED, before their DEPLOYING commit (nothing was submitted yet)")
-	BeforeSubmitTask      = newHook("before-submit-task", "after an attempt's DEPLOYING commit, before its SubmitTask is sent")
-	OutboxAfterSend       = newHook("outbox-after-send", "after a TaskManager's outbox removed a delivered message from its queue, before it looks at the queue again")
-	DiskWrite             = newHook("disk-write", "before each Raft log, stable-store and snapshot write of a JobMaster: pause(disk-write)=200ms is a slow disk")
-	BeforeLeaderStop      = newHook("before-leader-stop", "after Raft reported this replica's leadership lost, before its leader work is stopped (the term's context cancelled): a deposed leader that has not noticed yet, which TaskManager fencing guards against")
-	BeforeReconcileCommit = newHook("before-reconcile-commit", "after a reconciliation merged the TaskManagers' reports, before it commits the reconciled graph (the gate is still closed)")
-	BeforeCancelTask      = newHook("before-cancel-task", "after an attempt's CANCELING commit, before its CancelTask is sent (also a cancel of an attempt a TM reported that the graph does not own)")
+	BeforeDeployingCommit    = newHook("before-deploying-commit", "after a deployment's attempts are committed SCHEDULED, before their DEPLOYING commit (nothing was submitted yet)")
+	BeforeSubmitTask         = newHook("before-submit-task", "after an attempt's DEPLOYING commit, before its SubmitTask is sent")
+	OutboxAfterSend          = newHook("outbox-after-send", "after a TaskManager's outbox removed a delivered message from its queue, before it looks at the queue again")
+	DiskWrite                = newHook("disk-write", "before each Raft log, stable-store and snapshot write of a JobMaster: pause(disk-write)=200ms is a slow disk")
+	BeforeLeaderStop         = newHook("before-leader-stop", "after Raft reported this replica's leadership lost, before its leader work is stopped (the term's context cancelled): a deposed leader that has not noticed yet, which TaskManager fencing guards against")
+	BeforeReconcileCommit    = newHook("before-reconcile-commit", "after a reconciliation merged the TaskManagers' reports, before it commits the reconciled graph (the gate is still closed)")
+	BeforeTriggerCheckpoint  = newHook("before-trigger-checkpoint", "after a checkpoint's TRIGGER_CHECKPOINT commit, before its TriggerCheckpoint calls are sent (no barrier was injected)")
+	BeforeAckCheckpoint      = newHook("before-ack-checkpoint", "after TaskManagers' checkpoint acknowledgements were checked and queued, before their ACK_CHECKPOINT commit (the TMs' calls wait)")
+	BeforeCompleteCheckpoint = newHook("before-complete-checkpoint", "after the FSM holds every acknowledgement of a checkpoint, before its COMPLETE_CHECKPOINT commit (no task was told)")
+	BeforeCancelTask         = newHook("before-cancel-task", "after an attempt's CANCELING commit, before its CancelTask is sent (also a cancel of an attempt a TM reported that the graph does not own)")
 )

@@ -54,6 +54,9 @@ type Options struct {
 	JM func(*agent.JobMasterConfig)
 	// LogLevel of the cluster log (default debug).
 	LogLevel hclog.Level
+	// Checkpoints gives every JM and TM the same checkpoint storage root (CheckpointDir, under
+	// the cluster's temporary directory).
+	Checkpoints bool
 	// TLS turns on mutual TLS everywhere: each JM gets a jobmaster certificate of this CA
 	// named its id, each TM a taskmanager one, and Conn connects with an operator certificate.
 	TLS *tlstest.CA
@@ -64,9 +67,11 @@ type Cluster struct {
 	T    testing.TB
 	Opts Options
 	Dir  string
-	JMs  []*JM
-	TMs  []*TM
-	Log  hclog.Logger
+	// CheckpointDir is the shared checkpoint storage root ("" without Options.Checkpoints).
+	CheckpointDir string
+	JMs           []*JM
+	TMs           []*TM
+	Log           hclog.Logger
 
 	logFile *os.File
 	mu      sync.Mutex
@@ -118,6 +123,9 @@ func start(t testing.TB, opts Options) *Cluster {
 		t.Fatal(err)
 	}
 	c.logFile = f
+	if opts.Checkpoints {
+		c.CheckpointDir = filepath.Join(c.Dir, "checkpoints")
+	}
 	if opts.LogLevel == hclog.NoLevel {
 		opts.LogLevel = hclog.Debug
 	}
@@ -204,8 +212,9 @@ func (c *Cluster) StartJM(j *JM) {
 	}
 	cfg := agent.JobMasterConfig{
 		Cluster: cc, GRPCAddr: j.GRPCAddr, Logger: c.Log.Named(j.ID),
-		JobMaster: jmc,
-		Reconcile: reconcile.Config{ReportDeadline: c.Opts.ReportDeadline},
+		JobMaster:     jmc,
+		Reconcile:     reconcile.Config{ReportDeadline: c.Opts.ReportDeadline},
+		CheckpointDir: c.CheckpointDir,
 	}
 	if !c.Opts.NoGossip {
 		g := membership.TestConfig(membership.Meta{})
@@ -265,6 +274,7 @@ func (c *Cluster) StartTM(tm *TM) {
 	cfg.FenceTimeout = c.Opts.HeartbeatTimeout / 2 // shorter than the leader's heartbeat timeout
 	cfg.EventLog = ev
 	cfg.WorkDir = tm.WorkDir
+	cfg.CheckpointDir = c.CheckpointDir
 	for _, j := range c.JMs {
 		cfg.JobMasters = append(cfg.JobMasters, j.GRPCAddr)
 	}

@@ -58,6 +58,7 @@ var errorTable = []errorRow{
 	{cluster.ErrUnknownServer, codes.NotFound, ""},
 	{jobmaster.ErrUnknownTaskManager, codes.NotFound, ""},
 	{jobmaster.ErrNoCapacity, codes.FailedPrecondition, ""},
+	{jobmaster.ErrNoCheckpointStorage, codes.FailedPrecondition, ""},
 	{cluster.ErrNoTransferTarget, codes.FailedPrecondition, ""},
 	{jobmaster.ErrUnknownAttempt, codes.NotFound, ""},
 	{jobmaster.ErrUnknownResult, codes.NotFound, ""},

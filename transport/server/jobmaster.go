@@ -40,3 +40,11 @@ func (s *JobMasterService) ScheduleOrUpdateConsumers(ctx context.Context, req *p
 func (s *JobMasterService) RequestPartitionState(ctx context.Context, req *pb.RequestPartitionStateRequest) (*pb.RequestPartitionStateResponse, error) {
 	return s.jm.RequestPartitionState(ctx, req)
 }
+
+func (s *JobMasterService) AcknowledgeCheckpoint(ctx context.Context, req *pb.AcknowledgeCheckpointRequest) (*pb.AcknowledgeCheckpointResponse, error) {
+	return s.jm.AcknowledgeCheckpoint(ctx, req)
+}
+
+func (s *JobMasterService) DeclineCheckpoint(ctx context.Context, req *pb.DeclineCheckpointRequest) (*pb.DeclineCheckpointResponse, error) {
+	return s.jm.DeclineCheckpoint(ctx, req)
+}

@@ -1,0 +1,426 @@
+package jobmaster_test
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/jmcluster/jmcluster/internal/failpoint"
+	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// checkpointCluster: three JobMasters and two TaskManagers sharing one checkpoint root.
+func checkpointCluster(t *testing.T) *testcluster.Cluster {
+	t.Helper()
+	return testcluster.New(t, testcluster.Options{JMs: 3, TMs: 2, Checkpoints: true})
+}
+
+// checkpointedChain is source -> map -> checksum sink of parallelism 2, checkpointed.
+func checkpointedChain(name string, cfg *pb.CheckpointConfig) *pb.JobGraph {
+	jg := testcluster.StreamingChain(name, 2, 200, 0)
+	jg.CheckpointConfig = cfg
+	return jg
+}
+
+// checkpointsOf reads a job's checkpoint record on the leader.
+func checkpointsOf(c *testcluster.Cluster, jobID string) *pb.JobCheckpoints {
+	cp, _ := c.Leader().A.State.Checkpoints(jobID)
+	return cp
+}
+
+func ids(list []*pb.CheckpointRecord) []uint64 {
+	out := make([]uint64, len(list))
+	for i, ck := range list {
+		out[i] = ck.Id
+	}
+	return out
+}
+
+// describeCheckpoints is a one-line view of a record for failure messages.
+func describeCheckpoints(cp *pb.JobCheckpoints) string {
+	var aborted []string
+	for _, a := range cp.GetAborted() {
+		aborted = append(aborted, fmt.Sprintf("%d:%s", a.Id, a.AbortReason))
+	}
+	return fmt.Sprintf("next %d pending %v completed %v (count %d) aborted %v (count %d)", cp.GetNextCheckpointId(), ids(cp.GetPending()),
+		ids(cp.GetCompleted()), cp.GetCompletedCount(), aborted, cp.GetAbortedCount())
+}
+
+// storedCheckpoints lists the checkpoint directories of a job under the shared root.
+func storedCheckpoints(t *testing.T, c *testcluster.Cluster, jobID string) []uint64 {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(c.CheckpointDir, jobID))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []uint64
+	for _, e := range entries {
+		if id, err := strconv.ParseUint(strings.TrimPrefix(e.Name(), "chk-"), 10, 64); err == nil && e.IsDir() {
+			out = append(out, id)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// waitCheckpoints waits until the job's record satisfies cond.
+func waitCheckpoints(t *testing.T, c *testcluster.Cluster, jobID, what string, timeout time.Duration, cond func(*pb.JobCheckpoints) bool) *pb.JobCheckpoints {
+	t.Helper()
+	var cp *pb.JobCheckpoints
+	testcluster.WaitFor(t, timeout, what, func() (bool, string) {
+		cp = checkpointsOf(c, jobID)
+		return cond(cp), describeCheckpoints(cp)
+	})
+	return cp
+}
+
+// TestCheckpointsCompleteInOrderAndSubsumedOnesLeaveStorage: a checkpointed job on real TMs
+// completes checkpoints with increasing ids; the leader keeps the configured number of
+// completed ones, and the directories of the ones they subsumed or dropped are deleted from
+// the shared root. No task restarts.
+func TestCheckpointsCompleteInOrderAndSubsumedOnesLeaveStorage(t *testing.T) {
+	c := checkpointCluster(t)
+	id := c.Submit(checkpointedChain("checkpoints", &pb.CheckpointConfig{IntervalMs: 100, Retained: 2}))
+	before := testcluster.Attempts(waitAllRunning(t, c, id))
+
+	cp := waitCheckpoints(t, c, id, "five checkpoints completed", 30*time.Second, func(cp *pb.JobCheckpoints) bool {
+		return cp.GetCompletedCount() >= 5
+	})
+	if got := ids(cp.Completed); len(got) != 2 || got[0] >= got[1] {
+		t.Fatalf("completed %v, want the newest 2 in order", got)
+	}
+	for _, ck := range cp.Completed {
+		if len(ck.Acks) != 6 || ck.TriggerUnixMs == 0 || ck.CompleteUnixMs < ck.TriggerUnixMs {
+			t.Errorf("checkpoint %d: %d acks, trigger %d complete %d", ck.Id, len(ck.Acks), ck.TriggerUnixMs, ck.CompleteUnixMs)
+		}
+	}
+	// Ids only grow; every id below the next one is accounted for once.
+	if n := cp.CompletedCount + cp.AbortedCount + uint64(len(cp.Pending)); n != cp.NextCheckpointId-1 {
+		t.Errorf("%d completed + %d aborted + %d pending, but ids 1..%d were given", cp.CompletedCount, cp.AbortedCount, len(cp.Pending), cp.NextCheckpointId-1)
+	}
+	// The shared root holds the retained and the pending checkpoints only (deleting the
+	// discarded ones follows their commit).
+	testcluster.WaitFor(t, 10*time.Second, "only retained and pending checkpoints in storage", func() (bool, string) {
+		cp := checkpointsOf(c, id)
+		stored := storedCheckpoints(t, c, id)
+		keep := append(ids(cp.Completed), ids(cp.Pending)...)
+		lowest := cp.Completed[0].Id
+		for _, s := range stored {
+			// A trigger after the record was read may have written a newer one.
+			if !slices.Contains(keep, s) && s < lowest {
+				return false, fmt.Sprintf("stored %v, record %s", stored, describeCheckpoints(cp))
+			}
+		}
+		return slices.Contains(stored, cp.Completed[1].Id), fmt.Sprintf("stored %v, record %s", stored, describeCheckpoints(cp))
+	})
+	if changed := testcluster.Changed(before, testcluster.Attempts(c.Job(id))); len(changed) != 0 {
+		t.Fatalf("tasks restarted: %v", changed)
+	}
+}
+
+// TestCheckpointTimeoutAborts: a checkpoint whose completion does not come within timeout_ms
+// (its COMPLETE held back by the failpoint) is aborted with a reason naming the timeout, and
+// its directory is deleted; once completion is let through, checkpoints complete again with
+// higher ids.
+func TestCheckpointTimeoutAborts(t *testing.T) {
+	c := checkpointCluster(t)
+	id := c.Submit(checkpointedChain("timeout", &pb.CheckpointConfig{IntervalMs: 100, TimeoutMs: 300}))
+	waitAllRunning(t, c, id)
+	failpoint.Set(t, "pause("+failpoint.BeforeCompleteCheckpoint.Name()+")")
+
+	cp := waitCheckpoints(t, c, id, "a checkpoint aborted by its timeout", 30*time.Second, func(cp *pb.JobCheckpoints) bool {
+		for _, a := range cp.GetAborted() {
+			if strings.HasPrefix(a.AbortReason, "timeout after ") {
+				return true
+			}
+		}
+		return false
+	})
+	var timedOut uint64
+	for _, a := range cp.Aborted {
+		if strings.HasPrefix(a.AbortReason, "timeout after ") {
+			timedOut = a.Id
+			if !strings.Contains(a.AbortReason, "timeout_ms 300") {
+				t.Errorf("reason %q does not name the configured timeout", a.AbortReason)
+			}
+		}
+	}
+	testcluster.WaitFor(t, 10*time.Second, fmt.Sprintf("checkpoint %d's directory deleted", timedOut), func() (bool, string) {
+		stored := storedCheckpoints(t, c, id)
+		return !slices.Contains(stored, timedOut), fmt.Sprint(stored)
+	})
+	failpoint.Release(failpoint.BeforeCompleteCheckpoint)
+	waitCheckpoints(t, c, id, "a later checkpoint completed", 30*time.Second, func(cp *pb.JobCheckpoints) bool {
+		return len(cp.GetCompleted()) > 0 && cp.Completed[len(cp.Completed)-1].Id > timedOut
+	})
+}
+
+// pendingHeldBeforeTrigger holds the coordinator's next trigger between its commit and its
+// TriggerCheckpoint calls (no barrier goes out), and returns the checkpoint, pending.
+func pendingHeldBeforeTrigger(t *testing.T, c *testcluster.Cluster, jobID string) uint64 {
+	t.Helper()
+	failpoint.Set(t, "pause("+failpoint.BeforeTriggerCheckpoint.Name()+")")
+	waitPaused(t, failpoint.BeforeTriggerCheckpoint, 1)
+	cp := checkpointsOf(c, jobID)
+	if len(cp.GetPending()) != 1 {
+		t.Fatalf("a trigger is held, but the record is %s", describeCheckpoints(cp))
+	}
+	return cp.Pending[0].Id
+}
+
+// ackAs acknowledges a checkpoint for one subtask as a TM would.
+func ackAs(t *testing.T, c *testcluster.Cluster, tmID, jobID string, id uint64, acks ...*pb.TaskCheckpointAck) (*pb.AcknowledgeCheckpointResponse, error) {
+	t.Helper()
+	l := c.Leader()
+	return jmClient(c, l).AcknowledgeCheckpoint(ctxT(t), &pb.AcknowledgeCheckpointRequest{
+		TmId: tmID, EpochSeen: l.A.JM.Epoch(), JobId: jobID, CheckpointId: id, Acks: acks,
+	})
+}
+
+func testAck(jobID string, id uint64, vertex string, subtask, attempt int32) *pb.TaskCheckpointAck {
+	return &pb.TaskCheckpointAck{VertexId: vertex, SubtaskIndex: subtask, AttemptNumber: attempt, StateSizeBytes: 8,
+		StatePath: fmt.Sprintf("%s/chk-%d/%s-%d-%d.state", jobID, id, vertex, subtask, attempt), Checksum: 1}
+}
+
+// TestAcknowledgeAndDeclineCheckpoint: the leader's AcknowledgeCheckpoint records an
+// acknowledgement from the current attempt on its own TM (a retry changes nothing), answers
+// accepted=false naming why for a stale attempt and for a checkpoint that is no longer
+// pending, refuses one from another TM (PERMISSION_DENIED); DeclineCheckpoint aborts the
+// checkpoint naming the subtask and its reason.
+func TestAcknowledgeAndDeclineCheckpoint(t *testing.T) {
+	c := checkpointCluster(t)
+	id := c.Submit(checkpointedChain("acks", &pb.CheckpointConfig{IntervalMs: 50, TimeoutMs: 60_000}))
+	rec := waitAllRunning(t, c, id)
+	at := testcluster.Attempts(rec)
+	ck := pendingHeldBeforeTrigger(t, c, id)
+	src0 := at["source[0]"]
+
+	resp, err := ackAs(t, c, src0.TM, id, ck, testAck(id, ck, "source", 0, src0.Number+1))
+	if err != nil || resp.Accepted || !strings.Contains(resp.Reason, "not current") {
+		t.Fatalf("ack of a future attempt: %v %v, want accepted=false naming the current attempt", resp, err)
+	}
+	for i := 0; i < 2; i++ { // the second is a retry
+		resp, err = ackAs(t, c, src0.TM, id, ck, testAck(id, ck, "source", 0, src0.Number))
+		if err != nil || !resp.Accepted {
+			t.Fatalf("ack %d of source[0]: %v %v", i, resp, err)
+		}
+	}
+	if p := checkpointsOf(c, id).Pending; len(p) != 1 || len(p[0].Acks) != 1 {
+		t.Fatalf("after the ack and its retry: %s", describeCheckpoints(checkpointsOf(c, id)))
+	}
+	other := "tm1"
+	if at["source[1]"].TM == other {
+		other = "tm2"
+	}
+	src1 := at["source[1]"]
+	if src1.TM == other {
+		t.Fatalf("attempts %v", at)
+	}
+	_, err = ackAs(t, c, other, id, ck, testAck(id, ck, "source", 1, src1.Number))
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "assigned to "+src1.TM) {
+		t.Fatalf("ack of source[1] by %s: %v, want PERMISSION_DENIED naming %s", other, err, src1.TM)
+	}
+
+	sink1 := at["sink[1]"]
+	l := c.Leader()
+	if _, err := jmClient(c, l).DeclineCheckpoint(ctxT(t), &pb.DeclineCheckpointRequest{
+		TmId: sink1.TM, EpochSeen: l.A.JM.Epoch(), JobId: id, CheckpointId: ck, VertexId: "sink", SubtaskIndex: 1, AttemptNumber: sink1.Number, Reason: "disk full",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cp := waitCheckpoints(t, c, id, fmt.Sprintf("checkpoint %d aborted by the decline", ck), 10*time.Second, func(cp *pb.JobCheckpoints) bool {
+		return len(cp.GetAborted()) > 0 && cp.Aborted[len(cp.Aborted)-1].Id == ck
+	})
+	if r := cp.Aborted[len(cp.Aborted)-1].AbortReason; r != "declined by sink[1]: disk full" {
+		t.Errorf("abort reason %q", r)
+	}
+	resp, err = ackAs(t, c, src1.TM, id, ck, testAck(id, ck, "source", 1, src1.Number))
+	if err != nil || resp.Accepted || !strings.Contains(resp.Reason, "was aborted: declined by sink[1]") {
+		t.Fatalf("ack of the aborted checkpoint: %v %v, want accepted=false naming the abort", resp, err)
+	}
+	failpoint.Release(failpoint.BeforeTriggerCheckpoint)
+	done := waitCheckpoints(t, c, id, "a later checkpoint completed", 30*time.Second, func(cp *pb.JobCheckpoints) bool {
+		return len(cp.GetCompleted()) > 0
+	})
+	// A retried acknowledgement of a completed checkpoint, as recorded, is accepted; another
+	// state for it is not.
+	last := done.Completed[len(done.Completed)-1]
+	a := last.Acks[0]
+	tm := at[fmt.Sprintf("%s[%d]", a.VertexId, a.SubtaskIndex)].TM
+	if resp, err := ackAs(t, c, tm, id, last.Id, a); err != nil || !resp.Accepted {
+		t.Fatalf("retry of a recorded ack of completed checkpoint %d: %v %v", last.Id, resp, err)
+	}
+	changed := proto.CloneOf(a)
+	changed.StatePath += ".other"
+	if resp, err := ackAs(t, c, tm, id, last.Id, changed); err != nil || resp.Accepted || !strings.Contains(resp.Reason, "completed without") {
+		t.Fatalf("another state for completed checkpoint %d: %v %v", last.Id, resp, err)
+	}
+}
+
+// TestPendingCheckpointThroughLeaderFailover: the leader is killed while a checkpoint is
+// pending. The new leader completes it when every subtask's acknowledgement is in the FSM or
+// in the TaskManagers' reports, aborts it otherwise, never completes it twice, and goes on
+// triggering with the next id. No task restarts.
+func TestPendingCheckpointThroughLeaderFailover(t *testing.T) {
+	cases := []struct {
+		name string
+		// hold pauses the old leader where the case needs it and returns the pending id.
+		hold     func(t *testing.T, c *testcluster.Cluster, jobID string, at map[string]testcluster.Attempt) (uint64, *failpoint.Hook)
+		complete bool
+		reason   string
+	}{
+		{
+			name: "before the barriers",
+			hold: func(t *testing.T, c *testcluster.Cluster, jobID string, _ map[string]testcluster.Attempt) (uint64, *failpoint.Hook) {
+				return pendingHeldBeforeTrigger(t, c, jobID), failpoint.BeforeTriggerCheckpoint
+			},
+			reason: "leader changed before every task acknowledged (0 of 6 subtasks acknowledged",
+		},
+		{
+			name: "with some acknowledgements",
+			hold: func(t *testing.T, c *testcluster.Cluster, jobID string, at map[string]testcluster.Attempt) (uint64, *failpoint.Hook) {
+				ck := pendingHeldBeforeTrigger(t, c, jobID)
+				src0 := at["source[0]"]
+				if resp, err := ackAs(t, c, src0.TM, jobID, ck, testAck(jobID, ck, "source", 0, src0.Number)); err != nil || !resp.Accepted {
+					t.Fatalf("ack: %v %v", resp, err)
+				}
+				return ck, failpoint.BeforeTriggerCheckpoint
+			},
+			reason: "leader changed before every task acknowledged (1 of 6 subtasks acknowledged",
+		},
+		{
+			name: "with every acknowledgement in the reports only",
+			hold: func(t *testing.T, c *testcluster.Cluster, jobID string, _ map[string]testcluster.Attempt) (uint64, *failpoint.Hook) {
+				failpoint.Set(t, "pause("+failpoint.BeforeAckCheckpoint.Name()+")")
+				// Every task acknowledged to its TM: each TM's latest acknowledgement is the
+				// pending checkpoint, none committed.
+				var ck uint64
+				testcluster.WaitFor(t, 20*time.Second, "every task's acknowledgement held before its commit", func() (bool, string) {
+					cp := checkpointsOf(c, jobID)
+					if len(cp.GetPending()) != 1 || len(cp.Pending[0].Acks) != 0 {
+						return false, describeCheckpoints(cp)
+					}
+					ck = cp.Pending[0].Id
+					acked := 0
+					for _, tm := range c.TMs {
+						for _, r := range tmReport(t, c, tm) {
+							if r.JobId == jobID && r.LatestAckedCheckpointId == ck && r.LatestCheckpointAck != nil {
+								acked++
+							}
+						}
+					}
+					return acked == 6, fmt.Sprintf("%d tasks acknowledged %d; %s", acked, ck, describeCheckpoints(cp))
+				})
+				return ck, failpoint.BeforeAckCheckpoint
+			},
+			complete: true,
+		},
+		{
+			name: "with every acknowledgement committed, before the completion",
+			hold: func(t *testing.T, c *testcluster.Cluster, jobID string, _ map[string]testcluster.Attempt) (uint64, *failpoint.Hook) {
+				failpoint.Set(t, "pause("+failpoint.BeforeCompleteCheckpoint.Name()+")")
+				waitPaused(t, failpoint.BeforeCompleteCheckpoint, 1)
+				cp := checkpointsOf(c, jobID)
+				if len(cp.GetPending()) != 1 || len(cp.Pending[0].Acks) != 6 {
+					t.Fatalf("completion held, but the record is %s", describeCheckpoints(cp))
+				}
+				return cp.Pending[0].Id, failpoint.BeforeCompleteCheckpoint
+			},
+			complete: true,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := checkpointCluster(t)
+			id := c.Submit(checkpointedChain("failover", &pb.CheckpointConfig{IntervalMs: 100, TimeoutMs: 60_000, Retained: 10}))
+			rec := waitAllRunning(t, c, id)
+			before := testcluster.Attempts(rec)
+			ck, hook := tc.hold(t, c, id, before)
+			completedBefore := checkpointsOf(c, id).GetCompletedCount()
+
+			old := c.Leader()
+			e1 := old.A.JM.Epoch()
+			c.KillJM(old)
+			failpoint.Release(hook) // the killed leader's paused pass ended with its term
+			var l2 *testcluster.JM
+			testcluster.WaitFor(t, 30*time.Second, "a new leader with its gate open", func() (bool, string) {
+				l2 = c.Leader()
+				return l2.A.JM.Epoch() > e1, fmt.Sprintf("%s epoch %d", l2.ID, l2.A.JM.Epoch())
+			})
+
+			cp := waitCheckpoints(t, c, id, fmt.Sprintf("checkpoint %d ended, and a later one completed", ck), 30*time.Second, func(cp *pb.JobCheckpoints) bool {
+				n := len(cp.GetCompleted())
+				return !slices.Contains(ids(cp.GetPending()), ck) && n > 0 && cp.Completed[n-1].Id > ck
+			})
+			var ended *pb.CheckpointRecord
+			for _, r := range append(slices.Clone(cp.Completed), cp.Aborted...) {
+				if r.Id == ck {
+					ended = r
+				}
+			}
+			switch {
+			case ended == nil:
+				t.Fatalf("checkpoint %d is neither in the completed nor in the aborted list: %s", ck, describeCheckpoints(cp))
+			case tc.complete && ended.Status != pb.CheckpointStatus_CHECKPOINT_STATUS_COMPLETED:
+				t.Fatalf("checkpoint %d %s (%q), want COMPLETED", ck, ended.Status, ended.AbortReason)
+			case !tc.complete && (ended.Status != pb.CheckpointStatus_CHECKPOINT_STATUS_ABORTED || !strings.HasPrefix(ended.AbortReason, tc.reason)):
+				t.Fatalf("checkpoint %d %s (%q), want ABORTED %q", ck, ended.Status, ended.AbortReason, tc.reason)
+			}
+			if ended.Epoch != e1 {
+				t.Errorf("checkpoint %d has epoch %d, triggered at %d", ck, ended.Epoch, e1)
+			}
+			// Every later checkpoint is the new leader's, with a higher id; ids are each
+			// accounted for once.
+			for _, r := range append(slices.Clone(cp.Completed), cp.Aborted...) {
+				if r.Id > ck && r.Epoch <= e1 {
+					t.Errorf("checkpoint %d after %d has epoch %d", r.Id, ck, r.Epoch)
+				}
+			}
+			if n := cp.CompletedCount + cp.AbortedCount + uint64(len(cp.Pending)); n != cp.NextCheckpointId-1 {
+				t.Errorf("ids 1..%d given, %d accounted for: %s", cp.NextCheckpointId-1, n, describeCheckpoints(cp))
+			}
+			if tc.complete && cp.CompletedCount < completedBefore+1 {
+				t.Errorf("completed count %d, was %d", cp.CompletedCount, completedBefore)
+			}
+			if changed := testcluster.Changed(before, testcluster.Attempts(c.Job(id))); len(changed) != 0 {
+				t.Fatalf("tasks restarted through the failover: %v", changed)
+			}
+		})
+	}
+}
+
+// tmReport asks a TaskManager for its whole report, as a leader of the current epoch would
+// (naming no leader, so the TM's view of the leader does not change).
+func tmReport(t *testing.T, c *testcluster.Cluster, tm *testcluster.TM) []*pb.ExecutionReport {
+	t.Helper()
+	stream, err := tmClient(c, tm).RequestReport(ctxT(t), &pb.RequestReportRequest{Epoch: c.Leader().A.JM.Epoch()})
+	if err != nil {
+		t.Fatalf("report of %s: %v", tm.ID, err)
+	}
+	var out []*pb.ExecutionReport
+	for {
+		chunk, err := stream.Recv()
+		if err != nil {
+			if err != io.EOF {
+				t.Fatalf("report of %s: %v", tm.ID, err)
+			}
+			return out
+		}
+		out = append(out, chunk.Executions...)
+	}
+}
