@@ -81,6 +81,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	if info.Restored, err = tm.restoreState(t); err != nil {
 		return false, err
 	}
+	info.Checkpointed, info.RestoredCheckpoint = d.GetCheckpointed(), d.GetRestoreCheckpointId()
 	if id := d.GetRestoreCheckpointId(); id != 0 {
 		tm.mu.Lock()
 		t.ackedID, t.acked = id, d.GetRestoreFrom()
@@ -101,6 +102,11 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 		if err = op.Open(t.ctx); err != nil {
 			_ = op.Close()
 			return false, err
+		}
+		if c, ok := op.(operators.Committer); ok && d.GetCheckpointed() {
+			tm.mu.Lock()
+			t.committer = c
+			tm.mu.Unlock()
 		}
 		defer func() {
 			if cerr := op.Close(); cerr != nil && err == nil {
