@@ -424,3 +424,23 @@ func tmReport(t *testing.T, c *testcluster.Cluster, tm *testcluster.TM) []*pb.Ex
 		out = append(out, chunk.Executions...)
 	}
 }
+
+// TestCheckpointedJobRefusedWithoutStorage: a JobMaster without checkpoint storage refuses a
+// checkpointed job before anything is committed, naming --checkpoint-dir; a job without
+// checkpoints is accepted.
+func TestCheckpointedJobRefusedWithoutStorage(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 3})
+	jg := checkpointedChain("no-storage", &pb.CheckpointConfig{IntervalMs: 100})
+	before := settledIndexes(t, c)
+	err := retryUnavailable(t, "the submission to be answered", func() error {
+		_, err := c.Client(c.Leader()).SubmitJob(ctxT(t), &pb.SubmitJobRequest{JobGraph: jg})
+		return err
+	})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "--checkpoint-dir") || !strings.Contains(err.Error(), "interval_ms 100") {
+		t.Fatalf("submit: %v, want FAILED_PRECONDITION naming --checkpoint-dir and the interval", err)
+	}
+	if after := settledIndexes(t, c); after[c.Leader().ID] != before[c.Leader().ID] && c.Leader().A.JM.Epoch() == 1 {
+		t.Errorf("commit index %d -> %d after the refused submission", before[c.Leader().ID], after[c.Leader().ID])
+	}
+	submitRetry(t, c, checkpointedChain("plain", nil))
+}
