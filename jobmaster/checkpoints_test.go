@@ -18,6 +18,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -443,4 +444,60 @@ func TestCheckpointedJobRefusedWithoutStorage(t *testing.T) {
 		t.Errorf("commit index %d -> %d after the refused submission", before[c.Leader().ID], after[c.Leader().ID])
 	}
 	submitRetry(t, c, checkpointedChain("plain", nil))
+}
+
+// TestCheckpointsEndWithTheirJob: cancelling a job aborts its pending checkpoint (the reason
+// names the job's status), and when the retention removes the job its checkpoint directory
+// goes with it.
+func TestCheckpointsEndWithTheirJob(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 2, Checkpoints: true,
+		JobMaster: func(cfg *jobmaster.Config) { cfg.RetainJobAge = 100 * time.Millisecond }})
+	id := c.Submit(checkpointedChain("ends", &pb.CheckpointConfig{IntervalMs: 100, TimeoutMs: 60_000}))
+	waitAllRunning(t, c, id)
+	waitCheckpoints(t, c, id, "a checkpoint completed", 30*time.Second, func(cp *pb.JobCheckpoints) bool { return len(cp.GetCompleted()) > 0 })
+	ck := pendingHeldBeforeTrigger(t, c, id)
+	if len(storedCheckpoints(t, c, id)) == 0 {
+		t.Fatalf("no checkpoint of %s in %s", id, c.CheckpointDir)
+	}
+	if _, err := c.Client(c.Leader()).CancelJob(ctxT(t), &pb.CancelJobRequest{JobId: id}); err != nil {
+		t.Fatal(err)
+	}
+	failpoint.Release(failpoint.BeforeTriggerCheckpoint)
+	cp := waitCheckpoints(t, c, id, fmt.Sprintf("checkpoint %d aborted", ck), 20*time.Second, func(cp *pb.JobCheckpoints) bool {
+		return len(cp.GetAborted()) > 0 && cp.Aborted[len(cp.Aborted)-1].Id == ck
+	})
+	if r := cp.Aborted[len(cp.Aborted)-1].AbortReason; !strings.HasPrefix(r, "job is CANCEL") {
+		t.Errorf("abort reason %q, want the job's status", r)
+	}
+	testcluster.WaitFor(t, 30*time.Second, "the job removed by the retention, its checkpoints with it", func() (bool, string) {
+		_, known := c.Leader().A.State.Job(id)
+		_, err := os.Stat(filepath.Join(c.CheckpointDir, id))
+		return !known && os.IsNotExist(err), fmt.Sprintf("job known %v, directory: %v", known, err)
+	})
+}
+
+// TestLostTaskManagerAbortsPendingCheckpoint: a TaskManager killed while a checkpoint is
+// pending aborts it (naming the lost TM, or the task failure its loss caused); the job's
+// regions restart and checkpoints complete again with higher ids.
+func TestLostTaskManagerAbortsPendingCheckpoint(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 3, Checkpoints: true})
+	id := c.Submit(checkpointedChain("tm-lost", &pb.CheckpointConfig{IntervalMs: 100, TimeoutMs: 60_000}))
+	rec := waitAllRunning(t, c, id)
+	ck := pendingHeldBeforeTrigger(t, c, id)
+	victim := testcluster.Attempts(rec)["source[0]"].TM
+	c.KillTM(tmByID(t, c, victim))
+	cp := waitCheckpoints(t, c, id, fmt.Sprintf("checkpoint %d aborted", ck), 30*time.Second, func(cp *pb.JobCheckpoints) bool {
+		return len(cp.GetAborted()) > 0 && cp.Aborted[len(cp.Aborted)-1].Id == ck
+	})
+	r := cp.Aborted[len(cp.Aborted)-1].AbortReason
+	t.Logf("checkpoint %d aborted: %s", ck, r)
+	if !strings.HasPrefix(r, "TaskManager "+victim+" lost") && !strings.HasPrefix(r, "task failure: ") {
+		t.Errorf("abort reason %q, want the lost %s or a task failure", r, victim)
+	}
+	failpoint.Release(failpoint.BeforeTriggerCheckpoint)
+	waitAllRunning(t, c, id)
+	waitCheckpoints(t, c, id, "a later checkpoint completed", 30*time.Second, func(cp *pb.JobCheckpoints) bool {
+		n := len(cp.GetCompleted())
+		return n > 0 && cp.Completed[n-1].Id > ck
+	})
 }
