@@ -69,7 +69,7 @@ func (jm *JobMaster) AcknowledgeCheckpoint(ctx context.Context, req *pb.Acknowle
 			switch {
 			case notPending(err):
 				return &pb.AcknowledgeCheckpointResponse{Accepted: false, Reason: err.Error()}, nil
-			case errors.Is(err, fsm.ErrStaleCheckpointAck), errors.Is(err, fsm.ErrJobNotRunning):
+			case errors.Is(err, fsm.ErrStaleCheckpointAck), errors.Is(err, fsm.ErrJobNotRunning), errors.Is(err, fsm.ErrInvalidCommand):
 				refused = append(refused, err.Error())
 			case errors.Is(ctx.Err(), context.Canceled) || !jm.Active():
 				return nil, ErrNotLeader

@@ -105,6 +105,7 @@ func (c *coordinator) tick() time.Duration { return min(c.t.jm.cfg.TickInterval,
 func (c *coordinator) run() {
 	c.resolve()
 	c.notifyLatest()
+	c.deleteLeftovers()
 	tick := time.NewTicker(c.tick())
 	defer tick.Stop()
 	for {
@@ -127,6 +128,7 @@ type jobView struct {
 	attempts   int64               // the sum of the current attempt numbers
 	tasks      int
 	pending    []pendingView
+	due        bool // a trigger is due: sources is filled in
 }
 
 // pendingView is a pending checkpoint as a round sees it.
@@ -135,19 +137,21 @@ type pendingView struct {
 	triggerMs int64
 	// stale names an acknowledgement from an attempt that is no longer current ("" when none).
 	stale string
+	acked int
 }
 
-func (c *coordinator) view(jobID string) (jobView, bool) {
+// view reads a job for a round; its source attempts only when a trigger is due.
+func (c *coordinator) view(jobID string, due bool) (jobView, bool) {
 	var v jobView
 	ok := c.t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
-		v = viewOf(rec)
+		v = viewOf(rec, due)
 	})
 	return v, ok
 }
 
-// viewOf reads a job's record for the coordinator; the pending records are copied.
-func viewOf(rec *pb.JobRecord) jobView {
-	v := jobView{status: rec.Status, sources: map[string][]string{}}
+// viewOf reads a job's record for the coordinator.
+func viewOf(rec *pb.JobRecord, due bool) jobView {
+	v := jobView{status: rec.Status, sources: map[string][]string{}, due: due}
 	sources := sourceVertices(rec.GetJobGraph())
 	addrs := map[string]bool{}
 	forEachExecution(rec, func(ev *pb.ExecutionVertex) {
@@ -165,7 +169,7 @@ func viewOf(rec *pb.JobRecord) jobView {
 		}
 		if a := cur.TmGrpcAddress; a != "" {
 			addrs[a] = true
-			if sources[ev.VertexId] && cur.State == stRunning {
+			if due && sources[ev.VertexId] && cur.State == stRunning {
 				v.sources[a] = append(v.sources[a], cur.AttemptId)
 			}
 		}
@@ -175,7 +179,7 @@ func viewOf(rec *pb.JobRecord) jobView {
 	}
 	sort.Strings(v.addrs)
 	for _, ck := range rec.GetCheckpoints().GetPending() {
-		p := pendingView{id: ck.Id, triggerMs: ck.TriggerUnixMs}
+		p := pendingView{id: ck.Id, triggerMs: ck.TriggerUnixMs, acked: len(ck.Acks)}
 		for _, a := range ck.Acks {
 			cur := graph.FindVertex(rec.ExecutionGraph, a.VertexId, a.SubtaskIndex).GetCurrent()
 			if cur == nil || cur.AttemptNumber != a.AttemptNumber {
@@ -201,6 +205,7 @@ func sourceVertices(jg *pb.JobGraph) map[string]bool {
 
 // round looks at every checkpointed job once: aborts, then a trigger when one is due.
 func (c *coordinator) round(now time.Time) {
+	live := map[string]bool{}
 	for _, jobID := range c.t.jm.state.JobIDs() {
 		if c.t.ctx.Err() != nil {
 			return
@@ -209,7 +214,8 @@ func (c *coordinator) round(now time.Time) {
 		if !on {
 			continue
 		}
-		v, ok := c.view(jobID)
+		live[jobID] = true
+		v, ok := c.view(jobID, c.due(jobID, settings, now))
 		if !ok {
 			continue
 		}
@@ -218,10 +224,30 @@ func (c *coordinator) round(now time.Time) {
 			if reason := c.abortReason(jobID, v, ck, settings, now); reason != "" {
 				c.abort(jobID, ck.id, reason)
 				pending--
+			} else if ck.acked >= v.tasks {
+				// Every subtask acknowledged, and no completion went through (one that
+				// failed to commit, say): complete it now.
+				c.t.spawn(func() { c.complete(jobID, ck.id) })
 			}
 		}
 		c.maybeTrigger(jobID, v, settings, pending, now)
 	}
+	for id := range c.lastTrigger {
+		if !live[id] {
+			delete(c.lastTrigger, id)
+		}
+	}
+}
+
+// due reports whether the job's next trigger is due: an interval after this term's last
+// trigger of it (or after the term first saw it).
+func (c *coordinator) due(jobID string, s graph.CheckpointSettings, now time.Time) bool {
+	last, seen := c.lastTrigger[jobID]
+	if !seen {
+		c.lastTrigger[jobID] = now
+		return false
+	}
+	return now.Sub(last) >= time.Duration(s.IntervalMs)*time.Millisecond
 }
 
 // abortReason says why a pending checkpoint must be aborted now ("" when it need not).
@@ -262,15 +288,7 @@ func (c *coordinator) serversApplyCheckpoints() bool {
 
 // maybeTrigger commits the job's next checkpoint when it is due, then injects it.
 func (c *coordinator) maybeTrigger(jobID string, v jobView, s graph.CheckpointSettings, pending int, now time.Time) {
-	if c.t.jm.cfg.Checkpoints == nil || v.status != jobRunning {
-		return
-	}
-	last, seen := c.lastTrigger[jobID]
-	if !seen {
-		c.lastTrigger[jobID] = now // the first trigger comes an interval after the job is seen
-		return
-	}
-	if now.Sub(last) < time.Duration(s.IntervalMs)*time.Millisecond {
+	if c.t.jm.cfg.Checkpoints == nil || v.status != jobRunning || !v.due {
 		return
 	}
 	if v.notRunning != "" {
@@ -317,8 +335,8 @@ func (c *coordinator) maybeTrigger(jobID string, v jobView, s graph.CheckpointSe
 // aborts the checkpoint.
 func (c *coordinator) inject(jobID string, id uint64, ts int64, sources map[string][]string) {
 	failpoint.Inject(c.t.ctx, failpoint.BeforeTriggerCheckpoint)
-	if c.t.ctx.Err() != nil {
-		return
+	if c.t.ctx.Err() != nil || !c.stillPending(jobID, id) {
+		return // the term ended, or the checkpoint did meanwhile: no barrier goes out
 	}
 	var (
 		mu      sync.Mutex
@@ -352,6 +370,15 @@ func (c *coordinator) inject(jobID string, id uint64, ts int64, sources map[stri
 		sort.Strings(reasons)
 		c.abort(jobID, id, strings.Join(reasons, "; "))
 	}
+}
+
+// stillPending: the job is RUNNING with the checkpoint pending.
+func (c *coordinator) stillPending(jobID string, id uint64) bool {
+	ok := false
+	c.t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
+		ok = rec.Status == jobRunning && slices.ContainsFunc(rec.GetCheckpoints().GetPending(), func(p *pb.CheckpointRecord) bool { return p.Id == id })
+	})
+	return ok
 }
 
 // notPending: the checkpoint is no longer pending (someone else ended it).
@@ -404,7 +431,7 @@ func (c *coordinator) discard(jobID string, res *fsm.Result) {
 }
 
 func (c *coordinator) jobAddrs(jobID string) []string {
-	v, _ := c.view(jobID)
+	v, _ := c.view(jobID, false)
 	return v.addrs
 }
 
@@ -598,6 +625,41 @@ func (c *coordinator) abortForLostTM(tmID, cause string) {
 		}
 		for _, id := range ids {
 			c.abort(jobID, id, cause)
+		}
+	}
+}
+
+// deleteLeftovers deletes the checkpoint directories the record no longer names (aborted,
+// subsumed or dropped while the leader that ended them died before deleting them), once per
+// term, before this term triggers anything.
+func (c *coordinator) deleteLeftovers() {
+	store := c.t.jm.cfg.Checkpoints
+	if store == nil {
+		return
+	}
+	for _, jobID := range c.t.jm.state.JobIDs() {
+		cp, ok := c.t.jm.state.Checkpoints(jobID)
+		if !ok || cp == nil {
+			continue
+		}
+		stored, err := store.Checkpoints(jobID)
+		if err != nil {
+			c.t.jm.log.Warn("checkpoint directories not listed", "job", jobID, "error", err)
+			continue
+		}
+		keep := map[uint64]bool{}
+		for _, ck := range append(cp.Pending, cp.Completed...) {
+			keep[ck.Id] = true
+		}
+		for _, id := range stored {
+			if keep[id] || id >= cp.NextCheckpointId {
+				continue
+			}
+			if err := store.Delete(jobID, id); err != nil {
+				c.t.jm.log.Warn("leftover checkpoint not deleted", "job", jobID, "checkpoint", id, "error", err)
+				continue
+			}
+			c.t.jm.log.Info("leftover checkpoint deleted", "job", jobID, "checkpoint", id)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -423,4 +424,90 @@ func tmReport(t *testing.T, c *testcluster.Cluster, tm *testcluster.TM) []*pb.Ex
 		}
 		out = append(out, chunk.Executions...)
 	}
+}
+
+// TestCheckpointedJobRefusedWithoutStorage: a JobMaster without checkpoint storage refuses a
+// checkpointed job before anything is committed, naming --checkpoint-dir; a job without
+// checkpoints is accepted.
+func TestCheckpointedJobRefusedWithoutStorage(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 3})
+	jg := checkpointedChain("no-storage", &pb.CheckpointConfig{IntervalMs: 100})
+	before := settledIndexes(t, c)
+	err := retryUnavailable(t, "the submission to be answered", func() error {
+		_, err := c.Client(c.Leader()).SubmitJob(ctxT(t), &pb.SubmitJobRequest{JobGraph: jg})
+		return err
+	})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "--checkpoint-dir") || !strings.Contains(err.Error(), "interval_ms 100") {
+		t.Fatalf("submit: %v, want FAILED_PRECONDITION naming --checkpoint-dir and the interval", err)
+	}
+	if after := settledIndexes(t, c); after[c.Leader().ID] != before[c.Leader().ID] && c.Leader().A.JM.Epoch() == 1 {
+		t.Errorf("commit index %d -> %d after the refused submission", before[c.Leader().ID], after[c.Leader().ID])
+	}
+	submitRetry(t, c, checkpointedChain("plain", nil))
+}
+
+// TestCheckpointsEndWithTheirJob: cancelling a job aborts its pending checkpoint (the reason
+// names the job's status), and when the retention removes the job its checkpoint directory
+// goes with it.
+func TestCheckpointsEndWithTheirJob(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 2, Checkpoints: true,
+		JobMaster: func(cfg *jobmaster.Config) { cfg.RetainJobAge = 100 * time.Millisecond }})
+	id := c.Submit(checkpointedChain("ends", &pb.CheckpointConfig{IntervalMs: 100, TimeoutMs: 60_000}))
+	waitAllRunning(t, c, id)
+	waitCheckpoints(t, c, id, "a checkpoint completed", 30*time.Second, func(cp *pb.JobCheckpoints) bool { return len(cp.GetCompleted()) > 0 })
+	ck := pendingHeldBeforeTrigger(t, c, id)
+	if len(storedCheckpoints(t, c, id)) == 0 {
+		t.Fatalf("no checkpoint of %s in %s", id, c.CheckpointDir)
+	}
+	if _, err := c.Client(c.Leader()).CancelJob(ctxT(t), &pb.CancelJobRequest{JobId: id}); err != nil {
+		t.Fatal(err)
+	}
+	cp := waitCheckpoints(t, c, id, fmt.Sprintf("checkpoint %d aborted", ck), 20*time.Second, func(cp *pb.JobCheckpoints) bool {
+		return abortedRecord(cp, ck) != nil
+	})
+	if r := abortedRecord(cp, ck).AbortReason; !strings.HasPrefix(r, "job is CANCEL") {
+		t.Errorf("abort reason %q, want the job's status", r)
+	}
+	failpoint.Release(failpoint.BeforeTriggerCheckpoint) // the held trigger sends nothing now
+	testcluster.WaitFor(t, 30*time.Second, "the job removed by the retention, its checkpoints with it", func() (bool, string) {
+		_, known := c.Leader().A.State.Job(id)
+		_, err := os.Stat(filepath.Join(c.CheckpointDir, id))
+		return !known && os.IsNotExist(err), fmt.Sprintf("job known %v, directory: %v", known, err)
+	})
+}
+
+// TestLostTaskManagerAbortsPendingCheckpoint: a TaskManager killed while a checkpoint is
+// pending aborts it (naming the lost TM, or the task failure its loss caused); the job's
+// regions restart and checkpoints complete again with higher ids.
+func TestLostTaskManagerAbortsPendingCheckpoint(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 3, Checkpoints: true})
+	id := c.Submit(checkpointedChain("tm-lost", &pb.CheckpointConfig{IntervalMs: 100, TimeoutMs: 60_000}))
+	rec := waitAllRunning(t, c, id)
+	ck := pendingHeldBeforeTrigger(t, c, id)
+	victim := testcluster.Attempts(rec)["source[0]"].TM
+	c.KillTM(tmByID(t, c, victim))
+	cp := waitCheckpoints(t, c, id, fmt.Sprintf("checkpoint %d aborted", ck), 30*time.Second, func(cp *pb.JobCheckpoints) bool {
+		return abortedRecord(cp, ck) != nil
+	})
+	r := abortedRecord(cp, ck).AbortReason
+	t.Logf("checkpoint %d aborted: %s", ck, r)
+	if !strings.HasPrefix(r, "TaskManager "+victim+" lost") && !strings.HasPrefix(r, "task failure: ") {
+		t.Errorf("abort reason %q, want the lost %s or a task failure", r, victim)
+	}
+	failpoint.Release(failpoint.BeforeTriggerCheckpoint)
+	waitAllRunning(t, c, id)
+	waitCheckpoints(t, c, id, "a later checkpoint completed", 30*time.Second, func(cp *pb.JobCheckpoints) bool {
+		n := len(cp.GetCompleted())
+		return n > 0 && cp.Completed[n-1].Id > ck
+	})
+}
+
+// abortedRecord finds an aborted checkpoint in a record (nil when it is not there).
+func abortedRecord(cp *pb.JobCheckpoints, id uint64) *pb.CheckpointRecord {
+	for _, a := range cp.GetAborted() {
+		if a.Id == id {
+			return a
+		}
+	}
+	return nil
 }

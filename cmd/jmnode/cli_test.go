@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jmcluster/jmcluster/agent"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -202,5 +206,45 @@ func TestIsolationTimingsRefusedAtStart(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("want an error naming %q, got %v", want, err)
 		}
+	}
+}
+
+// TestCLIJobCheckpoints: `job submit --checkpoint-interval` checkpoints a spec's job; `job
+// checkpoints` lists its checkpoints (table and --json), `job status` counts them, and the REST
+// view /api/v1/jobs/{id}/checkpoints answers the same.
+func TestCLIJobCheckpoints(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 3, Checkpoints: true, JM: func(cfg *agent.JobMasterConfig) { cfg.HTTPAddr = "127.0.0.1:0" }})
+	addr := c.Follower().GRPCAddr
+	out := captureStdout(t, func() error {
+		return run([]string{"job", "submit", "../../examples/streaming-checksum.json", "--checkpoint-interval", "100ms", "--wait", "--addr", addr})
+	})
+	id := strings.Fields(strings.SplitN(out, "submitted job ", 2)[1])[0]
+	testcluster.WaitFor(t, 30*time.Second, "two checkpoints completed", func() (bool, string) {
+		cp, _ := c.Leader().A.State.Checkpoints(id)
+		return cp.GetCompletedCount() >= 2, fmt.Sprint(cp)
+	})
+	out = captureStdout(t, func() error { return run([]string{"job", "checkpoints", id, "--consistent", "--addr", addr}) })
+	for _, want := range []string{"every 100ms, timeout 10m0s, at most 1 pending, 1 retained", "ID", "STATUS", "TRIGGERED", "DURATION", "SIZE", "ACKNOWLEDGED", "COMPLETED", "9/9"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("job checkpoints lacks %q:\n%s", want, out)
+		}
+	}
+	t.Logf("job checkpoints:\n%s", out)
+	out = captureStdout(t, func() error { return run([]string{"job", "checkpoints", id, "--json", "--addr", addr}) })
+	if !strings.Contains(out, "CHECKPOINT_STATUS_COMPLETED") || !strings.Contains(out, `"state_size_bytes"`) {
+		t.Fatalf("job checkpoints --json:\n%s", out)
+	}
+	out = captureStdout(t, func() error { return run([]string{"job", "status", id, "--addr", addr}) })
+	if !strings.Contains(out, "checkpoints: ") || !strings.Contains(out, "completed (latest ") {
+		t.Fatalf("job status lacks the checkpoint counts:\n%s", out)
+	}
+	resp, err := http.Get("http://" + c.Follower().A.HTTPAddr() + "/api/v1/jobs/" + id + "/checkpoints")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "CHECKPOINT_STATUS_COMPLETED") || !strings.Contains(string(body), `"next_checkpoint_id"`) {
+		t.Fatalf("GET /api/v1/jobs/%s/checkpoints: %s\n%s", id, resp.Status, body)
 	}
 }

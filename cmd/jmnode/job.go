@@ -47,7 +47,7 @@ func newJobID() string {
 
 func runJob(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: jmnode job submit|list|status|cancel ...")
+		return errors.New("usage: jmnode job submit|list|status|checkpoints|cancel ...")
 	}
 	sub, rest := args[0], args[1:]
 	switch sub {
@@ -57,17 +57,20 @@ func runJob(args []string) error {
 		return jobList(rest)
 	case "status":
 		return jobStatus(rest)
+	case "checkpoints":
+		return jobCheckpoints(rest)
 	case "cancel":
 		return jobCancel(rest)
 	}
-	return fmt.Errorf("unknown job command %q (submit, list, status, cancel)", sub)
+	return fmt.Errorf("unknown job command %q (submit, list, status, checkpoints, cancel)", sub)
 }
 
 func jobSubmit(args []string) error {
 	fs := flag.NewFlagSet("job submit", flag.ContinueOnError)
-	usageFor(fs, "jmnode job submit FILE [--wait]", "Submits a job spec (the protobuf JSON mapping of a JobGraph; see examples/).")
+	usageFor(fs, "jmnode job submit FILE [--wait] [--checkpoint-interval DUR]", "Submits a job spec (the protobuf JSON mapping of a JobGraph; see examples/).")
 	cf := newCLIFlags(fs, false)
 	wait := fs.Bool("wait", false, "wait until a streaming job runs every task or a batch job ends")
+	interval := fs.Duration("checkpoint-interval", 0, "checkpoint the job this often (the spec's checkpoint_config.interval_ms; at least 10ms; the cluster needs --checkpoint-dir; docs/checkpoints.md). 0: as the spec says")
 	if err := parseFlags(fs, reorder(fs, args)); err != nil {
 		return err
 	}
@@ -81,6 +84,15 @@ func jobSubmit(args []string) error {
 	}
 	if jg.JobId == "" {
 		jg.JobId = newJobID() // chosen here so that a retried submit is recognised
+	}
+	switch {
+	case *interval < 0:
+		return fmt.Errorf("--checkpoint-interval %s: must not be negative", *interval)
+	case *interval > 0:
+		if jg.CheckpointConfig == nil {
+			jg.CheckpointConfig = &pb.CheckpointConfig{}
+		}
+		jg.CheckpointConfig.IntervalMs = interval.Milliseconds() // the leader checks the range
 	}
 	c, err := cf.dial()
 	if err != nil {

@@ -216,6 +216,10 @@ func printSummary(out io.Writer, resp *pb.GetJobResponse) {
 		fmt.Fprintf(out, "cause: %s\n", s.FailureCause)
 	}
 	fmt.Fprintf(out, "%d tasks: %s; %d attempts changed\n", s.Tasks, stateList(s.States), s.AttemptsChanged)
+	if ck := s.Checkpoints; ck != nil {
+		fmt.Fprintf(out, "checkpoints: %d completed (latest %s), %d pending, %d aborted (jmnode job checkpoints %s)\n",
+			ck.Completed, idOrDash(ck.LatestCompletedId), ck.Pending, ck.Aborted, s.JobId)
+	}
 	if resp.Waiting != "" {
 		waited := time.Since(time.UnixMilli(resp.WaitingSince)).Round(time.Second)
 		line := fmt.Sprintf("WAITING for %s: %s", waited, strings.TrimPrefix(resp.Waiting, "jobmaster: "))

@@ -39,6 +39,9 @@ const (
 	JobView_JOB_VIEW_FULL JobView = 2
 	// As SUMMARY, plus one page of ExecutionVertices in `executions`.
 	JobView_JOB_VIEW_EXECUTIONS JobView = 3
+	// As SUMMARY, plus the job's checkpoints in `checkpoints` (a row each, without their
+	// acknowledgements; docs/checkpoints.md).
+	JobView_JOB_VIEW_CHECKPOINTS JobView = 4
 )
 
 // Enum value maps for JobView.
@@ -48,12 +51,14 @@ var (
 		1: "JOB_VIEW_SUMMARY",
 		2: "JOB_VIEW_FULL",
 		3: "JOB_VIEW_EXECUTIONS",
+		4: "JOB_VIEW_CHECKPOINTS",
 	}
 	JobView_value = map[string]int32{
 		"JOB_VIEW_UNSPECIFIED": 0,
 		"JOB_VIEW_SUMMARY":     1,
 		"JOB_VIEW_FULL":        2,
 		"JOB_VIEW_EXECUTIONS":  3,
+		"JOB_VIEW_CHECKPOINTS": 4,
 	}
 )
 
@@ -385,6 +390,8 @@ type GetJobResponse struct {
 	Waiting       string `protobuf:"bytes,7,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	WaitingSince  int64  `protobuf:"varint,8,opt,name=waiting_since,json=waitingSince,proto3" json:"waiting_since,omitempty"`
 	SlotTimeoutMs int64  `protobuf:"varint,9,opt,name=slot_timeout_ms,json=slotTimeoutMs,proto3" json:"slot_timeout_ms,omitempty"`
+	// CHECKPOINTS: the job's checkpoints (empty for a job that never checkpointed).
+	Checkpoints   *JobCheckpointsView `protobuf:"bytes,10,opt,name=checkpoints,proto3" json:"checkpoints,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -482,6 +489,276 @@ func (x *GetJobResponse) GetSlotTimeoutMs() int64 {
 	return 0
 }
 
+func (x *GetJobResponse) GetCheckpoints() *JobCheckpointsView {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return nil
+}
+
+// A job's checkpoints as `jmnode job checkpoints` shows them: the settings that apply, the
+// counts, and a row per checkpoint the record keeps (pending, the retained completed ones, the
+// latest aborted ones), by id.
+type JobCheckpointsView struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The settings as the leader applies them (defaults filled in, the acknowledgement budget
+	// applied); absent when the job is not checkpointed.
+	Settings         *CheckpointConfig `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	NextCheckpointId uint64            `protobuf:"varint,2,opt,name=next_checkpoint_id,json=nextCheckpointId,proto3" json:"next_checkpoint_id,omitempty"`
+	CompletedCount   uint64            `protobuf:"varint,3,opt,name=completed_count,json=completedCount,proto3" json:"completed_count,omitempty"`
+	AbortedCount     uint64            `protobuf:"varint,4,opt,name=aborted_count,json=abortedCount,proto3" json:"aborted_count,omitempty"`
+	Checkpoints      []*CheckpointRow  `protobuf:"bytes,5,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *JobCheckpointsView) Reset() {
+	*x = JobCheckpointsView{}
+	mi := &file_jmcluster_v1_client_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobCheckpointsView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobCheckpointsView) ProtoMessage() {}
+
+func (x *JobCheckpointsView) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_client_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobCheckpointsView.ProtoReflect.Descriptor instead.
+func (*JobCheckpointsView) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *JobCheckpointsView) GetSettings() *CheckpointConfig {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+func (x *JobCheckpointsView) GetNextCheckpointId() uint64 {
+	if x != nil {
+		return x.NextCheckpointId
+	}
+	return 0
+}
+
+func (x *JobCheckpointsView) GetCompletedCount() uint64 {
+	if x != nil {
+		return x.CompletedCount
+	}
+	return 0
+}
+
+func (x *JobCheckpointsView) GetAbortedCount() uint64 {
+	if x != nil {
+		return x.AbortedCount
+	}
+	return 0
+}
+
+func (x *JobCheckpointsView) GetCheckpoints() []*CheckpointRow {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return nil
+}
+
+type CheckpointRow struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Status CheckpointStatus       `protobuf:"varint,2,opt,name=status,proto3,enum=jmcluster.v1.CheckpointStatus" json:"status,omitempty"`
+	// The leader epoch that triggered it.
+	Epoch         uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	TriggerUnixMs int64  `protobuf:"varint,4,opt,name=trigger_unix_ms,json=triggerUnixMs,proto3" json:"trigger_unix_ms,omitempty"`
+	// When it completed or was aborted (0 while pending).
+	EndUnixMs int64 `protobuf:"varint,5,opt,name=end_unix_ms,json=endUnixMs,proto3" json:"end_unix_ms,omitempty"`
+	// The acknowledgements so far (of an aborted one: when it was aborted), of `tasks`.
+	Acknowledged int32 `protobuf:"varint,6,opt,name=acknowledged,proto3" json:"acknowledged,omitempty"`
+	Tasks        int32 `protobuf:"varint,7,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	// The sum of the acknowledged states' sizes (0 for an aborted one: its record keeps none).
+	StateSizeBytes int64  `protobuf:"varint,8,opt,name=state_size_bytes,json=stateSizeBytes,proto3" json:"state_size_bytes,omitempty"`
+	AbortReason    string `protobuf:"bytes,9,opt,name=abort_reason,json=abortReason,proto3" json:"abort_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CheckpointRow) Reset() {
+	*x = CheckpointRow{}
+	mi := &file_jmcluster_v1_client_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointRow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointRow) ProtoMessage() {}
+
+func (x *CheckpointRow) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_client_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointRow.ProtoReflect.Descriptor instead.
+func (*CheckpointRow) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CheckpointRow) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CheckpointRow) GetStatus() CheckpointStatus {
+	if x != nil {
+		return x.Status
+	}
+	return CheckpointStatus_CHECKPOINT_STATUS_UNSPECIFIED
+}
+
+func (x *CheckpointRow) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CheckpointRow) GetTriggerUnixMs() int64 {
+	if x != nil {
+		return x.TriggerUnixMs
+	}
+	return 0
+}
+
+func (x *CheckpointRow) GetEndUnixMs() int64 {
+	if x != nil {
+		return x.EndUnixMs
+	}
+	return 0
+}
+
+func (x *CheckpointRow) GetAcknowledged() int32 {
+	if x != nil {
+		return x.Acknowledged
+	}
+	return 0
+}
+
+func (x *CheckpointRow) GetTasks() int32 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
+}
+
+func (x *CheckpointRow) GetStateSizeBytes() int64 {
+	if x != nil {
+		return x.StateSizeBytes
+	}
+	return 0
+}
+
+func (x *CheckpointRow) GetAbortReason() string {
+	if x != nil {
+		return x.AbortReason
+	}
+	return ""
+}
+
+// A checkpointed job's checkpoint counts, in its summary.
+type CheckpointCounts struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Pending   int32                  `protobuf:"varint,1,opt,name=pending,proto3" json:"pending,omitempty"`
+	Completed uint64                 `protobuf:"varint,2,opt,name=completed,proto3" json:"completed,omitempty"`
+	Aborted   uint64                 `protobuf:"varint,3,opt,name=aborted,proto3" json:"aborted,omitempty"`
+	// The newest completed checkpoint (0: none yet).
+	LatestCompletedId uint64 `protobuf:"varint,4,opt,name=latest_completed_id,json=latestCompletedId,proto3" json:"latest_completed_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *CheckpointCounts) Reset() {
+	*x = CheckpointCounts{}
+	mi := &file_jmcluster_v1_client_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointCounts) ProtoMessage() {}
+
+func (x *CheckpointCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_client_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointCounts.ProtoReflect.Descriptor instead.
+func (*CheckpointCounts) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CheckpointCounts) GetPending() int32 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *CheckpointCounts) GetCompleted() uint64 {
+	if x != nil {
+		return x.Completed
+	}
+	return 0
+}
+
+func (x *CheckpointCounts) GetAborted() uint64 {
+	if x != nil {
+		return x.Aborted
+	}
+	return 0
+}
+
+func (x *CheckpointCounts) GetLatestCompletedId() uint64 {
+	if x != nil {
+		return x.LatestCompletedId
+	}
+	return 0
+}
+
 type ListJobsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Consistent    bool                   `protobuf:"varint,1,opt,name=consistent,proto3" json:"consistent,omitempty"`
@@ -491,7 +768,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[6]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +780,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[6]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +793,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{6}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListJobsRequest) GetConsistent() bool {
@@ -543,13 +820,15 @@ type JobSummary struct {
 	// Subtasks whose current attempt is not their first (attempt number > 0).
 	AttemptsChanged int32  `protobuf:"varint,11,opt,name=attempts_changed,json=attemptsChanged,proto3" json:"attempts_changed,omitempty"`
 	FailureCause    string `protobuf:"bytes,12,opt,name=failure_cause,json=failureCause,proto3" json:"failure_cause,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// A checkpointed job's checkpoint counts (absent before its first trigger).
+	Checkpoints   *CheckpointCounts `protobuf:"bytes,13,opt,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobSummary) Reset() {
 	*x = JobSummary{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[7]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +840,7 @@ func (x *JobSummary) String() string {
 func (*JobSummary) ProtoMessage() {}
 
 func (x *JobSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[7]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +853,7 @@ func (x *JobSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSummary.ProtoReflect.Descriptor instead.
 func (*JobSummary) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{7}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *JobSummary) GetJobId() string {
@@ -661,6 +940,13 @@ func (x *JobSummary) GetFailureCause() string {
 	return ""
 }
 
+func (x *JobSummary) GetCheckpoints() *CheckpointCounts {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return nil
+}
+
 type StateCount struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	State         ExecutionState         `protobuf:"varint,1,opt,name=state,proto3,enum=jmcluster.v1.ExecutionState" json:"state,omitempty"`
@@ -671,7 +957,7 @@ type StateCount struct {
 
 func (x *StateCount) Reset() {
 	*x = StateCount{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +969,7 @@ func (x *StateCount) String() string {
 func (*StateCount) ProtoMessage() {}
 
 func (x *StateCount) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +982,7 @@ func (x *StateCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateCount.ProtoReflect.Descriptor instead.
 func (*StateCount) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{8}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StateCount) GetState() ExecutionState {
@@ -731,7 +1017,7 @@ type VertexSummary struct {
 
 func (x *VertexSummary) Reset() {
 	*x = VertexSummary{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +1029,7 @@ func (x *VertexSummary) String() string {
 func (*VertexSummary) ProtoMessage() {}
 
 func (x *VertexSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +1042,7 @@ func (x *VertexSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VertexSummary.ProtoReflect.Descriptor instead.
 func (*VertexSummary) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{9}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *VertexSummary) GetVertexId() string {
@@ -813,7 +1099,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +1111,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +1124,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{10}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListJobsResponse) GetJobs() []*JobSummary {
@@ -870,7 +1156,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +1168,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1181,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{11}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{14}
 }
 
 type TaskManagerInfo struct {
@@ -916,7 +1202,7 @@ type TaskManagerInfo struct {
 
 func (x *TaskManagerInfo) Reset() {
 	*x = TaskManagerInfo{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1214,7 @@ func (x *TaskManagerInfo) String() string {
 func (*TaskManagerInfo) ProtoMessage() {}
 
 func (x *TaskManagerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1227,7 @@ func (x *TaskManagerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskManagerInfo.ProtoReflect.Descriptor instead.
 func (*TaskManagerInfo) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TaskManagerInfo) GetId() string {
@@ -1025,7 +1311,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1323,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1336,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{13}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ClusterStatusResponse) GetNodeId() string {
@@ -1154,7 +1440,7 @@ type RaftPeer struct {
 
 func (x *RaftPeer) Reset() {
 	*x = RaftPeer{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1452,7 @@ func (x *RaftPeer) String() string {
 func (*RaftPeer) ProtoMessage() {}
 
 func (x *RaftPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1465,7 @@ func (x *RaftPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftPeer.ProtoReflect.Descriptor instead.
 func (*RaftPeer) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{14}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RaftPeer) GetId() string {
@@ -1235,7 +1521,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_jmcluster_v1_client_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1533,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_client_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_client_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1546,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{15}
+	return file_jmcluster_v1_client_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchJobRequest) GetJobId() string {
@@ -1281,7 +1567,7 @@ var File_jmcluster_v1_client_proto protoreflect.FileDescriptor
 
 const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\n" +
-	"\x19jmcluster/v1/client.proto\x12\fjmcluster.v1\x1a\x18jmcluster/v1/graph.proto\x1a\x16jmcluster/v1/fsm.proto\"G\n" +
+	"\x19jmcluster/v1/client.proto\x12\fjmcluster.v1\x1a\x18jmcluster/v1/graph.proto\x1a\x1djmcluster/v1/checkpoint.proto\x1a\x16jmcluster/v1/fsm.proto\"G\n" +
 	"\x10SubmitJobRequest\x123\n" +
 	"\tjob_graph\x18\x01 \x01(\v2\x16.jmcluster.v1.JobGraphR\bjobGraph\"@\n" +
 	"\x11SubmitJobResponse\x12\x15\n" +
@@ -1302,7 +1588,7 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\n" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x1f\n" +
 	"\vomit_inputs\x18\a \x01(\bR\n" +
-	"omitInputs\"\xff\x02\n" +
+	"omitInputs\"\xc3\x03\n" +
 	"\x0eGetJobResponse\x12)\n" +
 	"\x03job\x18\x01 \x01(\v2\x17.jmcluster.v1.JobRecordR\x03job\x12\x1b\n" +
 	"\tserved_by\x18\x02 \x01(\tR\bservedBy\x12#\n" +
@@ -1314,11 +1600,34 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x06 \x01(\tR\rnextPageToken\x12\x18\n" +
 	"\awaiting\x18\a \x01(\tR\awaiting\x12#\n" +
 	"\rwaiting_since\x18\b \x01(\x03R\fwaitingSince\x12&\n" +
-	"\x0fslot_timeout_ms\x18\t \x01(\x03R\rslotTimeoutMs\"1\n" +
+	"\x0fslot_timeout_ms\x18\t \x01(\x03R\rslotTimeoutMs\x12B\n" +
+	"\vcheckpoints\x18\n" +
+	" \x01(\v2 .jmcluster.v1.JobCheckpointsViewR\vcheckpoints\"\x8b\x02\n" +
+	"\x12JobCheckpointsView\x12:\n" +
+	"\bsettings\x18\x01 \x01(\v2\x1e.jmcluster.v1.CheckpointConfigR\bsettings\x12,\n" +
+	"\x12next_checkpoint_id\x18\x02 \x01(\x04R\x10nextCheckpointId\x12'\n" +
+	"\x0fcompleted_count\x18\x03 \x01(\x04R\x0ecompletedCount\x12#\n" +
+	"\raborted_count\x18\x04 \x01(\x04R\fabortedCount\x12=\n" +
+	"\vcheckpoints\x18\x05 \x03(\v2\x1b.jmcluster.v1.CheckpointRowR\vcheckpoints\"\xbc\x02\n" +
+	"\rCheckpointRow\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x1e.jmcluster.v1.CheckpointStatusR\x06status\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12&\n" +
+	"\x0ftrigger_unix_ms\x18\x04 \x01(\x03R\rtriggerUnixMs\x12\x1e\n" +
+	"\vend_unix_ms\x18\x05 \x01(\x03R\tendUnixMs\x12\"\n" +
+	"\facknowledged\x18\x06 \x01(\x05R\facknowledged\x12\x14\n" +
+	"\x05tasks\x18\a \x01(\x05R\x05tasks\x12(\n" +
+	"\x10state_size_bytes\x18\b \x01(\x03R\x0estateSizeBytes\x12!\n" +
+	"\fabort_reason\x18\t \x01(\tR\vabortReason\"\x94\x01\n" +
+	"\x10CheckpointCounts\x12\x18\n" +
+	"\apending\x18\x01 \x01(\x05R\apending\x12\x1c\n" +
+	"\tcompleted\x18\x02 \x01(\x04R\tcompleted\x12\x18\n" +
+	"\aaborted\x18\x03 \x01(\x04R\aaborted\x12.\n" +
+	"\x13latest_completed_id\x18\x04 \x01(\x04R\x11latestCompletedId\"1\n" +
 	"\x0fListJobsRequest\x12\x1e\n" +
 	"\n" +
 	"consistent\x18\x01 \x01(\bR\n" +
-	"consistent\"\xc8\x03\n" +
+	"consistent\"\x8a\x04\n" +
 	"\n" +
 	"JobSummary\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
@@ -1333,7 +1642,8 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\x06states\x18\n" +
 	" \x03(\v2\x18.jmcluster.v1.StateCountR\x06states\x12)\n" +
 	"\x10attempts_changed\x18\v \x01(\x05R\x0fattemptsChanged\x12#\n" +
-	"\rfailure_cause\x18\f \x01(\tR\ffailureCause\"V\n" +
+	"\rfailure_cause\x18\f \x01(\tR\ffailureCause\x12@\n" +
+	"\vcheckpoints\x18\r \x01(\v2\x1e.jmcluster.v1.CheckpointCountsR\vcheckpoints\"V\n" +
 	"\n" +
 	"StateCount\x122\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x1c.jmcluster.v1.ExecutionStateR\x05state\x12\x14\n" +
@@ -1384,12 +1694,13 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\x05state\x18\x06 \x01(\tR\x05state\"S\n" +
 	"\x0fWatchJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12)\n" +
-	"\x04view\x18\x02 \x01(\x0e2\x15.jmcluster.v1.JobViewR\x04view*e\n" +
+	"\x04view\x18\x02 \x01(\x0e2\x15.jmcluster.v1.JobViewR\x04view*\x7f\n" +
 	"\aJobView\x12\x18\n" +
 	"\x14JOB_VIEW_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_VIEW_SUMMARY\x10\x01\x12\x11\n" +
 	"\rJOB_VIEW_FULL\x10\x02\x12\x17\n" +
-	"\x13JOB_VIEW_EXECUTIONS\x10\x032\xe0\x03\n" +
+	"\x13JOB_VIEW_EXECUTIONS\x10\x03\x12\x18\n" +
+	"\x14JOB_VIEW_CHECKPOINTS\x10\x042\xe0\x03\n" +
 	"\rClientService\x12L\n" +
 	"\tSubmitJob\x12\x1e.jmcluster.v1.SubmitJobRequest\x1a\x1f.jmcluster.v1.SubmitJobResponse\x12L\n" +
 	"\tCancelJob\x12\x1e.jmcluster.v1.CancelJobRequest\x1a\x1f.jmcluster.v1.CancelJobResponse\x12C\n" +
@@ -1411,7 +1722,7 @@ func file_jmcluster_v1_client_proto_rawDescGZIP() []byte {
 }
 
 var file_jmcluster_v1_client_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_jmcluster_v1_client_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_jmcluster_v1_client_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_jmcluster_v1_client_proto_goTypes = []any{
 	(JobView)(0),                  // 0: jmcluster.v1.JobView
 	(*SubmitJobRequest)(nil),      // 1: jmcluster.v1.SubmitJobRequest
@@ -1420,59 +1731,69 @@ var file_jmcluster_v1_client_proto_goTypes = []any{
 	(*CancelJobResponse)(nil),     // 4: jmcluster.v1.CancelJobResponse
 	(*GetJobRequest)(nil),         // 5: jmcluster.v1.GetJobRequest
 	(*GetJobResponse)(nil),        // 6: jmcluster.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 7: jmcluster.v1.ListJobsRequest
-	(*JobSummary)(nil),            // 8: jmcluster.v1.JobSummary
-	(*StateCount)(nil),            // 9: jmcluster.v1.StateCount
-	(*VertexSummary)(nil),         // 10: jmcluster.v1.VertexSummary
-	(*ListJobsResponse)(nil),      // 11: jmcluster.v1.ListJobsResponse
-	(*ClusterStatusRequest)(nil),  // 12: jmcluster.v1.ClusterStatusRequest
-	(*TaskManagerInfo)(nil),       // 13: jmcluster.v1.TaskManagerInfo
-	(*ClusterStatusResponse)(nil), // 14: jmcluster.v1.ClusterStatusResponse
-	(*RaftPeer)(nil),              // 15: jmcluster.v1.RaftPeer
-	(*WatchJobRequest)(nil),       // 16: jmcluster.v1.WatchJobRequest
-	(*JobGraph)(nil),              // 17: jmcluster.v1.JobGraph
-	(JobStatus)(0),                // 18: jmcluster.v1.JobStatus
-	(*JobRecord)(nil),             // 19: jmcluster.v1.JobRecord
-	(*ExecutionVertex)(nil),       // 20: jmcluster.v1.ExecutionVertex
-	(JobType)(0),                  // 21: jmcluster.v1.JobType
-	(ExecutionState)(0),           // 22: jmcluster.v1.ExecutionState
-	(*ReconciliationRecord)(nil),  // 23: jmcluster.v1.ReconciliationRecord
+	(*JobCheckpointsView)(nil),    // 7: jmcluster.v1.JobCheckpointsView
+	(*CheckpointRow)(nil),         // 8: jmcluster.v1.CheckpointRow
+	(*CheckpointCounts)(nil),      // 9: jmcluster.v1.CheckpointCounts
+	(*ListJobsRequest)(nil),       // 10: jmcluster.v1.ListJobsRequest
+	(*JobSummary)(nil),            // 11: jmcluster.v1.JobSummary
+	(*StateCount)(nil),            // 12: jmcluster.v1.StateCount
+	(*VertexSummary)(nil),         // 13: jmcluster.v1.VertexSummary
+	(*ListJobsResponse)(nil),      // 14: jmcluster.v1.ListJobsResponse
+	(*ClusterStatusRequest)(nil),  // 15: jmcluster.v1.ClusterStatusRequest
+	(*TaskManagerInfo)(nil),       // 16: jmcluster.v1.TaskManagerInfo
+	(*ClusterStatusResponse)(nil), // 17: jmcluster.v1.ClusterStatusResponse
+	(*RaftPeer)(nil),              // 18: jmcluster.v1.RaftPeer
+	(*WatchJobRequest)(nil),       // 19: jmcluster.v1.WatchJobRequest
+	(*JobGraph)(nil),              // 20: jmcluster.v1.JobGraph
+	(JobStatus)(0),                // 21: jmcluster.v1.JobStatus
+	(*JobRecord)(nil),             // 22: jmcluster.v1.JobRecord
+	(*ExecutionVertex)(nil),       // 23: jmcluster.v1.ExecutionVertex
+	(*CheckpointConfig)(nil),      // 24: jmcluster.v1.CheckpointConfig
+	(CheckpointStatus)(0),         // 25: jmcluster.v1.CheckpointStatus
+	(JobType)(0),                  // 26: jmcluster.v1.JobType
+	(ExecutionState)(0),           // 27: jmcluster.v1.ExecutionState
+	(*ReconciliationRecord)(nil),  // 28: jmcluster.v1.ReconciliationRecord
 }
 var file_jmcluster_v1_client_proto_depIdxs = []int32{
-	17, // 0: jmcluster.v1.SubmitJobRequest.job_graph:type_name -> jmcluster.v1.JobGraph
-	18, // 1: jmcluster.v1.CancelJobResponse.status:type_name -> jmcluster.v1.JobStatus
+	20, // 0: jmcluster.v1.SubmitJobRequest.job_graph:type_name -> jmcluster.v1.JobGraph
+	21, // 1: jmcluster.v1.CancelJobResponse.status:type_name -> jmcluster.v1.JobStatus
 	0,  // 2: jmcluster.v1.GetJobRequest.view:type_name -> jmcluster.v1.JobView
-	19, // 3: jmcluster.v1.GetJobResponse.job:type_name -> jmcluster.v1.JobRecord
-	8,  // 4: jmcluster.v1.GetJobResponse.summary:type_name -> jmcluster.v1.JobSummary
-	20, // 5: jmcluster.v1.GetJobResponse.executions:type_name -> jmcluster.v1.ExecutionVertex
-	21, // 6: jmcluster.v1.JobSummary.type:type_name -> jmcluster.v1.JobType
-	18, // 7: jmcluster.v1.JobSummary.status:type_name -> jmcluster.v1.JobStatus
-	10, // 8: jmcluster.v1.JobSummary.vertices:type_name -> jmcluster.v1.VertexSummary
-	9,  // 9: jmcluster.v1.JobSummary.states:type_name -> jmcluster.v1.StateCount
-	22, // 10: jmcluster.v1.StateCount.state:type_name -> jmcluster.v1.ExecutionState
-	9,  // 11: jmcluster.v1.VertexSummary.states:type_name -> jmcluster.v1.StateCount
-	8,  // 12: jmcluster.v1.ListJobsResponse.jobs:type_name -> jmcluster.v1.JobSummary
-	15, // 13: jmcluster.v1.ClusterStatusResponse.peers:type_name -> jmcluster.v1.RaftPeer
-	13, // 14: jmcluster.v1.ClusterStatusResponse.task_managers:type_name -> jmcluster.v1.TaskManagerInfo
-	23, // 15: jmcluster.v1.ClusterStatusResponse.reconciliations:type_name -> jmcluster.v1.ReconciliationRecord
-	0,  // 16: jmcluster.v1.WatchJobRequest.view:type_name -> jmcluster.v1.JobView
-	1,  // 17: jmcluster.v1.ClientService.SubmitJob:input_type -> jmcluster.v1.SubmitJobRequest
-	3,  // 18: jmcluster.v1.ClientService.CancelJob:input_type -> jmcluster.v1.CancelJobRequest
-	5,  // 19: jmcluster.v1.ClientService.GetJob:input_type -> jmcluster.v1.GetJobRequest
-	7,  // 20: jmcluster.v1.ClientService.ListJobs:input_type -> jmcluster.v1.ListJobsRequest
-	16, // 21: jmcluster.v1.ClientService.WatchJob:input_type -> jmcluster.v1.WatchJobRequest
-	12, // 22: jmcluster.v1.ClientService.ClusterStatus:input_type -> jmcluster.v1.ClusterStatusRequest
-	2,  // 23: jmcluster.v1.ClientService.SubmitJob:output_type -> jmcluster.v1.SubmitJobResponse
-	4,  // 24: jmcluster.v1.ClientService.CancelJob:output_type -> jmcluster.v1.CancelJobResponse
-	6,  // 25: jmcluster.v1.ClientService.GetJob:output_type -> jmcluster.v1.GetJobResponse
-	11, // 26: jmcluster.v1.ClientService.ListJobs:output_type -> jmcluster.v1.ListJobsResponse
-	6,  // 27: jmcluster.v1.ClientService.WatchJob:output_type -> jmcluster.v1.GetJobResponse
-	14, // 28: jmcluster.v1.ClientService.ClusterStatus:output_type -> jmcluster.v1.ClusterStatusResponse
-	23, // [23:29] is the sub-list for method output_type
-	17, // [17:23] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	22, // 3: jmcluster.v1.GetJobResponse.job:type_name -> jmcluster.v1.JobRecord
+	11, // 4: jmcluster.v1.GetJobResponse.summary:type_name -> jmcluster.v1.JobSummary
+	23, // 5: jmcluster.v1.GetJobResponse.executions:type_name -> jmcluster.v1.ExecutionVertex
+	7,  // 6: jmcluster.v1.GetJobResponse.checkpoints:type_name -> jmcluster.v1.JobCheckpointsView
+	24, // 7: jmcluster.v1.JobCheckpointsView.settings:type_name -> jmcluster.v1.CheckpointConfig
+	8,  // 8: jmcluster.v1.JobCheckpointsView.checkpoints:type_name -> jmcluster.v1.CheckpointRow
+	25, // 9: jmcluster.v1.CheckpointRow.status:type_name -> jmcluster.v1.CheckpointStatus
+	26, // 10: jmcluster.v1.JobSummary.type:type_name -> jmcluster.v1.JobType
+	21, // 11: jmcluster.v1.JobSummary.status:type_name -> jmcluster.v1.JobStatus
+	13, // 12: jmcluster.v1.JobSummary.vertices:type_name -> jmcluster.v1.VertexSummary
+	12, // 13: jmcluster.v1.JobSummary.states:type_name -> jmcluster.v1.StateCount
+	9,  // 14: jmcluster.v1.JobSummary.checkpoints:type_name -> jmcluster.v1.CheckpointCounts
+	27, // 15: jmcluster.v1.StateCount.state:type_name -> jmcluster.v1.ExecutionState
+	12, // 16: jmcluster.v1.VertexSummary.states:type_name -> jmcluster.v1.StateCount
+	11, // 17: jmcluster.v1.ListJobsResponse.jobs:type_name -> jmcluster.v1.JobSummary
+	18, // 18: jmcluster.v1.ClusterStatusResponse.peers:type_name -> jmcluster.v1.RaftPeer
+	16, // 19: jmcluster.v1.ClusterStatusResponse.task_managers:type_name -> jmcluster.v1.TaskManagerInfo
+	28, // 20: jmcluster.v1.ClusterStatusResponse.reconciliations:type_name -> jmcluster.v1.ReconciliationRecord
+	0,  // 21: jmcluster.v1.WatchJobRequest.view:type_name -> jmcluster.v1.JobView
+	1,  // 22: jmcluster.v1.ClientService.SubmitJob:input_type -> jmcluster.v1.SubmitJobRequest
+	3,  // 23: jmcluster.v1.ClientService.CancelJob:input_type -> jmcluster.v1.CancelJobRequest
+	5,  // 24: jmcluster.v1.ClientService.GetJob:input_type -> jmcluster.v1.GetJobRequest
+	10, // 25: jmcluster.v1.ClientService.ListJobs:input_type -> jmcluster.v1.ListJobsRequest
+	19, // 26: jmcluster.v1.ClientService.WatchJob:input_type -> jmcluster.v1.WatchJobRequest
+	15, // 27: jmcluster.v1.ClientService.ClusterStatus:input_type -> jmcluster.v1.ClusterStatusRequest
+	2,  // 28: jmcluster.v1.ClientService.SubmitJob:output_type -> jmcluster.v1.SubmitJobResponse
+	4,  // 29: jmcluster.v1.ClientService.CancelJob:output_type -> jmcluster.v1.CancelJobResponse
+	6,  // 30: jmcluster.v1.ClientService.GetJob:output_type -> jmcluster.v1.GetJobResponse
+	14, // 31: jmcluster.v1.ClientService.ListJobs:output_type -> jmcluster.v1.ListJobsResponse
+	6,  // 32: jmcluster.v1.ClientService.WatchJob:output_type -> jmcluster.v1.GetJobResponse
+	17, // 33: jmcluster.v1.ClientService.ClusterStatus:output_type -> jmcluster.v1.ClusterStatusResponse
+	28, // [28:34] is the sub-list for method output_type
+	22, // [22:28] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_client_proto_init() }
@@ -1481,6 +1802,7 @@ func file_jmcluster_v1_client_proto_init() {
 		return
 	}
 	file_jmcluster_v1_graph_proto_init()
+	file_jmcluster_v1_checkpoint_proto_init()
 	file_jmcluster_v1_fsm_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1488,7 +1810,7 @@ func file_jmcluster_v1_client_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_client_proto_rawDesc), len(file_jmcluster_v1_client_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

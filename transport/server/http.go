@@ -18,8 +18,8 @@ var uiHTML []byte
 
 // NewHTTPHandler serves a JM's HTTP views: /healthz (the process is up), /readyz (this node
 // knows an established leader and, if it is the leader, its gate is open), /metrics
-// (Prometheus text format), /api/v1/cluster, /api/v1/jobs, /api/v1/jobs/{id} (JSON: the job
-// views of GetJob, see serveJobView) and the web UI at /. With TLS or tokens every view but
+// (Prometheus text format), /api/v1/cluster, /api/v1/jobs, /api/v1/jobs/{id} and
+// /api/v1/jobs/{id}/checkpoints (JSON: the job views of GetJob, see serveJobView) and the web UI at /. With TLS or tokens every view but
 // /healthz, /readyz and (unless MetricsAuth) /metrics needs an operator or reader (httpauth.go).
 func NewHTTPHandler(d Deps) http.Handler {
 	mux := http.NewServeMux()
@@ -52,6 +52,9 @@ func NewHTTPHandler(d Deps) http.Handler {
 		serveEvents(w, r, d)
 	})
 	mux.HandleFunc("GET /api/v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		serveJobView(w, r, d)
+	})
+	mux.HandleFunc("GET /api/v1/jobs/{id}/checkpoints", func(w http.ResponseWriter, r *http.Request) {
 		serveJobView(w, r, d)
 	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -51,6 +53,9 @@ func JobView(d Deps, req *pb.GetJobRequest) (*pb.GetJobResponse, error) {
 		case pb.JobView_JOB_VIEW_EXECUTIONS:
 			resp.Job, resp.Summary = skeleton(rec), summarize(rec, true)
 			err = page(rec, req, budget-proto.Size(resp), resp)
+		case pb.JobView_JOB_VIEW_CHECKPOINTS:
+			resp.Job, resp.Summary = skeleton(rec), summarize(rec, true)
+			resp.Checkpoints = checkpointsView(rec)
 		default:
 			err = status.Errorf(codes.InvalidArgument, "view %d is not a JobView", req.GetView())
 		}
@@ -60,6 +65,11 @@ func JobView(d Deps, req *pb.GetJobRequest) (*pb.GetJobResponse, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if resp.Checkpoints != nil {
+		if s, on := d.State.CheckpointSettings(req.GetJobId()); on {
+			resp.Checkpoints.Settings = &pb.CheckpointConfig{IntervalMs: s.IntervalMs, TimeoutMs: s.TimeoutMs, MaxConcurrent: int32(s.MaxConcurrent), Retained: int32(s.Retained)}
+		}
 	}
 	resp.AppliedIndex = d.State.AppliedIndex()
 	if d.JM != nil && d.JM.Active() {
@@ -136,7 +146,44 @@ func summarize(rec *pb.JobRecord, perVertex bool) *pb.JobSummary {
 		}
 	}
 	s.States = stateCounts(total)
+	if cp := rec.GetCheckpoints(); cp != nil {
+		s.Checkpoints = &pb.CheckpointCounts{Pending: int32(len(cp.GetPending())), Completed: cp.GetCompletedCount(), Aborted: cp.GetAbortedCount()}
+		if done := cp.GetCompleted(); len(done) > 0 {
+			s.Checkpoints.LatestCompletedId = done[len(done)-1].GetId()
+		}
+	}
 	return s
+}
+
+// checkpointsView lists a job's checkpoints, by id, without their acknowledgements.
+func checkpointsView(rec *pb.JobRecord) *pb.JobCheckpointsView {
+	cp := rec.GetCheckpoints()
+	v := &pb.JobCheckpointsView{NextCheckpointId: max(cp.GetNextCheckpointId(), 1), CompletedCount: cp.GetCompletedCount(), AbortedCount: cp.GetAbortedCount()}
+	tasks := int32(0)
+	for _, ejv := range rec.GetExecutionGraph().GetVertices() {
+		tasks += int32(len(ejv.GetSubtasks()))
+	}
+	add := func(list []*pb.CheckpointRecord) {
+		for _, ck := range list {
+			row := &pb.CheckpointRow{Id: ck.GetId(), Status: ck.GetStatus(), Epoch: ck.GetEpoch(), TriggerUnixMs: ck.GetTriggerUnixMs(),
+				Acknowledged: int32(len(ck.GetAcks())), Tasks: tasks, AbortReason: ck.GetAbortReason()}
+			switch ck.GetStatus() {
+			case pb.CheckpointStatus_CHECKPOINT_STATUS_COMPLETED:
+				row.EndUnixMs = ck.GetCompleteUnixMs()
+			case pb.CheckpointStatus_CHECKPOINT_STATUS_ABORTED:
+				row.EndUnixMs, row.Acknowledged = ck.GetAbortUnixMs(), ck.GetAcknowledged()
+			}
+			for _, a := range ck.GetAcks() {
+				row.StateSizeBytes += a.GetStateSizeBytes()
+			}
+			v.Checkpoints = append(v.Checkpoints, row)
+		}
+	}
+	add(cp.GetPending())
+	add(cp.GetCompleted())
+	add(cp.GetAborted())
+	slices.SortFunc(v.Checkpoints, func(a, b *pb.CheckpointRow) int { return cmp.Compare(a.Id, b.Id) })
+	return v
 }
 
 // stateCounts lists the non-zero counts in ascending state order (the enum is contiguous).
@@ -255,8 +302,9 @@ func jobSummaries(d Deps) []*pb.JobSummary {
 func slotsUsed(d Deps) map[string]int32 { return d.State.SlotsUsed() }
 
 // serveJobView is GET /api/v1/jobs/{id}: GetJob's answer as JSON. Query parameters: view
-// (summary, the default; full; executions), and for executions vertex, page_token, page_size
-// and omit_inputs (true or 1). Errors carry the HTTP status of their gRPC code.
+// (summary, the default; full; executions; checkpoints), and for executions vertex,
+// page_token, page_size and omit_inputs (true or 1). GET /api/v1/jobs/{id}/checkpoints is the
+// checkpoints view. Errors carry the HTTP status of their gRPC code.
 func serveJobView(w http.ResponseWriter, r *http.Request, d Deps) {
 	q := r.URL.Query()
 	req := &pb.GetJobRequest{JobId: r.PathValue("id"), VertexId: q.Get("vertex"), PageToken: q.Get("page_token")}
@@ -267,9 +315,14 @@ func serveJobView(w http.ResponseWriter, r *http.Request, d Deps) {
 		req.View = pb.JobView_JOB_VIEW_FULL
 	case "executions":
 		req.View = pb.JobView_JOB_VIEW_EXECUTIONS
+	case "checkpoints":
+		req.View = pb.JobView_JOB_VIEW_CHECKPOINTS
 	default:
-		http.Error(w, fmt.Sprintf("view %q: want summary, full or executions", v), http.StatusBadRequest)
+		http.Error(w, fmt.Sprintf("view %q: want summary, full, executions or checkpoints", v), http.StatusBadRequest)
 		return
+	}
+	if strings.HasSuffix(r.URL.Path, "/checkpoints") {
+		req.View = pb.JobView_JOB_VIEW_CHECKPOINTS
 	}
 	if s := q.Get("page_size"); s != "" {
 		n, err := strconv.Atoi(s)
