@@ -123,6 +123,7 @@ func (c *coordinator) run() {
 type jobView struct {
 	status     pb.JobStatus
 	notRunning string              // the first subtask whose current attempt is not RUNNING
+	failed     bool                // and it failed (or is cancelled), rather than not yet running or finished
 	sources    map[string][]string // TM gRPC address -> source attempt ids there
 	addrs      []string            // every TM address holding a current attempt
 	attempts   int64               // the sum of the current attempt numbers
@@ -166,6 +167,7 @@ func viewOf(rec *pb.JobRecord, due bool) jobView {
 		v.attempts += int64(cur.AttemptNumber)
 		if cur.State != stRunning && v.notRunning == "" {
 			v.notRunning = fmt.Sprintf("%s[%d] attempt %d is %s", ev.VertexId, ev.SubtaskIndex, cur.AttemptNumber, graph.ExecutionStateName(cur.State))
+			v.failed = cur.State == stFailed || cur.State == stCanceling || cur.State == stCanceled
 		}
 		if a := cur.TmGrpcAddress; a != "" {
 			addrs[a] = true
@@ -259,7 +261,10 @@ func (c *coordinator) abortReason(jobID string, v jobView, ck pendingView, s gra
 		return fmt.Sprintf("timeout after %dms (checkpoint_config.timeout_ms %d)", age, s.TimeoutMs)
 	}
 	if v.notRunning != "" {
-		return "task failure: " + v.notRunning
+		if v.failed {
+			return "task failure: " + v.notRunning
+		}
+		return "not every task is running: " + v.notRunning
 	}
 	if ck.stale != "" {
 		return "task failure: " + ck.stale
