@@ -171,6 +171,11 @@ func (tm *TaskManager) checkpointReached(ctx context.Context, t *task, id uint64
 			state = nil
 		}
 	}
+	if c, ok := x.(operators.Committer); ok && t.tdd.GetCheckpointed() {
+		if err := c.PrepareCommit(id); err != nil {
+			tm.declineCheckpoint(t, id, fmt.Sprintf("stage its output: %v", err))
+		}
+	}
 	for _, p := range parts {
 		if err := p.broadcast(ctx, id); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/taskmanager/operators"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -102,13 +103,36 @@ func (s *controlService) TriggerCheckpoint(ctx context.Context, req *pb.TriggerC
 	return resp, nil
 }
 
-// NotifyCheckpointComplete: a checkpoint of the job completed. Nothing this TM keeps depends
-// on it yet (the sinks' two-phase commit will); it is logged.
+// NotifyCheckpointComplete: a checkpoint of the job completed: the job's sinks on this TM
+// commit the output they staged up to it (idempotent: a repeated or older announcement
+// changes nothing). A sink whose commit fails fails its task, so that its region restarts
+// from the checkpoint and commits it again.
 func (s *controlService) NotifyCheckpointComplete(ctx context.Context, req *pb.NotifyCheckpointCompleteRequest) (*pb.NotifyCheckpointCompleteResponse, error) {
+	tm := s.tm
 	if err := s.checkNotify(ctx, req.GetEpoch(), req.GetJobId(), req.GetCheckpointId(), "NotifyCheckpointComplete"); err != nil {
 		return nil, err
 	}
-	s.tm.log.Debug("checkpoint completed", "job", req.GetJobId(), "checkpoint", req.GetCheckpointId())
+	type commit struct {
+		t *task
+		c operators.Committer
+	}
+	var commits []commit
+	tm.mu.Lock()
+	for _, t := range tm.tasks {
+		if t.committer != nil && t.tdd.GetJobId() == req.GetJobId() && !isTerminal(t.state) {
+			commits = append(commits, commit{t, t.committer})
+		}
+	}
+	tm.mu.Unlock()
+	for _, c := range commits {
+		if err := c.c.CommitCheckpoint(req.GetCheckpointId()); err != nil {
+			d := c.t.tdd
+			tm.log.Error("commit of a completed checkpoint failed", "job", d.GetJobId(), "vertex", d.GetVertexId(),
+				"subtask", d.GetSubtaskIndex(), "checkpoint", req.GetCheckpointId(), "error", err)
+			_ = tm.FailTask(d.GetAttemptId(), fmt.Sprintf("commit its output of checkpoint %d: %v", req.GetCheckpointId(), err))
+		}
+	}
+	tm.log.Debug("checkpoint completed", "job", req.GetJobId(), "checkpoint", req.GetCheckpointId(), "sinks", len(commits))
 	return &pb.NotifyCheckpointCompleteResponse{}, nil
 }
 

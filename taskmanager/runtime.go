@@ -81,7 +81,10 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	if info.Restored, err = tm.restoreState(t); err != nil {
 		return false, err
 	}
+	info.Checkpointed, info.RestoredCheckpoint = d.GetCheckpointed(), d.GetRestoreCheckpointId()
 	if id := d.GetRestoreCheckpointId(); id != 0 {
+		tm.log.Info("task restored from a checkpoint", "job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex(),
+			"attempt", d.GetAttemptId(), "checkpoint", id, "state_bytes", len(info.Restored))
 		tm.mu.Lock()
 		t.ackedID, t.acked = id, d.GetRestoreFrom()
 		tm.mu.Unlock()
@@ -101,6 +104,11 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 		if err = op.Open(t.ctx); err != nil {
 			_ = op.Close()
 			return false, err
+		}
+		if c, ok := op.(operators.Committer); ok && d.GetCheckpointed() {
+			tm.mu.Lock()
+			t.committer = c
+			tm.mu.Unlock()
 		}
 		defer func() {
 			if cerr := op.Close(); cerr != nil && err == nil {

@@ -13,6 +13,7 @@ var (
 	NondeterministicApply = newSwitch("nondeterministic-apply", "Apply stamps every submitted job with this replica's own clock")
 	DisableFencing        = newSwitch("disable-fencing", "a TaskManager accepts calls whose leader epoch is below one it has seen")
 	NoIncarnation         = newSwitch("no-incarnation", "the leader ignores TaskManager incarnations: a restarted TM is taken for the process that died (its gossip death and loss still count against it)")
+	CommitBeforeComplete  = newSwitch("commit-before-complete", "a checksum sink of a checkpointed job commits its output at the checkpoint's barrier, before the checkpoint completed")
 	OutboxDoubleWorker    = newSwitch("outbox-double-worker", "a TaskManager's outbox starts a second sender for an attempt whose sender just sent its last message: duplicate and out-of-order updates")
 
 	// Disk faults of a JobMaster replica: every write of the Raft log, the stable store and a

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -32,6 +33,11 @@ type Checksum struct {
 	Keys     map[string]KeyStat    `json:"keys"`
 	Origins  map[string]OriginStat `json:"origins"`
 	Finished bool                  `json:"finished"`
+	// CommittedCheckpoint is set in a checkpointed job: the file is written only when a
+	// checkpoint completed, and holds what the sink had at that checkpoint's barrier (two-phase
+	// commit; docs/checkpoints.md). CommittedUnixMs is when this TaskManager wrote it.
+	CommittedCheckpoint uint64 `json:"committed_checkpoint,omitempty"`
+	CommittedUnixMs     int64  `json:"committed_unix_ms,omitempty"`
 }
 
 // KeyStat is the count and sum of the values seen for one key.
@@ -118,6 +124,12 @@ type checksumSink struct {
 
 	restored *Checksum // the checkpointed document to continue (restoreState), or nil
 
+	// two-phase commit (checkpointed jobs): the documents staged at barriers, oldest first, and
+	// the newest checkpoint committed (guarded by commitMu, which orders commits)
+	commitMu  sync.Mutex
+	staged    []stagedChecksum
+	committed uint64
+
 	mu      sync.Mutex
 	sum     Checksum
 	dirty   bool
@@ -156,7 +168,7 @@ func (s *checksumSink) Open(context.Context) error {
 			doc.Attempts = prev.Attempts
 		}
 		s.sum = doc
-	} else if err == nil && prev.Job == s.info.Job && prev.Vertex == s.info.Vertex && prev.Subtask == s.info.Subtask {
+	} else if err == nil && !s.info.Checkpointed && prev.Job == s.info.Job && prev.Vertex == s.info.Vertex && prev.Subtask == s.info.Subtask {
 		s.sum = prev
 	} else {
 		s.sum = Checksum{Job: s.info.Job, Vertex: s.info.Vertex, Subtask: s.info.Subtask}
@@ -171,6 +183,15 @@ func (s *checksumSink) Open(context.Context) error {
 	s.sum.Attempts = append(s.sum.Attempts, s.info.AttemptID)
 	s.sum.Finished = false
 	s.dirty = true
+	if s.info.Checkpointed {
+		// Only committed documents are written. Restored from a completed checkpoint: commit
+		// it again (the announcement may have been lost with a TM or a leader).
+		if s.restored != nil {
+			s.staged = []stagedChecksum{{id: s.info.RestoredCheckpoint, doc: s.sum.clone()}}
+			return s.CommitCheckpoint(s.info.RestoredCheckpoint)
+		}
+		return nil
+	}
 	if err := s.flush(); err != nil {
 		return err
 	}
@@ -207,12 +228,19 @@ func (s *checksumSink) Finish(Emit) error {
 	s.sum.Finished = true
 	s.dirty = true
 	s.mu.Unlock()
+	if s.info.Checkpointed {
+		// Every input ended: nothing is replayed any more, so the end is committed as it is.
+		return s.commitDoc(s.lastID(), s.snapshotDoc())
+	}
 	return s.flush()
 }
 
 func (s *checksumSink) Close() error {
 	s.halt()
-	err := s.flush()
+	var err error
+	if !s.info.Checkpointed { // a checkpointed sink's uncommitted output is not written
+		err = s.flush()
+	}
 	if s.root != nil {
 		_ = s.root.Close()
 		s.root = nil
@@ -239,6 +267,11 @@ func (s *checksumSink) flush() error {
 	doc := s.sum.clone()
 	s.dirty = false
 	s.mu.Unlock()
+	return s.write(doc)
+}
+
+// write replaces the file with doc (temporary file, then rename).
+func (s *checksumSink) write(doc Checksum) error {
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return fmt.Errorf("checksum sink: %w", err)
@@ -254,4 +287,102 @@ func (s *checksumSink) flush() error {
 		return fmt.Errorf("checksum sink: %w", err)
 	}
 	return nil
+}
+
+// stagedChecksum is the document a checkpointed sink had at a checkpoint's barrier.
+type stagedChecksum struct {
+	id  uint64
+	doc Checksum
+}
+
+// maxStaged bounds the documents staged for checkpoints not completed yet (aborted ones are
+// dropped by the next commit; the oldest go first beyond this).
+const maxStaged = 16
+
+func (s *checksumSink) snapshotDoc() Checksum {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sum.clone()
+}
+
+// PrepareCommit stages the document as it is at checkpoint id's barrier.
+func (s *checksumSink) PrepareCommit(id uint64) error {
+	doc := s.snapshotDoc()
+	s.commitMu.Lock()
+	s.staged = append(s.staged, stagedChecksum{id: id, doc: doc})
+	if len(s.staged) > maxStaged {
+		s.staged = s.staged[len(s.staged)-maxStaged:]
+	}
+	s.commitMu.Unlock()
+	if failpoint.Enabled(failpoint.CommitBeforeComplete) {
+		return s.CommitCheckpoint(id) // the planted bug: committed before the checkpoint completed
+	}
+	return nil
+}
+
+// CommitCheckpoint writes the newest document staged at or below id as the committed output,
+// unless that checkpoint or a later one is committed already.
+func (s *checksumSink) CommitCheckpoint(id uint64) error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	k := -1
+	for i, st := range s.staged {
+		if st.id <= id {
+			k = i
+		}
+	}
+	if k < 0 || (s.committed != 0 && s.staged[k].id <= s.committed) {
+		s.staged = dropStaged(s.staged, id)
+		return nil
+	}
+	st := s.staged[k]
+	s.staged = dropStaged(s.staged, id)
+	return s.commitLocked(st.id, st.doc)
+}
+
+// dropStaged keeps the documents staged after id.
+func dropStaged(staged []stagedChecksum, id uint64) []stagedChecksum {
+	out := staged[:0]
+	for _, st := range staged {
+		if st.id > id {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// lastID is the newest checkpoint staged or committed.
+func (s *checksumSink) lastID() uint64 {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	id := s.committed
+	for _, st := range s.staged {
+		id = max(id, st.id)
+	}
+	return id
+}
+
+// commitDoc commits doc as of checkpoint id.
+func (s *checksumSink) commitDoc(id uint64, doc Checksum) error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	return s.commitLocked(id, doc)
+}
+
+// commitLocked writes doc as the committed document of checkpoint id, atomically (commitMu
+// held).
+func (s *checksumSink) commitLocked(id uint64, doc Checksum) error {
+	doc.CommittedCheckpoint, doc.CommittedUnixMs = id, time.Now().UnixMilli()
+	if err := s.write(doc); err != nil {
+		return err
+	}
+	s.committed = id
+	return nil
+}
+
+// Committed is the newest checkpoint whose output this sink committed (0: none).
+func (s *checksumSink) Committed() uint64 {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	return s.committed
 }

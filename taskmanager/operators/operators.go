@@ -41,6 +41,18 @@ type Stateful interface {
 	SnapshotState() ([]byte, error)
 }
 
+// Committer is a sink whose output is committed in two phases (Flink's
+// TwoPhaseCommitSinkFunction): PrepareCommit stages what it has at checkpoint id's barrier
+// (right after SnapshotState, on the task's goroutine); CommitCheckpoint makes the output staged
+// up to id the committed output once the checkpoint completed (the leader's announcement, from
+// another goroutine). A commit is idempotent: a second commit of the same or an earlier id
+// changes nothing, and a sink restored from a completed checkpoint commits it again at Open,
+// so an announcement lost with a TaskManager or a JobMaster loses no committed output.
+type Committer interface {
+	PrepareCommit(id uint64) error
+	CommitCheckpoint(id uint64) error
+}
+
 // Emit hands a record to the downstream partitions. It blocks under backpressure and returns an
 // error when the task is cancelled or its partitions were released.
 type Emit func(Record) error
@@ -60,8 +72,13 @@ type Info struct {
 	WorkDir string
 	Logger  hclog.Logger
 	// Restored is the state the task starts from (Stateful.SnapshotState of the checkpoint it
-	// is restored from), or nil for a task that starts afresh.
-	Restored []byte
+	// is restored from), or nil for a task that starts afresh; RestoredCheckpoint is that
+	// checkpoint's id.
+	Restored           []byte
+	RestoredCheckpoint uint64
+	// Checkpointed: the job is checkpointed, so a Committer sink commits its output only with
+	// completed checkpoints.
+	Checkpointed bool
 }
 
 // Source produces records until it is done (bounded) or ctx is cancelled.

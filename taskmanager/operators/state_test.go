@@ -149,3 +149,93 @@ func TestStatelessOperatorRefusesState(t *testing.T) {
 		t.Fatalf("map with state: %v", err)
 	}
 }
+
+// TestChecksumSinkCommitsOnlyCompletedCheckpoints: in a checkpointed job the sink's file is
+// written only by commits, each the document at its checkpoint's barrier; commits are
+// idempotent and never go back; what follows the last committed barrier is not written; a
+// sink restored from a checkpoint commits it again at Open.
+func TestChecksumSinkCommitsOnlyCompletedCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	op := &pb.Operator{Kind: &pb.Operator_ChecksumSink{ChecksumSink: &pb.ChecksumSink{Path: "c-{subtask}.json", FlushIntervalMs: 1}}}
+	info := Info{Job: "j", Vertex: "sink", AttemptID: "a0", WorkDir: dir, Checkpointed: true}
+	path := filepath.Join(dir, "c-0.json")
+	sink, err := New(op, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := sink.(Committer)
+	feed := func(from, to int64) {
+		for i := from; i < to; i++ {
+			if err := sink.Process(Record{Key: i % 2, Value: i, Seq: i}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	committed := func() Checksum {
+		t.Helper()
+		doc, err := ReadChecksum(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return doc
+	}
+	barrier := func(id uint64) []byte {
+		t.Helper()
+		st, err := sink.(Stateful).SnapshotState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.PrepareCommit(id); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	feed(0, 5)
+	barrier(1)
+	feed(5, 9)
+	state2 := barrier(2)
+	feed(9, 12)
+	if _, err := ReadChecksum(path); err == nil {
+		t.Fatal("a checkpointed sink wrote its file before any checkpoint completed")
+	}
+	if err := c.CommitCheckpoint(1); err != nil {
+		t.Fatal(err)
+	}
+	if d := committed(); d.CommittedCheckpoint != 1 || d.Count != 5 {
+		t.Fatalf("after commit 1: checkpoint %d, %d records; want 1 and 5", d.CommittedCheckpoint, d.Count)
+	}
+	if err := c.CommitCheckpoint(3); err != nil { // 3 was never staged: the newest staged up to it is 2
+		t.Fatal(err)
+	}
+	if d := committed(); d.CommittedCheckpoint != 2 || d.Count != 9 {
+		t.Fatalf("after commit 3: checkpoint %d, %d records; want 2 and 9", d.CommittedCheckpoint, d.Count)
+	}
+	if err := c.CommitCheckpoint(1); err != nil || committed().CommittedCheckpoint != 2 {
+		t.Fatalf("an older commit changed the file: %v, %+v", err, committed())
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := committed(); d.Count != 9 {
+		t.Fatalf("Close wrote uncommitted records: %d", d.Count)
+	}
+
+	// Restored from checkpoint 2 on another TaskManager (another work dir): committed at Open.
+	dir2 := t.TempDir()
+	info.AttemptID, info.WorkDir, info.Restored, info.RestoredCheckpoint = "a1", dir2, state2, 2
+	again, err := New(op, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	d, err := ReadChecksum(filepath.Join(dir2, "c-0.json"))
+	if err != nil || d.CommittedCheckpoint != 2 || d.Count != 9 {
+		t.Fatalf("restored sink's file: %+v, %v; want checkpoint 2 with 9 records", d, err)
+	}
+}

@@ -985,8 +985,13 @@ type ExecutionReport struct {
 	// the pending checkpoint (docs/checkpoints.md, failover).
 	LatestAckedCheckpointId uint64             `protobuf:"varint,12,opt,name=latest_acked_checkpoint_id,json=latestAckedCheckpointId,proto3" json:"latest_acked_checkpoint_id,omitempty"`
 	LatestCheckpointAck     *TaskCheckpointAck `protobuf:"bytes,13,opt,name=latest_checkpoint_ack,json=latestCheckpointAck,proto3" json:"latest_checkpoint_ack,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// A sink that commits its output with completed checkpoints (two-phase commit): the newest
+	// checkpoint it committed (0: none yet). A new leader announces the latest completed
+	// checkpoint again to a sink whose committed one is older (docs/checkpoints.md).
+	CommittedCheckpointId uint64 `protobuf:"varint,14,opt,name=committed_checkpoint_id,json=committedCheckpointId,proto3" json:"committed_checkpoint_id,omitempty"`
+	CommitsOutput         bool   `protobuf:"varint,15,opt,name=commits_output,json=commitsOutput,proto3" json:"commits_output,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ExecutionReport) Reset() {
@@ -1108,6 +1113,20 @@ func (x *ExecutionReport) GetLatestCheckpointAck() *TaskCheckpointAck {
 		return x.LatestCheckpointAck
 	}
 	return nil
+}
+
+func (x *ExecutionReport) GetCommittedCheckpointId() uint64 {
+	if x != nil {
+		return x.CommittedCheckpointId
+	}
+	return 0
+}
+
+func (x *ExecutionReport) GetCommitsOutput() bool {
+	if x != nil {
+		return x.CommitsOutput
+	}
+	return false
 }
 
 // One chunk of a TM's report.
@@ -2027,7 +2046,7 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\x17ConsumedPartitionReport\x12\x1b\n" +
 	"\tresult_id\x18\x01 \x01(\tR\bresultId\x12'\n" +
 	"\x0fpartition_index\x18\x02 \x01(\x05R\x0epartitionIndex\x12.\n" +
-	"\x13producer_attempt_id\x18\x03 \x01(\tR\x11producerAttemptId\"\xe9\x04\n" +
+	"\x13producer_attempt_id\x18\x03 \x01(\tR\x11producerAttemptId\"\xc8\x05\n" +
 	"\x0fExecutionReport\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\tvertex_id\x18\x02 \x01(\tR\bvertexId\x12#\n" +
@@ -2044,7 +2063,9 @@ const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	" \x03(\v2%.jmcluster.v1.ProducedPartitionReportR\bproduced\x12A\n" +
 	"\bconsumed\x18\v \x03(\v2%.jmcluster.v1.ConsumedPartitionReportR\bconsumed\x12;\n" +
 	"\x1alatest_acked_checkpoint_id\x18\f \x01(\x04R\x17latestAckedCheckpointId\x12S\n" +
-	"\x15latest_checkpoint_ack\x18\r \x01(\v2\x1f.jmcluster.v1.TaskCheckpointAckR\x13latestCheckpointAck\"\xbb\x02\n" +
+	"\x15latest_checkpoint_ack\x18\r \x01(\v2\x1f.jmcluster.v1.TaskCheckpointAckR\x13latestCheckpointAck\x126\n" +
+	"\x17committed_checkpoint_id\x18\x0e \x01(\x04R\x15committedCheckpointId\x12%\n" +
+	"\x0ecommits_output\x18\x0f \x01(\bR\rcommitsOutput\"\xbb\x02\n" +
 	"\x11TaskManagerReport\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
