@@ -97,6 +97,14 @@ func CheckpointIDs(views []CheckpointView) Result {
 	for i := range sorted {
 		v := sorted[i]
 		r.Counts["views"]++
+		if prev != nil && prev.ModifyIndex == v.ModifyIndex {
+			// The same state of the log: equal, and judged once.
+			if !prev.sameRecord(v) {
+				r.problem("%s and %s: two views at one index differ (next id %d/%d, completed %d/%d, aborted %d/%d, %d/%d rows)", prev.where(), v.where(),
+					prev.NextID, v.NextID, prev.CompletedCount, v.CompletedCount, prev.AbortedCount, v.AbortedCount, len(prev.Rows), len(v.Rows))
+			}
+			continue
+		}
 		listed := map[uint64]string{}
 		pending := uint64(0)
 		for _, row := range v.Rows {
@@ -121,17 +129,9 @@ func CheckpointIDs(views []CheckpointView) Result {
 			r.problem("%s: %d completed + %d aborted + %d pending = %d, but %d checkpoints were triggered (next id %d): a checkpoint ended twice, or never",
 				v.where(), v.CompletedCount, v.AbortedCount, pending, v.CompletedCount+v.AbortedCount+pending, v.NextID-1, v.NextID)
 		}
-		if prev != nil {
-			switch {
-			case prev.ModifyIndex == v.ModifyIndex:
-				if !prev.sameRecord(v) {
-					r.problem("%s and %s: two views at one index differ (next id %d/%d, completed %d/%d, aborted %d/%d, %d/%d rows)", prev.where(), v.where(),
-						prev.NextID, v.NextID, prev.CompletedCount, v.CompletedCount, prev.AbortedCount, v.AbortedCount, len(prev.Rows), len(v.Rows))
-				}
-			case v.NextID < prev.NextID || v.CompletedCount < prev.CompletedCount || v.AbortedCount < prev.AbortedCount:
-				r.problem("%s: next id %d, completed %d, aborted %d went back from %d, %d, %d (%s)", v.where(), v.NextID, v.CompletedCount, v.AbortedCount,
-					prev.NextID, prev.CompletedCount, prev.AbortedCount, prev.where())
-			}
+		if prev != nil && (v.NextID < prev.NextID || v.CompletedCount < prev.CompletedCount || v.AbortedCount < prev.AbortedCount) {
+			r.problem("%s: next id %d, completed %d, aborted %d went back from %d, %d, %d (%s)", v.where(), v.NextID, v.CompletedCount, v.AbortedCount,
+				prev.NextID, prev.CompletedCount, prev.AbortedCount, prev.where())
 		}
 		for _, row := range v.Rows {
 			h := ids[row.ID]
@@ -159,7 +159,7 @@ func CheckpointIDs(views []CheckpointView) Result {
 				h.status, h.endMs = row.Status, row.EndMs
 			}
 		}
-		if prev != nil && prev.ModifyIndex != v.ModifyIndex {
+		if prev != nil {
 			for _, row := range prev.Rows {
 				if _, still := listed[row.ID]; !still {
 					ids[row.ID].gone = true
@@ -212,6 +212,9 @@ func CheckpointIDs(views []CheckpointView) Result {
 	r.Counts["never-seen-ended"] = int(max(unseen, 0))
 	r.Summary = fmt.Sprintf("%d views: %d checkpoints triggered, %d completed, %d aborted (%d never seen ended)", len(sorted),
 		last.NextID-1, last.CompletedCount, last.AbortedCount, max(unseen, 0))
+	if r.Counts["completed-twice"]+r.Counts["miscounted-views"] > 0 {
+		r.Summary += fmt.Sprintf("; %d views list a checkpoint completed twice, %d whose counts do not add up to the ids triggered", r.Counts["completed-twice"], r.Counts["miscounted-views"])
+	}
 	return *r
 }
 
@@ -430,6 +433,9 @@ func CommittedExactlyOnce(in CommittedInput) Result {
 	}
 	r.Summary = fmt.Sprintf("%d committed documents of %d subtasks (newest checkpoints %v): %d checked against a completion, %d unverified; %d records committed, %d duplicates, %d gaps",
 		r.Counts["documents"], len(bySubtask), newest, r.Counts["verified"], r.Counts["unverified"], r.Counts["records"], r.Counts["duplicates"], r.Counts["gaps"])
+	if n := r.Counts["before-completion"] + r.Counts["aborted-committed"]; n > 0 {
+		r.Summary += fmt.Sprintf("; %d committed before their checkpoint completed, %d of an aborted one", r.Counts["before-completion"], r.Counts["aborted-committed"])
+	}
 	return *r
 }
 
