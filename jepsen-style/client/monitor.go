@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -66,14 +67,17 @@ func (m *Monitor) Run(ctx context.Context) {
 }
 
 // Poll takes one round of observations and returns them. The streaming job is read from the
-// first JM that answers, in its checkpoints view (the job's status and its checkpoint record):
-// any replica's record is a state of the one log, ordered by its modify index, so the
+// JM that answered with the highest applied index (the most recent state; the first that
+// answers the read), in its checkpoints view (the job's status and its checkpoint record): any
+// replica's record is a state of the one log, ordered by its modify index, so the
 // checkpoint-ids checker needs no consistent read.
 func (m *Monitor) Poll(ctx context.Context) []Observation {
 	round := m.Status(ctx)
 	var sample *checker.StatusSample
 	var view *checker.CheckpointView
-	for _, o := range round {
+	byApplied := append([]Observation(nil), round...)
+	sort.SliceStable(byApplied, func(i, j int) bool { return byApplied[i].Applied > byApplied[j].Applied })
+	for _, o := range byApplied {
 		if o.Err != "" {
 			continue
 		}
