@@ -128,7 +128,7 @@ var runtimes = map[string]runtime{
 		operator: func(_ *pb.Operator, info Info, p string) Operator {
 			return &fileSink{dir: info.workDir(), path: p, checkpointed: info.Checkpointed, restoredID: info.RestoredCheckpoint}
 		},
-		files:    func(p string) []string { return []string{p} },
+		files: func(p string) []string { return []string{p} },
 	},
 	"log_sink": {operator: func(_ *pb.Operator, info Info, _ string) Operator { return &logSink{log: info.Logger} }},
 	"checksum_sink": {
