@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -333,4 +334,32 @@ func TestFileSinkCommitsPartsOfCompletedCheckpoints(t *testing.T) {
 	if err != nil || string(end) != "1 3\n" {
 		t.Fatalf("the end part: %q, %v", end, err)
 	}
+}
+
+// TestCommitBeforeCompleteIsCaught: with the planted bug commit-before-complete the checksum
+// sink writes a committed document at the barrier, before any completion; the check of the
+// test above (no file before a completion) sees it.
+func TestCommitBeforeCompleteIsCaught(t *testing.T) {
+	failpoint.Set(t, "commit-before-complete")
+	dir := t.TempDir()
+	op := &pb.Operator{Kind: &pb.Operator_ChecksumSink{ChecksumSink: &pb.ChecksumSink{Path: "c.json"}}}
+	sink, err := New(op, Info{Job: "j", Vertex: "sink", AttemptID: "a0", WorkDir: dir, Checkpointed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	if err := sink.Process(Record{Seq: 0}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.(Committer).PrepareCommit(1); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := ReadChecksum(filepath.Join(dir, "c.json"))
+	if err != nil || doc.CommittedCheckpoint != 1 {
+		t.Fatalf("with commit-before-complete planted, no commit at the barrier (%+v, %v): the check cannot catch it", doc, err)
+	}
+	t.Log("caught: with commit-before-complete planted, checkpoint 1 was committed at its barrier")
 }
