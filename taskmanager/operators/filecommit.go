@@ -130,7 +130,7 @@ func (s *fileSink) finishCommitted() error {
 // writePart writes one part file atomically, through the work directory's root.
 func (s *fileSink) writePart(name, lines string) error {
 	if s.root == nil {
-		return fmt.Errorf("file sink: %s: the sink is closed", name)
+		return fmt.Errorf("file sink: %s: %w", name, ErrSinkClosed)
 	}
 	tmp := name + ".tmp"
 	f, err := s.root.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)

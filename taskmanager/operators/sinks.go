@@ -92,10 +92,12 @@ func (s *fileSink) Finish(Emit) error {
 }
 
 func (s *fileSink) Close() error {
+	s.commitMu.Lock() // a commit may be writing a part through the root (checksumSink.Close)
 	if s.root != nil {
 		_ = s.root.Close()
 		s.root = nil
 	}
+	s.commitMu.Unlock()
 	if s.f == nil {
 		return nil
 	}

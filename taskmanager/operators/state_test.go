@@ -363,3 +363,43 @@ func TestCommitBeforeCompleteIsCaught(t *testing.T) {
 	}
 	t.Log("caught: with commit-before-complete planted, checkpoint 1 was committed at its barrier")
 }
+
+// TestCommitRacingCloseFailsCleanly: a completion announced while the sink's task closes it
+// either commits or fails with ErrSinkClosed; it never writes through a closed root (run with
+// -race).
+func TestCommitRacingCloseFailsCleanly(t *testing.T) {
+	for _, kind := range []*pb.Operator{
+		{Kind: &pb.Operator_ChecksumSink{ChecksumSink: &pb.ChecksumSink{Path: "c.json"}}},
+		{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: "f.txt"}}},
+	} {
+		sink, err := New(kind, Info{Job: "j", Vertex: "sink", AttemptID: "a0", WorkDir: t.TempDir(), Checkpointed: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sink.Open(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		c := sink.(Committer)
+		for id := uint64(1); id <= 50; id++ {
+			if err := c.PrepareCommit(id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done := make(chan error, 1)
+		go func() {
+			var last error
+			for id := uint64(1); id <= 50; id++ {
+				if err := c.CommitCheckpoint(id); err != nil {
+					last = err
+				}
+			}
+			done <- last
+		}()
+		if err := sink.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil && !errors.Is(err, ErrSinkClosed) {
+			t.Fatalf("a commit racing Close: %v", err)
+		}
+	}
+}
