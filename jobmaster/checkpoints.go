@@ -283,10 +283,20 @@ func (c *coordinator) due(jobID string, s graph.CheckpointSettings, now time.Tim
 
 // abortReason says why a pending checkpoint must be aborted now ("" when it need not).
 func (c *coordinator) abortReason(jobID string, v jobView, ck pendingView, s graph.CheckpointSettings, now time.Time) string {
+	c.mu.Lock()
+	sum, ours := c.attempts[checkpointKey{jobID, ck.id}]
+	c.mu.Unlock()
+	return pendingAbortReason(v, ck, s, now.UnixMilli(), sum, ours)
+}
+
+// pendingAbortReason is the decision of abortReason, pure: the job's view, the checkpoint, the
+// settings, the leader's clock, and (ours) the sum of the attempt numbers when this term
+// triggered it.
+func pendingAbortReason(v jobView, ck pendingView, s graph.CheckpointSettings, nowMs, triggeredAttempts int64, ours bool) string {
 	if v.status != jobRunning {
 		return "job is " + graph.JobStatusName(v.status)
 	}
-	if age := now.UnixMilli() - ck.triggerMs; age > s.TimeoutMs {
+	if age := nowMs - ck.triggerMs; age > s.TimeoutMs {
 		return fmt.Sprintf("timeout after %dms (checkpoint_config.timeout_ms %d)", age, s.TimeoutMs)
 	}
 	if v.notRunning != "" {
@@ -298,10 +308,7 @@ func (c *coordinator) abortReason(jobID string, v jobView, ck pendingView, s gra
 	if ck.stale != "" {
 		return "task failure: " + ck.stale
 	}
-	c.mu.Lock()
-	sum, ours := c.attempts[checkpointKey{jobID, ck.id}]
-	c.mu.Unlock()
-	if ours && sum != v.attempts {
+	if ours && triggeredAttempts != v.attempts {
 		return "task failure: a subtask was restarted after the trigger"
 	}
 	return ""
@@ -572,41 +579,11 @@ func (c *coordinator) resolve() {
 func (c *coordinator) resolveOne(jobID string, ck *pb.CheckpointRecord, reported []ReportedCheckpointAck) {
 	var (
 		missing []*pb.TaskCheckpointAck
-		lacking int
-		first   string
-		tasks   int
-		status  pb.JobStatus
+		reason  string
 	)
-	c.t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
-		status = rec.Status
-		byAttempt := map[string]*pb.TaskCheckpointAck{}
-		for _, r := range reported {
-			if r.CheckpointID == ck.Id && r.Ack != nil {
-				byAttempt[r.AttemptID] = r.Ack
-			}
-		}
-		forEachExecution(rec, func(ev *pb.ExecutionVertex) {
-			tasks++
-			if fsm.FindCheckpointAck(ck, ev.VertexId, ev.SubtaskIndex) != nil {
-				return
-			}
-			cur := ev.GetCurrent()
-			a := byAttempt[cur.GetAttemptId()]
-			if cur != nil && a != nil && a.VertexId == ev.VertexId && a.SubtaskIndex == ev.SubtaskIndex && a.AttemptNumber == cur.AttemptNumber {
-				missing = append(missing, a)
-				return
-			}
-			if lacking++; first == "" {
-				first = fmt.Sprintf("%s[%d]", ev.VertexId, ev.SubtaskIndex)
-			}
-		})
-	})
-	if status != jobRunning && status != stReconcilingJob {
-		c.abort(jobID, ck.Id, "job is "+graph.JobStatusName(status))
-		return
-	}
-	if lacking > 0 {
-		c.abort(jobID, ck.Id, fmt.Sprintf("%s (%d of %d subtasks acknowledged, not %s)", reasonLeaderChanged, tasks-lacking, tasks, first))
+	c.t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) { missing, reason = resolution(rec, ck, reported) })
+	if reason != "" {
+		c.abort(jobID, ck.Id, reason)
 		return
 	}
 	for len(missing) > 0 {
@@ -688,4 +665,40 @@ func (c *coordinator) deleteLeftovers() {
 			c.t.jm.log.Info("leftover checkpoint deleted", "job", jobID, "checkpoint", id)
 		}
 	}
+}
+
+// resolution decides a pending checkpoint of an earlier epoch (the failover rule): when every
+// subtask has an acknowledgement, in the checkpoint's record or among the reported ones (of its
+// current attempt, for this checkpoint), it returns those the record lacks (to be committed
+// before the completion); otherwise the reason to abort it.
+func resolution(rec *pb.JobRecord, ck *pb.CheckpointRecord, reported []ReportedCheckpointAck) (missing []*pb.TaskCheckpointAck, abort string) {
+	if st := rec.GetStatus(); st != jobRunning && st != stReconcilingJob {
+		return nil, "job is " + graph.JobStatusName(st)
+	}
+	byAttempt := map[string]*pb.TaskCheckpointAck{}
+	for _, r := range reported {
+		if r.CheckpointID == ck.GetId() && r.Ack != nil {
+			byAttempt[r.AttemptID] = r.Ack
+		}
+	}
+	tasks, lacking, first := 0, 0, ""
+	forEachExecution(rec, func(ev *pb.ExecutionVertex) {
+		tasks++
+		if fsm.FindCheckpointAck(ck, ev.VertexId, ev.SubtaskIndex) != nil {
+			return
+		}
+		cur := ev.GetCurrent()
+		a := byAttempt[cur.GetAttemptId()]
+		if cur != nil && a != nil && a.VertexId == ev.VertexId && a.SubtaskIndex == ev.SubtaskIndex && a.AttemptNumber == cur.AttemptNumber {
+			missing = append(missing, a)
+			return
+		}
+		if lacking++; first == "" {
+			first = fmt.Sprintf("%s[%d]", ev.VertexId, ev.SubtaskIndex)
+		}
+	})
+	if lacking > 0 {
+		return nil, fmt.Sprintf("%s (%d of %d subtasks acknowledged, not %s)", reasonLeaderChanged, tasks-lacking, tasks, first)
+	}
+	return missing, ""
 }
