@@ -154,6 +154,7 @@ type jobView struct {
 	notRunning string              // the first subtask whose current attempt is not RUNNING
 	failed     bool                // and it failed (or is cancelled), rather than not yet running or finished
 	sources    map[string][]string // TM gRPC address -> source attempt ids there
+	tmIDs      map[string]string   // TM gRPC address -> TM id (for abort reasons)
 	addrs      []string            // every TM address holding a current attempt
 	attempts   int64               // the sum of the current attempt numbers
 	tasks      int
@@ -181,7 +182,7 @@ func (c *coordinator) view(jobID string, due bool) (jobView, bool) {
 
 // viewOf reads a job's record for the coordinator.
 func viewOf(rec *pb.JobRecord, due bool) jobView {
-	v := jobView{status: rec.Status, sources: map[string][]string{}, due: due}
+	v := jobView{status: rec.Status, sources: map[string][]string{}, tmIDs: map[string]string{}, due: due}
 	sources := sourceVertices(rec.GetJobGraph())
 	addrs := map[string]bool{}
 	forEachExecution(rec, func(ev *pb.ExecutionVertex) {
@@ -202,6 +203,7 @@ func viewOf(rec *pb.JobRecord, due bool) jobView {
 			addrs[a] = true
 			if due && sources[ev.VertexId] && cur.State == stRunning {
 				v.sources[a] = append(v.sources[a], cur.AttemptId)
+				v.tmIDs[a] = cur.GetSlot().GetTmId()
 			}
 		}
 	})
@@ -360,13 +362,13 @@ func (c *coordinator) maybeTrigger(jobID string, v jobView, s graph.CheckpointSe
 	c.attempts[checkpointKey{jobID, id}] = v.attempts
 	c.mu.Unlock()
 	c.t.jm.log.Debug("checkpoint triggered", "job", jobID, "checkpoint", id)
-	c.t.spawn(func() { c.inject(jobID, id, ts, v.sources) })
+	c.t.spawn(func() { c.inject(jobID, id, ts, v.sources, v.tmIDs) })
 }
 
 // inject sends TriggerCheckpoint to every TM holding source attempts of the job; only after
 // the trigger is committed (write-ahead). A TM that does not run an attempt, or a failed call,
 // aborts the checkpoint.
-func (c *coordinator) inject(jobID string, id uint64, ts int64, sources map[string][]string) {
+func (c *coordinator) inject(jobID string, id uint64, ts int64, sources map[string][]string, tmIDs map[string]string) {
 	failpoint.Inject(c.t.ctx, failpoint.BeforeTriggerCheckpoint)
 	if c.t.ctx.Err() != nil || !c.stillPending(jobID, id) {
 		return // the term ended, or the checkpoint did meanwhile: no barrier goes out
@@ -392,9 +394,9 @@ func (c *coordinator) inject(jobID string, id uint64, ts int64, sources map[stri
 			defer mu.Unlock()
 			switch {
 			case err != nil:
-				reasons = append(reasons, fmt.Sprintf("trigger on TaskManager %s failed: %v", addr, err))
+				reasons = append(reasons, fmt.Sprintf("trigger on TaskManager %s (%s) failed: %v", tmIDs[addr], addr, err))
 			case len(notRunning) > 0:
-				reasons = append(reasons, fmt.Sprintf("TaskManager %s does not run source attempts %s", addr, strings.Join(notRunning, ", ")))
+				reasons = append(reasons, fmt.Sprintf("TaskManager %s (%s) does not run source attempts %s", tmIDs[addr], addr, strings.Join(notRunning, ", ")))
 			}
 		}()
 	}
