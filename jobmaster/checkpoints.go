@@ -155,7 +155,7 @@ type jobView struct {
 	failed     bool                // and it failed (or is cancelled), rather than not yet running or finished
 	sources    map[string][]string // TM gRPC address -> source attempt ids there
 	tmIDs      map[string]string   // TM gRPC address -> TM id (for abort reasons)
-	addrs      []string            // every TM address holding a current attempt
+	addrs      []string            // every TM address running a current attempt
 	attempts   int64               // the sum of the current attempt numbers
 	tasks      int
 	pending    []pendingView
@@ -199,8 +199,8 @@ func viewOf(rec *pb.JobRecord, due bool) jobView {
 			v.notRunning = fmt.Sprintf("%s[%d] attempt %d is %s", ev.VertexId, ev.SubtaskIndex, cur.AttemptNumber, graph.ExecutionStateName(cur.State))
 			v.failed = cur.State == stFailed || cur.State == stCanceling || cur.State == stCanceled
 		}
-		if a := cur.TmGrpcAddress; a != "" {
-			addrs[a] = true
+		if a := cur.TmGrpcAddress; a != "" && cur.State == stRunning {
+			addrs[a] = true // notifications go to the TMs running tasks of the job
 			if due && sources[ev.VertexId] && cur.State == stRunning {
 				v.sources[a] = append(v.sources[a], cur.AttemptId)
 				v.tmIDs[a] = cur.GetSlot().GetTmId()
