@@ -73,6 +73,8 @@ func (jm *JobMaster) AcknowledgeCheckpoint(ctx context.Context, req *pb.Acknowle
 				refused = append(refused, err.Error())
 			case errors.Is(ctx.Err(), context.Canceled) || !jm.Active():
 				return nil, ErrNotLeader
+			case errors.Is(err, ErrCheckpointLevel):
+				return nil, err // UNAVAILABLE: the TM retries
 			default:
 				return nil, fmt.Errorf("%s: %w", what, err)
 			}
@@ -293,7 +295,7 @@ func (c *coordinator) commitGroup(k checkpointKey, reqs []ackReq) {
 }
 
 func (c *coordinator) commitAckCommand(k checkpointKey, acks []*pb.TaskCheckpointAck) (*fsm.Result, error) {
-	return c.t.jm.Commit(c.t.ctx, pb.CommandType_COMMAND_TYPE_ACK_CHECKPOINT, &pb.AckCheckpointCommand{JobId: k.job, CheckpointId: k.id, Acks: acks})
+	return c.commit(pb.CommandType_COMMAND_TYPE_ACK_CHECKPOINT, &pb.AckCheckpointCommand{JobId: k.job, CheckpointId: k.id, Acks: acks})
 }
 
 // maybeComplete completes a pending checkpoint the FSM holds every acknowledgement of.

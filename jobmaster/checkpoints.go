@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
@@ -103,26 +105,54 @@ func (c *coordinator) tick() time.Duration { return min(c.t.jm.cfg.TickInterval,
 // run is the coordinator's loop: resolve what earlier epochs left pending, then look at every
 // job each tick.
 func (c *coordinator) run() {
-	c.resolve()
-	c.notifyLatest()
-	c.deleteLeftovers()
 	tick := time.NewTicker(c.tick())
 	defer tick.Stop()
+	resolved := false
 	for {
+		switch {
+		case !c.serversApplyCheckpoints():
+			// No checkpoint command is written (a server that cannot apply one would stop):
+			// pending checkpoints wait, and nothing is triggered.
+			if !c.levelLogged {
+				c.levelLogged = true
+				c.t.jm.log.Warn("checkpoint commands held back: a Raft server does not gossip that it applies them", "level", fsm.LevelCheckpoints)
+			}
+		case !resolved:
+			c.levelLogged = false
+			c.resolve()
+			c.notifyLatest()
+			c.deleteLeftovers()
+			resolved = true
+		default:
+			c.levelLogged = false
+			c.round(time.Now())
+		}
 		select {
 		case <-c.t.ctx.Done():
 			return
 		case <-tick.C:
 		case <-c.kick:
 		}
-		c.round(time.Now())
 	}
+}
+
+// ErrCheckpointLevel: a checkpoint command is held back because a Raft server does not gossip
+// that it applies the checkpoint commands (fsm.LevelCheckpoints).
+var ErrCheckpointLevel = fmt.Errorf("jobmaster: a Raft server does not gossip that it applies the checkpoint commands (FSM level %d)", fsm.LevelCheckpoints)
+
+// commit commits one checkpoint command, unless a Raft server may not apply it.
+func (c *coordinator) commit(typ pb.CommandType, m proto.Message) (*fsm.Result, error) {
+	if !c.serversApplyCheckpoints() {
+		return nil, ErrCheckpointLevel
+	}
+	return c.t.jm.Commit(c.t.ctx, typ, m)
 }
 
 // jobView is what one round needs of a job, read under the state's read lock.
 type jobView struct {
 	status     pb.JobStatus
 	notRunning string              // the first subtask whose current attempt is not RUNNING
+	failed     bool                // and it failed (or is cancelled), rather than not yet running or finished
 	sources    map[string][]string // TM gRPC address -> source attempt ids there
 	addrs      []string            // every TM address holding a current attempt
 	attempts   int64               // the sum of the current attempt numbers
@@ -166,6 +196,7 @@ func viewOf(rec *pb.JobRecord, due bool) jobView {
 		v.attempts += int64(cur.AttemptNumber)
 		if cur.State != stRunning && v.notRunning == "" {
 			v.notRunning = fmt.Sprintf("%s[%d] attempt %d is %s", ev.VertexId, ev.SubtaskIndex, cur.AttemptNumber, graph.ExecutionStateName(cur.State))
+			v.failed = cur.State == stFailed || cur.State == stCanceling || cur.State == stCanceled
 		}
 		if a := cur.TmGrpcAddress; a != "" {
 			addrs[a] = true
@@ -259,7 +290,10 @@ func (c *coordinator) abortReason(jobID string, v jobView, ck pendingView, s gra
 		return fmt.Sprintf("timeout after %dms (checkpoint_config.timeout_ms %d)", age, s.TimeoutMs)
 	}
 	if v.notRunning != "" {
-		return "task failure: " + v.notRunning
+		if v.failed {
+			return "task failure: " + v.notRunning
+		}
+		return "not every task is running: " + v.notRunning
 	}
 	if ck.stale != "" {
 		return "task failure: " + ck.stale
@@ -298,21 +332,13 @@ func (c *coordinator) maybeTrigger(jobID string, v jobView, s graph.CheckpointSe
 	if pending >= s.MaxConcurrent {
 		return
 	}
-	if !c.serversApplyCheckpoints() {
-		if !c.levelLogged {
-			c.levelLogged = true
-			c.t.jm.log.Warn("checkpoints not triggered: a Raft server does not gossip that it applies the checkpoint commands", "level", fsm.LevelCheckpoints)
-		}
-		return
-	}
-	c.levelLogged = false
 	next, ok := c.t.jm.state.NextCheckpointID(jobID)
 	if !ok {
 		return
 	}
 	c.lastTrigger[jobID] = now
 	ts := now.UnixMilli()
-	res, err := c.t.jm.Commit(c.t.ctx, pb.CommandType_COMMAND_TYPE_TRIGGER_CHECKPOINT, &pb.TriggerCheckpointCommand{
+	res, err := c.commit(pb.CommandType_COMMAND_TYPE_TRIGGER_CHECKPOINT, &pb.TriggerCheckpointCommand{
 		JobId: jobID, CheckpointId: next, Epoch: c.t.epoch, Timestamp: ts,
 	})
 	if err != nil {
@@ -388,7 +414,7 @@ func notPending(err error) bool {
 
 // abort commits ABORT_CHECKPOINT, then deletes the checkpoint's directory and tells the TMs.
 func (c *coordinator) abort(jobID string, id uint64, reason string) {
-	res, err := c.t.jm.Commit(c.t.ctx, pb.CommandType_COMMAND_TYPE_ABORT_CHECKPOINT, &pb.AbortCheckpointCommand{
+	res, err := c.commit(pb.CommandType_COMMAND_TYPE_ABORT_CHECKPOINT, &pb.AbortCheckpointCommand{
 		JobId: jobID, CheckpointId: id, Timestamp: nowMillis(), Reason: reason,
 	})
 	if err != nil {
@@ -470,7 +496,7 @@ func (c *coordinator) complete(jobID string, id uint64) {
 	if c.t.ctx.Err() != nil {
 		return
 	}
-	res, err := c.t.jm.Commit(c.t.ctx, pb.CommandType_COMMAND_TYPE_COMPLETE_CHECKPOINT, &pb.CompleteCheckpointCommand{
+	res, err := c.commit(pb.CommandType_COMMAND_TYPE_COMPLETE_CHECKPOINT, &pb.CompleteCheckpointCommand{
 		JobId: jobID, CheckpointId: id, Timestamp: nowMillis(),
 	})
 	switch {
@@ -585,7 +611,7 @@ func (c *coordinator) resolveOne(jobID string, ck *pb.CheckpointRecord, reported
 	}
 	for len(missing) > 0 {
 		n := min(len(missing), c.t.jm.cfg.MaxBatch)
-		if _, err := c.t.jm.Commit(c.t.ctx, pb.CommandType_COMMAND_TYPE_ACK_CHECKPOINT, &pb.AckCheckpointCommand{
+		if _, err := c.commit(pb.CommandType_COMMAND_TYPE_ACK_CHECKPOINT, &pb.AckCheckpointCommand{
 			JobId: jobID, CheckpointId: ck.Id, Acks: missing[:n],
 		}); err != nil {
 			if !notPending(err) {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/jobmaster"
@@ -510,4 +512,67 @@ func abortedRecord(cp *pb.JobCheckpoints, id uint64) *pb.CheckpointRecord {
 		}
 	}
 	return nil
+}
+
+// TestAcknowledgementsArrivingTogetherShareCommits: 64 tasks acknowledging a checkpoint at
+// once take a few ACK_CHECKPOINT entries, not 64, and the checkpoint completes.
+func TestAcknowledgementsArrivingTogetherShareCommits(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 2, Slots: 16, Checkpoints: true})
+	jg := testcluster.ForwardChain("acks-batched", 2, 32)
+	jg.Vertices[0].Operator.GetSequenceSource().RatePerSecond = 10
+	jg.CheckpointConfig = &pb.CheckpointConfig{IntervalMs: 50, TimeoutMs: 60_000}
+	id := c.Submit(jg)
+	at := testcluster.Attempts(waitAllRunning(t, c, id))
+	ck := pendingHeldBeforeTrigger(t, c, id)
+	l := c.Leader()
+	before := l.A.Node.AppliedIndex()
+	errs := make(chan error, len(at))
+	for key, a := range at {
+		vertex, rest, _ := strings.Cut(key, "[")
+		subtask, _ := strconv.Atoi(strings.TrimSuffix(rest, "]"))
+		go func() {
+			resp, err := ackAs(t, c, a.TM, id, ck, testAck(id, ck, vertex, int32(subtask), a.Number))
+			if err == nil && !resp.Accepted {
+				err = fmt.Errorf("%s: %s", key, resp.Reason)
+			}
+			errs <- err
+		}()
+	}
+	for range at {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCheckpoints(t, c, id, fmt.Sprintf("checkpoint %d completed", ck), 10*time.Second, func(cp *pb.JobCheckpoints) bool {
+		n := len(cp.GetCompleted())
+		return n > 0 && cp.Completed[n-1].Id == ck
+	})
+	// The entries between: the acknowledgements, the completion, and whatever else the leader
+	// committed meanwhile (a pool acknowledgement, say).
+	if n := l.A.Node.AppliedIndex() - before; n > uint64(len(at))/4 {
+		t.Errorf("%d entries for %d acknowledgements and a completion", n, len(at))
+	} else {
+		t.Logf("%d entries for %d acknowledgements and a completion", n, len(at))
+	}
+	failpoint.Release(failpoint.BeforeTriggerCheckpoint)
+}
+
+// TestNoTriggerUntilEveryServerAppliesCheckpoints: while a Raft server does not gossip the
+// checkpoint commands' level the leader triggers nothing; once every one does, it triggers.
+func TestNoTriggerUntilEveryServerAppliesCheckpoints(t *testing.T) {
+	var all atomic.Bool
+	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 2, Checkpoints: true, JobMaster: func(cfg *jobmaster.Config) {
+		cfg.ServersApply = func(level int) bool { return level < fsm.LevelCheckpoints || all.Load() }
+	}})
+	id := c.Submit(checkpointedChain("level", &pb.CheckpointConfig{IntervalMs: 20}))
+	waitAllRunning(t, c, id)
+	start := time.Now()
+	testcluster.WaitFor(t, 10*time.Second, "50 intervals without a trigger", func() (bool, string) {
+		if cp := checkpointsOf(c, id); cp != nil {
+			t.Fatalf("triggered below the level: %s", describeCheckpoints(cp))
+		}
+		return time.Since(start) > time.Second, "running for " + time.Since(start).String()
+	})
+	all.Store(true)
+	waitCheckpoints(t, c, id, "a checkpoint completed", 30*time.Second, func(cp *pb.JobCheckpoints) bool { return len(cp.GetCompleted()) > 0 })
 }

@@ -83,6 +83,8 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	}
 	info.Checkpointed, info.RestoredCheckpoint = d.GetCheckpointed(), d.GetRestoreCheckpointId()
 	if id := d.GetRestoreCheckpointId(); id != 0 {
+		tm.log.Info("task restored from a checkpoint", "job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex(),
+			"attempt", d.GetAttemptId(), "checkpoint", id, "state_bytes", len(info.Restored))
 		tm.mu.Lock()
 		t.ackedID, t.acked = id, d.GetRestoreFrom()
 		tm.mu.Unlock()

@@ -21,9 +21,10 @@ processes:
   demo             run a local 3-JM + 3-TM cluster, a streaming job and a leader kill
 
 operator CLI (talks gRPC to any JobMaster: --addr or JMNODE_ADDR, default 127.0.0.1:7100):
-  job submit FILE [--wait]   submit a job spec (JSON, see examples/)
+  job submit FILE [--wait]   submit a job spec (JSON, see examples/; --checkpoint-interval DUR)
   job list                   list jobs
   job status ID              a job, a row per vertex (--vertex NAME, --all: subtasks)
+  job checkpoints ID         a checkpointed job's checkpoints (docs/checkpoints.md)
   job cancel ID              cancel a job
   status                     the cluster: leader, epoch, reconciliation, TaskManagers
   raft peers | join | remove the Raft configuration

@@ -140,7 +140,7 @@ func TestPausedLeaderIsFencedByEveryTM(t *testing.T) {
 
 // newProcessCluster builds jmnode into a temporary directory and starts three JobMasters and
 // three TaskManagers from it (internal/proccluster). Every process is killed when the test
-// ends; a failed test prints the last lines of each JobMaster's log.
+// ends; a failed test prints the last lines of each JobMaster's and TaskManager's log.
 func newProcessCluster(t *testing.T, o proccluster.LocalOptions) *procs {
 	t.Helper()
 	return newProcessClusterOf(t, o, nil)
@@ -194,6 +194,9 @@ func startProcessCluster(t *testing.T, dir, bin string, nodes []proccluster.Node
 		if t.Failed() {
 			for _, p := range d.JMs {
 				t.Logf("last lines of %s:\n%s", p.Name, p.LogTail(60))
+			}
+			for _, p := range d.TMs { // a TM that never registered says why here
+				t.Logf("last lines of %s:\n%s", p.Name, p.LogTail(30))
 			}
 			keepProcessLogs(t, dir)
 		}

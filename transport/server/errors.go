@@ -46,6 +46,7 @@ var errorTable = []errorRow{
 	{cluster.ErrShutdown, codes.Unavailable, ""},
 	{cluster.ErrOutcomeUnknown, codes.Unavailable, ""},
 	{cluster.ErrStateBehind, codes.Unavailable, ""},
+	{jobmaster.ErrCheckpointLevel, codes.Unavailable, ""},
 	{cluster.ErrRestoreInProgress, codes.FailedPrecondition, ""},
 	{fsm.ErrNotASnapshotFile, codes.InvalidArgument, ""},
 	{fsm.ErrSnapshotCorrupt, codes.InvalidArgument, ""},
