@@ -32,3 +32,28 @@ func TestNondeterministicApplyStampsTheReplicasClock(t *testing.T) {
 	// A rejected submission is not stamped: it changes nothing.
 	a.fails(submitT, &pb.SubmitJobCommand{JobGraph: streamingJob(id2, 1, 1), Timestamp: 1000}, ErrJobExists)
 }
+
+// TestCompleteTwiceAppliesASecondCompletion: with the failpoint complete-twice, a second
+// COMPLETE_CHECKPOINT of a completed checkpoint is applied: the record is listed completed
+// twice and counted twice, so completed_count + aborted_count + pending no longer equals the
+// triggered ids (what the fault suite's checkpoint-ids checker must catch); the intact build
+// refuses it (TestCompleteTwiceIsRefused).
+func TestCompleteTwiceAppliesASecondCompletion(t *testing.T) {
+	h := newHarness(t)
+	job := jobIDN(1)
+	runningCheckpointedJob(h, job, 1, 3)
+	h.checkpoint(job, 10)
+	h.fails(completeT, &pb.CompleteCheckpointCommand{JobId: job, CheckpointId: 1, Timestamp: 16}, ErrCheckpointCompleted)
+
+	failpoint.Set(t, failpoint.CompleteTwice.Name())
+	h.ok(completeT, &pb.CompleteCheckpointCommand{JobId: job, CheckpointId: 1, Timestamp: 17})
+	cp := h.job(job).Checkpoints
+	if got := checkpointIDs(cp.Completed); len(got) != 2 || got[0] != 1 || got[1] != 1 || cp.CompletedCount != 2 || cp.NextCheckpointId != 2 {
+		t.Fatalf("completed %v, completed_count %d, next id %d: want checkpoint 1 listed and counted twice", got, cp.CompletedCount, cp.NextCheckpointId)
+	}
+	// Still refused: a checkpoint never triggered, and one aborted.
+	h.fails(completeT, &pb.CompleteCheckpointCommand{JobId: job, CheckpointId: 2}, ErrUnknownCheckpoint)
+	id := h.trigger(job, 0, 30).CheckpointId
+	h.ok(abortT, &pb.AbortCheckpointCommand{JobId: job, CheckpointId: id, Timestamp: 31, Reason: "timeout"})
+	h.fails(completeT, &pb.CompleteCheckpointCommand{JobId: job, CheckpointId: id}, ErrCheckpointNotPending)
+}

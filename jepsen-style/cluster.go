@@ -90,6 +90,12 @@ func NewCluster(topo *netns.Topology, jmnode, runDir string, opts ClusterOptions
 			return nil, err
 		}
 	}
+	// One checkpoint storage root for every JM and TM (one host): a region restarted on
+	// another TM restores the state its first TM wrote.
+	checkpoints := CheckpointDir(runDir)
+	if err := os.MkdirAll(checkpoints, 0o755); err != nil {
+		return nil, err
+	}
 	for _, n := range append(topo.JMs(), topo.TMs()...) {
 		dir := NodeDir(runDir, topo, n)
 		work := filepath.Join(dir, "work")
@@ -120,14 +126,14 @@ func NewCluster(topo *netns.Topology, jmnode, runDir string, opts ClusterOptions
 			// checkers read each acknowledged job back at the end, and the default retention
 			// (100 terminal jobs) removed hundreds of them in a busy run, which they counted lost.
 			node.Flags = []string{"--report-deadline", reportDeadline.String(), "--fence-timeout", (reportDeadline / 2).String(),
-				"--retain-jobs", "1000000", "--retain-job-age", "24h"}
+				"--retain-jobs", "1000000", "--retain-job-age", "24h", "--checkpoint-dir", checkpoints}
 		} else {
 			node.Role, node.Slots = proccluster.TaskManager, 6
 			node.Addrs = proccluster.Addrs{GRPC: addr(PortTMGRPC), Data: addr(PortTMData), Gossip: addr(PortGossip)}
 			node.WorkDir, node.EventLog = work, EventLogPath(runDir, topo, n)
 			// Below the JMs' report deadline and heartbeat timeout (10 s), and well above a
 			// Raft election (followers keep naming a vanished leader until they notice it).
-			node.Flags = []string{"--fence-timeout", (reportDeadline / 2).String()}
+			node.Flags = []string{"--fence-timeout", (reportDeadline / 2).String(), "--checkpoint-dir", checkpoints}
 		}
 		if c.creds != nil {
 			role := security.RoleTaskManager
@@ -251,6 +257,9 @@ func (c *Cluster) FreeDisk(node string) error {
 	}
 	return nil
 }
+
+// CheckpointDir is the run's checkpoint storage root, shared by every JM and TM.
+func CheckpointDir(runDir string) string { return filepath.Join(runDir, "checkpoints") }
 
 // EventLogPath is where a TM writes its task event log.
 func EventLogPath(runDir string, topo *netns.Topology, tm string) string {

@@ -13,7 +13,7 @@ import (
 
 // TestClusterCommandLines: every process runs inside its namespace, listens on its own
 // address, carries the run's marker in its command line (so `jepsen clean` finds it), and the
-// JMs join each other, the TMs every JM.
+// JMs join each other, the TMs every JM; all share the run's checkpoint storage root.
 func TestClusterCommandLines(t *testing.T) {
 	topo, err := netns.NewTopology("t1")
 	if err != nil {
@@ -37,6 +37,10 @@ func TestClusterCommandLines(t *testing.T) {
 		}
 		if !strings.HasPrefix(flag(args, "--grpc-addr"), topo.IP(p.Name)+":") {
 			t.Fatalf("%s: %v", p.Name, args)
+		}
+		// One checkpoint storage root for every JM and TM: a region restores where it moved.
+		if got := flag(args, "--checkpoint-dir"); got != CheckpointDir(c.runDir) {
+			t.Fatalf("%s: --checkpoint-dir %q, want the run's %s", p.Name, got, CheckpointDir(c.runDir))
 		}
 	}
 	jm2 := c.procs.Proc("jm2").Args()

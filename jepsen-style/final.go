@@ -37,6 +37,19 @@ func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Gen
 	p("final: %d jobs read back", len(finalReads))
 	writeJSON(filepath.Join(r.dir, "final.json"), finalReads)
 	sinkAtEnd := r.sinkFiles()
+	// After the documents: a checkpoint a document names that is still pending here was
+	// committed before it completed.
+	fctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+	finalCheckpoints := client.ReadCheckpoints(fctx, r.pool, r.streamID)
+	cancel()
+	ckViews := r.monitor.CheckpointViews()
+	if finalCheckpoints != nil {
+		ckViews = append(ckViews, *finalCheckpoints)
+	} else {
+		r.rep.Notes = append(r.rep.Notes, "the final checkpoint view of the streaming job could not be read")
+	}
+	writeJSON(filepath.Join(r.dir, "checkpoints.json"), ckViews)
+	p("final: %d checkpoint views", len(ckViews))
 
 	r.rep.End = time.Now()
 	r.cluster.Stop(5 * time.Second)
@@ -70,6 +83,8 @@ func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Gen
 			r.rep.Visualization = "linearizability.html"
 		}
 	}
+	// FORWARD edges from source to sink: each sink subtask's one origin arrives contiguous.
+	contiguous := checker.ForwardOnly(client.StreamingJob(r.streamID), client.StreamSinkVertex)
 	finalRestarts := -1
 	if streamRec != nil {
 		finalRestarts = int(streamRec.GetRestarts())
@@ -87,6 +102,9 @@ func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Gen
 		checker.RunningAfterHeal(r.monitor.JobStatuses(), r.rep.HealAt, r.cfg.Grace),
 		checker.SinkContinuity(checker.SinkInput{JobID: r.streamID, Subtasks: client.StreamParallelism,
 			JMOnly: r.rep.JMOnly, AtHeal: sinkAtHeal, End: sinkAtEnd}),
+		checker.CommittedExactlyOnce(checker.CommittedInput{JobID: r.streamID, Subtasks: client.StreamParallelism, Contiguous: contiguous,
+			Views: ckViews, Final: finalCheckpoints, AtHeal: sinkAtHeal, End: sinkAtEnd}),
+		checker.CheckpointIDs(ckViews),
 	}
 	obs := r.monitor.Observations()
 	statuses := r.monitor.JobStatuses()

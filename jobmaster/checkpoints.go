@@ -496,9 +496,11 @@ func (c *coordinator) complete(jobID string, id uint64) {
 	if c.t.ctx.Err() != nil {
 		return
 	}
-	res, err := c.commit(pb.CommandType_COMMAND_TYPE_COMPLETE_CHECKPOINT, &pb.CompleteCheckpointCommand{
-		JobId: jobID, CheckpointId: id, Timestamp: nowMillis(),
-	})
+	cmd := &pb.CompleteCheckpointCommand{JobId: jobID, CheckpointId: id, Timestamp: nowMillis()}
+	res, err := c.commit(pb.CommandType_COMMAND_TYPE_COMPLETE_CHECKPOINT, cmd)
+	if err == nil && failpoint.Enabled(failpoint.CompleteTwice) {
+		_, _ = c.commit(pb.CommandType_COMMAND_TYPE_COMPLETE_CHECKPOINT, cmd) // the planted bug: proposed twice
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, fsm.ErrStaleCheckpointAck):

@@ -14,6 +14,7 @@ var (
 	DisableFencing        = newSwitch("disable-fencing", "a TaskManager accepts calls whose leader epoch is below one it has seen")
 	NoIncarnation         = newSwitch("no-incarnation", "the leader ignores TaskManager incarnations: a restarted TM is taken for the process that died (its gossip death and loss still count against it)")
 	CommitBeforeComplete  = newSwitch("commit-before-complete", "a checksum sink of a checkpointed job commits its output at the checkpoint's barrier, before the checkpoint completed")
+	CompleteTwice         = newSwitch("complete-twice", "the leader proposes each COMPLETE_CHECKPOINT twice and the FSM applies the second (its guard against completing a completed checkpoint is off): the checkpoint is listed completed twice and counted twice")
 	OutboxDoubleWorker    = newSwitch("outbox-double-worker", "a TaskManager's outbox starts a second sender for an attempt whose sender just sent its last message: duplicate and out-of-order updates")
 
 	// Disk faults of a JobMaster replica: every write of the Raft log, the stable store and a

@@ -25,6 +25,11 @@ type Checksum struct {
 	Sum      int64                 `json:"sum"`
 	Origins  map[string]OriginStat `json:"origins"`
 	Finished bool                  `json:"finished"`
+	// CommittedCheckpoint and CommittedUnixMs are set in a checkpointed job: the document is
+	// the sink's output at that checkpoint's barrier, written (at that time, on its TM's clock)
+	// only once the checkpoint completed.
+	CommittedCheckpoint uint64 `json:"committed_checkpoint,omitempty"`
+	CommittedUnixMs     int64  `json:"committed_unix_ms,omitempty"`
 }
 
 // SinkFile is one checksum file as found on disk.
@@ -55,6 +60,17 @@ type SinkInput struct {
 // SinkContinuity checks, for runs whose faults touched only JMs, that every sink subtask has
 // one file written by one attempt, that every origin's sequence has no gap and no duplicate
 // (count = last-first+1), and that every origin progressed between heal and the end.
+//
+// In a checkpointed job (the suite's streaming job) a file is not the sink's live output, kept
+// within a flush interval of it: it is written only when a checkpoint completed, and holds the
+// output at that checkpoint's barrier. So a subtask has no file before its first completed
+// checkpoint (the file at heal may be missing: then only the end is judged), a file lags the
+// sink by up to an interval and a completion, and "progressed after heal" means a checkpoint
+// completed and was committed after heal. A restarted sink continues the completed
+// checkpoint's document, not the file it finds, so a restart shows as a second attempt in the
+// file (and a second file when it moved), not as duplicates: the "one attempt" rule still
+// catches it. Whether the committed output is exactly once in every run, TM faults included,
+// is CommittedExactlyOnce's claim.
 func SinkContinuity(in SinkInput) Result {
 	r := newResult("sink-continuity")
 	if !in.JMOnly {

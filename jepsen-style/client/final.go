@@ -170,3 +170,41 @@ func sameApplied(rd checker.HashRound) bool {
 	}
 	return len(rd.Samples) > 0
 }
+
+// CheckpointViewOf converts a GetJob answer in the checkpoints view; ok is false when it has
+// none or the job has not triggered a checkpoint yet.
+func CheckpointViewOf(resp *pb.GetJobResponse, node string, consistent bool) (checker.CheckpointView, bool) {
+	cv := resp.GetCheckpoints()
+	if cv == nil || cv.GetNextCheckpointId() <= 1 {
+		return checker.CheckpointView{}, false
+	}
+	v := checker.CheckpointView{Time: time.Now(), Node: node, ModifyIndex: resp.GetJob().GetModifyIndex(), Consistent: consistent,
+		NextID: cv.GetNextCheckpointId(), CompletedCount: cv.GetCompletedCount(), AbortedCount: cv.GetAbortedCount()}
+	for _, row := range cv.GetCheckpoints() {
+		v.Rows = append(v.Rows, checker.CheckpointRow{ID: row.GetId(), Status: strings.TrimPrefix(row.GetStatus().String(), "CHECKPOINT_STATUS_"),
+			Epoch: row.GetEpoch(), TriggerMs: row.GetTriggerUnixMs(), EndMs: row.GetEndUnixMs()})
+	}
+	return v, true
+}
+
+// ReadCheckpoints reads a job's checkpoint view from the leader (consistent), trying every JM
+// until one answers or ctx ends; nil when none did or the job has not checkpointed.
+func ReadCheckpoints(ctx context.Context, p *Pool, id string) *checker.CheckpointView {
+	for i := 0; ctx.Err() == nil; i++ {
+		node := p.nodes[i%len(p.nodes)]
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := p.Client(node).GetJob(cctx, &pb.GetJobRequest{JobId: id, Consistent: true, View: pb.JobView_JOB_VIEW_CHECKPOINTS})
+		cancel()
+		if err == nil {
+			if v, ok := CheckpointViewOf(resp, node, true); ok {
+				return &v
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package client
 import (
 	"fmt"
 	"math/rand"
+	"time"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -14,16 +15,30 @@ const SinkPathPattern = "checksum/{job}-{vertex}-{subtask}.json"
 // StreamParallelism is the parallelism of every vertex of the streaming job.
 const StreamParallelism = 2
 
+// StreamSinkVertex is the streaming job's checksum sink.
+const StreamSinkVertex = "sink"
+
 // NewJobID returns 32 lower-case hex characters drawn from rng. Clients choose ids themselves,
 // so an indeterminate submission can still be looked up.
 func NewJobID(rng *rand.Rand) string {
 	return fmt.Sprintf("%016x%016x", rng.Uint64(), rng.Uint64())
 }
 
+// The streaming job's checkpointing: a checkpoint every second, aborted when not complete 10 s
+// after its trigger (a fault that stops one must not hold back the next for the default 10
+// minutes), one pending at a time, the newest three completed kept (their rows stay in the
+// checkpoint view for three intervals, which the monitor's polls see).
+const (
+	StreamCheckpointInterval = time.Second
+	StreamCheckpointTimeout  = 10 * time.Second
+	StreamCheckpointRetained = 3
+)
+
 // StreamingJob is the job that runs throughout a run: an unbounded sequence source, a map and
 // a checksum sink joined by FORWARD pipelined edges, so every sink subtask receives exactly one
 // origin whose sequence numbers must be contiguous. Each subtask index is its own failover
-// region.
+// region. It is checkpointed: a restarted region restores its latest completed checkpoint,
+// and the sink commits its output (writes its file) only when a checkpoint completed.
 func StreamingJob(id string) *pb.JobGraph {
 	fwd := func(a, b string) *pb.JobEdge {
 		return &pb.JobEdge{Source: a, Target: b, Distribution: pb.Distribution_DISTRIBUTION_FORWARD,
@@ -38,12 +53,14 @@ func StreamingJob(id string) *pb.JobGraph {
 				SequenceSource: &pb.SequenceSource{RatePerSecond: 100, Keys: 4}}}},
 			{Id: "map", Name: "map", Parallelism: StreamParallelism, Operator: &pb.Operator{Kind: &pb.Operator_Map{
 				Map: &pb.MapOperator{Multiply: 1, Add: 1}}}},
-			{Id: "sink", Name: "sink", Parallelism: StreamParallelism, Operator: &pb.Operator{Kind: &pb.Operator_ChecksumSink{
+			{Id: StreamSinkVertex, Name: "sink", Parallelism: StreamParallelism, Operator: &pb.Operator{Kind: &pb.Operator_ChecksumSink{
 				ChecksumSink: &pb.ChecksumSink{Path: SinkPathPattern, FlushIntervalMs: 200}}}},
 		},
-		Edges:            []*pb.JobEdge{fwd("source", "map"), fwd("map", "sink")},
+		Edges:            []*pb.JobEdge{fwd("source", "map"), fwd("map", StreamSinkVertex)},
 		RestartStrategy:  &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_FIXED_DELAY, Attempts: 100, DelayMs: 1000},
 		FailoverStrategy: pb.FailoverStrategy_FAILOVER_STRATEGY_REGION,
+		CheckpointConfig: &pb.CheckpointConfig{IntervalMs: StreamCheckpointInterval.Milliseconds(), TimeoutMs: StreamCheckpointTimeout.Milliseconds(),
+			MaxConcurrent: 1, Retained: StreamCheckpointRetained},
 	}
 }
 

@@ -39,6 +39,7 @@ type Monitor struct {
 	mu     sync.Mutex
 	obs    []Observation
 	status []checker.StatusSample
+	views  []checker.CheckpointView
 }
 
 // NewMonitor polls every interval (0 means 250ms), logging observations as JSON lines to out
@@ -64,19 +65,26 @@ func (m *Monitor) Run(ctx context.Context) {
 	}
 }
 
-// Poll takes one round of observations and returns them.
+// Poll takes one round of observations and returns them. The streaming job is read from the
+// first JM that answers, in its checkpoints view (the job's status and its checkpoint record):
+// any replica's record is a state of the one log, ordered by its modify index, so the
+// checkpoint-ids checker needs no consistent read.
 func (m *Monitor) Poll(ctx context.Context) []Observation {
 	round := m.Status(ctx)
 	var sample *checker.StatusSample
+	var view *checker.CheckpointView
 	for _, o := range round {
 		if o.Err != "" {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
-		resp, err := m.pool.Client(o.Node).GetJob(cctx, &pb.GetJobRequest{JobId: m.jobID})
+		resp, err := m.pool.Client(o.Node).GetJob(cctx, &pb.GetJobRequest{JobId: m.jobID, View: pb.JobView_JOB_VIEW_CHECKPOINTS})
 		cancel()
 		if err == nil {
 			sample = &checker.StatusSample{Time: time.Now(), Status: resp.GetJob().GetStatus().String(), Node: o.Node}
+			if v, ok := CheckpointViewOf(resp, o.Node, false); ok {
+				view = &v
+			}
 			break
 		}
 	}
@@ -85,6 +93,9 @@ func (m *Monitor) Poll(ctx context.Context) []Observation {
 	m.obs = append(m.obs, round...)
 	if sample != nil {
 		m.status = append(m.status, *sample)
+	}
+	if view != nil {
+		m.views = append(m.views, *view)
 	}
 	if m.out != nil {
 		for _, o := range round {
@@ -145,4 +156,12 @@ func (m *Monitor) JobStatuses() []checker.StatusSample {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]checker.StatusSample(nil), m.status...)
+}
+
+// CheckpointViews returns the streaming job's checkpoint views so far (those of a job that has
+// not checkpointed yet are left out).
+func (m *Monitor) CheckpointViews() []checker.CheckpointView {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]checker.CheckpointView(nil), m.views...)
 }

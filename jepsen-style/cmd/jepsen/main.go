@@ -223,7 +223,7 @@ func (b brokenBuild) failpoints() string {
 
 var brokenBuilds = []brokenBuild{
 	{"restart-on-failover", "", "kill-leader", 1, 0, []string{"restarts"}, "a new leader restarts every task instead of reconciling"},
-	{"restart-on-failover", "", "kill-leader", 1, 0, []string{"sink-continuity"}, "restarted sinks and sources break the sink's sequence"},
+	{"restart-on-failover", "", "kill-leader", 1, 0, []string{"sink-continuity"}, "a restarted sink's committed document names a second attempt (it restored the latest completed checkpoint)"},
 	{"ack-before-commit", "", "kill-leader", 1, 0, []string{"linearizable", "no-lost-submissions"}, "submissions acknowledged before they commit"},
 	{"nondeterministic-apply", "", "kill-leader", 1, 0, []string{"state-hash"}, "Apply reads the replica's own clock"},
 	{"stuck-reconciling", "", "kill-leader", 1, 0, []string{"running-after-heal"}, "reconciliation never commits; the job stays RECONCILING"},
@@ -235,6 +235,10 @@ var brokenBuilds = []brokenBuild{
 		"a second sender starts for an attempt whose first is pausing after a send; both deliver its terminal state once the new leader serves"},
 	{"no-incarnation", "", "restart-tm", 1, 0, []string{"restart-detected"},
 		"a TM started again before the leader proved it dead is taken for the process that died: its lost attempts stay RUNNING until the new process's deployment reports show them missing"},
+	{"commit-before-complete", "", "kill-leader", 1, 0, []string{"committed-exactly-once"},
+		"every sink writes its document at the barrier, milliseconds before the leader stamps the checkpoint's completion (or never, when the checkpoint is aborted)"},
+	{"complete-twice", "", "kill-leader", 1, 0, []string{"checkpoint-ids"},
+		"every checkpoint is completed twice: listed twice in the record and counted twice, so the counts exceed the ids triggered"},
 }
 
 // notCaught are the planted bugs no scenario of the suite can expose, each with the reason;
