@@ -18,8 +18,9 @@ import (
 	"github.com/jmcluster/jmcluster/jepsen-style/report"
 )
 
-// finish runs the final phase (RUNNING wait, state hashes, consistent reads, sink files), stops
-// the cluster, runs every checker and writes the report.
+// finish runs the final phase (RUNNING wait, state hashes, consistent reads, sink files, the
+// streaming job's checkpoint view), stops the cluster, runs every checker and writes the
+// report.
 func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Generator, sinkAtHeal []checker.SinkFile) (*report.Report, error) {
 	p := r.cfg.Progress
 	r.waitRunning(ctx)
