@@ -74,6 +74,7 @@ func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 	var state tmState
 	a.Metrics = metrics.NewTaskManager(&state)
 	cfg.TM.ObserveCall = a.Metrics.ServedRPC
+	cfg.TM.ObserveAlignment = a.Metrics.Aligned
 	tm, err := taskmanager.New(cfg.TM)
 	if err != nil {
 		return nil, err

@@ -54,16 +54,22 @@ func init() {
 	}
 	if CommandLevel >= LevelCheckpoints {
 		register(pb.CommandType_COMMAND_TYPE_TRIGGER_CHECKPOINT, func(s *state, i uint64, p []byte) *Result {
-			return checkpointResult(i)(s.triggerCheckpoint(i, decodePayload(p, &pb.TriggerCheckpointCommand{})))
+			c := decodePayload(p, &pb.TriggerCheckpointCommand{})
+			defer s.recountCheckpoints(c.JobId)
+			return checkpointResult(i)(s.triggerCheckpoint(i, c))
 		})
 		register(pb.CommandType_COMMAND_TYPE_ACK_CHECKPOINT, func(s *state, i uint64, p []byte) *Result {
 			return checkpointResult(i)(s.ackCheckpoint(i, decodePayload(p, &pb.AckCheckpointCommand{})))
 		})
 		register(pb.CommandType_COMMAND_TYPE_COMPLETE_CHECKPOINT, func(s *state, i uint64, p []byte) *Result {
-			return checkpointResult(i)(s.completeCheckpoint(i, decodePayload(p, &pb.CompleteCheckpointCommand{})))
+			c := decodePayload(p, &pb.CompleteCheckpointCommand{})
+			defer s.recountCheckpoints(c.JobId)
+			return checkpointResult(i)(s.completeCheckpoint(i, c))
 		})
 		register(pb.CommandType_COMMAND_TYPE_ABORT_CHECKPOINT, func(s *state, i uint64, p []byte) *Result {
-			return checkpointResult(i)(s.abortCheckpoint(i, decodePayload(p, &pb.AbortCheckpointCommand{})))
+			c := decodePayload(p, &pb.AbortCheckpointCommand{})
+			defer s.recountCheckpoints(c.JobId)
+			return checkpointResult(i)(s.abortCheckpoint(i, c))
 		})
 	}
 	register(pb.CommandType_COMMAND_TYPE_END_RECONCILIATION, func(s *state, i uint64, p []byte) *Result {

@@ -240,6 +240,25 @@ func checkCounts(t testing.TB, f *FSM) {
 	if got := f.SlotsUsed(); !maps.Equal(got, used) {
 		t.Fatalf("slots used kept %v, counted %v", got, used)
 	}
+	var ck CheckpointCounts
+	for _, rec := range f.Jobs() {
+		cp := rec.GetCheckpoints()
+		if cp == nil {
+			continue
+		}
+		ck.Pending += int64(len(cp.Pending))
+		ck.Completed += int64(cp.CompletedCount)
+		ck.Aborted += int64(cp.AbortedCount)
+		if n := len(cp.Completed); n > 0 {
+			if c := completedOf(jobID(rec), cp.Completed[n-1]); ck.Newest == nil || newer(c, ck.Newest) {
+				ck.Newest = c
+			}
+		}
+	}
+	if got := f.CheckpointCounts(); got.Pending != ck.Pending || got.Completed != ck.Completed || got.Aborted != ck.Aborted ||
+		(got.Newest == nil) != (ck.Newest == nil) || (got.Newest != nil && *got.Newest != *ck.Newest) {
+		t.Fatalf("checkpoint counts kept %+v (newest %+v), counted %+v (newest %+v)", got, got.Newest, ck, ck.Newest)
+	}
 	for _, rec := range f.Jobs() {
 		for _, ev := range graph.AllExecutions(rec.ExecutionGraph) {
 			e := ev.GetCurrent()

@@ -288,6 +288,7 @@ func (s *state) addJob(rec *pb.JobRecord) error {
 	s.jobs[id] = rec
 	s.indexJob(rec)
 	s.countJob(rec, 1)
+	s.recountCheckpoints(id)
 	s.applied = max(s.applied, rec.ModifyIndex)
 	return nil
 }

@@ -60,6 +60,11 @@ type counts struct {
 	// onTM: per TM, the attempt ids of the current non-terminal executions placed on it (the
 	// leader's deployment check reads a TM's attempts without walking the jobs).
 	onTM map[string]map[string]struct{}
+	// ckJobs: what each job with a checkpoint record adds to the checkpoint counts
+	// (counts_checkpoints.go); ckNewest: the newest completion of them.
+	ckJobs                            map[string]ckSummary
+	ckPending, ckCompleted, ckAborted int64
+	ckNewest                          *CompletedCheckpoint
 }
 
 type slotKey struct {
@@ -130,7 +135,8 @@ func newState() *state {
 		attempts: map[string]attemptRef{},
 		epoch:    &pb.LeaderEpoch{},
 		pool:     &pb.TaskManagerPool{},
-		counts:   counts{jobs: map[pb.JobStatus]int64{}, execs: map[pb.ExecutionState]int64{}, slots: map[slotKey]int{}, tmSlots: map[string]int{}, onTM: map[string]map[string]struct{}{}},
+		counts: counts{jobs: map[pb.JobStatus]int64{}, execs: map[pb.ExecutionState]int64{}, slots: map[slotKey]int{}, tmSlots: map[string]int{}, onTM: map[string]map[string]struct{}{},
+			ckJobs: map[string]ckSummary{}},
 	}
 }
 

@@ -143,6 +143,7 @@ func (s *state) removeJobs(_ uint64, c *pb.RemoveJobsCommand) error {
 		}
 		s.countJob(s.jobs[id], -1)
 		delete(s.jobs, id)
+		s.recountCheckpoints(id)
 	}
 	s.removed += uint64(len(c.JobIds))
 	s.removedAt = c.Timestamp

@@ -154,7 +154,8 @@ type jobView struct {
 	notRunning string              // the first subtask whose current attempt is not RUNNING
 	failed     bool                // and it failed (or is cancelled), rather than not yet running or finished
 	sources    map[string][]string // TM gRPC address -> source attempt ids there
-	addrs      []string            // every TM address holding a current attempt
+	tmIDs      map[string]string   // TM gRPC address -> TM id (for abort reasons)
+	addrs      []string            // every TM address running a current attempt
 	attempts   int64               // the sum of the current attempt numbers
 	tasks      int
 	pending    []pendingView
@@ -181,7 +182,7 @@ func (c *coordinator) view(jobID string, due bool) (jobView, bool) {
 
 // viewOf reads a job's record for the coordinator.
 func viewOf(rec *pb.JobRecord, due bool) jobView {
-	v := jobView{status: rec.Status, sources: map[string][]string{}, due: due}
+	v := jobView{status: rec.Status, sources: map[string][]string{}, tmIDs: map[string]string{}, due: due}
 	sources := sourceVertices(rec.GetJobGraph())
 	addrs := map[string]bool{}
 	forEachExecution(rec, func(ev *pb.ExecutionVertex) {
@@ -198,10 +199,11 @@ func viewOf(rec *pb.JobRecord, due bool) jobView {
 			v.notRunning = fmt.Sprintf("%s[%d] attempt %d is %s", ev.VertexId, ev.SubtaskIndex, cur.AttemptNumber, graph.ExecutionStateName(cur.State))
 			v.failed = cur.State == stFailed || cur.State == stCanceling || cur.State == stCanceled
 		}
-		if a := cur.TmGrpcAddress; a != "" {
-			addrs[a] = true
+		if a := cur.TmGrpcAddress; a != "" && cur.State == stRunning {
+			addrs[a] = true // notifications go to the TMs running tasks of the job
 			if due && sources[ev.VertexId] && cur.State == stRunning {
 				v.sources[a] = append(v.sources[a], cur.AttemptId)
+				v.tmIDs[a] = cur.GetSlot().GetTmId()
 			}
 		}
 	})
@@ -283,10 +285,20 @@ func (c *coordinator) due(jobID string, s graph.CheckpointSettings, now time.Tim
 
 // abortReason says why a pending checkpoint must be aborted now ("" when it need not).
 func (c *coordinator) abortReason(jobID string, v jobView, ck pendingView, s graph.CheckpointSettings, now time.Time) string {
+	c.mu.Lock()
+	sum, ours := c.attempts[checkpointKey{jobID, ck.id}]
+	c.mu.Unlock()
+	return pendingAbortReason(v, ck, s, now.UnixMilli(), sum, ours)
+}
+
+// pendingAbortReason is the decision of abortReason, pure: the job's view, the checkpoint, the
+// settings, the leader's clock, and (ours) the sum of the attempt numbers when this term
+// triggered it.
+func pendingAbortReason(v jobView, ck pendingView, s graph.CheckpointSettings, nowMs, triggeredAttempts int64, ours bool) string {
 	if v.status != jobRunning {
 		return "job is " + graph.JobStatusName(v.status)
 	}
-	if age := now.UnixMilli() - ck.triggerMs; age > s.TimeoutMs {
+	if age := nowMs - ck.triggerMs; age > s.TimeoutMs {
 		return fmt.Sprintf("timeout after %dms (checkpoint_config.timeout_ms %d)", age, s.TimeoutMs)
 	}
 	if v.notRunning != "" {
@@ -298,10 +310,7 @@ func (c *coordinator) abortReason(jobID string, v jobView, ck pendingView, s gra
 	if ck.stale != "" {
 		return "task failure: " + ck.stale
 	}
-	c.mu.Lock()
-	sum, ours := c.attempts[checkpointKey{jobID, ck.id}]
-	c.mu.Unlock()
-	if ours && sum != v.attempts {
+	if ours && triggeredAttempts != v.attempts {
 		return "task failure: a subtask was restarted after the trigger"
 	}
 	return ""
@@ -353,13 +362,13 @@ func (c *coordinator) maybeTrigger(jobID string, v jobView, s graph.CheckpointSe
 	c.attempts[checkpointKey{jobID, id}] = v.attempts
 	c.mu.Unlock()
 	c.t.jm.log.Debug("checkpoint triggered", "job", jobID, "checkpoint", id)
-	c.t.spawn(func() { c.inject(jobID, id, ts, v.sources) })
+	c.t.spawn(func() { c.inject(jobID, id, ts, v.sources, v.tmIDs) })
 }
 
 // inject sends TriggerCheckpoint to every TM holding source attempts of the job; only after
 // the trigger is committed (write-ahead). A TM that does not run an attempt, or a failed call,
 // aborts the checkpoint.
-func (c *coordinator) inject(jobID string, id uint64, ts int64, sources map[string][]string) {
+func (c *coordinator) inject(jobID string, id uint64, ts int64, sources map[string][]string, tmIDs map[string]string) {
 	failpoint.Inject(c.t.ctx, failpoint.BeforeTriggerCheckpoint)
 	if c.t.ctx.Err() != nil || !c.stillPending(jobID, id) {
 		return // the term ended, or the checkpoint did meanwhile: no barrier goes out
@@ -385,9 +394,9 @@ func (c *coordinator) inject(jobID string, id uint64, ts int64, sources map[stri
 			defer mu.Unlock()
 			switch {
 			case err != nil:
-				reasons = append(reasons, fmt.Sprintf("trigger on TaskManager %s failed: %v", addr, err))
+				reasons = append(reasons, fmt.Sprintf("trigger on TaskManager %s (%s) failed: %v", tmIDs[addr], addr, err))
 			case len(notRunning) > 0:
-				reasons = append(reasons, fmt.Sprintf("TaskManager %s does not run source attempts %s", addr, strings.Join(notRunning, ", ")))
+				reasons = append(reasons, fmt.Sprintf("TaskManager %s (%s) does not run source attempts %s", tmIDs[addr], addr, strings.Join(notRunning, ", ")))
 			}
 		}()
 	}
@@ -574,41 +583,11 @@ func (c *coordinator) resolve() {
 func (c *coordinator) resolveOne(jobID string, ck *pb.CheckpointRecord, reported []ReportedCheckpointAck) {
 	var (
 		missing []*pb.TaskCheckpointAck
-		lacking int
-		first   string
-		tasks   int
-		status  pb.JobStatus
+		reason  string
 	)
-	c.t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
-		status = rec.Status
-		byAttempt := map[string]*pb.TaskCheckpointAck{}
-		for _, r := range reported {
-			if r.CheckpointID == ck.Id && r.Ack != nil {
-				byAttempt[r.AttemptID] = r.Ack
-			}
-		}
-		forEachExecution(rec, func(ev *pb.ExecutionVertex) {
-			tasks++
-			if fsm.FindCheckpointAck(ck, ev.VertexId, ev.SubtaskIndex) != nil {
-				return
-			}
-			cur := ev.GetCurrent()
-			a := byAttempt[cur.GetAttemptId()]
-			if cur != nil && a != nil && a.VertexId == ev.VertexId && a.SubtaskIndex == ev.SubtaskIndex && a.AttemptNumber == cur.AttemptNumber {
-				missing = append(missing, a)
-				return
-			}
-			if lacking++; first == "" {
-				first = fmt.Sprintf("%s[%d]", ev.VertexId, ev.SubtaskIndex)
-			}
-		})
-	})
-	if status != jobRunning && status != stReconcilingJob {
-		c.abort(jobID, ck.Id, "job is "+graph.JobStatusName(status))
-		return
-	}
-	if lacking > 0 {
-		c.abort(jobID, ck.Id, fmt.Sprintf("%s (%d of %d subtasks acknowledged, not %s)", reasonLeaderChanged, tasks-lacking, tasks, first))
+	c.t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) { missing, reason = resolution(rec, ck, reported) })
+	if reason != "" {
+		c.abort(jobID, ck.Id, reason)
 		return
 	}
 	for len(missing) > 0 {
@@ -690,4 +669,40 @@ func (c *coordinator) deleteLeftovers() {
 			c.t.jm.log.Info("leftover checkpoint deleted", "job", jobID, "checkpoint", id)
 		}
 	}
+}
+
+// resolution decides a pending checkpoint of an earlier epoch (the failover rule): when every
+// subtask has an acknowledgement, in the checkpoint's record or among the reported ones (of its
+// current attempt, for this checkpoint), it returns those the record lacks (to be committed
+// before the completion); otherwise the reason to abort it.
+func resolution(rec *pb.JobRecord, ck *pb.CheckpointRecord, reported []ReportedCheckpointAck) (missing []*pb.TaskCheckpointAck, abort string) {
+	if st := rec.GetStatus(); st != jobRunning && st != stReconcilingJob {
+		return nil, "job is " + graph.JobStatusName(st)
+	}
+	byAttempt := map[string]*pb.TaskCheckpointAck{}
+	for _, r := range reported {
+		if r.CheckpointID == ck.GetId() && r.Ack != nil {
+			byAttempt[r.AttemptID] = r.Ack
+		}
+	}
+	tasks, lacking, first := 0, 0, ""
+	forEachExecution(rec, func(ev *pb.ExecutionVertex) {
+		tasks++
+		if fsm.FindCheckpointAck(ck, ev.VertexId, ev.SubtaskIndex) != nil {
+			return
+		}
+		cur := ev.GetCurrent()
+		a := byAttempt[cur.GetAttemptId()]
+		if cur != nil && a != nil && a.VertexId == ev.VertexId && a.SubtaskIndex == ev.SubtaskIndex && a.AttemptNumber == cur.AttemptNumber {
+			missing = append(missing, a)
+			return
+		}
+		if lacking++; first == "" {
+			first = fmt.Sprintf("%s[%d]", ev.VertexId, ev.SubtaskIndex)
+		}
+	})
+	if lacking > 0 {
+		return nil, fmt.Sprintf("%s (%d of %d subtasks acknowledged, not %s)", reasonLeaderChanged, tasks-lacking, tasks, first)
+	}
+	return missing, ""
 }

@@ -576,3 +576,28 @@ func TestNoTriggerUntilEveryServerAppliesCheckpoints(t *testing.T) {
 	all.Store(true)
 	waitCheckpoints(t, c, id, "a checkpoint completed", 30*time.Second, func(cp *pb.JobCheckpoints) bool { return len(cp.GetCompleted()) > 0 })
 }
+
+// TestFailedTriggerAborts: a TaskManager whose TriggerCheckpoint fails (a simulated one that
+// does not implement it) aborts the checkpoint with a reason naming it; every trigger takes the
+// next id.
+func TestFailedTriggerAborts(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 3, Checkpoints: true})
+	l := c.Leader()
+	id := c.Submit(checkpointedChain("sim-trigger", &pb.CheckpointConfig{IntervalMs: 50}))
+	sims := testcluster.StartSimTMs(t, 2)
+	c.DeployOnSims(l, id, sims, 0)
+	cp := waitCheckpoints(t, c, id, "three checkpoints aborted", 30*time.Second, func(cp *pb.JobCheckpoints) bool {
+		return cp.GetAbortedCount() >= 3
+	})
+	for i, a := range cp.Aborted {
+		if !strings.HasPrefix(a.AbortReason, "trigger on TaskManager sim0") || !strings.Contains(a.AbortReason, "Unimplemented") {
+			t.Errorf("checkpoint %d: reason %q, want the failed trigger named", a.Id, a.AbortReason)
+		}
+		if i > 0 && a.Id != cp.Aborted[i-1].Id+1 {
+			t.Errorf("aborted ids %v are not consecutive", ids(cp.Aborted))
+		}
+	}
+	if len(cp.Completed) != 0 {
+		t.Errorf("completed %v with no TaskManager acknowledging", ids(cp.Completed))
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/status"
 
+	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -22,6 +23,9 @@ type JobMasterState interface {
 	Node() (id string, leader bool, epoch uint64, reconciling bool, applied, commit uint64)
 	// TaskManagers: the TaskManagers this node knows, by state (registry and gossip).
 	TaskManagers() map[string]int
+	// Checkpoints: the checkpoints of the jobs in the state by status, and the newest
+	// completion (fsm.FSM.CheckpointCounts).
+	Checkpoints() fsm.CheckpointCounts
 }
 
 // JobMaster holds a JobMaster replica's instruments, in its own registry (Registry).
@@ -152,10 +156,17 @@ var (
 	descReconciling  = prometheus.NewDesc(Namespace+"_reconciling", "1 while this leader reconciles (its RPC gate closed).", nil, nil)
 	descApplied      = prometheus.NewDesc(Namespace+"_node_applied_index", "This node's Raft applied index.", nil, nil)
 	descCommit       = prometheus.NewDesc(Namespace+"_node_commit_index", "This node's Raft commit index.", nil, nil)
+
+	descCheckpoints    = prometheus.NewDesc(Namespace+"_checkpoints", "Checkpoints of the jobs in the state (every replica): completed and aborted since each job's submission, pending now.", []string{"status"}, nil)
+	descCkLastID       = prometheus.NewDesc(Namespace+"_checkpoint_last_completed_id", "The id of the newest completed checkpoint of any job in the state (the job view has each job's).", nil, nil)
+	descCkLastDuration = prometheus.NewDesc(Namespace+"_checkpoint_last_duration_seconds", "The newest completed checkpoint: from its trigger to its completion (the leader's clock, as committed).", nil, nil)
+	descCkLastSize     = prometheus.NewDesc(Namespace+"_checkpoint_last_size_bytes", "The newest completed checkpoint: the sum of the state sizes its tasks acknowledged.", nil, nil)
+	descCkLastTime     = prometheus.NewDesc(Namespace+"_checkpoint_last_completed_timestamp_seconds", "The newest completed checkpoint: when it completed (Unix time, the leader's clock).", nil, nil)
 )
 
 func (g *jobMasterGauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descJobs, descExecutions, descTaskManagers, descLeader, descEpoch, descReconciling, descApplied, descCommit} {
+	for _, d := range []*prometheus.Desc{descJobs, descExecutions, descTaskManagers, descLeader, descEpoch, descReconciling, descApplied, descCommit,
+		descCheckpoints, descCkLastID, descCkLastDuration, descCkLastSize, descCkLastTime} {
 		ch <- d
 	}
 }
@@ -177,6 +188,16 @@ func (g *jobMasterGauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReconciling, prometheus.GaugeValue, b2f(reconciling))
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(applied))
 	ch <- prometheus.MustNewConstMetric(descCommit, prometheus.GaugeValue, float64(commit))
+	ck := g.st.Checkpoints()
+	ch <- prometheus.MustNewConstMetric(descCheckpoints, prometheus.GaugeValue, float64(ck.Completed), "completed")
+	ch <- prometheus.MustNewConstMetric(descCheckpoints, prometheus.GaugeValue, float64(ck.Aborted), "aborted")
+	ch <- prometheus.MustNewConstMetric(descCheckpoints, prometheus.GaugeValue, float64(ck.Pending), "pending")
+	if n := ck.Newest; n != nil {
+		ch <- prometheus.MustNewConstMetric(descCkLastID, prometheus.GaugeValue, float64(n.ID))
+		ch <- prometheus.MustNewConstMetric(descCkLastDuration, prometheus.GaugeValue, float64(n.CompleteUnixMs-n.TriggerUnixMs)/1000)
+		ch <- prometheus.MustNewConstMetric(descCkLastSize, prometheus.GaugeValue, float64(n.SizeBytes))
+		ch <- prometheus.MustNewConstMetric(descCkLastTime, prometheus.GaugeValue, float64(n.CompleteUnixMs)/1000)
+	}
 }
 
 func b2f(b bool) float64 {

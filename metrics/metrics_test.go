@@ -1,11 +1,14 @@
 package metrics
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -19,6 +22,10 @@ func (fakeState) Node() (string, bool, uint64, bool, uint64, uint64) {
 	return "jm1", true, 4, false, 10, 10
 }
 func (fakeState) TaskManagers() map[string]int { return map[string]int{"alive": 3} }
+func (fakeState) Checkpoints() fsm.CheckpointCounts {
+	return fsm.CheckpointCounts{Pending: 1, Completed: 12, Aborted: 2,
+		Newest: &fsm.CompletedCheckpoint{JobID: "j", ID: 14, TriggerUnixMs: 10_000, CompleteUnixMs: 10_250, SizeBytes: 4096}}
+}
 
 // TestJobMasterInstruments: a reconciliation record becomes one histogram sample per phase and
 // per reported TM and its counts; refusals are counted by reason; gauges come from the state.
@@ -53,6 +60,26 @@ func TestJobMasterInstruments(t *testing.T) {
 	if err != nil || n != 4 {
 		t.Fatalf("gauges: %d series, %v", n, err)
 	}
+	const ckWant = `
+# HELP jmcluster_checkpoint_last_completed_id The id of the newest completed checkpoint of any job in the state (the job view has each job's).
+# TYPE jmcluster_checkpoint_last_completed_id gauge
+jmcluster_checkpoint_last_completed_id 14
+# HELP jmcluster_checkpoint_last_duration_seconds The newest completed checkpoint: from its trigger to its completion (the leader's clock, as committed).
+# TYPE jmcluster_checkpoint_last_duration_seconds gauge
+jmcluster_checkpoint_last_duration_seconds 0.25
+# HELP jmcluster_checkpoint_last_size_bytes The newest completed checkpoint: the sum of the state sizes its tasks acknowledged.
+# TYPE jmcluster_checkpoint_last_size_bytes gauge
+jmcluster_checkpoint_last_size_bytes 4096
+# HELP jmcluster_checkpoints Checkpoints of the jobs in the state (every replica): completed and aborted since each job's submission, pending now.
+# TYPE jmcluster_checkpoints gauge
+jmcluster_checkpoints{status="aborted"} 2
+jmcluster_checkpoints{status="completed"} 12
+jmcluster_checkpoints{status="pending"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(ckWant), "jmcluster_checkpoints", "jmcluster_checkpoint_last_completed_id",
+		"jmcluster_checkpoint_last_duration_seconds", "jmcluster_checkpoint_last_size_bytes"); err != nil {
+		t.Fatal(err)
+	}
 	p, err := Process()
 	if err != nil {
 		t.Fatal(err)
@@ -67,3 +94,27 @@ type fakeErr struct{}
 func (fakeErr) Error() string { return "boom" }
 
 var errFake = fakeErr{}
+
+// TestTaskManagerAlignmentHistogram: each alignment the TaskManager is told of is one sample of
+// jmcluster_tm_checkpoint_alignment_seconds.
+func TestTaskManagerAlignmentHistogram(t *testing.T) {
+	m := NewTaskManager(nil)
+	m.Aligned(300 * time.Microsecond)
+	m.Aligned(20 * time.Millisecond)
+	reg := prometheus.NewRegistry() // the histogram alone: the gauges need a TaskManager
+	reg.MustRegister(m.Alignment)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "jmcluster_tm_checkpoint_alignment_seconds" {
+			h := mf.GetMetric()[0].GetHistogram()
+			if h.GetSampleCount() != 2 || h.GetSampleSum() < 0.0203 || h.GetSampleSum() > 0.0204 {
+				t.Fatalf("alignment histogram: %d samples, sum %v", h.GetSampleCount(), h.GetSampleSum())
+			}
+			return
+		}
+	}
+	t.Fatal("no jmcluster_tm_checkpoint_alignment_seconds")
+}

@@ -30,7 +30,13 @@ type TaskManager struct {
 	reg         *prometheus.Registry
 	RPCDuration *prometheus.HistogramVec // method, code
 	RPCRefused  *prometheus.CounterVec   // method, reason
+	// Alignment: each barrier alignment of a task with inputs (taskmanager.Config.ObserveAlignment).
+	Alignment prometheus.Histogram
 }
+
+// AlignmentSeconds are the buckets of the alignment histogram: 100 µs to about 52 s (an
+// alignment behind one channel's barrier is a fraction of a millisecond).
+var AlignmentSeconds = prometheus.ExponentialBuckets(0.0001, 2, 20)
 
 // NewTaskManager makes a TaskManager's instruments and gauges over st.
 func NewTaskManager(st TaskManagerState) *TaskManager {
@@ -40,13 +46,18 @@ func NewTaskManager(st TaskManagerState) *TaskManager {
 			Help: "gRPC calls this TaskManager served (from the leader and other TaskManagers), by method and status code.", Buckets: Seconds}, []string{"method", "code"}),
 		RPCRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "tm", Name: "rpc_refused_total",
 			Help: "gRPC calls this TaskManager refused, by method and reason (STALE_EPOCH, UNANNOUNCED_EPOCH, ..., or the status code)."}, []string{"method", "reason"}),
+		Alignment: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: "tm", Name: "checkpoint_alignment_seconds",
+			Help: "Checkpoint barrier alignments of this TaskManager's tasks with inputs: from the first barrier of a checkpoint on any input channel of a task to the last (declined alignments are not counted).", Buckets: AlignmentSeconds}),
 	}
-	m.reg.MustRegister(m.RPCDuration, m.RPCRefused, &taskManagerGauges{st: st})
+	m.reg.MustRegister(m.RPCDuration, m.RPCRefused, m.Alignment, &taskManagerGauges{st: st})
 	return m
 }
 
 // Registry is the TaskManager's registry (served with the process's by Handler).
 func (m *TaskManager) Registry() *prometheus.Registry { return m.reg }
+
+// Aligned observes one completed barrier alignment.
+func (m *TaskManager) Aligned(took time.Duration) { m.Alignment.Observe(took.Seconds()) }
 
 // ServedRPC observes one gRPC call the TaskManager served.
 func (m *TaskManager) ServedRPC(method string, took time.Duration, err error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jmcluster/jmcluster/taskmanager/operators"
 )
@@ -31,12 +32,16 @@ type aligner struct {
 	reached  func(id uint64) error // the barrier of id is aligned
 	declined func(id uint64, cause string)
 	maxHeld  int // 0: MaxAlignedRecords
+	// aligned is told how long each completed alignment took, from the first barrier of its
+	// checkpoint to the last (metrics; optional). Only barriers read the clock.
+	aligned func(time.Duration)
 
 	id      uint64       // the checkpoint being aligned, 0: none
 	last    uint64       // the newest checkpoint this task snapshotted or gave up
 	blocked map[int]bool // channels that delivered id's barrier
 	held    map[int][]operators.Record
 	nheld   int
+	since   time.Time // when the first barrier of id arrived
 	pending []heldRun // held records to replay, in channel order per alignment
 }
 
@@ -84,6 +89,9 @@ func (a *aligner) barrier(ch int, id uint64) error {
 	}
 	if a.id == 0 {
 		a.id, a.blocked, a.held, a.nheld = id, map[int]bool{}, map[int][]operators.Record{}, 0
+		if a.aligned != nil {
+			a.since = time.Now()
+		}
 	}
 	a.blocked[ch] = true
 	return a.check()
@@ -104,6 +112,9 @@ func (a *aligner) check() error {
 		return nil
 	}
 	id := a.id
+	if a.aligned != nil {
+		a.aligned(time.Since(a.since))
+	}
 	a.stop()
 	a.last = id
 	return a.reached(id)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jmcluster/jmcluster/taskmanager/operators"
 )
@@ -119,4 +120,31 @@ func TestAlignerDeclinesPastItsLimit(t *testing.T) {
 	tr.want(t, "decline1", "p0:1", "p0:2", "p0:3", "p0:4")
 	tr.deliver(t, 1, "|1", "1") // the late barrier of the declined checkpoint
 	tr.want(t, "p1:1")
+}
+
+// TestAlignerTellsEachAlignmentsDuration: each completed alignment is observed once, spanning
+// at least the time between its first barrier and its last; a declined one is not observed.
+func TestAlignerTellsEachAlignmentsDuration(t *testing.T) {
+	tr := newAlignTrace(2)
+	var took []time.Duration
+	tr.a.aligned = func(d time.Duration) { took = append(took, d) }
+	tr.deliver(t, 0, "|1", "1")
+	afterFirst := time.Now()
+	tr.want(t)
+	if len(took) != 0 {
+		t.Fatalf("observed %v before the alignment completed", took)
+	}
+	beforeLast := time.Now()
+	tr.deliver(t, 1, "|1")
+	tr.want(t, "cp1", "p0:1")
+	if len(took) != 1 || took[0] < beforeLast.Sub(afterFirst) {
+		t.Fatalf("observed %v, want one alignment of at least %s", took, beforeLast.Sub(afterFirst))
+	}
+	tr.deliver(t, 0, "|2")
+	tr.deliver(t, 1, "|3") // overtakes 2: declined, not observed
+	tr.deliver(t, 0, "|3")
+	tr.want(t, "decline2", "cp3")
+	if len(took) != 2 {
+		t.Fatalf("observed %d alignments, want 2 (1 and 3; 2 was declined)", len(took))
+	}
 }

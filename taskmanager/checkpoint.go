@@ -2,6 +2,7 @@ package taskmanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jmcluster/jmcluster/graph"
@@ -127,6 +128,9 @@ func (s *controlService) NotifyCheckpointComplete(ctx context.Context, req *pb.N
 	for _, c := range commits {
 		if err := c.c.CommitCheckpoint(req.GetCheckpointId()); err != nil {
 			d := c.t.tdd
+			if errors.Is(err, operators.ErrSinkClosed) {
+				continue // the task ended meanwhile: its restored attempt commits the checkpoint
+			}
 			tm.log.Error("commit of a completed checkpoint failed", "job", d.GetJobId(), "vertex", d.GetVertexId(),
 				"subtask", d.GetSubtaskIndex(), "checkpoint", req.GetCheckpointId(), "error", err)
 			_ = tm.FailTask(d.GetAttemptId(), fmt.Sprintf("commit its output of checkpoint %d: %v", req.GetCheckpointId(), err))

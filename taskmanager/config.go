@@ -45,6 +45,9 @@ type Config struct {
 	RegisterServices func(grpc.ServiceRegistrar)
 	// ObserveCall is told of every call the TM's servers serve (metrics); optional.
 	ObserveCall transport.CallObserver
+	// ObserveAlignment is told how long each barrier alignment of a task with inputs took, from
+	// the first barrier of a checkpoint on any of its channels to the last (metrics); optional.
+	ObserveAlignment func(time.Duration)
 	// Incarnation identifies this TM process: a random id chosen by New when empty. It travels
 	// in registration, heartbeats, reports and gossip, so the leader tells a restarted TM (same
 	// id and addresses, a new incarnation) from the process that died.

@@ -296,6 +296,7 @@ func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Em
 		reached:  func(id uint64) error { return tm.checkpointReached(t.ctx, t, id, op, parts) },
 		declined: func(id uint64, cause string) { tm.declineCheckpoint(t, id, cause) },
 		last:     t.tdd.GetRestoreCheckpointId(), // barriers up to the restored checkpoint are done
+		aligned:  tm.cfg.ObserveAlignment,
 	}
 	for s.live > 0 {
 		select {

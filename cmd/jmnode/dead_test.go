@@ -68,8 +68,8 @@ next:
 }
 
 // submitChain submits a streaming chain of three vertices that restarts freely and waits until
-// every task runs.
-func submitChain(t *testing.T, d *procs, name string, parallelism int32) *pb.JobRecord {
+// every task runs; checkpointed with ckpt, if one is given (the cluster needs --checkpoint-dir).
+func submitChain(t *testing.T, d *procs, name string, parallelism int32, ckpt ...*pb.CheckpointConfig) *pb.JobRecord {
 	t.Helper()
 	ctx := context.Background()
 	leader, err := d.waitLeader(ctx, "", 30*time.Second)
@@ -82,6 +82,9 @@ func submitChain(t *testing.T, d *procs, name string, parallelism int32) *pb.Job
 	jg := testcluster.StreamingChain(name, parallelism, 50, 0)
 	jg.JobId = newJobID()
 	jg.RestartStrategy = &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_FIXED_DELAY, Attempts: 100, DelayMs: 100}
+	if len(ckpt) > 0 {
+		jg.CheckpointConfig = ckpt[0]
+	}
 	lc := d.client(leader.LeaderGrpcAddress)
 	defer lc.cc.Close()
 	if err := lc.call(15*time.Second, func(ctx context.Context) error {

@@ -125,6 +125,8 @@ func TestMetricsAfterALeaderKill(t *testing.T) {
 	check("RUNNING executions", running, float64(len(rec.GetExecutionGraph().GetVertices())*3), ok)
 	jobs, ok := sample(fams, "jmcluster_jobs", "status", "RUNNING")
 	check("RUNNING jobs", jobs, 1, ok)
+	pendingCk, ok := sample(fams, "jmcluster_checkpoints", "status", "pending")
+	check("pending checkpoints (the job is not checkpointed)", pendingCk, 0, ok)
 	if e, ok := sample(fams, "jmcluster_leader_epoch"); !ok || e != float64(now.Epoch) {
 		t.Fatalf("leader epoch %v, want %d", e, now.Epoch)
 	}

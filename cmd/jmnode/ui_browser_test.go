@@ -8,10 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/jmcluster/jmcluster/internal/proccluster"
+	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
 // chromium finds the browser (make test-ui installs Debian's chromium when it is missing).
@@ -26,16 +30,22 @@ func chromium(t *testing.T) string {
 }
 
 // TestWebUIShowsAFailover drives the embedded web UI in headless Chromium (chromedp) against
-// three JobMaster and three TaskManager processes: the cluster page lists the JobMasters and
-// TaskManagers; the job page draws the job's graph (three vertices, their edges, every subtask
-// RUNNING) and a click on a vertex lists its subtasks with attempt, TaskManager and slot; the
-// leader is killed, and the page (served by a follower, updated over server-sent events, never
-// reloaded) shows the new reconciliation's timeline with its 9 executions kept running, the
-// killed JobMaster down, and the job RUNNING again. UPDATE_SCREENSHOTS=1 writes the pages to
-// docs/ui-*.png.
+// three JobMaster and three TaskManager processes sharing a checkpoint root: the cluster page
+// lists the JobMasters and TaskManagers; the job page draws the job's graph (three vertices,
+// their edges, every subtask RUNNING), shows its checkpoints (a checkpoint every 500 ms: the
+// counts, the last completed one, the table of the latest with 9/9 acknowledged), and a click
+// on a vertex lists its subtasks with attempt, TaskManager and slot; the leader is killed, and
+// the page (served by a follower, updated over server-sent events, never reloaded) shows the
+// new reconciliation's timeline with its 9 executions kept running, the killed JobMaster down,
+// and the job RUNNING again with checkpoints completed by the new leader. UPDATE_SCREENSHOTS=1
+// writes the pages to docs/ui-*.png.
 func TestWebUIShowsAFailover(t *testing.T) {
-	d := newProcessCluster(t, fastProcs)
-	rec := submitChain(t, d, "ui", 3)
+	d := newProcessClusterOf(t, fastProcs, func(dir string, nodes []proccluster.Node) {
+		for i := range nodes {
+			nodes[i].Flags = append(slices.Clone(nodes[i].Flags), "--checkpoint-dir", filepath.Join(dir, "checkpoints"))
+		}
+	})
+	rec := submitChain(t, d, "ui", 3, &pb.CheckpointConfig{IntervalMs: 500})
 	id := rec.JobGraph.JobId
 	leader, err := d.waitLeader(context.Background(), "", 30*time.Second)
 	if err != nil {
@@ -97,6 +107,14 @@ func TestWebUIShowsAFailover(t *testing.T) {
 		`document.querySelectorAll('#dag g.vertex').length === 3 && document.querySelectorAll('#dag path.edge').length === 2 && `+
 			`[...document.querySelectorAll('#dag g.vertex')].every(g => g.textContent.includes('3 RUNNING'))`, 30*time.Second)
 	waitJS("FORWARD · PIPELINED on the edges", `document.querySelector('#dag').textContent.includes('FORWARD · PIPELINED')`, 5*time.Second)
+	waitJS("the checkpoints section: two completed, the last one's id, a row of 9/9 acknowledged",
+		`!document.querySelector('#checkpoints').hidden && Number(document.querySelector('#checkpoints').dataset.completed) >= 2 && `+
+			`!!document.querySelector('#ck-last') && !!document.querySelector('#ck-table tr[data-status="COMPLETED"]') && `+
+			`[...document.querySelectorAll('#ck-table tr[data-status="COMPLETED"]')].every(r => r.textContent.includes('9/9'))`, 30*time.Second)
+	lastBefore, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(document.querySelector('#checkpoints').dataset.lastCompleted)`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#dag g.vertex[data-vertex="map"]`))); err != nil {
 		t.Fatal(err)
 	}
@@ -124,4 +142,6 @@ func TestWebUIShowsAFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitJS("the job RUNNING again", `document.querySelector('#job-title').textContent.includes('RUNNING') && document.querySelector('#job-info').textContent.includes('9 RUNNING')`, 30*time.Second)
+	waitJS(fmt.Sprintf("checkpoints completed after the kill (the last completed before it: %d)", lastBefore),
+		fmt.Sprintf(`Number(document.querySelector('#checkpoints').dataset.lastCompleted) >= %d`, lastBefore+2), 30*time.Second)
 }

@@ -3,6 +3,7 @@ package operators
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -129,6 +130,7 @@ type checksumSink struct {
 	commitMu  sync.Mutex
 	staged    []stagedChecksum
 	committed uint64
+	closed    bool // Close ran (the root is gone)
 
 	mu      sync.Mutex
 	sum     Checksum
@@ -241,12 +243,21 @@ func (s *checksumSink) Close() error {
 	if !s.info.Checkpointed { // a checkpointed sink's uncommitted output is not written
 		err = s.flush()
 	}
+	// A commit may run on the leader's announcement at this moment: the root goes under
+	// commitMu, and a commit after it fails (ErrSinkClosed) instead of writing nowhere.
+	s.commitMu.Lock()
 	if s.root != nil {
 		_ = s.root.Close()
 		s.root = nil
 	}
+	s.closed = true
+	s.commitMu.Unlock()
 	return err
 }
+
+// ErrSinkClosed: a commit reached a sink whose task has ended; the checkpoint's output is
+// committed by the attempt that restores it.
+var ErrSinkClosed = errors.New("the sink is closed")
 
 func (s *checksumSink) halt() {
 	if s.stop == nil {
@@ -372,6 +383,9 @@ func (s *checksumSink) commitDoc(id uint64, doc Checksum) error {
 // commitLocked writes doc as the committed document of checkpoint id, atomically (commitMu
 // held).
 func (s *checksumSink) commitLocked(id uint64, doc Checksum) error {
+	if s.closed {
+		return fmt.Errorf("checksum sink: commit checkpoint %d: %w", id, ErrSinkClosed)
+	}
 	doc.CommittedCheckpoint, doc.CommittedUnixMs = id, time.Now().UnixMilli()
 	if err := s.write(doc); err != nil {
 		return err

@@ -125,8 +125,10 @@ var runtimes = map[string]runtime{
 	}},
 	"key_by_sum": {operator: func(*pb.Operator, Info, string) Operator { return &keyBySum{sums: map[int64]int64{}} }},
 	"file_sink": {
-		operator: func(_ *pb.Operator, info Info, p string) Operator { return &fileSink{dir: info.workDir(), path: p} },
-		files:    func(p string) []string { return []string{p} },
+		operator: func(_ *pb.Operator, info Info, p string) Operator {
+			return &fileSink{dir: info.workDir(), path: p, checkpointed: info.Checkpointed, restoredID: info.RestoredCheckpoint}
+		},
+		files: func(p string) []string { return []string{p} },
 	},
 	"log_sink": {operator: func(_ *pb.Operator, info Info, _ string) Operator { return &logSink{log: info.Logger} }},
 	"checksum_sink": {

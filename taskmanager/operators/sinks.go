@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -21,6 +22,18 @@ type fileSink struct {
 	f         *os.File
 	w         *bufio.Writer
 	lastFlush time.Time
+
+	// Two-phase commit (a checkpointed job; filecommit.go): lines are kept in pending until a
+	// barrier stages them as the segment of its checkpoint, and a segment is written as a part
+	// file once a checkpoint at or after it completed.
+	checkpointed bool
+	restoredID   uint64
+	restored     []fileSegment // the uncommitted segments of the restored checkpoint
+	root         *os.Root
+	pending      []byte
+	commitMu     sync.Mutex
+	staged       []fileSegment
+	committed    uint64
 }
 
 func (s *fileSink) Open(context.Context) error {
@@ -28,10 +41,15 @@ func (s *fileSink) Open(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("file sink: work dir: %w", err)
 	}
-	defer root.Close() // the file stays open
 	if err := mkdirParent(root, s.path); err != nil {
+		_ = root.Close()
 		return fmt.Errorf("file sink: %w", err)
 	}
+	if s.checkpointed {
+		s.root = root // parts are written through it until Close
+		return s.openCommitted()
+	}
+	defer root.Close() // the file stays open
 	f, err := root.OpenFile(s.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("file sink: %w", err)
@@ -49,6 +67,10 @@ func mkdirParent(root *os.Root, path string) error {
 }
 
 func (s *fileSink) Process(r Record, _ Emit) error {
+	if s.checkpointed {
+		s.pending = fmt.Appendf(s.pending, "%d %d\n", r.Key, r.Value)
+		return nil
+	}
 	if _, err := fmt.Fprintf(s.w, "%d %d\n", r.Key, r.Value); err != nil {
 		return fmt.Errorf("file sink: %w", err)
 	}
@@ -60,6 +82,9 @@ func (s *fileSink) Process(r Record, _ Emit) error {
 }
 
 func (s *fileSink) Finish(Emit) error {
+	if s.checkpointed {
+		return s.finishCommitted()
+	}
 	if err := s.w.Flush(); err != nil {
 		return fmt.Errorf("file sink: %w", err)
 	}
@@ -67,6 +92,12 @@ func (s *fileSink) Finish(Emit) error {
 }
 
 func (s *fileSink) Close() error {
+	s.commitMu.Lock() // a commit may be writing a part through the root (checksumSink.Close)
+	if s.root != nil {
+		_ = s.root.Close()
+		s.root = nil
+	}
+	s.commitMu.Unlock()
 	if s.f == nil {
 		return nil
 	}

@@ -3,10 +3,13 @@ package operators
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -237,5 +240,166 @@ func TestChecksumSinkCommitsOnlyCompletedCheckpoints(t *testing.T) {
 	d, err := ReadChecksum(filepath.Join(dir2, "c-0.json"))
 	if err != nil || d.CommittedCheckpoint != 2 || d.Count != 9 {
 		t.Fatalf("restored sink's file: %+v, %v; want checkpoint 2 with 9 records", d, err)
+	}
+}
+
+// TestFileSinkCommitsPartsOfCompletedCheckpoints: in a checkpointed job the file sink writes a
+// part per segment once a checkpoint at or after it completed (an aborted checkpoint's segment
+// goes with the next completed one); nothing uncommitted is written; a sink restored from a
+// checkpoint writes the segments that checkpoint had not committed, with the same bytes.
+func TestFileSinkCommitsPartsOfCompletedCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	op := &pb.Operator{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: "out/{subtask}.txt"}}}
+	info := Info{Job: "j", Vertex: "sink", AttemptID: "a0", WorkDir: dir, Checkpointed: true}
+	sink, err := New(op, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	feed := func(from, to int64) {
+		for i := from; i < to; i++ {
+			if err := sink.Process(Record{Key: 1, Value: i}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	barrier := func(id uint64) []byte {
+		t.Helper()
+		st, err := sink.(Stateful).SnapshotState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sink.(Committer).PrepareCommit(id); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	parts := func(d string) string {
+		t.Helper()
+		names, _ := filepath.Glob(filepath.Join(d, "out", "0.txt.part-*"))
+		var b strings.Builder
+		for _, n := range names {
+			data, err := os.ReadFile(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&b, "%s:%q ", filepath.Base(n), data)
+		}
+		return b.String()
+	}
+	feed(0, 2)
+	barrier(1) // aborted later
+	feed(2, 3)
+	state2 := barrier(2)
+	feed(3, 4)
+	if got := parts(dir); got != "" {
+		t.Fatalf("parts before any completion: %s", got)
+	}
+	if err := sink.(Committer).CommitCheckpoint(2); err != nil {
+		t.Fatal(err)
+	}
+	want12 := `0.txt.part-0000000001:"1 0\n1 1\n" 0.txt.part-0000000002:"1 2\n" `
+	if got := parts(dir); got != want12 {
+		t.Fatalf("after completing 2 (1 aborted):\n got %s\nwant %s", got, want12)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Restored from 2 elsewhere: its segments are written again, the same bytes.
+	dir2 := t.TempDir()
+	info.AttemptID, info.WorkDir, info.Restored, info.RestoredCheckpoint = "a1", dir2, state2, 2
+	again, err := New(op, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := parts(dir2); got != want12 {
+		t.Fatalf("restored from 2:\n got %s\nwant %s", got, want12)
+	}
+	if err := again.Process(Record{Key: 1, Value: 3}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Finish(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Close(); err != nil {
+		t.Fatal(err)
+	}
+	end, err := os.ReadFile(filepath.Join(dir2, "out", "0.txt.part-end"))
+	if err != nil || string(end) != "1 3\n" {
+		t.Fatalf("the end part: %q, %v", end, err)
+	}
+}
+
+// TestCommitBeforeCompleteIsCaught: with the planted bug commit-before-complete the checksum
+// sink writes a committed document at the barrier, before any completion; the check of the
+// test above (no file before a completion) sees it.
+func TestCommitBeforeCompleteIsCaught(t *testing.T) {
+	failpoint.Set(t, "commit-before-complete")
+	dir := t.TempDir()
+	op := &pb.Operator{Kind: &pb.Operator_ChecksumSink{ChecksumSink: &pb.ChecksumSink{Path: "c.json"}}}
+	sink, err := New(op, Info{Job: "j", Vertex: "sink", AttemptID: "a0", WorkDir: dir, Checkpointed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	if err := sink.Process(Record{Seq: 0}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.(Committer).PrepareCommit(1); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := ReadChecksum(filepath.Join(dir, "c.json"))
+	if err != nil || doc.CommittedCheckpoint != 1 {
+		t.Fatalf("with commit-before-complete planted, no commit at the barrier (%+v, %v): the check cannot catch it", doc, err)
+	}
+	t.Log("caught: with commit-before-complete planted, checkpoint 1 was committed at its barrier")
+}
+
+// TestCommitRacingCloseFailsCleanly: a completion announced while the sink's task closes it
+// either commits or fails with ErrSinkClosed; it never writes through a closed root (run with
+// -race).
+func TestCommitRacingCloseFailsCleanly(t *testing.T) {
+	for _, kind := range []*pb.Operator{
+		{Kind: &pb.Operator_ChecksumSink{ChecksumSink: &pb.ChecksumSink{Path: "c.json"}}},
+		{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: "f.txt"}}},
+	} {
+		sink, err := New(kind, Info{Job: "j", Vertex: "sink", AttemptID: "a0", WorkDir: t.TempDir(), Checkpointed: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sink.Open(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		c := sink.(Committer)
+		for id := uint64(1); id <= 50; id++ {
+			if err := c.PrepareCommit(id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done := make(chan error, 1)
+		go func() {
+			var last error
+			for id := uint64(1); id <= 50; id++ {
+				if err := c.CommitCheckpoint(id); err != nil {
+					last = err
+				}
+			}
+			done <- last
+		}()
+		if err := sink.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil && !errors.Is(err, ErrSinkClosed) {
+			t.Fatalf("a commit racing Close: %v", err)
+		}
 	}
 }

@@ -257,6 +257,8 @@ func (m metricsState) Counts() (map[pb.JobStatus]int64, map[pb.ExecutionState]in
 	return m.d.State.Counts()
 }
 
+func (m metricsState) Checkpoints() fsm.CheckpointCounts { return m.d.State.CheckpointCounts() }
+
 func (m metricsState) Node() (string, bool, uint64, bool, uint64, uint64) {
 	d := m.d
 	active := d.JM != nil && d.JM.Active()
