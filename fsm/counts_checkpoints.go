@@ -21,6 +21,8 @@ type CompletedCheckpoint struct {
 	TriggerUnixMs, CompleteUnixMs int64
 	// SizeBytes is the sum of the acknowledged states' sizes.
 	SizeBytes int64
+	// MaxAlignmentUs is the longest barrier alignment of its tasks, in microseconds.
+	MaxAlignmentUs int64
 }
 
 // ckSummary is what one job adds to the counts.
@@ -33,6 +35,7 @@ func completedOf(jobID string, ck *pb.CheckpointRecord) *CompletedCheckpoint {
 	c := &CompletedCheckpoint{JobID: jobID, ID: ck.Id, TriggerUnixMs: ck.TriggerUnixMs, CompleteUnixMs: ck.CompleteUnixMs}
 	for _, a := range ck.Acks {
 		c.SizeBytes += a.StateSizeBytes
+		c.MaxAlignmentUs = max(c.MaxAlignmentUs, a.AlignmentUs)
 	}
 	return c
 }

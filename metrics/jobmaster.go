@@ -161,12 +161,13 @@ var (
 	descCkLastID       = prometheus.NewDesc(Namespace+"_checkpoint_last_completed_id", "The id of the newest completed checkpoint of any job in the state (the job view has each job's).", nil, nil)
 	descCkLastDuration = prometheus.NewDesc(Namespace+"_checkpoint_last_duration_seconds", "The newest completed checkpoint: from its trigger to its completion (the leader's clock, as committed).", nil, nil)
 	descCkLastSize     = prometheus.NewDesc(Namespace+"_checkpoint_last_size_bytes", "The newest completed checkpoint: the sum of the state sizes its tasks acknowledged.", nil, nil)
+	descCkLastAlign    = prometheus.NewDesc(Namespace+"_checkpoint_last_alignment_seconds", "The newest completed checkpoint: the longest barrier alignment of its tasks, as they acknowledged it (each TaskManager's "+Namespace+"_tm_checkpoint_alignment_seconds has them all).", nil, nil)
 	descCkLastTime     = prometheus.NewDesc(Namespace+"_checkpoint_last_completed_timestamp_seconds", "The newest completed checkpoint: when it completed (Unix time, the leader's clock).", nil, nil)
 )
 
 func (g *jobMasterGauges) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descJobs, descExecutions, descTaskManagers, descLeader, descEpoch, descReconciling, descApplied, descCommit,
-		descCheckpoints, descCkLastID, descCkLastDuration, descCkLastSize, descCkLastTime} {
+		descCheckpoints, descCkLastID, descCkLastDuration, descCkLastSize, descCkLastAlign, descCkLastTime} {
 		ch <- d
 	}
 }
@@ -196,6 +197,7 @@ func (g *jobMasterGauges) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCkLastID, prometheus.GaugeValue, float64(n.ID))
 		ch <- prometheus.MustNewConstMetric(descCkLastDuration, prometheus.GaugeValue, float64(n.CompleteUnixMs-n.TriggerUnixMs)/1000)
 		ch <- prometheus.MustNewConstMetric(descCkLastSize, prometheus.GaugeValue, float64(n.SizeBytes))
+		ch <- prometheus.MustNewConstMetric(descCkLastAlign, prometheus.GaugeValue, float64(n.MaxAlignmentUs)/1e6)
 		ch <- prometheus.MustNewConstMetric(descCkLastTime, prometheus.GaugeValue, float64(n.CompleteUnixMs)/1000)
 	}
 }

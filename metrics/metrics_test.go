@@ -24,7 +24,7 @@ func (fakeState) Node() (string, bool, uint64, bool, uint64, uint64) {
 func (fakeState) TaskManagers() map[string]int { return map[string]int{"alive": 3} }
 func (fakeState) Checkpoints() fsm.CheckpointCounts {
 	return fsm.CheckpointCounts{Pending: 1, Completed: 12, Aborted: 2,
-		Newest: &fsm.CompletedCheckpoint{JobID: "j", ID: 14, TriggerUnixMs: 10_000, CompleteUnixMs: 10_250, SizeBytes: 4096}}
+		Newest: &fsm.CompletedCheckpoint{JobID: "j", ID: 14, TriggerUnixMs: 10_000, CompleteUnixMs: 10_250, SizeBytes: 4096, MaxAlignmentUs: 1500}}
 }
 
 // TestJobMasterInstruments: a reconciliation record becomes one histogram sample per phase and
@@ -61,6 +61,9 @@ func TestJobMasterInstruments(t *testing.T) {
 		t.Fatalf("gauges: %d series, %v", n, err)
 	}
 	const ckWant = `
+# HELP jmcluster_checkpoint_last_alignment_seconds The newest completed checkpoint: the longest barrier alignment of its tasks, as they acknowledged it (each TaskManager's jmcluster_tm_checkpoint_alignment_seconds has them all).
+# TYPE jmcluster_checkpoint_last_alignment_seconds gauge
+jmcluster_checkpoint_last_alignment_seconds 0.0015
 # HELP jmcluster_checkpoint_last_completed_id The id of the newest completed checkpoint of any job in the state (the job view has each job's).
 # TYPE jmcluster_checkpoint_last_completed_id gauge
 jmcluster_checkpoint_last_completed_id 14
@@ -77,7 +80,7 @@ jmcluster_checkpoints{status="completed"} 12
 jmcluster_checkpoints{status="pending"} 1
 `
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(ckWant), "jmcluster_checkpoints", "jmcluster_checkpoint_last_completed_id",
-		"jmcluster_checkpoint_last_duration_seconds", "jmcluster_checkpoint_last_size_bytes"); err != nil {
+		"jmcluster_checkpoint_last_duration_seconds", "jmcluster_checkpoint_last_size_bytes", "jmcluster_checkpoint_last_alignment_seconds"); err != nil {
 		t.Fatal(err)
 	}
 	p, err := Process()

@@ -29,12 +29,13 @@ const MaxAlignedRecords = 1 << 20
 type aligner struct {
 	live     func() int // the channels that have not ended
 	process  func(operators.Record) error
-	reached  func(id uint64) error // the barrier of id is aligned
+	reached  func(id uint64, alignment time.Duration) error // the barrier of id is aligned, after alignment
 	declined func(id uint64, cause string)
 	maxHeld  int // 0: MaxAlignedRecords
 	// aligned is told how long each completed alignment took, from the first barrier of its
 	// checkpoint to the last (metrics; optional). Only barriers read the clock.
 	aligned func(time.Duration)
+	now     func() time.Time // nil: time.Now
 
 	id      uint64       // the checkpoint being aligned, 0: none
 	last    uint64       // the newest checkpoint this task snapshotted or gave up
@@ -89,12 +90,17 @@ func (a *aligner) barrier(ch int, id uint64) error {
 	}
 	if a.id == 0 {
 		a.id, a.blocked, a.held, a.nheld = id, map[int]bool{}, map[int][]operators.Record{}, 0
-		if a.aligned != nil {
-			a.since = time.Now()
-		}
+		a.since = a.clock()
 	}
 	a.blocked[ch] = true
 	return a.check()
+}
+
+func (a *aligner) clock() time.Time {
+	if a.now != nil {
+		return a.now()
+	}
+	return time.Now()
 }
 
 // ended notes that channel ch ended: it needs no barrier any more.
@@ -111,13 +117,13 @@ func (a *aligner) check() error {
 	if a.id == 0 || len(a.blocked) < a.live() {
 		return nil
 	}
-	id := a.id
+	id, took := a.id, a.clock().Sub(a.since)
 	if a.aligned != nil {
-		a.aligned(time.Since(a.since))
+		a.aligned(took)
 	}
 	a.stop()
 	a.last = id
-	return a.reached(id)
+	return a.reached(id, took)
 }
 
 // giveUp abandons the alignment in progress and declines its checkpoint; every channel flows
@@ -172,8 +178,9 @@ func (tm *TaskManager) injectBarrier(t *task, last *uint64, reached func(id uint
 
 // checkpointReached is what a task does when checkpoint id's barrier is aligned (or, for a
 // source, injected): snapshot x's state, forward the barrier downstream, then persist and
-// acknowledge off the task's goroutine.
-func (tm *TaskManager) checkpointReached(ctx context.Context, t *task, id uint64, x any, parts []*resultPartition) error {
+// acknowledge off the task's goroutine. alignment is how long the task's barrier alignment
+// took (0 for a source).
+func (tm *TaskManager) checkpointReached(ctx context.Context, t *task, id uint64, alignment time.Duration, x any, parts []*resultPartition) error {
 	var state []byte
 	if st, ok := x.(operators.Stateful); ok {
 		var err error
@@ -192,6 +199,6 @@ func (tm *TaskManager) checkpointReached(ctx context.Context, t *task, id uint64
 			return err
 		}
 	}
-	tm.persistCheckpoint(t, id, state)
+	tm.persistCheckpoint(t, id, state, alignment)
 	return nil
 }

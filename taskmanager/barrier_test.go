@@ -16,6 +16,7 @@ type alignTrace struct {
 	a    *aligner
 	live int
 	log  []string
+	took []time.Duration // what reached was told, per checkpoint
 }
 
 func newAlignTrace(live int) *alignTrace {
@@ -26,7 +27,11 @@ func newAlignTrace(live int) *alignTrace {
 			tr.log = append(tr.log, fmt.Sprintf("p%d:%d", r.Origin, r.Seq))
 			return nil
 		},
-		reached:  func(id uint64) error { tr.log = append(tr.log, fmt.Sprintf("cp%d", id)); return nil },
+		reached: func(id uint64, took time.Duration) error {
+			tr.log = append(tr.log, fmt.Sprintf("cp%d", id))
+			tr.took = append(tr.took, took)
+			return nil
+		},
 		declined: func(id uint64, cause string) { tr.log = append(tr.log, fmt.Sprintf("decline%d", id)) },
 	}
 	return tr
@@ -82,6 +87,27 @@ func TestAlignerHoldsBackAChannelUntilEveryBarrier(t *testing.T) {
 	tr.deliver(t, 0, "|2")
 	tr.deliver(t, 1, "|2")
 	tr.want(t, "cp2", "p2:5")
+}
+
+// TestAlignerTimesTheAlignment: reached (and the acknowledgement with it) is told how long the
+// alignment took, from the first barrier to the last, on the aligner's clock; a task with one
+// channel aligns at once.
+func TestAlignerTimesTheAlignment(t *testing.T) {
+	tr := newAlignTrace(2)
+	now := time.Unix(1000, 0)
+	tr.a.now = func() time.Time { return now }
+	var observed []time.Duration
+	tr.a.aligned = func(d time.Duration) { observed = append(observed, d) }
+	tr.deliver(t, 0, "|1")
+	now = now.Add(7 * time.Millisecond)
+	tr.deliver(t, 1, "|1")
+	tr.want(t, "cp1")
+	tr.live = 1
+	tr.deliver(t, 0, "|2")
+	tr.want(t, "cp2")
+	if want := []time.Duration{7 * time.Millisecond, 0}; !slices.Equal(tr.took, want) || !slices.Equal(observed, want) {
+		t.Fatalf("alignments told to reached %v and to the metric %v, want %v", tr.took, observed, want)
+	}
 }
 
 // TestAlignerEndedChannelNeedsNoBarrier: a channel that ends while the others align counts as

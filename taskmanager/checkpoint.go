@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/taskmanager/operators"
@@ -36,8 +37,9 @@ func (tm *TaskManager) restoreState(t *task) ([]byte, error) {
 
 // persistCheckpoint writes t's state for checkpoint id and acknowledges it, on a goroutine of
 // its own: the task goes on with the records after the barrier meanwhile (the state was taken
-// before). A failure to write declines the checkpoint.
-func (tm *TaskManager) persistCheckpoint(t *task, id uint64, state []byte) {
+// before). A failure to write declines the checkpoint. The acknowledgement carries the
+// barrier alignment's duration.
+func (tm *TaskManager) persistCheckpoint(t *task, id uint64, state []byte, alignment time.Duration) {
 	if tm.ckpt == nil {
 		tm.declineCheckpoint(t, id, "no checkpoint storage (--checkpoint-dir)")
 		return
@@ -51,7 +53,7 @@ func (tm *TaskManager) persistCheckpoint(t *task, id uint64, state []byte) {
 		}
 		ack := &pb.TaskCheckpointAck{
 			VertexId: d.GetVertexId(), SubtaskIndex: d.GetSubtaskIndex(), AttemptNumber: d.GetAttemptNumber(),
-			StateSizeBytes: int64(len(state)), StatePath: path, Checksum: sum,
+			StateSizeBytes: int64(len(state)), StatePath: path, Checksum: sum, AlignmentUs: alignment.Microseconds(),
 		}
 		tm.mu.Lock()
 		if id > t.ackedID {

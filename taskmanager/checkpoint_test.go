@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +27,13 @@ func TestCheckpointAlignsAcrossTwoTMsAndRestores(t *testing.T) {
 	jm := startJM(t)
 	ckdir, work := t.TempDir(), t.TempDir()
 	mut := func(c *Config) { c.CheckpointDir, c.WorkDir = ckdir, work }
-	tm1, tm2 := newTM(t, "tm1", jm, mut), newTM(t, "tm2", jm, mut)
+	var alignMu sync.Mutex
+	var aligned []int64 // the alignments tm2 observed, in microseconds
+	tm1 := newTM(t, "tm1", jm, mut)
+	tm2 := newTM(t, "tm2", jm, func(c *Config) {
+		mut(c)
+		c.ObserveAlignment = func(d time.Duration) { alignMu.Lock(); aligned = append(aligned, d.Microseconds()); alignMu.Unlock() }
+	})
 	c1, c2 := client(t, tm1), client(t, tm2)
 	const job, keys = "ckjob", 5
 	srcCfg := &pb.SequenceSource{Keys: keys, RatePerSecond: 2000} // unbounded
@@ -63,6 +71,20 @@ func TestCheckpointAlignsAcrossTwoTMsAndRestores(t *testing.T) {
 		return len(acks) == 6, fmt.Sprintf("%d acks: %v", len(acks), keysOf(acks))
 	})
 	acks := jm.checkpointAcks(1)
+	// Each acknowledgement carries its task's alignment: what the TM's metric observed for the
+	// sums and sinks (on tm2), nothing for the sources, which inject the barrier.
+	alignMu.Lock()
+	observed := slices.Clone(aligned)
+	alignMu.Unlock()
+	for key, a := range acks {
+		if strings.HasPrefix(key, "src") {
+			if a.GetAlignmentUs() != 0 {
+				t.Fatalf("%s (a source) acknowledged an alignment of %d µs", key, a.GetAlignmentUs())
+			}
+		} else if !slices.Contains(observed, a.GetAlignmentUs()) {
+			t.Fatalf("%s acknowledged an alignment of %d µs, not one tm2 observed: %v", key, a.GetAlignmentUs(), observed)
+		}
+	}
 	st, err := checkpoint.Open(ckdir, checkpoint.Options{})
 	if err != nil {
 		t.Fatal(err)

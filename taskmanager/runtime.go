@@ -124,7 +124,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 		if src != nil {
 			// A triggered checkpoint's barrier goes in front of the source's next record.
 			if err := tm.injectBarrier(t, &injected, func(id uint64) error {
-				return tm.checkpointReached(t.ctx, t, id, src, parts)
+				return tm.checkpointReached(t.ctx, t, id, 0, src, parts)
 			}); err != nil {
 				return err
 			}
@@ -293,7 +293,7 @@ func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Em
 	al := &aligner{
 		live:     func() int { return s.live },
 		process:  func(r operators.Record) error { return op.Process(r, emit) },
-		reached:  func(id uint64) error { return tm.checkpointReached(t.ctx, t, id, op, parts) },
+		reached:  func(id uint64, took time.Duration) error { return tm.checkpointReached(t.ctx, t, id, took, op, parts) },
 		declined: func(id uint64, cause string) { tm.declineCheckpoint(t, id, cause) },
 		last:     t.tdd.GetRestoreCheckpointId(), // barriers up to the restored checkpoint are done
 		aligned:  tm.cfg.ObserveAlignment,

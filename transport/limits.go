@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -41,19 +42,44 @@ func MessageSize(limit int) int {
 // gRPC checks the received size from the message's length prefix, before it reads or decodes
 // the message, so an oversized request costs the server no memory. Register the services
 // through Registrar so that replies over the limit are refused naming it.
+//
+// The servers accept the clients' keepalive pings (DialOptions) as often as every
+// KeepaliveMinTime while a call is open; gRPC's default, one every five minutes, would answer
+// the second with GOAWAY and close a connection that is working.
 func ServerOptions(limit int) []grpc.ServerOption {
 	limit = MessageSize(limit)
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit)}
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime}),
+	}
 }
 
 // ReconnectMaxDelay bounds the reconnection backoff of every connection between jmcluster
 // processes.
 const ReconnectMaxDelay = time.Second
 
+// Keepalive of every connection between jmcluster processes: a client that has read nothing
+// for KeepaliveTime while a call is open pings the server, and closes the connection when
+// KeepaliveTimeout passes without an answer; the next call dials a new one. Without it a
+// connection whose packets were dropped for a few seconds stays stuck long after the network
+// heals: TCP doubles its retransmission timeout with every retry (to 13 s, then 26 s, after
+// eight seconds of drops), so every call on it times out while a new connection would work
+// at once (jepsen tms-from-leader seed 3: a TaskManager missed three healed windows and
+// reached the leader only 40 s later). A stuck connection is thus replaced at most
+// KeepaliveTime + KeepaliveTimeout after its last answer. KeepaliveTime is gRPC's smallest
+// client ping interval.
+const (
+	KeepaliveTime    = 10 * time.Second
+	KeepaliveTimeout = 3 * time.Second
+	// KeepaliveMinTime is how often a server lets a client ping (below KeepaliveTime).
+	KeepaliveMinTime = 5 * time.Second
+)
+
 // DialOptions bound what every call of a client connection sends and receives to limit (0: the
 // default), and turn gRPC's own refusals of an oversized message into MessageTooLargeError
 // naming whose limit it is (who — "TaskManager", "jmnode client", ... — or the server) and the
-// setting. Reconnection backs off to ReconnectMaxDelay at most.
+// setting. Reconnection backs off to ReconnectMaxDelay at most; a connection that stops
+// answering is replaced (KeepaliveTime).
 func DialOptions(limit int, who string) []grpc.DialOption {
 	l := sizeLimit{limit: MessageSize(limit), who: who}
 	return []grpc.DialOption{
@@ -65,6 +91,7 @@ func DialOptions(limit int, who string) []grpc.DialOption {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: ReconnectMaxDelay},
 			MinConnectTimeout: 5 * time.Second,
 		}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(l.limit), grpc.MaxCallSendMsgSize(l.limit)),
 		grpc.WithChainUnaryInterceptor(l.unaryClient),
 		grpc.WithChainStreamInterceptor(l.streamClient),

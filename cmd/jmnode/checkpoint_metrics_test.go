@@ -58,18 +58,20 @@ func TestCheckpointMetricsFollowTheRecord(t *testing.T) {
 			return false, "fewer than three completed"
 		}
 		last := cp.Completed[len(cp.Completed)-1]
-		var size int64
+		var size, align int64
 		for _, a := range last.Acks {
 			size += a.StateSizeBytes
+			align = max(align, a.AlignmentUs)
 		}
 		lastID, _ := gathered(fams, "jmcluster_checkpoint_last_completed_id")
 		took, _ := gathered(fams, "jmcluster_checkpoint_last_duration_seconds")
 		bytes, _ := gathered(fams, "jmcluster_checkpoint_last_size_bytes")
+		aligned, _ := gathered(fams, "jmcluster_checkpoint_last_alignment_seconds")
 		completed, _ := gathered(fams, "jmcluster_checkpoints", "status", "completed")
-		seen := fmt.Sprintf("gauges: id %v duration %v s size %v completed %v; record: id %d duration %d ms size %d completed %d",
-			lastID, took, bytes, completed, last.Id, last.CompleteUnixMs-last.TriggerUnixMs, size, cp.CompletedCount)
+		seen := fmt.Sprintf("gauges: id %v duration %v s size %v alignment %v s completed %v; record: id %d duration %d ms size %d alignment %d µs completed %d",
+			lastID, took, bytes, aligned, completed, last.Id, last.CompleteUnixMs-last.TriggerUnixMs, size, align, cp.CompletedCount)
 		return lastID == float64(last.Id) && took == float64(last.CompleteUnixMs-last.TriggerUnixMs)/1000 && bytes == float64(size) &&
-			completed == float64(cp.CompletedCount) && size > 0, seen
+			aligned == float64(align)/1e6 && completed == float64(cp.CompletedCount) && size > 0, seen
 	})
 	follower := c.Follower()
 	testcluster.WaitFor(t, 10*time.Second, "a follower's counts equal to its record's", func() (bool, string) {

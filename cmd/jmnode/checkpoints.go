@@ -57,10 +57,10 @@ func printCheckpoints(out io.Writer, jobID string, v *pb.JobCheckpointsView) {
 		return
 	}
 	w := tabwriter.NewWriter(out, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tSTATUS\tTRIGGERED\tDURATION\tSIZE\tACKNOWLEDGED\tEPOCH\tREASON")
+	fmt.Fprintln(w, "ID\tSTATUS\tTRIGGERED\tDURATION\tSIZE\tALIGNMENT\tACKNOWLEDGED\tEPOCH\tREASON")
 	for _, r := range v.GetCheckpoints() {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\n", r.Id, strings.TrimPrefix(r.Status.String(), "CHECKPOINT_STATUS_"),
-			fmtTime(r.TriggerUnixMs), checkpointDuration(r), byteSize(r.StateSizeBytes, r.Status), r.Acknowledged, r.Tasks, r.Epoch, orDash(r.AbortReason))
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\n", r.Id, strings.TrimPrefix(r.Status.String(), "CHECKPOINT_STATUS_"),
+			fmtTime(r.TriggerUnixMs), checkpointDuration(r), byteSize(r.StateSizeBytes, r.Status), alignment(r), r.Acknowledged, r.Tasks, r.Epoch, orDash(r.AbortReason))
 	}
 	_ = w.Flush()
 }
@@ -79,6 +79,15 @@ func checkpointDuration(r *pb.CheckpointRow) string {
 }
 
 // byteSize prints a state size; an aborted checkpoint's record keeps no sizes.
+// alignment is the longest barrier alignment of the acknowledged tasks ("-" for an aborted
+// checkpoint, whose record keeps no acknowledgements).
+func alignment(r *pb.CheckpointRow) string {
+	if r.Status == pb.CheckpointStatus_CHECKPOINT_STATUS_ABORTED {
+		return "-"
+	}
+	return (time.Duration(r.MaxAlignmentUs) * time.Microsecond).String()
+}
+
 func byteSize(n int64, st pb.CheckpointStatus) string {
 	switch {
 	case st == pb.CheckpointStatus_CHECKPOINT_STATUS_ABORTED:

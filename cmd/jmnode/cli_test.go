@@ -224,7 +224,7 @@ func TestCLIJobCheckpoints(t *testing.T) {
 		return cp.GetCompletedCount() >= 2, fmt.Sprint(cp)
 	})
 	out = captureStdout(t, func() error { return run([]string{"job", "checkpoints", id, "--consistent", "--addr", addr}) })
-	for _, want := range []string{"every 100ms, timeout 10m0s, at most 1 pending, 1 retained", "ID", "STATUS", "TRIGGERED", "DURATION", "SIZE", "ACKNOWLEDGED", "COMPLETED", "9/9"} {
+	for _, want := range []string{"every 100ms, timeout 10m0s, at most 1 pending, 1 retained", "ID", "STATUS", "TRIGGERED", "DURATION", "SIZE", "ALIGNMENT", "ACKNOWLEDGED", "COMPLETED", "9/9"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("job checkpoints lacks %q:\n%s", want, out)
 		}

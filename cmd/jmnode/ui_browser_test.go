@@ -107,10 +107,10 @@ func TestWebUIShowsAFailover(t *testing.T) {
 		`document.querySelectorAll('#dag g.vertex').length === 3 && document.querySelectorAll('#dag path.edge').length === 2 && `+
 			`[...document.querySelectorAll('#dag g.vertex')].every(g => g.textContent.includes('3 RUNNING'))`, 30*time.Second)
 	waitJS("FORWARD · PIPELINED on the edges", `document.querySelector('#dag').textContent.includes('FORWARD · PIPELINED')`, 5*time.Second)
-	waitJS("the checkpoints section: two completed, the last one's id, a row of 9/9 acknowledged",
+	waitJS("the checkpoints section: two completed, the last one's id, rows of 9/9 acknowledged with their alignment",
 		`!document.querySelector('#checkpoints').hidden && Number(document.querySelector('#checkpoints').dataset.completed) >= 2 && `+
 			`!!document.querySelector('#ck-last') && !!document.querySelector('#ck-table tr[data-status="COMPLETED"]') && `+
-			`[...document.querySelectorAll('#ck-table tr[data-status="COMPLETED"]')].every(r => r.textContent.includes('9/9'))`, 30*time.Second)
+			`[...document.querySelectorAll('#ck-table tr[data-status="COMPLETED"]')].every(r => r.textContent.includes('9/9') && / (µs|ms|s)$/.test(r.querySelector('.ck-align').textContent))`, 30*time.Second)
 	lastBefore, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(document.querySelector('#checkpoints').dataset.lastCompleted)`))
 	if err != nil {
 		t.Fatal(err)

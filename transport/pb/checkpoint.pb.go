@@ -171,7 +171,11 @@ type TaskCheckpointAck struct {
 	// Where the state is, relative to the checkpoint storage root (checkpoint.Store).
 	StatePath string `protobuf:"bytes,5,opt,name=state_path,json=statePath,proto3" json:"state_path,omitempty"`
 	// CRC-32C (Castagnoli) of the state's payload, as in the state file's header.
-	Checksum      uint32 `protobuf:"varint,6,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	Checksum uint32 `protobuf:"varint,6,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	// How long the task's barrier alignment took, in microseconds: from the checkpoint's first
+	// barrier on any of its input channels to the last (0 for a source, which injects the
+	// barrier, and for a task whose barriers all arrived together).
+	AlignmentUs   int64 `protobuf:"varint,7,opt,name=alignment_us,json=alignmentUs,proto3" json:"alignment_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -244,6 +248,13 @@ func (x *TaskCheckpointAck) GetStatePath() string {
 func (x *TaskCheckpointAck) GetChecksum() uint32 {
 	if x != nil {
 		return x.Checksum
+	}
+	return 0
+}
+
+func (x *TaskCheckpointAck) GetAlignmentUs() int64 {
+	if x != nil {
+		return x.AlignmentUs
 	}
 	return 0
 }
@@ -468,7 +479,7 @@ const file_jmcluster_v1_checkpoint_proto_rawDesc = "" +
 	"\n" +
 	"timeout_ms\x18\x02 \x01(\x03R\ttimeoutMs\x12%\n" +
 	"\x0emax_concurrent\x18\x03 \x01(\x05R\rmaxConcurrent\x12\x1a\n" +
-	"\bretained\x18\x04 \x01(\x05R\bretained\"\xe1\x01\n" +
+	"\bretained\x18\x04 \x01(\x05R\bretained\"\x84\x02\n" +
 	"\x11TaskCheckpointAck\x12\x1b\n" +
 	"\tvertex_id\x18\x01 \x01(\tR\bvertexId\x12#\n" +
 	"\rsubtask_index\x18\x02 \x01(\x05R\fsubtaskIndex\x12%\n" +
@@ -476,7 +487,8 @@ const file_jmcluster_v1_checkpoint_proto_rawDesc = "" +
 	"\x10state_size_bytes\x18\x04 \x01(\x03R\x0estateSizeBytes\x12\x1d\n" +
 	"\n" +
 	"state_path\x18\x05 \x01(\tR\tstatePath\x12\x1a\n" +
-	"\bchecksum\x18\x06 \x01(\rR\bchecksum\"\xe2\x02\n" +
+	"\bchecksum\x18\x06 \x01(\rR\bchecksum\x12!\n" +
+	"\falignment_us\x18\a \x01(\x03R\valignmentUs\"\xe2\x02\n" +
 	"\x10CheckpointRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1e.jmcluster.v1.CheckpointStatusR\x06status\x12&\n" +

@@ -592,6 +592,9 @@ type CheckpointRow struct {
 	// The sum of the acknowledged states' sizes (0 for an aborted one: its record keeps none).
 	StateSizeBytes int64  `protobuf:"varint,8,opt,name=state_size_bytes,json=stateSizeBytes,proto3" json:"state_size_bytes,omitempty"`
 	AbortReason    string `protobuf:"bytes,9,opt,name=abort_reason,json=abortReason,proto3" json:"abort_reason,omitempty"`
+	// The longest barrier alignment of the acknowledged tasks, in microseconds (0 for an aborted
+	// one, as its size).
+	MaxAlignmentUs int64 `protobuf:"varint,10,opt,name=max_alignment_us,json=maxAlignmentUs,proto3" json:"max_alignment_us,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -687,6 +690,13 @@ func (x *CheckpointRow) GetAbortReason() string {
 		return x.AbortReason
 	}
 	return ""
+}
+
+func (x *CheckpointRow) GetMaxAlignmentUs() int64 {
+	if x != nil {
+		return x.MaxAlignmentUs
+	}
+	return 0
 }
 
 // A checkpointed job's checkpoint counts, in its summary.
@@ -1608,7 +1618,7 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\x12next_checkpoint_id\x18\x02 \x01(\x04R\x10nextCheckpointId\x12'\n" +
 	"\x0fcompleted_count\x18\x03 \x01(\x04R\x0ecompletedCount\x12#\n" +
 	"\raborted_count\x18\x04 \x01(\x04R\fabortedCount\x12=\n" +
-	"\vcheckpoints\x18\x05 \x03(\v2\x1b.jmcluster.v1.CheckpointRowR\vcheckpoints\"\xbc\x02\n" +
+	"\vcheckpoints\x18\x05 \x03(\v2\x1b.jmcluster.v1.CheckpointRowR\vcheckpoints\"\xe6\x02\n" +
 	"\rCheckpointRow\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1e.jmcluster.v1.CheckpointStatusR\x06status\x12\x14\n" +
@@ -1618,7 +1628,9 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\facknowledged\x18\x06 \x01(\x05R\facknowledged\x12\x14\n" +
 	"\x05tasks\x18\a \x01(\x05R\x05tasks\x12(\n" +
 	"\x10state_size_bytes\x18\b \x01(\x03R\x0estateSizeBytes\x12!\n" +
-	"\fabort_reason\x18\t \x01(\tR\vabortReason\"\x94\x01\n" +
+	"\fabort_reason\x18\t \x01(\tR\vabortReason\x12(\n" +
+	"\x10max_alignment_us\x18\n" +
+	" \x01(\x03R\x0emaxAlignmentUs\"\x94\x01\n" +
 	"\x10CheckpointCounts\x12\x18\n" +
 	"\apending\x18\x01 \x01(\x05R\apending\x12\x1c\n" +
 	"\tcompleted\x18\x02 \x01(\x04R\tcompleted\x12\x18\n" +

@@ -175,6 +175,7 @@ func checkpointsView(rec *pb.JobRecord) *pb.JobCheckpointsView {
 			}
 			for _, a := range ck.GetAcks() {
 				row.StateSizeBytes += a.GetStateSizeBytes()
+				row.MaxAlignmentUs = max(row.MaxAlignmentUs, a.GetAlignmentUs())
 			}
 			v.Checkpoints = append(v.Checkpoints, row)
 		}
