@@ -53,6 +53,37 @@ type ReportedCheckpointAck struct {
 	Ack          *pb.TaskCheckpointAck
 }
 
+// SinkCommits is what the reconciliation reports said of the sinks that commit their output
+// with completed checkpoints (ExecutionReport.commits_output and committed_checkpoint_id).
+type SinkCommits struct {
+	// Listed: the TMs (gRPC addresses) whose reports listed their executions; an as-expected
+	// answer lists none, so it says nothing of its sinks' commits.
+	Listed map[string]bool
+	// Lowest: job -> TM address -> the oldest checkpoint any of the job's committing sinks on
+	// that TM committed (0: one has committed none).
+	Lowest map[string]map[string]uint64
+}
+
+// announceTargets is which of the TMs running a job's tasks (addrs) get its latest completed
+// checkpoint again: every TM whose report did not list its executions (it did not report, or
+// answered as expected), and those that listed a committing sink of the job behind latest. A
+// TM whose listed sinks of the job all committed latest, or that listed none, is skipped: a
+// sink deployed since then restores from the latest completed checkpoint and commits it then.
+// Without any reports (commits.Listed nil) every TM gets it.
+func announceTargets(jobID string, latest uint64, addrs []string, commits SinkCommits) []string {
+	if commits.Listed == nil {
+		return addrs
+	}
+	var out []string
+	for _, a := range addrs {
+		lowest, has := commits.Lowest[jobID][a]
+		if !commits.Listed[a] || (has && lowest < latest) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 type checkpointKey struct {
 	job string
 	id  uint64
@@ -66,6 +97,7 @@ type coordinator struct {
 
 	mu         sync.Mutex
 	reported   []ReportedCheckpointAck // from the reconciliation, consumed by resolve
+	commits    SinkCommits             // from the reconciliation, consumed by notifyLatest
 	completing map[checkpointKey]bool  // completions under way
 	// attempts: the sum of the job's attempt numbers when this term triggered a checkpoint; a
 	// task that failed or a region that restarted since changes it.
@@ -82,12 +114,13 @@ func newCoordinator(t *term) *coordinator {
 	}
 }
 
-// NoteCheckpointAcks hands the coordinator the acknowledgements the reconciliation reports
-// carried (reconcile calls it before the gate opens).
-func (t *term) NoteCheckpointAcks(acks []ReportedCheckpointAck) {
+// NoteCheckpointReports hands the coordinator the acknowledgements and the sinks' commits the
+// reconciliation reports carried (reconcile calls it before the gate opens).
+func (t *term) NoteCheckpointReports(acks []ReportedCheckpointAck, commits SinkCommits) {
 	t.ckpt.mu.Lock()
 	defer t.ckpt.mu.Unlock()
 	t.ckpt.reported = append(t.ckpt.reported, acks...)
+	t.ckpt.commits = commits
 }
 
 // poke makes the coordinator look at every job now (a failure was committed).
@@ -528,7 +561,10 @@ func (c *coordinator) complete(jobID string, id uint64) {
 }
 
 func (c *coordinator) notifyComplete(jobID string, id uint64) {
-	addrs := c.jobAddrs(jobID)
+	c.notifyCompleteTo(jobID, id, c.jobAddrs(jobID))
+}
+
+func (c *coordinator) notifyCompleteTo(jobID string, id uint64, addrs []string) {
 	c.t.spawn(func() {
 		c.notify(addrs, func(ctx context.Context, cl pb.TaskManagerServiceClient) error {
 			_, err := cl.NotifyCheckpointComplete(ctx, &pb.NotifyCheckpointCompleteRequest{Epoch: c.t.epoch, JobId: jobID, CheckpointId: id})
@@ -537,16 +573,28 @@ func (c *coordinator) notifyComplete(jobID string, id uint64) {
 	})
 }
 
-// notifyLatest tells the TMs of every job of its latest completed checkpoint again: the
+// notifyLatest tells the TMs of every job of its latest completed checkpoint again where the
+// reconciliation reports do not show that every sink committed it (announceTargets): the
 // previous leader may have died between the completion and its notifications (a notify is
 // idempotent).
 func (c *coordinator) notifyLatest() {
+	c.mu.Lock()
+	commits := c.commits
+	c.commits = SinkCommits{}
+	c.mu.Unlock()
 	for _, jobID := range c.t.jm.state.JobIDs() {
 		if ck, ok := c.t.jm.state.LatestCompletedCheckpoint(jobID); ok {
 			var running bool
 			c.t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) { running = rec.Status == jobRunning })
-			if running {
-				c.notifyComplete(jobID, ck.Id)
+			if !running {
+				continue
+			}
+			addrs := c.jobAddrs(jobID)
+			targets := announceTargets(jobID, ck.Id, addrs, commits)
+			c.t.jm.log.Info("announcing the latest completed checkpoint again", "job", jobID, "checkpoint", ck.Id,
+				"tms", len(targets), "of", len(addrs))
+			if len(targets) > 0 {
+				c.notifyCompleteTo(jobID, ck.Id, targets)
 			}
 		}
 	}

@@ -125,3 +125,28 @@ func TestResolution(t *testing.T) {
 		t.Errorf("acknowledgements of earlier attempts counted: %q", abort)
 	}
 }
+
+// TestAnnounceTargets: a new leader announces the latest completed checkpoint again only to
+// the TMs whose reports do not show every committing sink of the job at it: one that did not
+// list its executions (no report, or an as-expected answer), and one that listed a sink
+// behind; not one whose sinks committed it or that runs no sink of the job. Without reports,
+// every TM.
+func TestAnnounceTargets(t *testing.T) {
+	addrs := []string{"tm1:1", "tm2:1", "tm3:1", "tm4:1"}
+	commits := SinkCommits{
+		Listed: map[string]bool{"tm1:1": true, "tm2:1": true, "tm3:1": true},
+		Lowest: map[string]map[string]uint64{
+			"job": {"tm1:1": 7, "tm2:1": 6},  // tm3 listed no sink of the job, tm4 no executions
+			"old": {"tm1:1": 1, "tm3:1": 0}, // another job's sinks do not count
+		},
+	}
+	if got, want := announceTargets("job", 7, addrs, commits), []string{"tm2:1", "tm4:1"}; !slices.Equal(got, want) {
+		t.Fatalf("targets %v, want %v (tm2's sink committed 6 of 7; tm4 listed nothing)", got, want)
+	}
+	if got := announceTargets("job", 6, addrs, commits); !slices.Equal(got, []string{"tm4:1"}) {
+		t.Fatalf("targets at 6: %v, want only tm4", got)
+	}
+	if got := announceTargets("job", 7, addrs, SinkCommits{}); !slices.Equal(got, addrs) {
+		t.Fatalf("without reports: %v, want every TM", got)
+	}
+}

@@ -40,9 +40,11 @@ type Term interface {
 	Ack(ctx context.Context, addr string, attemptIDs []string) error
 	// MarkLost marks a TM lost: it gets no new work until it registers or heartbeats again.
 	MarkLost(tmID string)
-	// NoteCheckpointAcks hands the term the acknowledgements the reports carried: once the
-	// gate opens, a pending checkpoint every subtask acknowledged is completed, any other aborted.
-	NoteCheckpointAcks(acks []ReportedCheckpointAck)
+	// NoteCheckpointReports hands the term the acknowledgements the reports carried (once the
+	// gate opens, a pending checkpoint every subtask acknowledged is completed, any other
+	// aborted) and what they said of the sinks' commits (the latest completed checkpoint is
+	// announced again to the TMs whose sinks may have missed it).
+	NoteCheckpointReports(acks []ReportedCheckpointAck, commits SinkCommits)
 	// Times are the term's start for the failover timeline (unix ms, 0 when unknown): when
 	// this node last heard from the previous leader, and when its epoch was committed.
 	Times() (leaderLostAt, establishedAt int64)

@@ -195,7 +195,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, t jobmaster.Term) error {
 	// Only now, after the commit, act on what the reports showed; the checkpoint
 	// acknowledgements they carried go to the term, which completes or aborts the pending
 	// checkpoints once the gate opens.
-	t.NoteCheckpointAcks(checkpointAcks(reports))
+	t.NoteCheckpointReports(checkpointAcks(reports), sinkCommits(reports))
 	r.act(ctx, t, plan)
 	go col.handleLate(ctx)
 	return nil
@@ -431,6 +431,33 @@ func restartAll(plan *Plan) {
 	}
 	plan.Cancels = nil
 	plan.Acks = map[string][]string{}
+}
+
+// sinkCommits is what the reports say of the sinks that commit their output with completed
+// checkpoints: which TMs listed their executions, and per job and TM the oldest checkpoint one
+// of its committing sinks committed.
+func sinkCommits(reports map[string]*Report) jobmaster.SinkCommits {
+	c := jobmaster.SinkCommits{Listed: map[string]bool{}, Lowest: map[string]map[string]uint64{}}
+	for _, rep := range reports {
+		if rep == nil || rep.asExpected() || rep.Addr == "" {
+			continue
+		}
+		c.Listed[rep.Addr] = true
+		for _, ex := range rep.Executions {
+			if !ex.CommitsOutput {
+				continue
+			}
+			byTM := c.Lowest[ex.JobId]
+			if byTM == nil {
+				byTM = map[string]uint64{}
+				c.Lowest[ex.JobId] = byTM
+			}
+			if low, ok := byTM[rep.Addr]; !ok || ex.CommittedCheckpointId < low {
+				byTM[rep.Addr] = ex.CommittedCheckpointId
+			}
+		}
+	}
+	return c
 }
 
 // checkpointAcks lists the latest checkpoint acknowledgement of every reported execution that
