@@ -166,8 +166,6 @@ func checkAckFields(a *pb.TaskCheckpointAck) string {
 		return "a vertex id and a subtask and attempt number >= 0 are required"
 	case a.StateSizeBytes < 0:
 		return fmt.Sprintf("state_size_bytes %d is negative", a.StateSizeBytes)
-	case a.AlignmentUs < 0:
-		return fmt.Sprintf("alignment_us %d is negative", a.AlignmentUs)
 	case p == "" || len(p) > maxCheckpointText:
 		return fmt.Sprintf("state_path must be 1 to %d bytes", maxCheckpointText)
 	case strings.HasPrefix(p, "/") || path.Clean(p) != p || p == "." || p == ".." || strings.HasPrefix(p, "../"):

@@ -107,6 +107,12 @@ func (jm *JobMaster) checkAcks(req *pb.AcknowledgeCheckpointRequest) (fresh []*p
 			return
 		}
 		for _, a := range req.Acks {
+			// Checked here, not in the FSM: a replica of an earlier build keeps alignment_us as
+			// an unknown field and would apply what a newer one refused.
+			if a.GetAlignmentUs() < 0 {
+				err = errorf(ErrInvalidRequest, "acknowledge checkpoint %d: %s[%d]'s alignment_us %d is negative", req.CheckpointId, a.GetVertexId(), a.GetSubtaskIndex(), a.GetAlignmentUs())
+				return
+			}
 			ev := graph.FindVertex(rec.ExecutionGraph, a.GetVertexId(), a.GetSubtaskIndex())
 			if ev == nil {
 				err = errorf(ErrInvalidRequest, "acknowledge checkpoint %d: job %s has no subtask %s[%d]", req.CheckpointId, req.JobId, a.GetVertexId(), a.GetSubtaskIndex())

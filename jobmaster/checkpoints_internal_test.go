@@ -136,7 +136,7 @@ func TestAnnounceTargets(t *testing.T) {
 	commits := SinkCommits{
 		Listed: map[string]bool{"tm1:1": true, "tm2:1": true, "tm3:1": true},
 		Lowest: map[string]map[string]uint64{
-			"job": {"tm1:1": 7, "tm2:1": 6},  // tm3 listed no sink of the job, tm4 no executions
+			"job": {"tm1:1": 7, "tm2:1": 6}, // tm3 listed no sink of the job, tm4 no executions
 			"old": {"tm1:1": 1, "tm3:1": 0}, // another job's sinks do not count
 		},
 	}

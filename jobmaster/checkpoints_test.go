@@ -217,6 +217,11 @@ func TestAcknowledgeAndDeclineCheckpoint(t *testing.T) {
 	if err != nil || resp.Accepted || !strings.Contains(resp.Reason, "not current") {
 		t.Fatalf("ack of a future attempt: %v %v, want accepted=false naming the current attempt", resp, err)
 	}
+	bad := testAck(id, ck, "source", 0, src0.Number)
+	bad.AlignmentUs = -1
+	if _, err := ackAs(t, c, src0.TM, id, ck, bad); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "alignment_us -1 is negative") {
+		t.Fatalf("ack with a negative alignment: %v, want INVALID_ARGUMENT naming alignment_us", err)
+	}
 	for i := 0; i < 2; i++ { // the second is a retry
 		resp, err = ackAs(t, c, src0.TM, id, ck, testAck(id, ck, "source", 0, src0.Number))
 		if err != nil || !resp.Accepted {

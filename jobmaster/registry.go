@@ -305,6 +305,7 @@ func (r *Registry) Client(addr string) (pb.TaskManagerServiceClient, error) {
 	if cc == nil {
 		var err error
 		opts := append([]grpc.DialOption{transport.DialCredentials(r.tls, transport.RoleTaskManager)}, transport.DialOptions(r.maxMsg, "JobMaster")...)
+		opts = append(opts, transport.KeepaliveDialOption()) // a control connection: replaced when stuck
 		cc, err = grpc.NewClient(addr, opts...)
 		if err != nil {
 			return nil, err

@@ -52,6 +52,9 @@ func (p *connPool) dial(addr string, role security.Role) (*grpc.ClientConn, erro
 	}
 	opts := append([]grpc.DialOption{transport.DialCredentials(p.tls, role)},
 		transport.DialOptions(p.maxMsg, "TaskManager")...)
+	if role == security.RoleJobMaster {
+		opts = append(opts, transport.KeepaliveDialOption()) // a control connection: replaced when stuck
+	}
 	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err

@@ -21,8 +21,8 @@ func (tm *TaskManager) executionReportLocked(t *task) *pb.ExecutionReport {
 		State: t.state, FailureCause: t.cause, SlotIndex: d.GetSlotIndex(),
 		LatestAckedCheckpointId: t.ackedID, LatestCheckpointAck: t.acked,
 	}
-	if c, ok := t.committer.(interface{ Committed() uint64 }); ok {
-		r.CommitsOutput, r.CommittedCheckpointId = true, c.Committed()
+	if t.committer != nil {
+		r.CommitsOutput, r.CommittedCheckpointId = true, t.committer.Committed()
 	}
 	for i, pd := range d.GetProduced() {
 		held := i < len(t.produced) && tm.parts.has(t.produced[i])

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/jmcluster/jmcluster/transport"
 )
@@ -108,6 +110,48 @@ func (p *stallProxy) connections() int {
 	return p.accepted
 }
 
+// TestServersAcceptTheKeepalivePings: a server built with ServerOptions lets a client with
+// KeepaliveDialOption ping on a stream that stays silent (no data either way) for longer than
+// three ping intervals; gRPC's default policy would have closed it with GOAWAY too_many_pings
+// after the third.
+func TestServersAcceptTheKeepalivePings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("keeps a silent stream open for four keepalive intervals (40 s)")
+	}
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(transport.ServerOptions(0)...)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(l.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), transport.KeepaliveDialOption()},
+		transport.DialOptions(0, "test")...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	open := 4*transport.KeepaliveTime + transport.KeepaliveTimeout
+	ctx, cancel := context.WithTimeout(context.Background(), open)
+	defer cancel()
+	// Watch sends the service's status once and then nothing while it does not change.
+	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatalf("first status: %v", err)
+	}
+	started := time.Now()
+	_, err = w.Recv()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("the silent stream ended %v after its first message with %v, want it open until its deadline (%v)",
+			time.Since(started).Round(time.Millisecond), err, open)
+	}
+}
+
 // TestStalledConnectionIsReplaced: a client connection whose server stops answering (its
 // packets dropped, nothing closed) is replaced by a new one within KeepaliveTime +
 // KeepaliveTimeout of its last answer, so calls work again once the network does; without
@@ -116,6 +160,7 @@ func TestStalledConnectionIsReplaced(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for a keepalive timeout (13 s)")
 	}
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +171,7 @@ func TestStalledConnectionIsReplaced(t *testing.T) {
 	t.Cleanup(srv.Stop)
 
 	p := newStallProxy(t, l.Addr().String())
-	conn, err := grpc.NewClient(p.l.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+	conn, err := grpc.NewClient(p.l.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), transport.KeepaliveDialOption()},
 		transport.DialOptions(0, "test")...)...)
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func MessageSize(limit int) int {
 // the message, so an oversized request costs the server no memory. Register the services
 // through Registrar so that replies over the limit are refused naming it.
 //
-// The servers accept the clients' keepalive pings (DialOptions) as often as every
+// The servers accept the clients' keepalive pings (KeepaliveDialOption) as often as every
 // KeepaliveMinTime while a call is open; gRPC's default, one every five minutes, would answer
 // the second with GOAWAY and close a connection that is working.
 func ServerOptions(limit int) []grpc.ServerOption {
@@ -58,16 +58,16 @@ func ServerOptions(limit int) []grpc.ServerOption {
 // processes.
 const ReconnectMaxDelay = time.Second
 
-// Keepalive of every connection between jmcluster processes: a client that has read nothing
-// for KeepaliveTime while a call is open pings the server, and closes the connection when
-// KeepaliveTimeout passes without an answer; the next call dials a new one. Without it a
-// connection whose packets were dropped for a few seconds stays stuck long after the network
-// heals: TCP doubles its retransmission timeout with every retry (to 13 s, then 26 s, after
-// eight seconds of drops), so every call on it times out while a new connection would work
-// at once (jepsen tms-from-leader seed 3: a TaskManager missed three healed windows and
-// reached the leader only 40 s later). A stuck connection is thus replaced at most
-// KeepaliveTime + KeepaliveTimeout after its last answer. KeepaliveTime is gRPC's smallest
-// client ping interval.
+// Keepalive of the control connections between TaskManagers and JobMasters (KeepaliveDialOption):
+// a client that has read nothing for KeepaliveTime while a call is open pings the server, and
+// closes the connection when KeepaliveTimeout passes without an answer; the next call dials a
+// new one. Without it a connection whose packets were dropped for a few seconds stays stuck
+// long after the network heals: TCP doubles its retransmission timeout with every retry (to
+// 13 s, then 26 s, after eight seconds of drops), so every call on it times out while a new
+// connection would work at once (jepsen tms-from-leader seed 3: a TaskManager missed three
+// healed windows and reached the leader only 40 s later). A stuck connection is thus replaced
+// at most KeepaliveTime + KeepaliveTimeout after its last answer. KeepaliveTime is gRPC's
+// smallest client ping interval.
 const (
 	KeepaliveTime    = 10 * time.Second
 	KeepaliveTimeout = 3 * time.Second
@@ -78,8 +78,7 @@ const (
 // DialOptions bound what every call of a client connection sends and receives to limit (0: the
 // default), and turn gRPC's own refusals of an oversized message into MessageTooLargeError
 // naming whose limit it is (who — "TaskManager", "jmnode client", ... — or the server) and the
-// setting. Reconnection backs off to ReconnectMaxDelay at most; a connection that stops
-// answering is replaced (KeepaliveTime).
+// setting. Reconnection backs off to ReconnectMaxDelay at most.
 func DialOptions(limit int, who string) []grpc.DialOption {
 	l := sizeLimit{limit: MessageSize(limit), who: who}
 	return []grpc.DialOption{
@@ -91,11 +90,22 @@ func DialOptions(limit int, who string) []grpc.DialOption {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: ReconnectMaxDelay},
 			MinConnectTimeout: 5 * time.Second,
 		}),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(l.limit), grpc.MaxCallSendMsgSize(l.limit)),
 		grpc.WithChainUnaryInterceptor(l.unaryClient),
 		grpc.WithChainStreamInterceptor(l.streamClient),
 	}
+}
+
+// KeepaliveDialOption is the keepalive of the control connections between TaskManagers and
+// JobMasters, whose calls are short and bounded. gRPC also sets TCP_USER_TIMEOUT to
+// KeepaliveTimeout on the connection's socket, so the kernel aborts it when what it sent stays
+// unacknowledged that long (a partition of a few seconds): the next call dials anew, which is
+// what a control call wants. The data plane (Exchange streams between TaskManagers) and the
+// clients do without: a data stream may be silent for long (a quiet source), a server of an
+// earlier build answers pings on a silent stream with GOAWAY too_many_pings after three (its
+// gRPC default allows one every five minutes), and an aborted data stream fails its tasks.
+func KeepaliveDialOption() grpc.DialOption {
+	return grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout})
 }
 
 // MessageTooLargeError is the refusal of a message over a limit: RESOURCE_EXHAUSTED with the

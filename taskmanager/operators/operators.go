@@ -48,9 +48,13 @@ type Stateful interface {
 // another goroutine). A commit is idempotent: a second commit of the same or an earlier id
 // changes nothing, and a sink restored from a completed checkpoint commits it again at Open,
 // so an announcement lost with a TaskManager or a JobMaster loses no committed output.
+// Committed is the newest checkpoint committed (0: none), never more than the output holds:
+// the TM's report carries it, and a new leader skips announcing the latest completed
+// checkpoint again to a TM whose sinks all committed it.
 type Committer interface {
 	PrepareCommit(id uint64) error
 	CommitCheckpoint(id uint64) error
+	Committed() uint64
 }
 
 // Emit hands a record to the downstream partitions. It blocks under backpressure and returns an
