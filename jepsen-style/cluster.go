@@ -26,6 +26,8 @@ const (
 	PortGossip = 7300
 	PortTMGRPC = 7400
 	PortTMData = 7500
+	// PortPprof is every JM's net/http/pprof (--pprof-addr): the stall watch's goroutine dumps.
+	PortPprof = 7600
 )
 
 // TMHeartbeatInterval is the interval the JMs tell TaskManagers to heartbeat at: jmnode's
@@ -126,7 +128,8 @@ func NewCluster(topo *netns.Topology, jmnode, runDir string, opts ClusterOptions
 			// checkers read each acknowledged job back at the end, and the default retention
 			// (100 terminal jobs) removed hundreds of them in a busy run, which they counted lost.
 			node.Flags = []string{"--report-deadline", reportDeadline.String(), "--fence-timeout", (reportDeadline / 2).String(),
-				"--retain-jobs", "1000000", "--retain-job-age", "24h", "--checkpoint-dir", checkpoints}
+				"--retain-jobs", "1000000", "--retain-job-age", "24h", "--checkpoint-dir", checkpoints,
+				"--pprof-addr", addr(PortPprof)}
 		} else {
 			node.Role, node.Slots = proccluster.TaskManager, 6
 			node.Addrs = proccluster.Addrs{GRPC: addr(PortTMGRPC), Data: addr(PortTMData), Gossip: addr(PortGossip)}

@@ -107,6 +107,11 @@ func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Gen
 			Views: ckViews, Final: finalCheckpoints, AtHeal: sinkAtHeal, End: sinkAtEnd}),
 		checker.CheckpointIDs(ckViews),
 	}
+	r.rep.Stalls = r.stalls.close()
+	writeJSON(filepath.Join(r.dir, "stalls.json"), r.rep.Stalls)
+	if n := len(r.rep.Stalls); n > 0 {
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("%d stall(s) of the leader while clients waited; goroutine dumps in %s/ (report: Stalls)", n, StallDir))
+	}
 	obs := r.monitor.Observations()
 	statuses := r.monitor.JobStatuses()
 	r.rep.Finish(calls, obs, statuses)

@@ -31,6 +31,7 @@ type run struct {
 	streamID string
 	rep      *report.Report
 	actions  []nemesis.Action
+	stalls   *stallWatch
 }
 
 // Run executes one scenario and writes its report into RunsDir/<runid>/. The network and every
@@ -185,6 +186,8 @@ func (r *run) workload(ctx context.Context) (*report.Report, error) {
 	r.rep = &report.Report{RunID: r.cfg.RunID, Scenario: r.cfg.Scenario, Seed: r.cfg.Seed, Failpoints: r.cfg.Failpoints, Start: time.Now()}
 	rec := history.NewRecorder(histFile)
 	r.monitor = client.NewMonitor(r.pool, r.streamID, 0, monFile)
+	r.stalls = r.newStallWatch(rec)
+	r.monitor.OnRound = r.stalls.observe
 	monCtx, stopMon := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	bg.Add(1)

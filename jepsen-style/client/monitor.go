@@ -23,6 +23,7 @@ type Observation struct {
 	RaftState   string    `json:"raft_state,omitempty"`
 	Reconciling bool      `json:"reconciling,omitempty"`
 	Applied     uint64    `json:"applied,omitempty"`
+	Commit      uint64    `json:"commit,omitempty"`
 }
 
 // IsLeader reports whether the observed node said it is the Raft leader.
@@ -36,6 +37,10 @@ type Monitor struct {
 	jobID    string
 	interval time.Duration
 	out      io.Writer
+
+	// OnRound, when set before Run, is called with every round of observations, in the
+	// monitor's goroutine (it must not block: the stall watch hands its dumps to a goroutine).
+	OnRound func(at time.Time, round []Observation)
 
 	mu     sync.Mutex
 	obs    []Observation
@@ -73,6 +78,9 @@ func (m *Monitor) Run(ctx context.Context) {
 // checkpoint-ids checker needs no consistent read.
 func (m *Monitor) Poll(ctx context.Context) []Observation {
 	round := m.Status(ctx)
+	if m.OnRound != nil {
+		m.OnRound(time.Now(), round)
+	}
 	var sample *checker.StatusSample
 	var view *checker.CheckpointView
 	byApplied := append([]Observation(nil), round...)
@@ -127,7 +135,7 @@ func (m *Monitor) Status(ctx context.Context) []Observation {
 				o.Err = err.Error()
 			} else {
 				o.LeaderID, o.Epoch, o.RaftState = resp.GetLeaderId(), resp.GetEpoch(), resp.GetRaftState()
-				o.Reconciling, o.Applied = resp.GetReconciling(), resp.GetAppliedIndex()
+				o.Reconciling, o.Applied, o.Commit = resp.GetReconciling(), resp.GetAppliedIndex(), resp.GetCommitIndex()
 			}
 			out[i] = o
 		}(i, n)

@@ -64,10 +64,11 @@ var ErrUnpaired = errors.New("history: unpaired operation")
 // Recorder appends entries to a JSON-lines writer and keeps them in memory. Safe for
 // concurrent use.
 type Recorder struct {
-	mu  sync.Mutex
-	w   io.Writer
-	ops []Op
-	err error
+	mu   sync.Mutex
+	w    io.Writer
+	ops  []Op
+	err  error
+	open map[int]bool // processes with an invoke not yet completed
 }
 
 // NewRecorder returns a recorder writing to w (nil: memory only).
@@ -78,6 +79,14 @@ func (r *Recorder) Add(op Op) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ops = append(r.ops, op)
+	if r.open == nil {
+		r.open = map[int]bool{}
+	}
+	if op.Type == Invoke {
+		r.open[op.Process] = true
+	} else {
+		delete(r.open, op.Process)
+	}
 	if r.w == nil || r.err != nil {
 		return
 	}
@@ -94,6 +103,13 @@ func (r *Recorder) Ops() []Op {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]Op(nil), r.ops...)
+}
+
+// Open returns how many operations are waiting: invoked and not yet completed.
+func (r *Recorder) Open() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.open)
 }
 
 // Err returns the first write error.

@@ -214,6 +214,10 @@ svg text{font-size:11px;font-family:system-ui,sans-serif}
 <table><tr><th>f</th><th>outcomes</th></tr>{{range $f, $m := .R.OpsByOutcome}}<tr><td>{{$f}}</td><td>{{range $k, $v := $m}}{{$k}}={{$v}} {{end}}</td></tr>{{end}}</table>
 <h2>Elections</h2>
 <table><tr><th>time</th><th>leader</th><th>epoch</th></tr>{{range .R.Elections}}<tr><td>{{clock .Time}}</td><td>{{.Leader}}</td><td>{{.Epoch}}</td></tr>{{end}}</table>
+<h2>Stalls</h2>
+{{if .R.Stalls}}<table><tr><th>leader</th><th>epoch</th><th>commit / applied</th><th>last progress</th><th>detected</th><th>end</th><th>open ops</th><th>dumps</th><th>errors</th></tr>
+{{range .R.Stalls}}<tr class="fail"><td>{{.Leader}}{{if not .LeaderAnswered}} (silent){{end}}</td><td>{{.Epoch}}</td><td>{{.Commit}} / {{.Applied}}</td><td>{{clock .Since}}</td><td>{{clock .Detected}}</td><td>{{if .End.IsZero}}run ended{{else}}{{clock .End}} ({{.EndedBy}}, {{since .Since .End}}){{end}}</td><td>{{.OpenOps}}</td><td>{{range .Dumps}}<a href="{{.}}">{{.}}</a><br>{{end}}</td><td>{{range .Errors}}{{.}}<br>{{end}}</td></tr>
+{{end}}</table>{{else}}<p>None: the leader never stood still for the detector's threshold (10 s) while clients waited.</p>{{end}}
 {{if .R.Notes}}<h2>Notes</h2><ul>{{range .R.Notes}}<li>{{.}}</li>{{end}}</ul>{{end}}
 </body></html>
 `))

@@ -49,6 +49,33 @@ type Window struct {
 	Ms    int64     `json:"ms"`
 }
 
+// Stall is one stall of the leader the suite's stall watch saw (jepsen-style/stall.go): the
+// leader committed or applied nothing for the detector's threshold while clients waited.
+type Stall struct {
+	Leader string `json:"leader"`
+	Epoch  uint64 `json:"epoch"`
+	// Commit and Applied are the leader's indexes when the stall was detected; Since is when
+	// it last made progress (committed and applied).
+	Commit   uint64    `json:"commit"`
+	Applied  uint64    `json:"applied"`
+	Since    time.Time `json:"since"`
+	Detected time.Time `json:"detected"`
+	// End is when the stall ended (zero: it lasted until the run ended), EndedBy why:
+	// "progress", "leader changed" or "run ended".
+	End     time.Time `json:"end,omitempty"`
+	EndedBy string    `json:"ended_by,omitempty"`
+	OpenOps int       `json:"open_ops"`
+	// LeaderAnswered: the leader answered its ClusterStatus when the stall was detected (else
+	// its indexes are those its followers reported).
+	LeaderAnswered bool `json:"leader_answered"`
+	// Seen is every JM's answer in the round that detected the stall.
+	Seen []client.Observation `json:"seen,omitempty"`
+	// Dumps are the goroutine dumps taken, relative to the run directory; Errors the dumps
+	// that could not be taken.
+	Dumps  []string `json:"dumps,omitempty"`
+	Errors []string `json:"errors,omitempty"`
+}
+
 // Report is everything a run produced.
 type Report struct {
 	RunID    string `json:"run_id"`
@@ -74,6 +101,9 @@ type Report struct {
 	Latencies             []Latency              `json:"latencies,omitempty"`
 	Visualization         string                 `json:"linearizability_visualization,omitempty"`
 	Notes                 []string               `json:"notes,omitempty"`
+	// Stalls are the stalls of the leader the stall watch saw (none: the leader never stood
+	// still while clients waited).
+	Stalls []Stall `json:"stalls"`
 }
 
 // Finish fills the derived fields: counts by kind and outcome, validity, elections, job state
