@@ -47,10 +47,19 @@ type placement struct {
 // left out.
 func (t *term) allocate(tasks []deployTask) ([]placement, error) {
 	now := time.Now()
+	// The committed pool is read before t.mu is taken, never under it: code that holds the
+	// state's read lock may take t.mu, and t.mu held while waiting for the read lock behind a
+	// pending Apply deadlocks the leader (the three-way wait of docs/testing.md, "The 110 s
+	// stall": Apply waits for a reader, the reader for t.mu, t.mu's holder for the read lock).
+	usable := t.jm.tms.Usable(t.jm.cfg.HeartbeatTimeout)
+	behindNow := make([]bool, len(usable))
+	for i, tm := range usable {
+		behindNow[i] = t.jm.poolBehind(tm.ID)
+	}
 	var behind []string
 	t.mu.Lock()
-	for _, tm := range t.jm.tms.Usable(t.jm.cfg.HeartbeatTimeout) {
-		if !t.jm.poolBehind(tm.ID) {
+	for i, tm := range usable {
+		if !behindNow[i] {
 			delete(t.behindSince, tm.ID)
 			continue
 		}
