@@ -2,6 +2,7 @@ package jepsen
 
 import (
 	"crypto/x509"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -41,6 +42,12 @@ func TestClusterCommandLines(t *testing.T) {
 		// One checkpoint storage root for every JM and TM: a region restores where it moved.
 		if got := flag(args, "--checkpoint-dir"); got != CheckpointDir(c.runDir) {
 			t.Fatalf("%s: --checkpoint-dir %q, want the run's %s", p.Name, got, CheckpointDir(c.runDir))
+		}
+		// The stall watch dumps every JM's goroutines from its pprof port, on its own address.
+		if strings.HasPrefix(p.Name, "jm") {
+			if got, want := flag(args, "--pprof-addr"), fmt.Sprintf("%s:%d", topo.IP(p.Name), PortPprof); got != want {
+				t.Fatalf("%s: --pprof-addr %q, want %s", p.Name, got, want)
+			}
 		}
 	}
 	jm2 := c.procs.Proc("jm2").Args()
