@@ -48,6 +48,15 @@ type TaskManager struct {
 	// CallFailedAt is when a call of the leader to the TM last failed, or its connection to the
 	// TM broke (a reason to probe it).
 	CallFailedAt time.Time
+	// Registered is set once the TM registered with this leader in its current term (cleared
+	// when a term begins): only a registered TM is given work and has its slots counted, and
+	// only its heartbeats are accepted. A TM known by gossip alone, or that registered with an
+	// earlier leader, is not.
+	Registered bool
+	// Refused is the leader's last refusal of the TM's registration (its reason, without the
+	// "register: " prefix), RefusedAt when; a successful registration clears it.
+	Refused   string
+	RefusedAt time.Time
 	// replaced are earlier incarnations, newest last (at most maxReplaced): news of them
 	// (gossip, a late registration) is about a process that is gone.
 	replaced []string
@@ -81,7 +90,7 @@ func newRegistry(log hclog.Logger, timeout time.Duration, maxMsg int) *Registry 
 	return &Registry{log: log.Named("registry"), timeout: timeout, maxMsg: maxMsg, tms: map[string]*TaskManager{}, conns: map[string]*grpc.ClientConn{}}
 }
 
-// Upsert records a TM's addresses; seen marks a direct contact (registration or heartbeat).
+// Upsert records a TM's addresses; seen marks a registration with this leader (Register).
 func (r *Registry) Upsert(id, grpcAddr, dataAddr string, slots int32, seen bool) *TaskManager {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -102,6 +111,7 @@ func (r *Registry) Upsert(id, grpcAddr, dataAddr string, slots int32, seen bool)
 	if seen {
 		tm.LastSeen = time.Now()
 		tm.Lost = false
+		tm.Registered = true
 		r.contactLocked(tm)
 	}
 	return tm
@@ -163,11 +173,13 @@ func (r *Registry) Register(id, incarnation, grpcAddr, dataAddr string, slots in
 	}
 	r.mu.Unlock()
 	tm = r.Upsert(id, grpcAddr, dataAddr, slots, true)
+	r.mu.Lock()
 	if incarnation != "" {
-		r.mu.Lock()
 		tm.Incarnation = incarnation
-		r.mu.Unlock()
 	}
+	tm.Registered = true
+	tm.Refused, tm.RefusedAt = "", time.Time{}
+	r.mu.Unlock()
 	if previous != "" {
 		r.log.Info("task manager restarted", "tm", id, "incarnation", incarnation, "previous", previous)
 	}
@@ -233,7 +245,7 @@ func (r *Registry) TouchOf(id, incarnation string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	tm := r.tms[id]
-	if tm == nil || tm.GRPCAddr == "" {
+	if tm == nil || tm.GRPCAddr == "" || !tm.Registered {
 		return false
 	}
 	if incarnation != "" && tm.Incarnation != "" && incarnation != tm.Incarnation {
@@ -243,6 +255,34 @@ func (r *Registry) TouchOf(id, incarnation string) bool {
 	tm.Lost = false
 	r.contactLocked(tm)
 	return true
+}
+
+// BeginTerm forgets every registration: a new term's leader gives work only to the TMs that
+// register with it (their heartbeats answer unknown_task_manager until they do).
+func (r *Registry) BeginTerm() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, tm := range r.tms {
+		tm.Registered = false
+	}
+}
+
+// Refuse records that the leader refused a TM's registration (reason, now), creating its
+// entry when only the refused request named it; it reports whether the reason is new for the
+// TM (the caller logs it once). The TM stays unregistered: a refused TM is given no work. An
+// entry made here has no address: the refused request's word is not used to call anyone.
+func (r *Registry) Refuse(id, reason string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tm := r.tms[id]
+	if tm == nil {
+		tm = &TaskManager{ID: id}
+		r.tms[id] = tm
+	}
+	fresh := tm.Refused != reason
+	tm.Refused, tm.RefusedAt = reason, time.Now()
+	tm.Registered = false
+	return fresh
 }
 
 // MarkLost flags a TM as lost and reports whether it was not already.
@@ -280,13 +320,14 @@ func (r *Registry) List() []TaskManager {
 	return out
 }
 
-// Usable returns the TMs a new attempt may be placed on: known address, not lost, not proven
-// dead, not dead by gossip, and seen directly within maxSilence.
+// Usable returns the TMs a new attempt may be placed on: registered with this leader in its
+// term, known address, not lost, not proven dead, not dead by gossip, and seen directly within
+// maxSilence.
 func (r *Registry) Usable(maxSilence time.Duration) []TaskManager {
 	now := time.Now()
 	var out []TaskManager
 	for _, tm := range r.List() {
-		if tm.Lost || tm.Dead != "" || tm.GRPCAddr == "" || tm.Slots <= 0 || tm.GoneByGossip() {
+		if !tm.Registered || tm.Lost || tm.Dead != "" || tm.GRPCAddr == "" || tm.Slots <= 0 || tm.GoneByGossip() {
 			continue
 		}
 		if tm.LastSeen.IsZero() || now.Sub(tm.LastSeen) > maxSilence {

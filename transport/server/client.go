@@ -8,6 +8,7 @@ import (
 	"context"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -265,6 +266,10 @@ func (m metricsState) Node() (string, bool, uint64, bool, uint64, uint64) {
 	return d.Node.ID(), active, d.State.Epoch().GetEpoch(), active && d.JM.Reconciling(), d.Node.AppliedIndex(), d.Node.CommitIndex()
 }
 
+// RefusedState starts the state of a TaskManager whose registration the leader refused; the
+// reason follows ("refused: slots must be in [1, 1024], got 1025").
+const RefusedState = "refused: "
+
 // taskManagerStates are the TaskManagers gossip and (on the leader) the registry know, with
 // their addresses, slots and state; not their slots in use.
 func taskManagerStates(d Deps) map[string]*pb.TaskManagerInfo {
@@ -289,8 +294,17 @@ func taskManagerStates(d Deps) map[string]*pb.TaskManagerInfo {
 				info = &pb.TaskManagerInfo{Id: tm.ID, State: "registered"}
 				byID[tm.ID] = info
 			}
-			info.GrpcAddress, info.DataAddress, info.Slots = tm.GRPCAddr, tm.DataAddr, tm.Slots
-			if tm.Lost {
+			if tm.GRPCAddr != "" {
+				info.GrpcAddress, info.DataAddress = tm.GRPCAddr, tm.DataAddr
+			}
+			if tm.Slots > 0 {
+				info.Slots = tm.Slots
+			}
+			switch {
+			case tm.Refused != "":
+				// Its registration was refused: it gets no work, and this says why.
+				info.State = RefusedState + tm.Refused
+			case tm.Lost:
 				info.State = "lost"
 			}
 		}
@@ -303,7 +317,11 @@ func taskManagerStates(d Deps) map[string]*pb.TaskManagerInfo {
 func (m metricsState) TaskManagers() map[string]int {
 	out := map[string]int{}
 	for _, tm := range taskManagerStates(*m.d) {
-		out[tm.State]++
+		state := tm.State
+		if strings.HasPrefix(state, RefusedState) {
+			state = "refused" // one series, whatever the reason
+		}
+		out[state]++
 	}
 	return out
 }
