@@ -33,6 +33,18 @@ func runStatus(args []string) error {
 		fmt.Printf("NOT ESTABLISHED: %s\n  the replicated state was lost; bring it back with: jmnode snapshot restore FILE\n", resp.StateBehind)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
+	// The JobMasters: gossip's state, or "unreachable" once the leader's Raft has not heard
+	// from a voter for two heartbeat timeouts.
+	fmt.Fprintln(w, "JOBMASTER\tRAFT\tGRPC\tROLE\tSTATE")
+	for _, p := range resp.Peers {
+		role := p.Suffrage
+		if p.Leader {
+			role = "leader"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.Id, p.Address, orDash(p.GrpcAddress), role, orDash(p.State))
+	}
+	_ = w.Flush()
+	w = tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
 	fmt.Fprintln(w, "TASKMANAGER\tGRPC\tDATA\tSLOTS\tUSED\tSTATE")
 	for _, tm := range resp.TaskManagers {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", tm.Id, tm.GrpcAddress, tm.DataAddress, tm.Slots, tm.SlotsUsed, tm.State)

@@ -192,6 +192,15 @@ func ClusterStatus(d Deps) *pb.ClusterStatusResponse {
 			p.State = states[p.Id]
 		}
 	}
+	// A voter the leader's Raft has not heard from for two heartbeat timeouts is unreachable,
+	// whatever gossip still says (its suspicion takes seconds more to end).
+	for id := range d.Node.UnreachablePeers() {
+		for _, p := range out.Peers {
+			if p.Id == id && p.State != "dead" && p.State != "left" {
+				p.State = "unreachable"
+			}
+		}
+	}
 	out.StateBehind = d.Node.Behind()
 	recs := d.State.Reconciliations()
 	for _, r := range recs {
