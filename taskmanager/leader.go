@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
