@@ -16,6 +16,7 @@ import (
 type peerContacts struct {
 	mu      sync.Mutex
 	failing map[string]time.Time // peer id -> its last contact, while its heartbeats fail
+	leader  string               // the last leader Raft named (raft.LeaderObservation)
 }
 
 // observe records one observation; it reports whether the observation was one of ours.
@@ -30,6 +31,10 @@ func (p *peerContacts) observe(o raft.Observation) bool {
 		p.failing[string(d.PeerID)] = d.LastContact
 	case raft.ResumedHeartbeatObservation:
 		delete(p.failing, string(d.PeerID))
+	case raft.LeaderObservation:
+		if d.LeaderID != "" {
+			p.leader = string(d.LeaderID)
+		}
 	default:
 		return false
 	}
@@ -65,7 +70,7 @@ func (n *Node) watchPeers() {
 	ch := make(chan raft.Observation, 64)
 	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
-		case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
+		case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation, raft.LeaderObservation:
 			return true
 		}
 		return false
@@ -90,4 +95,19 @@ func (n *Node) UnreachablePeers() map[string]time.Time {
 		return nil
 	}
 	return n.peers.unreachable(time.Now(), 2*n.cfg.HeartbeatTimeout)
+}
+
+// SilentLeader returns, on a follower, the last leader its Raft knew when it has not heard from
+// it for two heartbeat timeouts (a killed leader, before a new one is elected), or "".
+func (n *Node) SilentLeader() string {
+	if n.raft.State() == raft.Leader {
+		return ""
+	}
+	n.peers.mu.Lock()
+	id := n.peers.leader
+	n.peers.mu.Unlock()
+	if id == "" || id == n.cfg.ID || time.Since(n.raft.LastContact()) <= 2*n.cfg.HeartbeatTimeout {
+		return ""
+	}
+	return id
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
+	"github.com/jmcluster/jmcluster/transport/server"
 )
 
 func runStatus(args []string) error {
@@ -24,6 +25,7 @@ func runStatus(args []string) error {
 	if err != nil {
 		return err
 	}
+	markUnreachableByLeader(cf, resp)
 	if *cf.json {
 		return printJSON(resp)
 	}
@@ -69,4 +71,32 @@ func recCounts(c *pb.ReconciliationCounts) string {
 	}
 	return fmt.Sprintf("%d executions: %d kept running, %d finished, %d failed, %d canceled, %d missing; cancelled %d unknown, %d stale, %d duplicate; %d rejected; %d reports, %d TMs missing",
 		c.Executions, c.KeptRunning, c.Finished, c.Failed, c.Canceled, c.Missing, c.CancelledUnknown, c.CancelledStale, c.CancelledDuplicate, c.Rejected, c.Reports, c.TmsMissing)
+}
+
+// markUnreachableByLeader: only the leader's Raft knows which voters it has not heard from (a
+// kill -9'ed JobMaster is "unreachable" there within two heartbeat timeouts, while gossip still
+// says alive); a follower's answer takes those states from the leader, asked once. Not
+// answered, the follower's (gossip's) states stand.
+func markUnreachableByLeader(cf cliFlags, resp *pb.ClusterStatusResponse) {
+	if resp.RaftState == "Leader" || resp.LeaderGrpcAddress == "" {
+		return
+	}
+	c, err := dialAs(cf, resp.LeaderGrpcAddress)
+	if err != nil {
+		return
+	}
+	defer c.cc.Close()
+	lead, err := askOnce(c, func(ctx context.Context) (*pb.ClusterStatusResponse, error) {
+		return c.client().ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+	})
+	if err != nil {
+		return
+	}
+	for _, lp := range lead.Peers {
+		for _, p := range resp.Peers {
+			if p.Id == lp.Id && lp.State == server.PeerUnreachable {
+				p.State = lp.State
+			}
+		}
+	}
 }

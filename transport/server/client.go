@@ -194,13 +194,16 @@ func ClusterStatus(d Deps) *pb.ClusterStatusResponse {
 	}
 	// A voter the leader's Raft has not heard from for two heartbeat timeouts is unreachable,
 	// whatever gossip still says (its suspicion takes seconds more to end).
+	// On a follower, the leader it has not heard from for as long (a killed leader, before the
+	// next is elected).
+	ids := map[string]bool{}
 	for id := range d.Node.UnreachablePeers() {
-		for _, p := range out.Peers {
-			if p.Id == id && p.State != "dead" && p.State != "left" {
-				p.State = "unreachable"
-			}
-		}
+		ids[id] = true
 	}
+	if id := d.Node.SilentLeader(); id != "" {
+		ids[id] = true
+	}
+	markUnreachable(out.Peers, ids)
 	out.StateBehind = d.Node.Behind()
 	recs := d.State.Reconciliations()
 	for _, r := range recs {
@@ -217,6 +220,48 @@ func ClusterStatus(d Deps) *pb.ClusterStatusResponse {
 	out.Reconciliations = recs
 	out.TaskManagers = taskManagers(d)
 	return out
+}
+
+// ClusterView is ClusterStatus for the views of people (the REST view and the web UI): on a
+// follower it also marks unreachable the voters the leader's Raft marks so (only the leader
+// heartbeats its followers), asked with a short timeout; unanswered, the view keeps gossip's
+// states.
+func ClusterView(ctx context.Context, d Deps) *pb.ClusterStatusResponse {
+	out := ClusterStatus(d)
+	if d.Node.IsLeader() {
+		return out
+	}
+	unreachable := map[string]bool{}
+	if out.LeaderGrpcAddress != "" {
+		ctx, cancel := context.WithTimeout(ctx, leaderViewTimeout)
+		defer cancel()
+		if cc, _, err := d.Node.LeaderConn(ctx); err == nil {
+			if resp, err := pb.NewClientServiceClient(cc).ClusterStatus(ctx, &pb.ClusterStatusRequest{}); err == nil {
+				for _, p := range resp.Peers {
+					if p.State == PeerUnreachable {
+						unreachable[p.Id] = true
+					}
+				}
+			}
+		}
+	}
+	markUnreachable(out.Peers, unreachable)
+	return out
+}
+
+// leaderViewTimeout bounds a follower's question to the leader for its view of the peers.
+const leaderViewTimeout = 500 * time.Millisecond
+
+// PeerUnreachable is the state of a voter Raft has not heard from for two heartbeat timeouts.
+const PeerUnreachable = "unreachable"
+
+// markUnreachable sets the state of the peers named (unless gossip already says dead or left).
+func markUnreachable(peers []*pb.RaftPeer, ids map[string]bool) {
+	for _, p := range peers {
+		if ids[p.Id] && p.State != "dead" && p.State != "left" {
+			p.State = PeerUnreachable
+		}
+	}
 }
 
 func taskManagers(d Deps) []*pb.TaskManagerInfo {
