@@ -53,10 +53,6 @@ type TaskManager struct {
 	// only its heartbeats are accepted. A TM known by gossip alone, or that registered with an
 	// earlier leader, is not.
 	Registered bool
-	// Refused is the leader's last refusal of the TM's registration (its reason, without the
-	// "register: " prefix), RefusedAt when; a successful registration clears it.
-	Refused   string
-	RefusedAt time.Time
 	// replaced are earlier incarnations, newest last (at most maxReplaced): news of them
 	// (gossip, a late registration) is about a process that is gone.
 	replaced []string
@@ -84,7 +80,21 @@ type Registry struct {
 	mu    sync.Mutex
 	tms   map[string]*TaskManager
 	conns map[string]*grpc.ClientConn // by address
+	// refused: the last refusal of each TM id's registration, until it registers (at most
+	// maxRefused, the oldest dropped first). Apart from tms: a refused request adds nothing
+	// to what the leader may call or place on.
+	refused map[string]Refusal
 }
+
+// Refusal is the leader's last refusal of a TM's registration: its reason (without the
+// "register: " prefix) and when.
+type Refusal struct {
+	Reason string
+	At     time.Time
+}
+
+// maxRefused bounds the refusals remembered (a client making up ids cannot grow the registry).
+const maxRefused = 256
 
 func newRegistry(log hclog.Logger, timeout time.Duration, maxMsg int) *Registry {
 	return &Registry{log: log.Named("registry"), timeout: timeout, maxMsg: maxMsg, tms: map[string]*TaskManager{}, conns: map[string]*grpc.ClientConn{}}
@@ -178,7 +188,7 @@ func (r *Registry) Register(id, incarnation, grpcAddr, dataAddr string, slots in
 		tm.Incarnation = incarnation
 	}
 	tm.Registered = true
-	tm.Refused, tm.RefusedAt = "", time.Time{}
+	delete(r.refused, id)
 	r.mu.Unlock()
 	if previous != "" {
 		r.log.Info("task manager restarted", "tm", id, "incarnation", incarnation, "previous", previous)
@@ -267,22 +277,41 @@ func (r *Registry) BeginTerm() {
 	}
 }
 
-// Refuse records that the leader refused a TM's registration (reason, now), creating its
-// entry when only the refused request named it; it reports whether the reason is new for the
-// TM (the caller logs it once). The TM stays unregistered: a refused TM is given no work. An
-// entry made here has no address: the refused request's word is not used to call anyone.
+// Refuse records that the leader refused a TM's registration (reason, now) and unregisters
+// the TM if it was registered: a refused TM is given no work. It reports whether the reason is
+// new for the id (the caller logs it once).
 func (r *Registry) Refuse(id, reason string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	tm := r.tms[id]
-	if tm == nil {
-		tm = &TaskManager{ID: id}
-		r.tms[id] = tm
+	if tm := r.tms[id]; tm != nil {
+		tm.Registered = false
 	}
-	fresh := tm.Refused != reason
-	tm.Refused, tm.RefusedAt = reason, time.Now()
-	tm.Registered = false
-	return fresh
+	if r.refused == nil {
+		r.refused = map[string]Refusal{}
+	}
+	prev, known := r.refused[id]
+	if !known && len(r.refused) >= maxRefused {
+		oldest := ""
+		for k, v := range r.refused {
+			if oldest == "" || v.At.Before(r.refused[oldest].At) {
+				oldest = k
+			}
+		}
+		delete(r.refused, oldest)
+	}
+	r.refused[id] = Refusal{Reason: reason, At: time.Now()}
+	return !known || prev.Reason != reason
+}
+
+// Refused returns the refusals of the ids that have not registered since, by id.
+func (r *Registry) Refused() map[string]Refusal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]Refusal, len(r.refused))
+	for k, v := range r.refused {
+		out[k] = v
+	}
+	return out
 }
 
 // MarkLost flags a TM as lost and reports whether it was not already.

@@ -354,13 +354,18 @@ func taskManagerStates(d Deps) map[string]*pb.TaskManagerInfo {
 			if tm.Slots > 0 {
 				info.Slots = tm.Slots
 			}
-			switch {
-			case tm.Refused != "":
-				// Its registration was refused: it gets no work, and this says why.
-				info.State = RefusedState + tm.Refused
-			case tm.Lost:
+			if tm.Lost {
 				info.State = "lost"
 			}
+		}
+		// A refused registration: the TM gets no work, and this says why.
+		for id, r := range d.JM.Registry().Refused() {
+			info := byID[id]
+			if info == nil {
+				info = &pb.TaskManagerInfo{Id: id}
+				byID[id] = info
+			}
+			info.State = RefusedState + r.Reason
 		}
 	}
 	return byID
