@@ -75,8 +75,9 @@ func recCounts(c *pb.ReconciliationCounts) string {
 
 // markUnreachableByLeader: only the leader's Raft knows which voters it has not heard from (a
 // kill -9'ed JobMaster is "unreachable" there within two heartbeat timeouts, while gossip still
-// says alive); a follower's answer takes those states from the leader, asked once. Not
-// answered, the follower's (gossip's) states stand.
+// says alive), and only the leader which TaskManagers it refused; a follower's answer takes
+// those states from the leader, asked once. Not answered, the follower's (gossip's) states
+// stand.
 func markUnreachableByLeader(cf cliFlags, resp *pb.ClusterStatusResponse) {
 	if resp.RaftState == "Leader" || resp.LeaderGrpcAddress == "" {
 		return
@@ -92,11 +93,5 @@ func markUnreachableByLeader(cf cliFlags, resp *pb.ClusterStatusResponse) {
 	if err != nil {
 		return
 	}
-	for _, lp := range lead.Peers {
-		for _, p := range resp.Peers {
-			if p.Id == lp.Id && lp.State == server.PeerUnreachable {
-				p.State = lp.State
-			}
-		}
-	}
+	server.TakeLeaderVerdicts(resp, lead)
 }

@@ -223,30 +223,51 @@ func ClusterStatus(d Deps) *pb.ClusterStatusResponse {
 }
 
 // ClusterView is ClusterStatus for the views of people (the REST view and the web UI): on a
-// follower it also marks unreachable the voters the leader's Raft marks so (only the leader
-// heartbeats its followers), asked with a short timeout; unanswered, the view keeps gossip's
-// states.
+// follower it also takes the leader's verdicts (TakeLeaderVerdicts: the voters the leader's Raft
+// marks unreachable, as only the leader heartbeats its followers, and the TaskManagers it
+// refused), asked with a short timeout; unanswered, the view keeps gossip's states.
 func ClusterView(ctx context.Context, d Deps) *pb.ClusterStatusResponse {
 	out := ClusterStatus(d)
 	if d.Node.IsLeader() {
 		return out
 	}
-	unreachable := map[string]bool{}
 	if out.LeaderGrpcAddress != "" {
 		ctx, cancel := context.WithTimeout(ctx, leaderViewTimeout)
 		defer cancel()
 		if cc, _, err := d.Node.LeaderConn(ctx); err == nil {
 			if resp, err := pb.NewClientServiceClient(cc).ClusterStatus(ctx, &pb.ClusterStatusRequest{}); err == nil {
-				for _, p := range resp.Peers {
-					if p.State == PeerUnreachable {
-						unreachable[p.Id] = true
-					}
-				}
+				TakeLeaderVerdicts(out, resp)
 			}
 		}
 	}
-	markUnreachable(out.Peers, unreachable)
 	return out
+}
+
+// TakeLeaderVerdicts copies into a follower's status what only the leader knows: the voters its
+// Raft marks unreachable and the TaskManagers whose registration it refused.
+func TakeLeaderVerdicts(out, leader *pb.ClusterStatusResponse) {
+	unreachable := map[string]bool{}
+	for _, p := range leader.Peers {
+		if p.State == PeerUnreachable {
+			unreachable[p.Id] = true
+		}
+	}
+	markUnreachable(out.Peers, unreachable)
+	for _, lt := range leader.TaskManagers {
+		if !strings.HasPrefix(lt.State, RefusedState) {
+			continue
+		}
+		found := false
+		for _, t := range out.TaskManagers {
+			if t.Id == lt.Id {
+				t.State, found = lt.State, true
+			}
+		}
+		if !found {
+			out.TaskManagers = append(out.TaskManagers, lt)
+		}
+	}
+	sort.Slice(out.TaskManagers, func(i, j int) bool { return out.TaskManagers[i].Id < out.TaskManagers[j].Id })
 }
 
 // leaderViewTimeout bounds a follower's question to the leader for its view of the peers.
