@@ -222,3 +222,43 @@ func TestGossipOnlyTaskManagerGetsNoWork(t *testing.T) {
 		t.Fatalf("tm-ghost was sent %d submissions", n)
 	}
 }
+
+// TestKilledFollowerShownUnreachableByRaft: a follower killed is shown "unreachable" in the
+// leader's ClusterStatus once its Raft has not heard from it for two heartbeat timeouts (the
+// test cluster's Raft heartbeat timeout is 200 ms; gossip may still say alive), and "up" again
+// once it is back.
+func TestKilledFollowerShownUnreachableByRaft(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 3})
+	l := c.Leader()
+	f := c.Follower()
+	stateOf := func(id string) string {
+		st, err := c.Client(l).ClusterStatus(context.Background(), &pb.ClusterStatusRequest{})
+		if err != nil {
+			return err.Error()
+		}
+		for _, p := range st.Peers {
+			if p.Id == id {
+				return p.State
+			}
+		}
+		return "not listed"
+	}
+	if s := stateOf(f.ID); s == server.PeerUnreachable {
+		t.Fatalf("a live follower shown %s", s)
+	}
+	c.KillJM(f)
+	killed := time.Now()
+	testcluster.WaitFor(t, 10*time.Second, f.ID+" unreachable in the leader's view", func() (bool, string) {
+		s := stateOf(f.ID)
+		return s == server.PeerUnreachable || s == "dead", s
+	})
+	t.Logf("%s shown %s %v after the kill", f.ID, stateOf(f.ID), time.Since(killed).Round(time.Millisecond))
+	if took := time.Since(killed); took > 3*time.Second {
+		t.Errorf("shown unreachable %v after the kill", took)
+	}
+	c.StartJM(f)
+	testcluster.WaitFor(t, 20*time.Second, f.ID+" reachable again", func() (bool, string) {
+		s := stateOf(f.ID)
+		return s != server.PeerUnreachable && s != "dead" && s != "", s
+	})
+}

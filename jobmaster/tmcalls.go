@@ -54,7 +54,11 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 	}
 	previous, err := jm.tms.Register(req.TmId, req.Incarnation, req.GrpcAddress, req.DataAddress, req.Slots)
 	if err != nil {
-		return nil, jm.refuseRegistration(req, "replaced_incarnation", err)
+		// Not recorded for the id: a newer process of it is registered and working.
+		if in, ok := jm.cfg.Instruments.(registrationRefusals); ok {
+			in.RegistrationRefused("replaced_incarnation")
+		}
+		return nil, err
 	}
 	jm.tms.SetProtocol(req.TmId, req.ProtocolVersion)
 	jm.log.Info("task manager registered", "tm", req.TmId, "grpc", req.GrpcAddress, "slots", req.Slots, "incarnation", req.Incarnation)
@@ -84,17 +88,18 @@ type registrationRefusals interface{ RegistrationRefused(kind string) }
 // refuseRegistration makes a refusal of a TM's registration visible and returns err: it is
 // recorded in the registry for the TM (shown by tm list, status, the REST view and the UI as
 // "refused: <reason>"), counted, and logged at ERROR once per TM and distinct reason (the TM
-// retries every heartbeat interval). A request without a TM id is only counted and logged.
+// retries every heartbeat interval). A request without a TM id is only counted (and logged at
+// debug: it names nobody to tell).
 func (jm *JobMaster) refuseRegistration(req *pb.RegisterTaskManagerRequest, kind string, err error) error {
 	reason := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "register: "), "register "+req.TmId+": ")
-	fresh := true
-	if req.TmId != "" {
-		fresh = jm.tms.Refuse(req.TmId, reason)
-	}
 	if in, ok := jm.cfg.Instruments.(registrationRefusals); ok {
 		in.RegistrationRefused(kind)
 	}
-	if fresh {
+	if req.TmId == "" {
+		jm.log.Debug("refused a registration without a TaskManager id", "grpc", req.GrpcAddress, "reason", reason)
+		return err
+	}
+	if jm.tms.Refuse(req.TmId, reason) {
 		jm.log.Error("refused a TaskManager's registration: it gets no work until it registers", "tm", req.TmId, "grpc", req.GrpcAddress, "slots", req.Slots, "reason", reason)
 	}
 	return err

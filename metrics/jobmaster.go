@@ -67,7 +67,7 @@ func NewJobMaster(st JobMasterState) *JobMaster {
 		RegionRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "region_restarts_total",
 			Help: "Failover regions deployed again by this leader, by cause: failure (counted by the restart strategy) or moved (cancelled and moved: a drain)."}, []string{"cause"}),
 		RegistrationsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "tm_registrations_refused_total",
-			Help: "TaskManager registrations this leader refused, by kind: invalid_argument (slots, addresses), protocol (an unsupported protocol version), replaced_incarnation. A refused TaskManager gets no work; jmnode tm list shows why."}, []string{"kind"}),
+			Help: "TaskManager registrations this leader refused, by kind: invalid_argument (slots, addresses), protocol (an unsupported protocol version), replaced_incarnation (an earlier process of a TaskManager id registered since). A refused TaskManager gets no work; jmnode tm list shows why."}, []string{"kind"}),
 	}
 	m.reg.MustRegister(m.ReconcileDuration, m.ReconcilePhase, m.ReportLatency, m.CommitLatency, m.RPCDuration, m.RPCRefused,
 		m.Reconciliations, m.Reconciled, m.RegionRestarts, m.RegistrationsRefused, &jobMasterGauges{st: st})
