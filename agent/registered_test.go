@@ -223,9 +223,9 @@ func TestGossipOnlyTaskManagerGetsNoWork(t *testing.T) {
 	}
 }
 
-// TestKilledFollowerShownUnreachableByRaft: a follower killed is shown "unreachable" in the
-// leader's ClusterStatus once its Raft has not heard from it for two heartbeat timeouts (the
-// test cluster's Raft heartbeat timeout is 200 ms; gossip may still say alive), and "up" again
+// TestKilledFollowerShownUnreachableByRaft: a follower killed is unreachable by the leader's
+// Raft (its heartbeats fail and it has not been heard from for two heartbeat timeouts) and shown
+// so in the leader's ClusterStatus (or dead, if gossip got there first), and reachable again
 // once it is back.
 func TestKilledFollowerShownUnreachableByRaft(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{JMs: 3})
@@ -248,13 +248,22 @@ func TestKilledFollowerShownUnreachableByRaft(t *testing.T) {
 	}
 	c.KillJM(f)
 	killed := time.Now()
-	testcluster.WaitFor(t, 10*time.Second, f.ID+" unreachable in the leader's view", func() (bool, string) {
-		s := stateOf(f.ID)
-		return s == server.PeerUnreachable || s == "dead", s
+	// Raft's verdict, whatever gossip says (the test profile's gossip is fast too).
+	testcluster.WaitFor(t, 10*time.Second, f.ID+" unreachable by the leader's Raft", func() (bool, string) {
+		u := l.A.Node.UnreachablePeers()
+		_, ok := u[f.ID]
+		return ok, fmt.Sprintf("unreachable %v", u)
 	})
-	t.Logf("%s shown %s %v after the kill", f.ID, stateOf(f.ID), time.Since(killed).Round(time.Millisecond))
-	if took := time.Since(killed); took > 3*time.Second {
-		t.Errorf("shown unreachable %v after the kill", took)
+	took := time.Since(killed)
+	t.Logf("%s unreachable by Raft %v after the kill", f.ID, took.Round(time.Millisecond))
+	// An in-process kill cuts the replica off silently (no connection reset, as a hung
+	// process): the leader's heartbeat to it fails on its deadline (about 2 s here), not at
+	// once as after a kill -9, whose port refuses (the browser test: within 3 s, measured 1.6 s).
+	if took > 5*time.Second {
+		t.Errorf("unreachable %v after the kill", took)
+	}
+	if s := stateOf(f.ID); s != server.PeerUnreachable && s != "dead" {
+		t.Errorf("the leader's ClusterStatus shows %s as %q", f.ID, s)
 	}
 	c.StartJM(f)
 	testcluster.WaitFor(t, 20*time.Second, f.ID+" reachable again", func() (bool, string) {
