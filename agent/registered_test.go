@@ -17,6 +17,7 @@ import (
 	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/membership"
+	"github.com/jmcluster/jmcluster/reconcile"
 	"github.com/jmcluster/jmcluster/taskmanager"
 	"github.com/jmcluster/jmcluster/transport/pb"
 	"github.com/jmcluster/jmcluster/transport/server"
@@ -199,6 +200,24 @@ func TestGossipOnlyTaskManagerGetsNoWork(t *testing.T) {
 		t.Fatal("no new leader")
 	}
 	c.WaitTMs(1)
+	// The new leader's reconciliation asked tm-ghost too (it has an address) and got no report:
+	// it holds nothing and never registered, which its record says (the UI shows "not yet
+	// registered", not "dead").
+	epoch := l.A.JM.Epoch()
+	testcluster.WaitFor(t, 10*time.Second, "the reconciliation record names tm-ghost not yet registered", func() (bool, string) {
+		for _, r := range l.A.State.Reconciliations() {
+			if r.Epoch != epoch {
+				continue
+			}
+			for _, rep := range r.Reports {
+				if rep.TmId == "tm-ghost" {
+					return rep.Detail == reconcile.NotRegisteredDetail, fmt.Sprintf("%s: %s", rep.Outcome, rep.Detail)
+				}
+			}
+			return false, fmt.Sprintf("epoch %d %s, reports %v", r.Epoch, r.Outcome, r.Reports)
+		}
+		return false, "no record"
+	})
 	// Its heartbeat: unknown, register first.
 	resp, err := pb.NewJobMasterServiceClient(c.Conn(l.GRPCAddr)).Heartbeat(context.Background(), &pb.HeartbeatRequest{TmId: "tm-ghost", Incarnation: "ghost"})
 	if err != nil || !resp.GetUnknownTaskManager() {
