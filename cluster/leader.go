@@ -51,6 +51,7 @@ func (n *Node) monitorLeadership() {
 				continue
 			}
 			n.logger.Info("cluster leadership acquired")
+			n.peers.reset()
 			// Raft's last contact is the previous leader's until this node leads.
 			n.prevContact.Store(n.raft.LastContact().UnixNano())
 			ctx, cancel := context.WithCancel(n.ctx)

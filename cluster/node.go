@@ -96,6 +96,9 @@ type Node struct {
 	refusedEpoch atomic.Uint64          // the highest epoch named by a STALE_EPOCH refusal
 
 	fwd forwarder
+
+	// peers: the voters this node's Raft, while it leads, fails to heartbeat (peercontact.go).
+	peers peerContacts
 }
 
 // NewNode opens the stores in cfg.DataDir, binds the Raft transport and starts Raft. The
@@ -194,6 +197,8 @@ func NewNode(cfg Config, sm StateMachine, hooks LeaderHooks) (n *Node, err error
 			n.grpcAddrs[p.ID] = p.GRPCAddr
 		}
 	}
+	n.wg.Add(1)
+	go n.watchPeers()
 	logger.Info("raft started", "tls", cfg.TLS != nil, "raft_addr", n.raftAddr, "grpc_addr", cfg.GRPCAddr, "data_dir", cfg.DataDir)
 	return n, nil
 }

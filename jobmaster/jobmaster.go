@@ -316,6 +316,9 @@ func (jm *JobMaster) Reconciling() bool { return jm.Active() && !jm.gateOpen.Loa
 // error makes the node step down.
 func (jm *JobMaster) EstablishLeadership(ctx context.Context, epoch uint64) error {
 	jm.gateOpen.Store(false)
+	// Work goes only to the TMs that register with this term (they do as soon as their
+	// heartbeat is answered unknown_task_manager, or the new leader reaches them).
+	jm.tms.BeginTerm()
 	t := newTerm(ctx, jm, epoch)
 	jm.mu.Lock()
 	if jm.closed {

@@ -48,6 +48,11 @@ type TaskManager struct {
 	// CallFailedAt is when a call of the leader to the TM last failed, or its connection to the
 	// TM broke (a reason to probe it).
 	CallFailedAt time.Time
+	// Registered is set once the TM registered with this leader in its current term (cleared
+	// when a term begins): only a registered TM is given work and has its slots counted, and
+	// only its heartbeats are accepted. A TM known by gossip alone, or that registered with an
+	// earlier leader, is not.
+	Registered bool
 	// replaced are earlier incarnations, newest last (at most maxReplaced): news of them
 	// (gossip, a late registration) is about a process that is gone.
 	replaced []string
@@ -75,13 +80,27 @@ type Registry struct {
 	mu    sync.Mutex
 	tms   map[string]*TaskManager
 	conns map[string]*grpc.ClientConn // by address
+	// refused: the last refusal of each TM id's registration, until it registers (at most
+	// maxRefused, the oldest dropped first). Apart from tms: a refused request adds nothing
+	// to what the leader may call or place on.
+	refused map[string]Refusal
 }
+
+// Refusal is the leader's last refusal of a TM's registration: its reason (without the
+// "register: " prefix) and when.
+type Refusal struct {
+	Reason string
+	At     time.Time
+}
+
+// maxRefused bounds the refusals remembered (a client making up ids cannot grow the registry).
+const maxRefused = 256
 
 func newRegistry(log hclog.Logger, timeout time.Duration, maxMsg int) *Registry {
 	return &Registry{log: log.Named("registry"), timeout: timeout, maxMsg: maxMsg, tms: map[string]*TaskManager{}, conns: map[string]*grpc.ClientConn{}}
 }
 
-// Upsert records a TM's addresses; seen marks a direct contact (registration or heartbeat).
+// Upsert records a TM's addresses; seen marks a registration with this leader (Register).
 func (r *Registry) Upsert(id, grpcAddr, dataAddr string, slots int32, seen bool) *TaskManager {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -102,6 +121,7 @@ func (r *Registry) Upsert(id, grpcAddr, dataAddr string, slots int32, seen bool)
 	if seen {
 		tm.LastSeen = time.Now()
 		tm.Lost = false
+		tm.Registered = true
 		r.contactLocked(tm)
 	}
 	return tm
@@ -163,11 +183,13 @@ func (r *Registry) Register(id, incarnation, grpcAddr, dataAddr string, slots in
 	}
 	r.mu.Unlock()
 	tm = r.Upsert(id, grpcAddr, dataAddr, slots, true)
+	r.mu.Lock()
 	if incarnation != "" {
-		r.mu.Lock()
 		tm.Incarnation = incarnation
-		r.mu.Unlock()
 	}
+	tm.Registered = true
+	delete(r.refused, id)
+	r.mu.Unlock()
 	if previous != "" {
 		r.log.Info("task manager restarted", "tm", id, "incarnation", incarnation, "previous", previous)
 	}
@@ -233,7 +255,7 @@ func (r *Registry) TouchOf(id, incarnation string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	tm := r.tms[id]
-	if tm == nil || tm.GRPCAddr == "" {
+	if tm == nil || tm.GRPCAddr == "" || !tm.Registered {
 		return false
 	}
 	if incarnation != "" && tm.Incarnation != "" && incarnation != tm.Incarnation {
@@ -243,6 +265,53 @@ func (r *Registry) TouchOf(id, incarnation string) bool {
 	tm.Lost = false
 	r.contactLocked(tm)
 	return true
+}
+
+// BeginTerm forgets every registration: a new term's leader gives work only to the TMs that
+// register with it (their heartbeats answer unknown_task_manager until they do).
+func (r *Registry) BeginTerm() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, tm := range r.tms {
+		tm.Registered = false
+	}
+}
+
+// Refuse records that the leader refused a TM's registration (reason, now) and unregisters
+// the TM if it was registered: a refused TM is given no work. It reports whether the reason is
+// new for the id (the caller logs it once).
+func (r *Registry) Refuse(id, reason string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if tm := r.tms[id]; tm != nil {
+		tm.Registered = false
+	}
+	if r.refused == nil {
+		r.refused = map[string]Refusal{}
+	}
+	prev, known := r.refused[id]
+	if !known && len(r.refused) >= maxRefused {
+		oldest := ""
+		for k, v := range r.refused {
+			if oldest == "" || v.At.Before(r.refused[oldest].At) {
+				oldest = k
+			}
+		}
+		delete(r.refused, oldest)
+	}
+	r.refused[id] = Refusal{Reason: reason, At: time.Now()}
+	return !known || prev.Reason != reason
+}
+
+// Refused returns the refusals of the ids that have not registered since, by id.
+func (r *Registry) Refused() map[string]Refusal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]Refusal, len(r.refused))
+	for k, v := range r.refused {
+		out[k] = v
+	}
+	return out
 }
 
 // MarkLost flags a TM as lost and reports whether it was not already.
@@ -280,13 +349,14 @@ func (r *Registry) List() []TaskManager {
 	return out
 }
 
-// Usable returns the TMs a new attempt may be placed on: known address, not lost, not proven
-// dead, not dead by gossip, and seen directly within maxSilence.
+// Usable returns the TMs a new attempt may be placed on: registered with this leader in its
+// term, known address, not lost, not proven dead, not dead by gossip, and seen directly within
+// maxSilence.
 func (r *Registry) Usable(maxSilence time.Duration) []TaskManager {
 	now := time.Now()
 	var out []TaskManager
 	for _, tm := range r.List() {
-		if tm.Lost || tm.Dead != "" || tm.GRPCAddr == "" || tm.Slots <= 0 || tm.GoneByGossip() {
+		if !tm.Registered || tm.Lost || tm.Dead != "" || tm.GRPCAddr == "" || tm.Slots <= 0 || tm.GoneByGossip() {
 			continue
 		}
 		if tm.LastSeen.IsZero() || now.Sub(tm.LastSeen) > maxSilence {

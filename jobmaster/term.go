@@ -93,11 +93,13 @@ func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
 // start launches the scheduler loop (once the gate opens).
 func (t *term) start() {
 	t.started.Do(func() {
-		// Every TM gets a fresh heartbeat deadline in a new term (liveness timers restart on
-		// every leadership gain: liveness.go). A TM reconciliation found lost stays lost until
-		// it registers or heartbeats again, and one proven dead stays proven.
+		// Every TM registered in this term gets a fresh heartbeat deadline (liveness timers
+		// restart on every leadership gain: liveness.go). A TM known only by gossip, or that
+		// has not registered with this leader yet, is not touched: it gets no work until it
+		// registers. A TM reconciliation found lost stays lost until it registers or
+		// heartbeats again, and one proven dead stays proven.
 		for _, tm := range t.jm.tms.List() {
-			if tm.GRPCAddr != "" && !tm.Lost && tm.Dead == "" {
+			if tm.Registered && tm.GRPCAddr != "" && !tm.Lost && tm.Dead == "" {
 				t.jm.tms.Touch(tm.ID)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -30,13 +31,13 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 		return nil, err
 	}
 	if req.TmId == "" || req.GrpcAddress == "" || req.DataAddress == "" {
-		return nil, errorf(ErrInvalidRequest, "register: tm_id, grpc_address and data_address are required")
+		return nil, jm.refuseRegistration(req, "invalid_argument", errorf(ErrInvalidRequest, "register: tm_id, grpc_address and data_address are required"))
 	}
 	if req.Slots < 1 || req.Slots > 1024 {
-		return nil, errorf(ErrInvalidRequest, "register: slots must be in [1, 1024], got %d", req.Slots)
+		return nil, jm.refuseRegistration(req, "invalid_argument", errorf(ErrInvalidRequest, "register: slots must be in [1, 1024], got %d", req.Slots))
 	}
 	if err := CheckTMProtocol(req.ProtocolVersion, MinTMProtocol, MaxTMProtocol); err != nil {
-		return nil, fmt.Errorf("register %s: %w", req.TmId, err)
+		return nil, jm.refuseRegistration(req, "protocol", fmt.Errorf("register %s: %w", req.TmId, err))
 	}
 	if err := t.answersTaskManagers(time.Now()); err != nil {
 		return nil, err
@@ -53,6 +54,10 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 	}
 	previous, err := jm.tms.Register(req.TmId, req.Incarnation, req.GrpcAddress, req.DataAddress, req.Slots)
 	if err != nil {
+		// Not recorded for the id: a newer process of it is registered and working.
+		if in, ok := jm.cfg.Instruments.(registrationRefusals); ok {
+			in.RegistrationRefused("replaced_incarnation")
+		}
 		return nil, err
 	}
 	jm.tms.SetProtocol(req.TmId, req.ProtocolVersion)
@@ -74,6 +79,30 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 		resp.Pool = t.poolView(rev)
 	}
 	return resp, nil
+}
+
+// registrationRefusals is implemented by the instruments that count refused registrations
+// (metrics.JobMaster), by kind.
+type registrationRefusals interface{ RegistrationRefused(kind string) }
+
+// refuseRegistration makes a refusal of a TM's registration visible and returns err: it is
+// recorded in the registry for the TM (shown by tm list, status, the REST view and the UI as
+// "refused: <reason>"), counted, and logged at ERROR once per TM and distinct reason (the TM
+// retries every heartbeat interval). A request without a TM id is only counted (and logged at
+// debug: it names nobody to tell).
+func (jm *JobMaster) refuseRegistration(req *pb.RegisterTaskManagerRequest, kind string, err error) error {
+	reason := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "register: "), "register "+req.TmId+": ")
+	if in, ok := jm.cfg.Instruments.(registrationRefusals); ok {
+		in.RegistrationRefused(kind)
+	}
+	if req.TmId == "" {
+		jm.log.Debug("refused a registration without a TaskManager id", "grpc", req.GrpcAddress, "reason", reason)
+		return err
+	}
+	if jm.tms.Refuse(req.TmId, reason) {
+		jm.log.Error("refused a TaskManager's registration: it gets no work until it registers", "tm", req.TmId, "grpc", req.GrpcAddress, "slots", req.Slots, "reason", reason)
+	}
+	return err
 }
 
 // Heartbeat refreshes a TaskManager's deadline and, once the gate is open, checks the attempts

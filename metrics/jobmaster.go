@@ -32,15 +32,16 @@ type JobMasterState interface {
 type JobMaster struct {
 	reg *prometheus.Registry
 
-	ReconcileDuration prometheus.Histogram
-	ReconcilePhase    *prometheus.HistogramVec // phase: collect, merge, commit, gate
-	ReportLatency     *prometheus.HistogramVec // tm: begin to that TM's report
-	CommitLatency     prometheus.Histogram
-	RPCDuration       *prometheus.HistogramVec // method, code
-	RPCRefused        *prometheus.CounterVec   // method, reason
-	Reconciliations   *prometheus.CounterVec   // outcome
-	Reconciled        *prometheus.CounterVec   // outcome: kept_running, finished, failed, ...
-	RegionRestarts    *prometheus.CounterVec   // cause
+	ReconcileDuration    prometheus.Histogram
+	ReconcilePhase       *prometheus.HistogramVec // phase: collect, merge, commit, gate
+	ReportLatency        *prometheus.HistogramVec // tm: begin to that TM's report
+	CommitLatency        prometheus.Histogram
+	RPCDuration          *prometheus.HistogramVec // method, code
+	RPCRefused           *prometheus.CounterVec   // method, reason
+	Reconciliations      *prometheus.CounterVec   // outcome
+	Reconciled           *prometheus.CounterVec   // outcome: kept_running, finished, failed, ...
+	RegionRestarts       *prometheus.CounterVec   // cause
+	RegistrationsRefused *prometheus.CounterVec   // kind
 }
 
 // NewJobMaster makes a JobMaster's instruments and gauges over st.
@@ -65,9 +66,11 @@ func NewJobMaster(st JobMasterState) *JobMaster {
 			Help: "Executions of the reconciliations this node completed, by what became of them."}, []string{"outcome"}),
 		RegionRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "region_restarts_total",
 			Help: "Failover regions deployed again by this leader, by cause: failure (counted by the restart strategy) or moved (cancelled and moved: a drain)."}, []string{"cause"}),
+		RegistrationsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "tm_registrations_refused_total",
+			Help: "TaskManager registrations this leader refused, by kind: invalid_argument (slots, addresses), protocol (an unsupported protocol version), replaced_incarnation (an earlier process of a TaskManager id registered since). A refused TaskManager gets no work; jmnode tm list shows why."}, []string{"kind"}),
 	}
 	m.reg.MustRegister(m.ReconcileDuration, m.ReconcilePhase, m.ReportLatency, m.CommitLatency, m.RPCDuration, m.RPCRefused,
-		m.Reconciliations, m.Reconciled, m.RegionRestarts, &jobMasterGauges{st: st})
+		m.Reconciliations, m.Reconciled, m.RegionRestarts, m.RegistrationsRefused, &jobMasterGauges{st: st})
 	return m
 }
 
@@ -76,6 +79,12 @@ func (m *JobMaster) Registry() *prometheus.Registry { return m.reg }
 
 // Committed observes one leader commit.
 func (m *JobMaster) Committed(took time.Duration, _ error) { m.CommitLatency.Observe(took.Seconds()) }
+
+// RegistrationRefused counts one refused TaskManager registration (jobmaster's
+// registrationRefusals).
+func (m *JobMaster) RegistrationRefused(kind string) {
+	m.RegistrationsRefused.WithLabelValues(kind).Inc()
+}
 
 // RegionsRestarted counts n regions deployed again, for a failure or moved.
 func (m *JobMaster) RegionsRestarted(n int, failure bool) {

@@ -23,6 +23,9 @@ type TaskManagerState interface {
 	Heartbeats() int64
 	FreeSlots() int
 	TaskIOs() []taskmanager.TaskIO
+	// Refusals: the leader's refusals of this TM's calls, by call and code (not "no leader
+	// yet": taskmanager/refusal.go).
+	Refusals() []taskmanager.RefusalCount
 }
 
 // TaskManager holds a TaskManager's instruments, in its own registry.
@@ -77,11 +80,12 @@ var (
 	descTMRecordsOut = prometheus.NewDesc(Namespace+"_tm_task_records_out_total", "Records a task emitted to its outputs.", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMBytesIn    = prometheus.NewDesc(Namespace+"_tm_task_bytes_in_total", "Encoded record batches a task received from other TaskManagers (Exchange streams; local channels carry none).", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMBytesOut   = prometheus.NewDesc(Namespace+"_tm_task_bytes_out_total", "Encoded record batches a task's partitions sent to other TaskManagers (Exchange streams).", []string{"job", "vertex", "subtask", "attempt"}, nil)
+	descTMRefusals   = prometheus.NewDesc(Namespace+"_tm_leader_refusals_total", "Calls of this TaskManager the leader refused for a reason other than no leader yet, by call (register, heartbeat, report) and gRPC code: a refused registration means the TaskManager gets no work (its log has the reason at ERROR).", []string{"call", "code"}, nil)
 	descTMFreeSlots  = prometheus.NewDesc(Namespace+"_tm_free_slots", "Slots holding no task.", nil, nil)
 )
 
 func (g *taskManagerGauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTMTasks, descTMRecordsIn, descTMRecordsOut, descTMBytesIn, descTMBytesOut, descTMOutbox, descTMRetries, descTMContact, descTMEpoch, descTMHeartbeats, descTMFreeSlots} {
+	for _, d := range []*prometheus.Desc{descTMTasks, descTMRecordsIn, descTMRecordsOut, descTMBytesIn, descTMBytesOut, descTMOutbox, descTMRetries, descTMContact, descTMEpoch, descTMHeartbeats, descTMFreeSlots, descTMRefusals} {
 		ch <- d
 	}
 }
@@ -107,4 +111,7 @@ func (g *taskManagerGauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descTMEpoch, prometheus.GaugeValue, float64(g.st.Epoch()))
 	ch <- prometheus.MustNewConstMetric(descTMHeartbeats, prometheus.CounterValue, float64(g.st.Heartbeats()))
 	ch <- prometheus.MustNewConstMetric(descTMFreeSlots, prometheus.GaugeValue, float64(g.st.FreeSlots()))
+	for _, r := range g.st.Refusals() {
+		ch <- prometheus.MustNewConstMetric(descTMRefusals, prometheus.CounterValue, float64(r.Count), r.Call, r.Code)
+	}
 }

@@ -239,7 +239,12 @@ func (c *collector) record() (collectedAt int64, out []*pb.ReconciliationReport)
 		case c.gone[id]:
 			r.Detail = goneDetail(id)
 		default:
+			// Held nothing and did not report: not dead. At a cluster's first election the
+			// TaskManagers have not registered yet; say so.
 			r.Detail = idleDetail
+			if tm, ok := c.t.TM(id); ok && !tm.Registered {
+				r.Detail = NotRegisteredDetail
+			}
 		}
 		out = append(out, r)
 	}
@@ -256,6 +261,12 @@ func (c *collector) record() (collectedAt int64, out []*pb.ReconciliationReport)
 // reported when collection ended (not waited for).
 const idleDetail = "no report by the end of collection; holds no committed attempt, so not waited for"
 
+// NotRegisteredDetail is the record's detail of a TM that held no committed attempt, had not
+// reported when collection ended and had not registered with the new leader: at a cluster's
+// first election, every TaskManager. The record's outcome stays "dead" (the outcomes a record
+// may carry are fixed: fsm); the views show "not yet registered".
+const NotRegisteredDetail = "not yet registered with this leader; no report by the end of collection; holds no committed attempt, so not waited for"
+
 // goneDetail is the record's detail of a TM gossip reports dead whose report request failed.
 func goneDetail(id string) string {
 	return "gossip reports " + id + " dead and its report request failed"
@@ -264,7 +275,7 @@ func goneDetail(id string) string {
 // DeadStep is the step a reconciliation logged for a TM its record shows "dead" with detail,
 // and whether it logged one (it logs none for a TM that held nothing and did not report).
 func DeadStep(detail string) (string, bool) {
-	if detail == "" || detail == idleDetail {
+	if detail == "" || detail == idleDetail || detail == NotRegisteredDetail {
 		return "", false
 	}
 	return detail + "; not waited for", true

@@ -6,9 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -193,17 +190,9 @@ func (tm *TaskManager) register(ctx context.Context) error {
 		Slots: int32(tm.cfg.Slots), EpochSeen: epoch, Incarnation: tm.cfg.Incarnation,
 		ProtocolVersion: tm.protocol(),
 	})
-	if status.Code(err) == codes.FailedPrecondition {
-		// Not a leader being unreachable: this TaskManager is refused (its protocol); say so
-		// loudly, once per answer.
-		tm.mu.Lock()
-		first := tm.refusedWith != err.Error()
-		tm.refusedWith = err.Error()
-		tm.mu.Unlock()
-		if first {
-			tm.log.Error("the leader refuses this TaskManager's registration", "leader", addr, "error", status.Convert(err).Message())
-		}
-	}
+	// Not a leader being unreachable or not elected yet: this TaskManager is refused (its
+	// slots, its protocol, ...); say so loudly, once per answer, count it and keep it.
+	tm.noteAnswer(CallRegister, addr, err, false)
 	if err != nil {
 		tm.mu.Lock()
 		if tm.leaderAddr == "" || tm.leaderAddr == addr {
@@ -264,6 +253,7 @@ func (tm *TaskManager) heartbeat(ctx context.Context) error {
 	defer cancel()
 	sent := time.Now()
 	resp, err := pb.NewJobMasterServiceClient(conn).Heartbeat(cctx, req)
+	tm.noteAnswer(CallHeartbeat, addr, err, false)
 	if err != nil {
 		tm.leaderFailed(addr, err)
 		return fmt.Errorf("heartbeat to %s: %w", addr, err)

@@ -189,6 +189,7 @@ func (o *outbox) worker(attempt string) {
 			return
 		}
 		accepted, reason, addr, err := o.send(m)
+		o.tm.noteAnswer(CallReport, addr, err, true) // a final refusal is logged below
 		if err == nil {
 			backoff = cfg.OutboxBackoffMin
 			if !accepted && (m.ack != nil || m.decline != nil) {

@@ -28,8 +28,11 @@ import (
 // TaskManager runs tasks in slots and reports them to the JobMaster leader.
 type TaskManager struct {
 	// exchanges are the Exchange streams to producer TMs, by data address (exchange.go).
-	// refusedWith: the last registration refusal logged (guarded by mu).
-	refusedWith string
+	// refusedWith: the last refusal logged per call; refusal: the current refusal;
+	// refusalCounts: refusals by call and code (all guarded by mu; refusal.go).
+	refusedWith   map[string]string
+	refusal       *Refusal
+	refusalCounts map[[2]string]int64
 
 	exMu      sync.Mutex
 	exchanges map[string]*exchangeClient

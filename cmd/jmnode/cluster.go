@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
+	"github.com/jmcluster/jmcluster/transport/server"
 )
 
 func runStatus(args []string) error {
@@ -24,6 +25,7 @@ func runStatus(args []string) error {
 	if err != nil {
 		return err
 	}
+	markUnreachableByLeader(cf, resp)
 	if *cf.json {
 		return printJSON(resp)
 	}
@@ -33,6 +35,18 @@ func runStatus(args []string) error {
 		fmt.Printf("NOT ESTABLISHED: %s\n  the replicated state was lost; bring it back with: jmnode snapshot restore FILE\n", resp.StateBehind)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
+	// The JobMasters: gossip's state, or "unreachable" once the leader's Raft has not heard
+	// from a voter for two heartbeat timeouts.
+	fmt.Fprintln(w, "JOBMASTER\tRAFT\tGRPC\tROLE\tSTATE")
+	for _, p := range resp.Peers {
+		role := p.Suffrage
+		if p.Leader {
+			role = "leader"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.Id, p.Address, orDash(p.GrpcAddress), role, orDash(p.State))
+	}
+	_ = w.Flush()
+	w = tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
 	fmt.Fprintln(w, "TASKMANAGER\tGRPC\tDATA\tSLOTS\tUSED\tSTATE")
 	for _, tm := range resp.TaskManagers {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", tm.Id, tm.GrpcAddress, tm.DataAddress, tm.Slots, tm.SlotsUsed, tm.State)
@@ -57,4 +71,27 @@ func recCounts(c *pb.ReconciliationCounts) string {
 	}
 	return fmt.Sprintf("%d executions: %d kept running, %d finished, %d failed, %d canceled, %d missing; cancelled %d unknown, %d stale, %d duplicate; %d rejected; %d reports, %d TMs missing",
 		c.Executions, c.KeptRunning, c.Finished, c.Failed, c.Canceled, c.Missing, c.CancelledUnknown, c.CancelledStale, c.CancelledDuplicate, c.Rejected, c.Reports, c.TmsMissing)
+}
+
+// markUnreachableByLeader: only the leader's Raft knows which voters it has not heard from (a
+// kill -9'ed JobMaster is "unreachable" there within two heartbeat timeouts, while gossip still
+// says alive), and only the leader which TaskManagers it refused; a follower's answer takes
+// those states from the leader, asked once. Not answered, the follower's (gossip's) states
+// stand.
+func markUnreachableByLeader(cf cliFlags, resp *pb.ClusterStatusResponse) {
+	if resp.RaftState == "Leader" || resp.LeaderGrpcAddress == "" {
+		return
+	}
+	c, err := dialAs(cf, resp.LeaderGrpcAddress)
+	if err != nil {
+		return
+	}
+	defer c.cc.Close()
+	lead, err := askOnce(c, func(ctx context.Context) (*pb.ClusterStatusResponse, error) {
+		return c.client().ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+	})
+	if err != nil {
+		return
+	}
+	server.TakeLeaderVerdicts(resp, lead)
 }

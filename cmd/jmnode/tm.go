@@ -57,6 +57,7 @@ func runTMList(args []string) error {
 	if err != nil {
 		return err
 	}
+	markUnreachableByLeader(cf, resp) // the leader's refusals
 	if *cf.json {
 		return printJSON(&pb.ClusterStatusResponse{NodeId: resp.NodeId, TaskManagers: resp.TaskManagers})
 	}

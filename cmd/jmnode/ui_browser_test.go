@@ -36,7 +36,8 @@ func chromium(t *testing.T) string {
 // counts, the last completed one, the table of the latest with 9/9 acknowledged), and a click
 // on a vertex lists its subtasks with attempt, TaskManager and slot; the leader is killed, and
 // the page (served by a follower, updated over server-sent events, never reloaded) shows the
-// new reconciliation's timeline with its 9 executions kept running, the killed JobMaster down,
+// killed JobMaster unreachable within 3 s of the kill (Raft's verdict: gossip's takes longer),
+// the new reconciliation's timeline with its 9 executions kept running, the killed JobMaster down,
 // and the job RUNNING again with checkpoints completed by the new leader. UPDATE_SCREENSHOTS=1
 // writes the pages to docs/ui-*.png.
 func TestWebUIShowsAFailover(t *testing.T) {
@@ -131,6 +132,16 @@ func TestWebUIShowsAFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
+	// Raft's verdict, not gossip's: the leader's followers (one of them serves the page) have
+	// not heard from it for two heartbeat timeouts, then the new leader's heartbeats to it
+	// fail. Gossip's suspicion would keep it "up" for seconds more.
+	waitJS("the killed JobMaster unreachable within 3 s of the kill",
+		fmt.Sprintf(`!!document.querySelector('#peers tr[data-jm="%s"] .st.unreachable')`, leader.LeaderId),
+		3*time.Second-time.Since(killed))
+	t.Logf("the page showed %s unreachable %s after the kill", leader.LeaderId, time.Since(killed).Round(time.Millisecond))
+	if took := time.Since(killed); took > 3*time.Second {
+		t.Fatalf("the killed JobMaster was shown unreachable %v after the kill, more than 3 s", took)
+	}
 	waitJS("the new reconciliation's timeline, 9 kept running",
 		fmt.Sprintf(`[...document.querySelectorAll('.failover')].some(f => Number(f.dataset.epoch) > %d && f.textContent.includes('completed') && f.textContent.includes('9 kept running') && f.querySelectorAll('rect.report').length === 3)`, leader.Epoch),
 		60*time.Second)

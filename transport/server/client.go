@@ -8,6 +8,7 @@ import (
 	"context"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -191,6 +192,18 @@ func ClusterStatus(d Deps) *pb.ClusterStatusResponse {
 			p.State = states[p.Id]
 		}
 	}
+	// A voter the leader's Raft has not heard from for two heartbeat timeouts is unreachable,
+	// whatever gossip still says (its suspicion takes seconds more to end).
+	// On a follower, the leader it has not heard from for as long (a killed leader, before the
+	// next is elected).
+	ids := map[string]bool{}
+	for id := range d.Node.UnreachablePeers() {
+		ids[id] = true
+	}
+	if id := d.Node.SilentLeader(); id != "" {
+		ids[id] = true
+	}
+	markUnreachable(out.Peers, ids)
 	out.StateBehind = d.Node.Behind()
 	recs := d.State.Reconciliations()
 	for _, r := range recs {
@@ -207,6 +220,69 @@ func ClusterStatus(d Deps) *pb.ClusterStatusResponse {
 	out.Reconciliations = recs
 	out.TaskManagers = taskManagers(d)
 	return out
+}
+
+// ClusterView is ClusterStatus for the views of people (the REST view and the web UI): on a
+// follower it also takes the leader's verdicts (TakeLeaderVerdicts: the voters the leader's Raft
+// marks unreachable, as only the leader heartbeats its followers, and the TaskManagers it
+// refused), asked with a short timeout; unanswered, the view keeps gossip's states.
+func ClusterView(ctx context.Context, d Deps) *pb.ClusterStatusResponse {
+	out := ClusterStatus(d)
+	if d.Node.IsLeader() {
+		return out
+	}
+	if out.LeaderGrpcAddress != "" {
+		ctx, cancel := context.WithTimeout(ctx, leaderViewTimeout)
+		defer cancel()
+		if cc, _, err := d.Node.LeaderConn(ctx); err == nil {
+			if resp, err := pb.NewClientServiceClient(cc).ClusterStatus(ctx, &pb.ClusterStatusRequest{}); err == nil {
+				TakeLeaderVerdicts(out, resp)
+			}
+		}
+	}
+	return out
+}
+
+// TakeLeaderVerdicts copies into a follower's status what only the leader knows: the voters its
+// Raft marks unreachable and the TaskManagers whose registration it refused.
+func TakeLeaderVerdicts(out, leader *pb.ClusterStatusResponse) {
+	unreachable := map[string]bool{}
+	for _, p := range leader.Peers {
+		if p.State == PeerUnreachable {
+			unreachable[p.Id] = true
+		}
+	}
+	markUnreachable(out.Peers, unreachable)
+	for _, lt := range leader.TaskManagers {
+		if !strings.HasPrefix(lt.State, RefusedState) {
+			continue
+		}
+		found := false
+		for _, t := range out.TaskManagers {
+			if t.Id == lt.Id {
+				t.State, found = lt.State, true
+			}
+		}
+		if !found {
+			out.TaskManagers = append(out.TaskManagers, lt)
+		}
+	}
+	sort.Slice(out.TaskManagers, func(i, j int) bool { return out.TaskManagers[i].Id < out.TaskManagers[j].Id })
+}
+
+// leaderViewTimeout bounds a follower's question to the leader for its view of the peers.
+const leaderViewTimeout = 500 * time.Millisecond
+
+// PeerUnreachable is the state of a voter Raft has not heard from for two heartbeat timeouts.
+const PeerUnreachable = "unreachable"
+
+// markUnreachable sets the state of the peers named (unless gossip already says dead or left).
+func markUnreachable(peers []*pb.RaftPeer, ids map[string]bool) {
+	for _, p := range peers {
+		if ids[p.Id] && p.State != "dead" && p.State != "left" {
+			p.State = PeerUnreachable
+		}
+	}
 }
 
 func taskManagers(d Deps) []*pb.TaskManagerInfo {
@@ -265,6 +341,10 @@ func (m metricsState) Node() (string, bool, uint64, bool, uint64, uint64) {
 	return d.Node.ID(), active, d.State.Epoch().GetEpoch(), active && d.JM.Reconciling(), d.Node.AppliedIndex(), d.Node.CommitIndex()
 }
 
+// RefusedState starts the state of a TaskManager whose registration the leader refused; the
+// reason follows ("refused: slots must be in [1, 1024], got 1025").
+const RefusedState = "refused: "
+
 // taskManagerStates are the TaskManagers gossip and (on the leader) the registry know, with
 // their addresses, slots and state; not their slots in use.
 func taskManagerStates(d Deps) map[string]*pb.TaskManagerInfo {
@@ -289,10 +369,24 @@ func taskManagerStates(d Deps) map[string]*pb.TaskManagerInfo {
 				info = &pb.TaskManagerInfo{Id: tm.ID, State: "registered"}
 				byID[tm.ID] = info
 			}
-			info.GrpcAddress, info.DataAddress, info.Slots = tm.GRPCAddr, tm.DataAddr, tm.Slots
+			if tm.GRPCAddr != "" {
+				info.GrpcAddress, info.DataAddress = tm.GRPCAddr, tm.DataAddr
+			}
+			if tm.Slots > 0 {
+				info.Slots = tm.Slots
+			}
 			if tm.Lost {
 				info.State = "lost"
 			}
+		}
+		// A refused registration: the TM gets no work, and this says why.
+		for id, r := range d.JM.Registry().Refused() {
+			info := byID[id]
+			if info == nil {
+				info = &pb.TaskManagerInfo{Id: id}
+				byID[id] = info
+			}
+			info.State = RefusedState + r.Reason
 		}
 	}
 	return byID
@@ -303,7 +397,11 @@ func taskManagerStates(d Deps) map[string]*pb.TaskManagerInfo {
 func (m metricsState) TaskManagers() map[string]int {
 	out := map[string]int{}
 	for _, tm := range taskManagerStates(*m.d) {
-		out[tm.State]++
+		state := tm.State
+		if strings.HasPrefix(state, RefusedState) {
+			state = "refused" // one series, whatever the reason
+		}
+		out[state]++
 	}
 	return out
 }

@@ -50,7 +50,7 @@ func serveEvents(w http.ResponseWriter, r *http.Request, d Deps) {
 	defer poll.Stop()
 	for {
 		changed := d.State.Changed()
-		sent := send("cluster", ClusterStatus(d), &lastCluster)
+		sent := send("cluster", ClusterView(r.Context(), d), &lastCluster)
 		if jobID != "" {
 			if resp, err := JobView(d, &pb.GetJobRequest{JobId: jobID}); err == nil {
 				resp.AppliedIndex = 0 // changes with every entry, the job's view does not

@@ -43,7 +43,7 @@ func NewHTTPHandler(d Deps) http.Handler {
 	}
 	mux.Handle("GET /metrics", metrics.Handler(node))
 	mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, ClusterStatus(d))
+		writeJSON(w, ClusterView(r.Context(), d))
 	})
 	mux.HandleFunc("GET /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, &pb.ListJobsResponse{ServedBy: d.Node.ID(), Jobs: jobSummaries(d)})
