@@ -1,8 +1,11 @@
 package jobmaster
 
 import (
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jmcluster/jmcluster/internal/setting"
 )
 
 // ClockDrift is the bound assumed on how far the rates of two hosts' monotonic clocks differ
@@ -31,18 +34,55 @@ func maxFenceTimeout(c Config) time.Duration {
 // TM that heartbeats at least this often counts as in contact.
 func (c Config) freshGap() time.Duration { return 2 * c.HeartbeatInterval }
 
-// Validate refuses timings under which the isolation rule cannot hold: a redeploy delay
-// (HeartbeatTimeout) not above RedeployDelayNeeded, or a fence timeout a TM in contact could
-// reach between two heartbeats (fresh gap plus a query timeout).
+// ErrInvalidConfig is the kind of every refusal of Validate (a *setting.Error).
+var ErrInvalidConfig = errors.New("invalid jobmaster config")
+
+// Validate refuses a configuration no cluster can work with, naming the field, the value and
+// the rule (a *setting.Error; jmnode names the flag instead): a negative duration or count
+// (zero means the default; SlotTimeout negative means wait forever); a TM leader grace within
+// two heartbeat intervals (a TM in contact goes that long without leader contact); and timings
+// under which the isolation rule cannot hold: a redeploy delay (HeartbeatTimeout) not above
+// RedeployDelayNeeded, or a fence timeout a TM in contact could reach between two heartbeats
+// (fresh gap plus a query timeout).
 func (c Config) Validate() error {
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"HeartbeatTimeout", c.HeartbeatTimeout},
+		{"FenceTimeout", c.FenceTimeout}, {"PoolQueryInterval", c.PoolQueryInterval},
+		{"PoolQueryTimeout", c.PoolQueryTimeout}, {"TMLeaderGrace", c.TMLeaderGrace},
+		{"DeadRefusalWindow", c.DeadRefusalWindow}, {"RetryAfter", c.RetryAfter},
+		{"RPCTimeout", c.RPCTimeout}, {"TickInterval", c.TickInterval},
+		{"RetainJobAge", c.RetainJobAge}, {"RetentionInterval", c.RetentionInterval},
+	} {
+		if err := setting.NonNegative(ErrInvalidConfig, d.field, d.v); err != nil {
+			return err
+		}
+	}
+	for _, n := range []struct {
+		field string
+		v     int
+	}{
+		{"DeadRefusals", c.DeadRefusals}, {"MaxBatch", c.MaxBatch}, {"RetainJobs", c.RetainJobs},
+		{"SubmitBatchTasks", c.SubmitBatchTasks}, {"SubmitBatchBytes", c.SubmitBatchBytes},
+		{"SubmitAttempts", c.SubmitAttempts}, {"MaxMessageSize", c.MaxMessageSize},
+	} {
+		if n.v < 0 {
+			return setting.New(ErrInvalidConfig, n.field, n.v, "must not be negative")
+		}
+	}
 	c.setDefaults()
+	if gap := c.freshGap(); c.TMLeaderGrace <= gap {
+		return setting.New(ErrInvalidConfig, "TMLeaderGrace", c.TMLeaderGrace, "must be above two heartbeat intervals (%v): a TaskManager in contact goes that long without leader contact between two heartbeats", gap)
+	}
 	need := RedeployDelayNeeded(c.FenceTimeout, c.HeartbeatInterval, c.PoolQueryInterval, c.PoolQueryTimeout)
 	if c.HeartbeatTimeout <= need {
-		return fmt.Errorf("heartbeat timeout %v (the redeploy delay) must exceed (fence timeout %v + heartbeat interval %v + pool query timeout %v) x (1 + clock drift %.0f%%) + pool query interval %v + pool query timeout %v = %v: lower --fence-timeout or raise --heartbeat-timeout",
-			c.HeartbeatTimeout, c.FenceTimeout, c.HeartbeatInterval, c.PoolQueryTimeout, ClockDrift*100, c.PoolQueryInterval, c.PoolQueryTimeout, need)
+		return setting.New(ErrInvalidConfig, "HeartbeatTimeout", c.HeartbeatTimeout, "the redeploy delay, must exceed (fence timeout %v + heartbeat interval %v + pool query timeout %v) x (1 + clock drift %.0f%%) + pool query interval %v + pool query timeout %v = %v: lower --fence-timeout or raise --heartbeat-timeout",
+			c.FenceTimeout, c.HeartbeatInterval, c.PoolQueryTimeout, ClockDrift*100, c.PoolQueryInterval, c.PoolQueryTimeout, need)
 	}
 	if min := c.freshGap() + c.PoolQueryTimeout; c.FenceTimeout <= min {
-		return fmt.Errorf("fence timeout %v must exceed two heartbeat intervals plus the pool query timeout (%v): a TM in contact with the leader must never look out of contact to its pool", c.FenceTimeout, min)
+		return setting.New(ErrInvalidConfig, "FenceTimeout", c.FenceTimeout, "must exceed two heartbeat intervals plus the pool query timeout (%v): a TM in contact with the leader must never look out of contact to its pool", min)
 	}
 	return nil
 }

@@ -30,6 +30,23 @@ const DefaultMaxMessageSize = 4 << 20
 // MaxMessageSizeFlag is the setting every refusal of an oversized message names.
 const MaxMessageSizeFlag = "--max-message-size"
 
+// The range of --max-message-size that jmnode's processes accept. The floor lets a 1 MiB
+// snapshot chunk (jmnode snapshot save and restore) through with room for its framing; the
+// ceiling stays clear of protobuf's 2 GiB bound on one message. The library configs accept
+// any positive limit (tests provoke refusals with small ones).
+const (
+	MinMaxMessageSize = 2 << 20
+	MaxMaxMessageSize = 1 << 30
+)
+
+// Slots a TaskManager may offer: the leader refuses a registration outside [MinSlots,
+// MaxSlots] (jobmaster.RegisterTaskManager), and a TaskManager refuses to start with such a
+// setting (taskmanager.Config.Validate, --slots), so the limit lives in one place.
+const (
+	MinSlots = 1
+	MaxSlots = 1024
+)
+
 // MessageSize returns limit, or DefaultMaxMessageSize when limit is not positive.
 func MessageSize(limit int) int {
 	if limit <= 0 {
