@@ -39,8 +39,8 @@ var ErrInvalidConfig = errors.New("invalid jobmaster config")
 
 // Validate refuses a configuration no cluster can work with, naming the field, the value and
 // the rule (a *setting.Error; jmnode names the flag instead): a negative duration or count
-// (zero means the default; SlotTimeout negative means wait forever); a TM leader grace within
-// two heartbeat intervals (a TM in contact goes that long without leader contact); and timings
+// (zero means the default; SlotTimeout negative means wait forever); a TM leader grace that
+// ends before a TM past its fence timeout has asked its pool once; and timings
 // under which the isolation rule cannot hold: a redeploy delay (HeartbeatTimeout) not above
 // RedeployDelayNeeded, or a fence timeout a TM in contact could reach between two heartbeats
 // (fresh gap plus a query timeout).
@@ -73,8 +73,9 @@ func (c Config) Validate() error {
 		}
 	}
 	c.setDefaults()
-	if gap := c.freshGap(); c.TMLeaderGrace <= gap {
-		return setting.New(ErrInvalidConfig, "TMLeaderGrace", c.TMLeaderGrace, "must be above two heartbeat intervals (%v): a TaskManager in contact goes that long without leader contact between two heartbeats", gap)
+	if ask := c.FenceTimeout + c.PoolQueryInterval + c.PoolQueryTimeout; c.TMLeaderGrace <= ask {
+		return setting.New(ErrInvalidConfig, "TMLeaderGrace", c.TMLeaderGrace, "must exceed the fence timeout plus a pool query interval and timeout (%v + %v + %v = %v): a grace that ends before a TaskManager has asked its pool leaves the isolation rule no say, and every JobMaster outage that long stops every task",
+			c.FenceTimeout, c.PoolQueryInterval, c.PoolQueryTimeout, ask)
 	}
 	need := RedeployDelayNeeded(c.FenceTimeout, c.HeartbeatInterval, c.PoolQueryInterval, c.PoolQueryTimeout)
 	if c.HeartbeatTimeout <= need {

@@ -7,8 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-
-	"github.com/jmcluster/jmcluster/internal/version"
 )
 
 const usage = `jmnode — a Raft-replicated, highly available JobMaster cluster
@@ -56,45 +54,5 @@ func main() {
 }
 
 func run(args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, usage)
-		return errors.New("no command given")
-	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "jobmaster":
-		return runJobMaster(rest)
-	case "taskmanager":
-		return runTaskManager(rest)
-	case "demo":
-		return runDemo(rest)
-	case "job":
-		return runJob(rest)
-	case "status":
-		return runStatus(rest)
-	case "raft":
-		return runRaft(rest)
-	case "members":
-		return runMembers(rest)
-	case "gossip":
-		return runGossip(rest)
-	case "snapshot":
-		return runSnapshot(rest)
-	case "tm":
-		return runTM(rest)
-	case "healthcheck":
-		return runHealthcheck(rest)
-	case "failpoints":
-		return runFailpoints(rest)
-	case "tls":
-		return runTLS(rest)
-	case "version":
-		fmt.Println("jmnode", version.Version)
-		return nil
-	case "help", "-h", "--help":
-		fmt.Print(usage)
-		return nil
-	}
-	fmt.Fprint(os.Stderr, usage)
-	return fmt.Errorf("unknown command %q", cmd)
+	return commandTree().dispatch("jmnode", args)
 }
