@@ -34,13 +34,21 @@ func maxFenceTimeout(c Config) time.Duration {
 // TM that heartbeats at least this often counts as in contact.
 func (c Config) freshGap() time.Duration { return 2 * c.HeartbeatInterval }
 
+// MinHeartbeatInterval is the least TaskManager heartbeat interval jmnode accepts (--tm-heartbeat-interval,
+// and a TaskManager's own --heartbeat-interval): the leader takes a pause of its own longer
+// than one interval for a stall (liveness.go) and answers no TaskManager until a quorum has
+// confirmed it still leads; below 100 ms an ordinary scheduling delay on a loaded host does
+// that. (The library accepts less: its tests run on fake clocks and idle machines.)
+const MinHeartbeatInterval = 100 * time.Millisecond
+
 // ErrInvalidConfig is the kind of every refusal of Validate (a *setting.Error).
 var ErrInvalidConfig = errors.New("invalid jobmaster config")
 
 // Validate refuses a configuration no cluster can work with, naming the field, the value and
 // the rule (a *setting.Error; jmnode names the flag instead): a negative duration or count
 // (zero means the default; SlotTimeout negative means wait forever); a TM leader grace that
-// ends before a TM past its fence timeout has asked its pool once; and timings
+// ends before a TM past its fence timeout has asked its pool once; a slot timeout within two
+// heartbeat intervals (a deployment waits for a pool confirmation a heartbeat carries); and timings
 // under which the isolation rule cannot hold: a redeploy delay (HeartbeatTimeout) not above
 // RedeployDelayNeeded, or a fence timeout a TM in contact could reach between two heartbeats
 // (fresh gap plus a query timeout).
@@ -76,6 +84,9 @@ func (c Config) Validate() error {
 	if ask := c.FenceTimeout + c.PoolQueryInterval + c.PoolQueryTimeout; c.TMLeaderGrace <= ask {
 		return setting.New(ErrInvalidConfig, "TMLeaderGrace", c.TMLeaderGrace, "must exceed the fence timeout plus a pool query interval and timeout (%v + %v + %v = %v): a grace that ends before a TaskManager has asked its pool leaves the isolation rule no say, and every JobMaster outage that long stops every task",
 			c.FenceTimeout, c.PoolQueryInterval, c.PoolQueryTimeout, ask)
+	}
+	if gap := c.freshGap(); c.SlotTimeout > 0 && c.SlotTimeout <= gap {
+		return setting.New(ErrInvalidConfig, "SlotTimeout", c.SlotTimeout, "must exceed two heartbeat intervals (%v), or be negative (wait forever): a deployment waits for the TaskManagers to confirm a new pool version, which they do with their heartbeats", gap)
 	}
 	need := RedeployDelayNeeded(c.FenceTimeout, c.HeartbeatInterval, c.PoolQueryInterval, c.PoolQueryTimeout)
 	if c.HeartbeatTimeout <= need {

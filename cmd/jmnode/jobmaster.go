@@ -117,7 +117,7 @@ func runJobMaster(args []string) error {
 	if err := firstError(
 		positive("--report-deadline", *reportDeadline),
 		positive("--heartbeat-timeout", *hbTimeout),
-		positive("--tm-heartbeat-interval", *tmHeartbeat),
+		heartbeatInterval("--tm-heartbeat-interval", *tmHeartbeat),
 		positive("--tm-leader-grace", *tmGrace),
 		positive("--dead-refusal-window", *deadWindow),
 		positive("--retain-job-age", *retainAge),

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/internal/setting"
+	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/transport"
 )
@@ -32,6 +33,7 @@ var (
 		"PoolQueryTimeout": "--pool-query-timeout", "TMLeaderGrace": "--tm-leader-grace",
 		"DeadRefusals": "--dead-refusals", "DeadRefusalWindow": "--dead-refusal-window",
 		"RetainJobs": "--retain-jobs", "RetainJobAge": "--retain-job-age", "MaxMessageSize": "--max-message-size",
+		"SlotTimeout": "--slot-timeout",
 	}
 	reconcileFlags  = map[string]string{"ReportDeadline": "--report-deadline"}
 	gossipFlagNames = map[string]string{
@@ -192,4 +194,12 @@ func eventLogFile(path string) error {
 		return flagError("--event-log", path, "must be a file this process can append to (%v)", pathReason(err))
 	}
 	return f.Close()
+}
+
+// heartbeatInterval checks a heartbeat interval flag against jobmaster.MinHeartbeatInterval.
+func heartbeatInterval(flag string, d time.Duration) error {
+	if d < jobmaster.MinHeartbeatInterval {
+		return flagError(flag, d, "must be at least %v: the leader takes a pause of its own longer than one interval for a stall and stops answering TaskManagers until a quorum confirms it", jobmaster.MinHeartbeatInterval)
+	}
+	return nil
 }

@@ -183,6 +183,7 @@ func misconfigurations(file string) []badValue {
 		jm("pool-query-timeout", "negative", "--pool-query-timeout", "-1ms"),
 		jm("tm-heartbeat-interval", "zero", "--tm-heartbeat-interval", "0s"),
 		jm("tm-heartbeat-interval", "wrong unit", "--tm-heartbeat-interval", "1 second"),
+		jm("tm-heartbeat-interval", "below the floor", "--tm-heartbeat-interval", "99ms"),
 		jm("tm-leader-grace", "ends before the pool is asked", "--tm-leader-grace", "6s"),
 		jm("tm-leader-grace", "zero", "--tm-leader-grace", "0s"),
 		jm("dead-refusals", "zero", "--dead-refusals", "0"),
@@ -195,6 +196,7 @@ func misconfigurations(file string) []badValue {
 		jm("retain-job-age", "zero", "--retain-job-age", "0s"),
 		jm("fast-raft", "unparsable", "--fast-raft=maybe"),
 		jm("slot-timeout", "zero", "--slot-timeout", "0s"),
+		jm("slot-timeout", "within two heartbeat intervals", "--slot-timeout", "2s"),
 		jm("cleanup-dead-servers", "negative", "--cleanup-dead-servers", "-1s"),
 		jm("cleanup-dead-servers", "without gossip", "--cleanup-dead-servers", "1m"),
 		jm("min-quorum", "zero", "--min-quorum", "0"),
@@ -218,6 +220,7 @@ func misconfigurations(file string) []badValue {
 		tm("retain-terminal", "zero", "--retain-terminal", "0s"),
 		tm("heartbeat-interval", "zero", "--heartbeat-interval", "0s"),
 		tm("heartbeat-interval", "negative", "--heartbeat-interval", "-1s"),
+		tm("heartbeat-interval", "below the floor", "--heartbeat-interval", "10ms"),
 	)
 	return rows
 }
@@ -292,7 +295,7 @@ func TestMisconfigurationMatrix(t *testing.T) {
 				if !strings.Contains(got.stderr, "-"+r.flag) {
 					t.Fatalf("%s %v (%s): the error does not name -%s:\n%s", r.process, r.args, r.why, r.flag, got.stderr)
 				}
-				if strings.Contains(got.stderr, "started") {
+				if strings.Contains(got.stderr, r.process+" started") {
 					t.Fatalf("%s %v (%s): started before it refused:\n%s", r.process, r.args, r.why, got.stderr)
 				}
 				last := strings.Split(strings.TrimSpace(got.stderr), "\n")
@@ -302,17 +305,19 @@ func TestMisconfigurationMatrix(t *testing.T) {
 	})
 
 	// The boundaries. Values that are bounds of a relation sit at that bound: the low
-	// cluster's TaskManagers heartbeat every 10 ms; its fence timeout is the least above two
+	// cluster's TaskManagers heartbeat every 100 ms (jobmaster.MinHeartbeatInterval); its fence timeout is the least above two
 	// heartbeat intervals plus the pool query timeout, its TM leader grace the least above the
 	// fence timeout plus a pool query, its heartbeat timeout (the redeploy delay) the least the
-	// isolation rule accepts. The job size limits are as low as the demo job allows (the
+	// isolation rule accepts, its slot timeout the least above two heartbeat intervals. The
+	// highest: heartbeats every 5 s (a deployment waits up to one for the pool's confirmation),
+	// the other timings at hours or what they allow. The job size limits are as low as the demo job allows (the
 	// lowest accepted, 1, refuses it by design).
 	jg, err := LoadJobFile("../../examples/streaming-checksum.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	size := graph.Size(jg)
-	hb, pqi, pqt := 10*time.Millisecond, time.Nanosecond, 500*time.Millisecond
+	hb, pqi, pqt := jobmaster.MinHeartbeatInterval, time.Nanosecond, 500*time.Millisecond
 	fence := 2*hb + pqt + time.Millisecond
 	grace := fence + pqi + pqt + time.Millisecond
 	hbTimeout := jobmaster.RedeployDelayNeeded(fence, hb, pqi, pqt) + time.Millisecond
@@ -329,11 +334,11 @@ func TestMisconfigurationMatrix(t *testing.T) {
 				"--" + graph.LimitExecutions, fmt.Sprint(size.Executions), "--" + graph.LimitInputChannels, fmt.Sprint(size.InputChannels),
 				"--" + graph.LimitGraphBytes, fmt.Sprint(size.DeployedBytes), "--retain-jobs", "1", "--retain-job-age", "1ns",
 				"--max-message-size", fmt.Sprint(transport.MinMaxMessageSize), "--client-write-rate", "1e-9", "--client-write-burst", "1",
-				"--slot-timeout", "1ns", "--cleanup-dead-servers", "0s", "--min-quorum", "1", "--bootstrap-expect", "1"},
+				"--slot-timeout", (2*hb + time.Nanosecond).String(), "--cleanup-dead-servers", "0s", "--min-quorum", "1", "--bootstrap-expect", "1"},
 			tmFlag: []string{"--heartbeat-interval", hb.String(), "--fence-timeout", "0s", "--leader-grace", (2*hb + time.Nanosecond).String(),
 				"--retain-terminal", "1ns", "--max-message-size", fmt.Sprint(transport.MinMaxMessageSize)}},
 		{name: "highest", slots: transport.MaxSlots,
-			jmFlags: []string{"--report-deadline", "10m", "--tm-heartbeat-interval", "1m", "--pool-query-interval", "1m",
+			jmFlags: []string{"--report-deadline", "10m", "--tm-heartbeat-interval", "5s", "--pool-query-interval", "1m",
 				"--pool-query-timeout", "1m", "--fence-timeout", "10m", "--tm-leader-grace", "8760h", "--heartbeat-timeout", "8760h",
 				"--dead-refusals", "1000", "--dead-refusal-window", "1h",
 				"--" + graph.LimitExecutions, fmt.Sprint(ceil.MaxExecutions), "--" + graph.LimitInputChannels, fmt.Sprint(ceil.MaxInputChannels),
@@ -345,8 +350,7 @@ func TestMisconfigurationMatrix(t *testing.T) {
 	}
 	t.Run("boundaries", func(t *testing.T) {
 		for _, b := range boundaries {
-			t.Run(b.name, func(t *testing.T) {
-				t.Parallel()
+			t.Run(b.name, func(t *testing.T) { // one at a time: each picks its free ports
 				cdir := t.TempDir()
 				nodes, err := proccluster.Local(cdir, proccluster.LocalOptions{JMs: 1, TMs: 3, Slots: b.slots,
 					JMFlags: append([]string{"--gossip-profile", "local", "--fast-raft"}, b.jmFlags...),

@@ -63,7 +63,7 @@ func runTaskManager(args []string) error {
 	check := cfg
 	if err := firstError(
 		between("--slots", int64(*slots), transport.MinSlots, transport.MaxSlots),
-		positive("--heartbeat-interval", *hb),
+		heartbeatInterval("--heartbeat-interval", *hb),
 		positive("--leader-grace", *grace),
 		positive("--retain-terminal", *retain),
 		messageSize(*maxMsg),
