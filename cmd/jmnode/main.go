@@ -35,6 +35,7 @@ operator CLI (talks gRPC to any JobMaster: --addr or JMNODE_ADDR, default 127.0.
   gossip keyring list | install | use | remove   rotate the gossip key on every member
   healthcheck [--url URL]    one GET of /readyz (or /healthz): a container's health check
   version                    print the version
+  help                       this text (also --help)
   tls ca create              a development CA for mutual TLS (docs/security.md)
   tls cert create            a certificate with a role (jobmaster, taskmanager, operator, reader)
   failpoints                 the failpoints JMNODE_FAILPOINTS can set (fault-suite builds only)

@@ -391,3 +391,33 @@ func TestMisconfigurationMatrix(t *testing.T) {
 		}
 	})
 }
+
+// TestEveryCommandAnswersHelp walks jmnode's command table (the one run dispatches through):
+// `jmnode PATH --help` exits 0 with a usage text for every group and every command, and the
+// top-level usage names every top-level command.
+func TestEveryCommandAnswersHelp(t *testing.T) {
+	bin := buildJmnode(t, t.TempDir(), "jmnode")
+	var walk func(path []string, c *command)
+	n := 0
+	walk = func(path []string, c *command) {
+		args := append(append([]string(nil), path...), "--help")
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("jmnode %s: %v\n%s", strings.Join(args, " "), err, out)
+		} else if !strings.Contains(string(out), "usage") {
+			t.Errorf("jmnode %s: no usage text:\n%s", strings.Join(args, " "), out)
+		}
+		n++
+		for _, s := range c.subs {
+			walk(append(append([]string(nil), path...), s.name), s)
+		}
+	}
+	root := commandTree()
+	walk(nil, root)
+	for _, s := range root.subs {
+		if !regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(s.name) + `\b`).MatchString(usage) {
+			t.Errorf("the usage text does not list %q", s.name)
+		}
+	}
+	t.Logf("%d commands and groups answer --help", n)
+}
