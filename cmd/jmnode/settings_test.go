@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -77,37 +76,57 @@ func TestTaskManagerRefusesSlotsOverTheLeadersLimitAtStart(t *testing.T) {
 	}
 	t.Logf("--slots 1025: exit %d: %s", got.code, strings.TrimSpace(got.stderr))
 
-	// 1024 starts: the process is still running after it logged its start.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, tm(1024)...)
-	var out syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
+	// In a cluster: three TaskManagers with --slots 1025 beside one with 1024, the top of the
+	// range. The three exit at start naming the flag and the range; the fourth runs the whole
+	// demo job.
+	nodes, err := proccluster.Local(dir, proccluster.LocalOptions{JMs: 1, TMs: 4, Slots: 1025,
+		JMFlags: fastProcs.JMFlags, TMFlags: fastProcs.TMFlags})
+	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cancel(); _ = cmd.Wait() }()
-	testcluster.WaitFor(t, 20*time.Second, "--slots 1024 started", func() (bool, string) {
-		return strings.Contains(out.String(), "taskmanager started"), out.String()
-	})
-}
-
-// syncBuffer is a bytes.Buffer a process writes while a test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	nodes[len(nodes)-1].Slots = transport.MaxSlots
+	d := startProcessCluster(t, dir, bin, nodes)
+	for _, p := range d.TMs[:3] {
+		select {
+		case <-p.Exited():
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s with --slots 1025 still runs; its log:\n%s", p.Name, p.LogTail(20))
+		}
+		if log := p.LogTail(5); !strings.Contains(log, want) {
+			t.Fatalf("%s exited without saying %q:\n%s", p.Name, want, log)
+		}
+	}
+	ctx := context.Background()
+	leader, err := d.waitLeader(ctx, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.waitTMs(ctx, 30*time.Second, 1, transport.MaxSlots); err != nil {
+		t.Fatal(err)
+	}
+	jg, err := LoadJobFile("../../examples/streaming-checksum.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jg.JobId = newJobID()
+	c := d.client(leader.LeaderGrpcAddress)
+	defer c.cc.Close()
+	if err := c.call(15*time.Second, func(ctx context.Context) error {
+		_, err := c.client().SubmitJob(ctx, &pb.SubmitJobRequest{JobGraph: jg})
+		return err
+	}); err != nil {
+		t.Fatalf("submit the demo job: %v", err)
+	}
+	rec, err := d.waitAllRunning(ctx, jg.JobId, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range testcluster.Attempts(rec) {
+		if a.TM != "tm4" {
+			t.Fatalf("an attempt runs on %s, not tm4: %v", a.TM, testcluster.Attempts(rec))
+		}
+	}
+	t.Logf("tm1-tm3 refused --slots 1025 at start; tm4 (--slots 1024) runs all %d tasks of the demo job", len(testcluster.Attempts(rec)))
 }
 
 // badValue is one row of the misconfiguration matrix: a flag of a process, an invalid value
