@@ -30,12 +30,14 @@ const DefaultMaxMessageSize = 4 << 20
 // MaxMessageSizeFlag is the setting every refusal of an oversized message names.
 const MaxMessageSizeFlag = "--max-message-size"
 
-// The range of --max-message-size that jmnode's processes accept. The floor lets a 1 MiB
-// snapshot chunk (jmnode snapshot save and restore) through with room for its framing; the
-// ceiling stays clear of protobuf's 2 GiB bound on one message. The library configs accept
-// any positive limit (tests provoke refusals with small ones).
+// The range of --max-message-size that jmnode's processes accept. The floor is the limit the
+// chunked streams, pages and batches are cut for (ChunkedMessageLimit: TaskManager reports,
+// GetJob pages, SubmitTasks batches, each up to ChunkBudget(0) bytes), so a smaller limit
+// would refuse what the other side sends; the ceiling stays clear of protobuf's 2 GiB bound on
+// one message. The library configs accept any positive limit (tests provoke refusals with
+// small ones).
 const (
-	MinMaxMessageSize = 2 << 20
+	MinMaxMessageSize = ChunkedMessageLimit
 	MaxMaxMessageSize = 1 << 30
 )
 

@@ -160,7 +160,7 @@ func misconfigurations(file string) []badValue {
 			b("grpc-advertise", "port out of range", "--grpc-advertise", "127.0.0.1:70000"),
 			b("http-addr", "unparsable", "--http-addr", "localhost:http-port"),
 			b("pprof-addr", "unparsable", "--pprof-addr", "127.0.0.1"),
-			b("max-message-size", "too small to carry a 1 MiB snapshot chunk", "--max-message-size", "1048576"),
+			b("max-message-size", "below the 4 MiB the reports, pages and batches are cut for", "--max-message-size", "4194303"),
 			b("max-message-size", "above the ceiling", "--max-message-size", "2147483647"),
 			b("checkpoint-dir", "unwritable path", "--checkpoint-dir", under),
 			b("gossip-addr", "port out of range", "--gossip-addr", "127.0.0.1:99999"),
