@@ -59,6 +59,7 @@ func TestSelfFenceWorksWithGossipAlone(t *testing.T) {
 	cfg.ID, cfg.WorkDir = "tm1", t.TempDir()
 	cfg.GRPCAddr, cfg.DataAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.FenceTimeout, cfg.LeaderGrace, cfg.ShutdownTimeout = fence, 10*time.Minute, 100*time.Millisecond
+	cfg.HeartbeatInterval = 100 * time.Millisecond // the fence timeout must exceed two of them
 	gc := membership.TestConfig(membership.Meta{})
 	gc.Join = []string{g.Addr()}
 	tm, err := StartTaskManager(TaskManagerConfig{TM: cfg, Gossip: &gc, Logger: hclog.NewNullLogger()})

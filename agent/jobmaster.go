@@ -110,6 +110,9 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	if err := cfg.JobMaster.Validate(); err != nil {
 		return nil, err
 	}
+	if err := cfg.Reconcile.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Tokens != nil && cfg.TLS == nil {
 		return nil, errors.New("bearer tokens need TLS (--tls-ca, --tls-cert, --tls-key): they would travel in plaintext")
 	}

@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"github.com/jmcluster/jmcluster/internal/setting"
 	"github.com/jmcluster/jmcluster/security"
 
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -138,35 +140,64 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports the first problem of the configuration (after defaults are applied).
+// Validate reports the first problem of the configuration (after defaults are applied). A
+// refusal of one field is a *setting.Error naming it (jmnode names the flag instead).
 func (c *Config) Validate() error {
 	v := c.withDefaults()
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
+	field := func(name string, value any, rule string, args ...any) error {
+		return setting.New(ErrInvalidConfig, name, value, rule, args...)
+	}
 	switch {
 	case v.ID == "":
-		return bad("ID is required")
+		return field("ID", v.ID, "is required")
 	case v.DataDir == "":
-		return bad("DataDir is required")
+		return field("DataDir", v.DataDir, "is required")
 	case v.RaftBindAddr == "":
-		return bad("RaftBindAddr is required")
+		return field("RaftBindAddr", v.RaftBindAddr, "is required")
 	case v.GRPCAddr == "":
-		return bad("GRPCAddr is required")
+		return field("GRPCAddr", v.GRPCAddr, "is required")
 	case v.BootstrapExpect < 0:
-		return bad("BootstrapExpect must not be negative")
+		return field("BootstrapExpect", v.BootstrapExpect, "must not be negative")
 	case v.BootstrapExpect > 0 && len(v.Peers) > 0:
-		return bad("BootstrapExpect and Peers are alternatives; set one")
+		return field("BootstrapExpect", v.BootstrapExpect, "and Peers are alternatives; set one")
 	case v.BootstrapExpect > 1 && len(v.Join) == 0:
-		return bad("BootstrapExpect %d needs Join addresses", v.BootstrapExpect)
+		return field("BootstrapExpect", v.BootstrapExpect, "needs Join addresses (the other JobMasters)")
 	}
-	if v.RaftAdvertiseAddr != "" {
-		if _, err := net.ResolveTCPAddr("tcp", v.RaftAdvertiseAddr); err != nil {
-			return bad("RaftAdvertiseAddr %q: %v", v.RaftAdvertiseAddr, err)
+	if err := setting.HostPort(ErrInvalidConfig, "RaftBindAddr", v.RaftBindAddr, 0); err != nil {
+		return err
+	}
+	if err := setting.HostPort(ErrInvalidConfig, "GRPCAddr", v.GRPCAddr, 1); err != nil {
+		return err
+	}
+	for _, j := range v.Join {
+		if err := setting.HostPort(ErrInvalidConfig, "Join", j, 1); err != nil {
+			return err
 		}
 	}
+	if v.RaftAdvertiseAddr != "" {
+		if err := setting.HostPort(ErrInvalidConfig, "RaftAdvertiseAddr", v.RaftAdvertiseAddr, 1); err != nil {
+			return err
+		}
+		a, err := net.ResolveTCPAddr("tcp", v.RaftAdvertiseAddr)
+		if err != nil {
+			return field("RaftAdvertiseAddr", v.RaftAdvertiseAddr, "does not resolve: %v", err)
+		}
+		if a.IP == nil || a.IP.IsUnspecified() {
+			return field("RaftAdvertiseAddr", v.RaftAdvertiseAddr, "is not an address other nodes can dial")
+		}
+	} else if host, _, _ := net.SplitHostPort(v.RaftBindAddr); host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified() {
+		// hashicorp/raft advertises the bound address, and refuses one nobody can dial.
+		return field("RaftBindAddr", v.RaftBindAddr, "binds every interface, which other nodes cannot dial: give the address they dial (RaftAdvertiseAddr, jmnode --raft-advertise)")
+	}
 	if err := validatePeers(v.ID, v.Peers); err != nil {
-		return bad("%v", err)
+		list := make([]string, len(v.Peers))
+		for i, p := range v.Peers {
+			list[i] = p.ID + "=" + p.RaftAddr + "@" + p.GRPCAddr
+		}
+		return field("Peers", strings.Join(list, ","), "%v", err)
 	}
 	rc := v.raftConfig(nil)
 	if err := raft.ValidateConfig(rc); err != nil {

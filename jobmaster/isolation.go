@@ -1,8 +1,11 @@
 package jobmaster
 
 import (
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jmcluster/jmcluster/internal/setting"
 )
 
 // ClockDrift is the bound assumed on how far the rates of two hosts' monotonic clocks differ
@@ -31,18 +34,67 @@ func maxFenceTimeout(c Config) time.Duration {
 // TM that heartbeats at least this often counts as in contact.
 func (c Config) freshGap() time.Duration { return 2 * c.HeartbeatInterval }
 
-// Validate refuses timings under which the isolation rule cannot hold: a redeploy delay
-// (HeartbeatTimeout) not above RedeployDelayNeeded, or a fence timeout a TM in contact could
-// reach between two heartbeats (fresh gap plus a query timeout).
+// MinHeartbeatInterval is the least TaskManager heartbeat interval jmnode accepts (--tm-heartbeat-interval,
+// and a TaskManager's own --heartbeat-interval): the leader takes a pause of its own longer
+// than one interval for a stall (liveness.go) and answers no TaskManager until a quorum has
+// confirmed it still leads; below 100 ms an ordinary scheduling delay on a loaded host does
+// that. (The library accepts less: its tests run on fake clocks and idle machines.)
+const MinHeartbeatInterval = 100 * time.Millisecond
+
+// ErrInvalidConfig is the kind of every refusal of Validate (a *setting.Error).
+var ErrInvalidConfig = errors.New("invalid jobmaster config")
+
+// Validate refuses a configuration no cluster can work with, naming the field, the value and
+// the rule (a *setting.Error; jmnode names the flag instead): a negative duration or count
+// (zero means the default; SlotTimeout negative means wait forever); a TM leader grace that
+// ends before a TM past its fence timeout has asked its pool once; a slot timeout within two
+// heartbeat intervals (a deployment waits for a pool confirmation a heartbeat carries); and timings
+// under which the isolation rule cannot hold: a redeploy delay (HeartbeatTimeout) not above
+// RedeployDelayNeeded, or a fence timeout a TM in contact could reach between two heartbeats
+// (fresh gap plus a query timeout).
 func (c Config) Validate() error {
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"HeartbeatTimeout", c.HeartbeatTimeout},
+		{"FenceTimeout", c.FenceTimeout}, {"PoolQueryInterval", c.PoolQueryInterval},
+		{"PoolQueryTimeout", c.PoolQueryTimeout}, {"TMLeaderGrace", c.TMLeaderGrace},
+		{"DeadRefusalWindow", c.DeadRefusalWindow}, {"RetryAfter", c.RetryAfter},
+		{"RPCTimeout", c.RPCTimeout}, {"TickInterval", c.TickInterval},
+		{"RetainJobAge", c.RetainJobAge}, {"RetentionInterval", c.RetentionInterval},
+	} {
+		if err := setting.NonNegative(ErrInvalidConfig, d.field, d.v); err != nil {
+			return err
+		}
+	}
+	for _, n := range []struct {
+		field string
+		v     int
+	}{
+		{"DeadRefusals", c.DeadRefusals}, {"MaxBatch", c.MaxBatch}, {"RetainJobs", c.RetainJobs},
+		{"SubmitBatchTasks", c.SubmitBatchTasks}, {"SubmitBatchBytes", c.SubmitBatchBytes},
+		{"SubmitAttempts", c.SubmitAttempts}, {"MaxMessageSize", c.MaxMessageSize},
+	} {
+		if n.v < 0 {
+			return setting.New(ErrInvalidConfig, n.field, n.v, "must not be negative")
+		}
+	}
 	c.setDefaults()
+	if ask := c.FenceTimeout + c.PoolQueryInterval + c.PoolQueryTimeout; c.TMLeaderGrace <= ask {
+		return setting.New(ErrInvalidConfig, "TMLeaderGrace", c.TMLeaderGrace, "must exceed the fence timeout plus a pool query interval and timeout (%v + %v + %v = %v): a grace that ends before a TaskManager has asked its pool leaves the isolation rule no say, and every JobMaster outage that long stops every task",
+			c.FenceTimeout, c.PoolQueryInterval, c.PoolQueryTimeout, ask)
+	}
+	if gap := c.freshGap(); c.SlotTimeout > 0 && c.SlotTimeout <= gap {
+		return setting.New(ErrInvalidConfig, "SlotTimeout", c.SlotTimeout, "must exceed two heartbeat intervals (%v), or be negative (wait forever): a deployment waits for the TaskManagers to confirm a new pool version, which they do with their heartbeats", gap)
+	}
 	need := RedeployDelayNeeded(c.FenceTimeout, c.HeartbeatInterval, c.PoolQueryInterval, c.PoolQueryTimeout)
 	if c.HeartbeatTimeout <= need {
-		return fmt.Errorf("heartbeat timeout %v (the redeploy delay) must exceed (fence timeout %v + heartbeat interval %v + pool query timeout %v) x (1 + clock drift %.0f%%) + pool query interval %v + pool query timeout %v = %v: lower --fence-timeout or raise --heartbeat-timeout",
-			c.HeartbeatTimeout, c.FenceTimeout, c.HeartbeatInterval, c.PoolQueryTimeout, ClockDrift*100, c.PoolQueryInterval, c.PoolQueryTimeout, need)
+		return setting.New(ErrInvalidConfig, "HeartbeatTimeout", c.HeartbeatTimeout, "the redeploy delay, must exceed (fence timeout %v + heartbeat interval %v + pool query timeout %v) x (1 + clock drift %.0f%%) + pool query interval %v + pool query timeout %v = %v: lower --fence-timeout or raise --heartbeat-timeout",
+			c.FenceTimeout, c.HeartbeatInterval, c.PoolQueryTimeout, ClockDrift*100, c.PoolQueryInterval, c.PoolQueryTimeout, need)
 	}
 	if min := c.freshGap() + c.PoolQueryTimeout; c.FenceTimeout <= min {
-		return fmt.Errorf("fence timeout %v must exceed two heartbeat intervals plus the pool query timeout (%v): a TM in contact with the leader must never look out of contact to its pool", c.FenceTimeout, min)
+		return setting.New(ErrInvalidConfig, "FenceTimeout", c.FenceTimeout, "must exceed two heartbeat intervals plus the pool query timeout (%v): a TM in contact with the leader must never look out of contact to its pool", min)
 	}
 	return nil
 }

@@ -33,8 +33,8 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 	if req.TmId == "" || req.GrpcAddress == "" || req.DataAddress == "" {
 		return nil, jm.refuseRegistration(req, "invalid_argument", errorf(ErrInvalidRequest, "register: tm_id, grpc_address and data_address are required"))
 	}
-	if req.Slots < 1 || req.Slots > 1024 {
-		return nil, jm.refuseRegistration(req, "invalid_argument", errorf(ErrInvalidRequest, "register: slots must be in [1, 1024], got %d", req.Slots))
+	if req.Slots < transport.MinSlots || req.Slots > transport.MaxSlots {
+		return nil, jm.refuseRegistration(req, "invalid_argument", errorf(ErrInvalidRequest, "register: slots must be in [%d, %d], got %d", transport.MinSlots, transport.MaxSlots, req.Slots))
 	}
 	if err := CheckTMProtocol(req.ProtocolVersion, MinTMProtocol, MaxTMProtocol); err != nil {
 		return nil, jm.refuseRegistration(req, "protocol", fmt.Errorf("register %s: %w", req.TmId, err))

@@ -9,6 +9,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/memberlist"
+
+	"github.com/jmcluster/jmcluster/internal/setting"
 )
 
 // Timing profiles for Config.Profile.
@@ -83,11 +85,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
 	if _, _, err := splitHostPort(c.withDefaults().BindAddr); err != nil {
-		return bad("bind address %q: %v", c.BindAddr, err)
+		return setting.New(ErrInvalidConfig, "BindAddr", c.BindAddr, "must be host:port (%v)", err)
 	}
 	if c.AdvertiseAddr != "" {
 		if _, _, err := splitHostPortOptional(c.AdvertiseAddr); err != nil {
-			return bad("advertise address %q: %v", c.AdvertiseAddr, err)
+			return setting.New(ErrInvalidConfig, "AdvertiseAddr", c.AdvertiseAddr, "must be host or host:port (%v)", err)
+		}
+	}
+	for _, j := range c.Join {
+		if _, _, err := splitHostPortOptional(j); err != nil {
+			return setting.New(ErrInvalidConfig, "Join", j, "must be host or host:port (%v)", err)
 		}
 	}
 	switch len(c.SecretKey) {
@@ -106,7 +113,7 @@ func (c Config) Validate() error {
 	switch c.Profile {
 	case "", ProfileLAN, ProfileLocal, ProfileTest:
 	default:
-		return bad("unknown profile %q", c.Profile)
+		return setting.New(ErrInvalidConfig, "Profile", c.Profile, "must be %s, %s or %s", ProfileLAN, ProfileLocal, ProfileTest)
 	}
 	if c.RejoinMin < 0 || c.RejoinMax < 0 || c.BroadcastTimeout < 0 || c.GoneRetention < 0 {
 		return bad("durations must not be negative")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
+	"github.com/jmcluster/jmcluster/internal/setting"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -53,6 +54,32 @@ type Config struct {
 	// compare the two answers; a TM answers as expected only when it matches).
 	WholeReports bool
 	Logger       hclog.Logger
+}
+
+// ErrInvalidConfig is the kind of Validate's refusals.
+var ErrInvalidConfig = errors.New("invalid reconcile config")
+
+// Validate refuses a negative duration or bound, naming the field (a *setting.Error); zero
+// means the default.
+func (c Config) Validate() error {
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"ReportDeadline", c.ReportDeadline}, {"ReportStreamTimeout", c.ReportStreamTimeout}, {"RetryInterval", c.RetryInterval}} {
+		if err := setting.NonNegative(ErrInvalidConfig, d.field, d.v); err != nil {
+			return err
+		}
+	}
+	for _, n := range []struct {
+		field string
+		v     int64
+	}{{"CommitChunk", int64(c.CommitChunk)}, {"ReportChunk", int64(c.ReportChunk)}, {"ReportChunkBytes", int64(c.ReportChunkBytes)},
+		{"MaxReportBytes", c.MaxReportBytes}, {"MaxReportExecutions", int64(c.MaxReportExecutions)}} {
+		if n.v < 0 {
+			return setting.New(ErrInvalidConfig, n.field, n.v, "must not be negative")
+		}
+	}
+	return nil
 }
 
 func (c *Config) setDefaults() {

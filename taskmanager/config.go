@@ -6,13 +6,13 @@ package taskmanager
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 
+	"github.com/jmcluster/jmcluster/internal/setting"
 	"github.com/jmcluster/jmcluster/security"
 
 	"github.com/jmcluster/jmcluster/transport"
@@ -115,13 +115,6 @@ type Config struct {
 	Logger hclog.Logger
 }
 
-func nonNegative(d time.Duration, name string) error {
-	if d < 0 {
-		return fmt.Errorf("%w: %s %v < 0", ErrInvalidConfig, name, d)
-	}
-	return nil
-}
-
 // ErrInvalidConfig is returned by Validate.
 var ErrInvalidConfig = errors.New("invalid taskmanager config")
 
@@ -152,15 +145,21 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate fills zero fields with defaults and checks the rest.
+// Validate fills zero fields with defaults and checks the rest. A refusal is a
+// *setting.Error naming the field, the value and the rule (jmnode names the flag instead).
+// The rules: no negative count, size or duration; Slots within [transport.MinSlots,
+// transport.MaxSlots], what the leader accepts at registration; FenceTimeout 0 (off) or above
+// two heartbeat intervals and LeaderGrace above two heartbeat intervals, since a TM that
+// heartbeats has gone that long without leader contact between two heartbeats; addresses
+// host:port.
 func (c *Config) Validate() error {
 	d := DefaultConfig()
 	if c.ID == "" {
-		return fmt.Errorf("%w: ID is required", ErrInvalidConfig)
+		return setting.New(ErrInvalidConfig, "ID", c.ID, "is required")
 	}
 	setInt := func(v *int, def int, name string) error {
 		if *v < 0 {
-			return fmt.Errorf("%w: %s %d < 0", ErrInvalidConfig, name, *v)
+			return setting.New(ErrInvalidConfig, name, *v, "must not be negative")
 		}
 		if *v == 0 {
 			*v = def
@@ -169,7 +168,7 @@ func (c *Config) Validate() error {
 	}
 	setDur := func(v *time.Duration, def time.Duration, name string) error {
 		if *v < 0 {
-			return fmt.Errorf("%w: %s %v < 0", ErrInvalidConfig, name, *v)
+			return setting.New(ErrInvalidConfig, name, *v, "must not be negative")
 		}
 		if *v == 0 {
 			*v = def
@@ -183,7 +182,7 @@ func (c *Config) Validate() error {
 		setInt(&c.MaxMessageSize, d.MaxMessageSize, "MaxMessageSize"),
 		setDur(&c.HeartbeatInterval, d.HeartbeatInterval, "HeartbeatInterval"),
 		setDur(&c.LeaderGrace, d.LeaderGrace, "LeaderGrace"),
-		nonNegative(c.FenceTimeout, "FenceTimeout"),
+		setting.NonNegative(ErrInvalidConfig, "FenceTimeout", c.FenceTimeout),
 		setDur(&c.RetainTerminal, d.RetainTerminal, "RetainTerminal"),
 		setDur(&c.OutboxBackoffMin, d.OutboxBackoffMin, "OutboxBackoffMin"),
 		setDur(&c.OutboxBackoffMax, d.OutboxBackoffMax, "OutboxBackoffMax"),
@@ -196,14 +195,39 @@ func (c *Config) Validate() error {
 			return f
 		}
 	}
+	if c.Slots < transport.MinSlots || c.Slots > transport.MaxSlots {
+		return setting.New(ErrInvalidConfig, "Slots", c.Slots, "must be in [%d, %d] (the leader refuses the registration of a TaskManager outside it)", transport.MinSlots, transport.MaxSlots)
+	}
+	if gap := 2 * c.HeartbeatInterval; c.FenceTimeout != 0 && c.FenceTimeout <= gap {
+		return setting.New(ErrInvalidConfig, "FenceTimeout", c.FenceTimeout, "must be 0 (off) or above two heartbeat intervals (%v): a TaskManager in contact goes that long without leader contact between two heartbeats", gap)
+	}
+	if gap := 2 * c.HeartbeatInterval; c.LeaderGrace <= gap {
+		return setting.New(ErrInvalidConfig, "LeaderGrace", c.LeaderGrace, "must be above two heartbeat intervals (%v): a TaskManager in contact goes that long without leader contact between two heartbeats", gap)
+	}
 	if c.OutboxBackoffMax < c.OutboxBackoffMin {
-		return fmt.Errorf("%w: OutboxBackoffMax %v < OutboxBackoffMin %v", ErrInvalidConfig, c.OutboxBackoffMax, c.OutboxBackoffMin)
+		return setting.New(ErrInvalidConfig, "OutboxBackoffMax", c.OutboxBackoffMax, "must not be below OutboxBackoffMin %v", c.OutboxBackoffMin)
 	}
 	if c.GRPCAddr == "" {
 		c.GRPCAddr = d.GRPCAddr
 	}
 	if c.DataAddr == "" {
 		c.DataAddr = d.DataAddr
+	}
+	for _, a := range []struct {
+		field, addr string
+		minPort     int
+	}{{"GRPCAddr", c.GRPCAddr, 0}, {"DataAddr", c.DataAddr, 0}, {"AdvertiseGRPC", c.AdvertiseGRPC, 1}, {"AdvertiseData", c.AdvertiseData, 1}} {
+		if a.addr == "" {
+			continue
+		}
+		if err := setting.HostPort(ErrInvalidConfig, a.field, a.addr, a.minPort); err != nil {
+			return err
+		}
+	}
+	for _, jm := range c.JobMasters {
+		if err := setting.HostPort(ErrInvalidConfig, "JobMasters", jm, 1); err != nil {
+			return err
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

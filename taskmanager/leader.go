@@ -17,7 +17,7 @@ func (tm *TaskManager) leaderLoop(ctx context.Context) {
 	failures := 0
 	for {
 		tm.mu.Lock()
-		registered, iv := tm.registered, tm.hbInterval
+		registered := tm.registered
 		tm.mu.Unlock()
 		var err error
 		if registered {
@@ -34,6 +34,9 @@ func (tm *TaskManager) leaderLoop(ctx context.Context) {
 			tm.contactFailures.Add(1)
 			failures++
 		}
+		tm.mu.Lock()
+		iv := tm.hbInterval // read after the call: a registration sets the leader's
+		tm.mu.Unlock()
 		if failures > 1 {
 			// A failure wakes the loop to try the next leader at once; after a second one in a
 			// row, wait before trying again (doubling up to the heartbeat interval), or a leader

@@ -30,6 +30,25 @@ const DefaultMaxMessageSize = 4 << 20
 // MaxMessageSizeFlag is the setting every refusal of an oversized message names.
 const MaxMessageSizeFlag = "--max-message-size"
 
+// The range of --max-message-size that jmnode's processes accept. The floor is the limit the
+// chunked streams, pages and batches are cut for (ChunkedMessageLimit: TaskManager reports,
+// GetJob pages, SubmitTasks batches, each up to ChunkBudget(0) bytes), so a smaller limit
+// would refuse what the other side sends; the ceiling stays clear of protobuf's 2 GiB bound on
+// one message. The library configs accept any positive limit (tests provoke refusals with
+// small ones).
+const (
+	MinMaxMessageSize = ChunkedMessageLimit
+	MaxMaxMessageSize = 1 << 30
+)
+
+// Slots a TaskManager may offer: the leader refuses a registration outside [MinSlots,
+// MaxSlots] (jobmaster.RegisterTaskManager), and a TaskManager refuses to start with such a
+// setting (taskmanager.Config.Validate, --slots), so the limit lives in one place.
+const (
+	MinSlots = 1
+	MaxSlots = 1024
+)
+
 // MessageSize returns limit, or DefaultMaxMessageSize when limit is not positive.
 func MessageSize(limit int) int {
 	if limit <= 0 {

@@ -202,7 +202,7 @@ func TestIsolationTimingsRefusedAtStart(t *testing.T) {
 	ports := testcluster.FreePorts(t, 2)
 	err := run([]string{"jobmaster", "--id", "jm1", "--data-dir", t.TempDir(), "--raft-addr", ports[0], "--grpc-addr", ports[1],
 		"--heartbeat-timeout", "8s", "--fence-timeout", "5s"})
-	for _, want := range []string{"heartbeat timeout 8s", "fence timeout 5s", "heartbeat interval 1s", "pool query timeout", "pool query interval", "--fence-timeout"} {
+	for _, want := range []string{"--heartbeat-timeout 8s", "fence timeout 5s", "heartbeat interval 1s", "pool query timeout", "pool query interval", "--fence-timeout"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("want an error naming %q, got %v", want, err)
 		}

@@ -30,14 +30,14 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	if configPath != "" {
 		b, err := os.ReadFile(configPath)
 		if err != nil {
-			return fmt.Errorf("config file: %w", err)
+			return fmt.Errorf("--config %s: %w", configPath, err)
 		}
 		if err := json.Unmarshal(b, &file); err != nil {
-			return fmt.Errorf("config file %s: %w", configPath, err)
+			return fmt.Errorf("--config %s: %w", configPath, err)
 		}
 		for k := range file {
 			if fs.Lookup(k) == nil {
-				return fmt.Errorf("config file %s: unknown key %q (keys are flag names)", configPath, k)
+				return fmt.Errorf("--config %s: unknown key %q (keys are flag names)", configPath, k)
 			}
 		}
 	}

@@ -30,33 +30,21 @@ in its keyring file (--gossip-keyring) across restarts. KEY is base64; --key-fil
 a file instead of the command line.
 `
 
-func runGossip(args []string) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Print(gossipUsage)
-		if len(args) == 0 {
-			return errors.New("gossip: say keygen or keyring")
-		}
+// runGossipKeygen prints a new gossip key.
+func runGossipKeygen(args []string) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Println("usage: jmnode gossip keygen\n\nPrints a new random 32-byte (AES-256) gossip key, base64 encoded.")
 		return nil
 	}
-	switch args[0] {
-	case "keygen":
-		if len(args) > 1 && args[1] != "--help" && args[1] != "-h" {
-			return fmt.Errorf("gossip keygen takes no arguments")
-		} else if len(args) > 1 {
-			fmt.Println("usage: jmnode gossip keygen\n\nPrints a new random 32-byte (AES-256) gossip key, base64 encoded.")
-			return nil
-		}
-		k, err := membership.NewKey()
-		if err != nil {
-			return err
-		}
-		fmt.Println(k)
-		return nil
-	case "keyring":
-		return runKeyring(args[1:])
+	if len(args) > 0 {
+		return fmt.Errorf("gossip keygen takes no arguments")
 	}
-	fmt.Fprint(os.Stderr, gossipUsage)
-	return fmt.Errorf("gossip: unknown command %q (keygen, keyring)", args[0])
+	k, err := membership.NewKey()
+	if err != nil {
+		return err
+	}
+	fmt.Println(k)
+	return nil
 }
 
 var keyringOps = map[string]pb.KeyringOp{
@@ -72,15 +60,10 @@ var keyringHelp = map[string]string{
 	"remove":  "Drops KEY from the keyring of every live member. Refused, nothing changed, while a live member\nstill encrypts with it. A member down during the rotation needs the new key to rejoin.",
 }
 
-func runKeyring(args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, gossipUsage)
-		return errors.New("gossip keyring: say list, install, use or remove")
-	}
-	sub, rest := args[0], args[1:]
+// runKeyring runs `jmnode gossip keyring SUB` with the arguments after SUB.
+func runKeyring(sub string, rest []string) error {
 	op, ok := keyringOps[sub]
 	if !ok {
-		fmt.Fprint(os.Stderr, gossipUsage)
 		return fmt.Errorf("gossip keyring: unknown command %q (list, install, use, remove)", sub)
 	}
 	fs := flag.NewFlagSet("gossip keyring "+sub, flag.ContinueOnError)

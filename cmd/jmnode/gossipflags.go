@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/jmcluster/jmcluster/internal/setting"
 	"github.com/jmcluster/jmcluster/membership"
 )
 
@@ -26,6 +27,40 @@ func newGossipFlags(fs *flag.FlagSet, keyringDefault string) gossipFlags {
 		keyring: fs.String("gossip-keyring", "", "file holding the gossip keyring across restarts, written at start and by every rotation (jmnode gossip keyring); when it exists it wins over --gossip-key (default: "+keyringDefault+")"),
 		profile: fs.String("gossip-profile", "lan", "gossip timing profile: lan, local or test"),
 	}
+}
+
+// check refuses a gossip flag no pool can work with, naming it, before anything starts: the
+// membership rules (addresses, profile), the key's form, the key file and the keyring file
+// (dir: where the keyring goes without --gossip-keyring).
+func (f gossipFlags) check(dir string) error {
+	if *f.addr == "" {
+		return nil
+	}
+	g := membership.DefaultConfig()
+	g.BindAddr, g.Join, g.Profile = *f.addr, splitList(*f.join), *f.profile
+	g.Meta = membership.Meta{Role: membership.RoleTaskManager, ID: "check"} // the agent sets the real one
+	if err := setting.Named(g.Validate(), gossipFlagNames); err != nil {
+		return err
+	}
+	if *f.key != "" {
+		if _, err := membership.ParseKey(*f.key); err != nil {
+			return flagError("--gossip-key", "(hidden)", "must be a base64 key of 16, 24 or 32 bytes, as 'jmnode gossip keygen' prints (%v)", err)
+		}
+	}
+	if *f.keyFile != "" {
+		b, err := os.ReadFile(*f.keyFile)
+		if err != nil {
+			return flagError("--gossip-key-file", *f.keyFile, "must be a readable file (%v)", pathReason(err))
+		}
+		if _, err := membership.ParseKey(string(b)); err != nil {
+			return flagError("--gossip-key-file", *f.keyFile, "must hold a base64 key of 16, 24 or 32 bytes (%v)", err)
+		}
+	}
+	keyring := *f.keyring
+	if keyring == "" && dir != "" {
+		return nil // in the data or work directory, checked as such
+	}
+	return keyringFile(keyring)
 }
 
 // config is the membership configuration the flags say, nil when gossip is off. dir is where

@@ -45,26 +45,6 @@ func newJobID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func runJob(args []string) error {
-	if len(args) == 0 {
-		return errors.New("usage: jmnode job submit|list|status|checkpoints|cancel ...")
-	}
-	sub, rest := args[0], args[1:]
-	switch sub {
-	case "submit":
-		return jobSubmit(rest)
-	case "list":
-		return jobList(rest)
-	case "status":
-		return jobStatus(rest)
-	case "checkpoints":
-		return jobCheckpoints(rest)
-	case "cancel":
-		return jobCancel(rest)
-	}
-	return fmt.Errorf("unknown job command %q (submit, list, status, checkpoints, cancel)", sub)
-}
-
 func jobSubmit(args []string) error {
 	fs := flag.NewFlagSet("job submit", flag.ContinueOnError)
 	usageFor(fs, "jmnode job submit FILE [--wait] [--checkpoint-interval DUR]", "Submits a job spec (the protobuf JSON mapping of a JobGraph; see examples/).")

@@ -16,6 +16,7 @@ import (
 	"github.com/jmcluster/jmcluster/agent"
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/setting"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/reconcile"
 	"github.com/jmcluster/jmcluster/transport"
@@ -79,50 +80,14 @@ func runJobMaster(args []string) error {
 		return errors.New("--id and --data-dir are required")
 	}
 	sizeLimits := graph.SizeLimits{MaxExecutions: *maxExecutions, MaxInputChannels: *maxChannels, MaxGraphBytes: *maxGraphBytes}
-	for _, l := range []struct {
-		name string
-		v    int64
-	}{{graph.LimitExecutions, *maxExecutions}, {graph.LimitInputChannels, *maxChannels}, {graph.LimitGraphBytes, *maxGraphBytes}} {
-		if l.v < 1 {
-			return fmt.Errorf("--%s %d: must be at least 1", l.name, l.v)
-		}
-	}
-	if err := sizeLimits.Validate(); err != nil {
-		return fmt.Errorf("--%w", err)
-	}
-	if *deadRefusals < 1 || *deadWindow <= 0 {
-		return fmt.Errorf("--dead-refusals %d and --dead-refusal-window %s: must be at least 1 and above 0", *deadRefusals, *deadWindow)
-	}
-	if *retainJobs < 1 || *retainAge <= 0 {
-		return fmt.Errorf("--retain-jobs %d and --retain-job-age %s: must be at least 1 and above 0", *retainJobs, *retainAge)
-	}
-	log, err := newLogger(*id, *logLevel, *logFormat)
-	if err != nil {
-		return err
-	}
-	if err := servePprof(*pprofAddr, log); err != nil {
-		return err
-	}
-	if err := setFailpoints(log); err != nil {
-		return err
-	}
-	sec, err := tf.load(log, security.RoleJobMaster)
-	if err != nil {
-		return err
-	}
-	if sec == nil {
-		warnPlaintext(log, "gRPC and Raft")
-	}
-	if *grpcAdv == "" {
-		*grpcAdv = *grpcAddr
-	}
-	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
-		return fmt.Errorf("data dir: %w", err)
-	}
-
 	ccfg := cluster.DefaultConfig()
 	if *fast {
 		ccfg = cluster.TestConfig()
+	}
+	// The advertised gRPC address: --grpc-advertise, or the bound --grpc-addr.
+	grpcFlag := "--grpc-advertise"
+	if *grpcAdv == "" {
+		*grpcAdv, grpcFlag = *grpcAddr, "--grpc-addr"
 	}
 	ccfg.ID, ccfg.DataDir, ccfg.RaftBindAddr, ccfg.RaftAdvertiseAddr = *id, *dataDir, *raftAddr, *raftAdv
 	ccfg.GRPCAddr, ccfg.BootstrapExpect, ccfg.Join = *grpcAdv, *expect, splitList(*join)
@@ -135,22 +100,71 @@ func runJobMaster(args []string) error {
 	}
 	cfg := agent.JobMasterConfig{
 		CheckpointDir: *checkpointDir,
-		Cluster:       ccfg, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Logger: log,
+		Cluster:       ccfg, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr,
 		JobMaster: jobmaster.Config{HeartbeatTimeout: *hbTimeout, DeadRefusals: *deadRefusals, DeadRefusalWindow: *deadWindow, SizeLimits: sizeLimits, RetainJobs: *retainJobs, RetainJobAge: *retainAge,
 			FenceTimeout: *fenceTimeout, PoolQueryInterval: *poolInterval, PoolQueryTimeout: *poolTimeout, TMLeaderGrace: *tmGrace, HeartbeatInterval: *tmHeartbeat,
-			SlotTimeout: *slotTimeout},
-		Reconcile: reconcile.Config{ReportDeadline: *reportDeadline},
+			SlotTimeout: *slotTimeout, MaxMessageSize: *maxMsg},
+		Reconcile:      reconcile.Config{ReportDeadline: *reportDeadline},
+		MaxMessageSize: *maxMsg,
 	}
-	if *maxMsg <= 0 {
-		return fmt.Errorf("--max-message-size %d: must be a positive number of bytes", *maxMsg)
+	ceil := graph.CeilingSizeLimits()
+	clusterNames := map[string]string{"GRPCAddr": grpcFlag}
+	for k, v := range jobMasterClusterFlags {
+		clusterNames[k] = v
 	}
-	if *writeBurst <= 0 {
-		return fmt.Errorf("--client-write-burst %d: must be positive", *writeBurst)
+	// Every check before anything is started or served: the flag's own rules, then the
+	// packages' (their fields named as the flags), then the paths.
+	if err := firstError(
+		positive("--report-deadline", *reportDeadline),
+		positive("--heartbeat-timeout", *hbTimeout),
+		heartbeatInterval("--tm-heartbeat-interval", *tmHeartbeat),
+		positive("--tm-leader-grace", *tmGrace),
+		positive("--dead-refusal-window", *deadWindow),
+		positive("--retain-job-age", *retainAge),
+		atLeast("--dead-refusals", int64(*deadRefusals), 1),
+		atLeast("--retain-jobs", int64(*retainJobs), 1),
+		atLeast("--bootstrap-expect", int64(*expect), 0),
+		between("--"+graph.LimitExecutions, *maxExecutions, 1, ceil.MaxExecutions),
+		between("--"+graph.LimitInputChannels, *maxChannels, 1, ceil.MaxInputChannels),
+		between("--"+graph.LimitGraphBytes, *maxGraphBytes, 1, ceil.MaxGraphBytes),
+		messageSize(*maxMsg),
+		clientWriteRate(*writeRate),
+		atLeast("--client-write-burst", int64(*writeBurst), 1),
+		atLeast("--min-quorum", int64(*minQuorum), 1),
+		slotTimeoutFlag(*slotTimeout),
+		cleanupFlag(*cleanupDead, *gf.addr != ""),
+		optionalAddr("--http-addr", *httpAddr),
+		optionalAddr("--pprof-addr", *pprofAddr),
+		setting.Named(cfg.Cluster.Validate(), clusterNames),
+		setting.HostPort(nil, "--grpc-addr", *grpcAddr, 1),
+		setting.Named(cfg.JobMaster.Validate(), jobMasterFlags),
+		setting.Named(cfg.Reconcile.Validate(), reconcileFlags),
+		gf.check(*dataDir),
+		logFlags(*logLevel, *logFormat),
+	); err != nil {
+		return err
 	}
-	cfg.MaxMessageSize = *maxMsg
-	if *cleanupDead < 0 || *minQuorum < 1 {
-		return fmt.Errorf("--cleanup-dead-servers %s, --min-quorum %d: the duration must be 0 (off) or positive, the quorum at least 1", *cleanupDead, *minQuorum)
+	if err := firstError(writableDir("--data-dir", *dataDir), writableDir("--checkpoint-dir", *checkpointDir)); err != nil {
+		return err
 	}
+	if *tokenFile != "" && !tf.files().Set() {
+		return errors.New("--token-file needs --tls-ca, --tls-cert and --tls-key: tokens would travel in plaintext")
+	}
+	log, err := newLogger(*id, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	if err := setFailpoints(log); err != nil {
+		return err
+	}
+	sec, err := tf.load(log, security.RoleJobMaster)
+	if err != nil {
+		return err
+	}
+	if sec == nil {
+		warnPlaintext(log, "gRPC and Raft")
+	}
+	cfg.Logger = log
 	cfg.CleanupDeadServers, cfg.MinQuorum = *cleanupDead, *minQuorum
 	cfg.TLS, cfg.MetricsAuth = sec, *metricsAuth
 	if *tokenFile != "" {
@@ -158,15 +172,15 @@ func runJobMaster(args []string) error {
 			return errors.New("--token-file needs --tls-ca, --tls-cert and --tls-key: tokens would travel in plaintext")
 		}
 		if cfg.Tokens, err = security.LoadTokens(*tokenFile, log); err != nil {
-			return err
+			return fmt.Errorf("--token-file %s: %w", *tokenFile, err)
 		}
 	}
 	cfg.WriteLimit = server.WriteLimit{Rate: *writeRate, Burst: *writeBurst}
 	if cfg.Gossip, err = gf.config(*dataDir, sec != nil); err != nil {
 		return err
 	}
-	if cfg.CleanupDeadServers > 0 && cfg.Gossip == nil {
-		return errors.New("--cleanup-dead-servers needs gossip (--gossip-addr): dead servers are found through it")
+	if err := servePprof(*pprofAddr, log); err != nil {
+		return err
 	}
 	a, err := agent.StartJobMaster(cfg)
 	if err != nil {

@@ -7,8 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-
-	"github.com/jmcluster/jmcluster/internal/version"
 )
 
 const usage = `jmnode — a Raft-replicated, highly available JobMaster cluster
@@ -37,6 +35,7 @@ operator CLI (talks gRPC to any JobMaster: --addr or JMNODE_ADDR, default 127.0.
   gossip keyring list | install | use | remove   rotate the gossip key on every member
   healthcheck [--url URL]    one GET of /readyz (or /healthz): a container's health check
   version                    print the version
+  help                       this text (also --help)
   tls ca create              a development CA for mutual TLS (docs/security.md)
   tls cert create            a certificate with a role (jobmaster, taskmanager, operator, reader)
   failpoints                 the failpoints JMNODE_FAILPOINTS can set (fault-suite builds only)
@@ -56,45 +55,5 @@ func main() {
 }
 
 func run(args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, usage)
-		return errors.New("no command given")
-	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "jobmaster":
-		return runJobMaster(rest)
-	case "taskmanager":
-		return runTaskManager(rest)
-	case "demo":
-		return runDemo(rest)
-	case "job":
-		return runJob(rest)
-	case "status":
-		return runStatus(rest)
-	case "raft":
-		return runRaft(rest)
-	case "members":
-		return runMembers(rest)
-	case "gossip":
-		return runGossip(rest)
-	case "snapshot":
-		return runSnapshot(rest)
-	case "tm":
-		return runTM(rest)
-	case "healthcheck":
-		return runHealthcheck(rest)
-	case "failpoints":
-		return runFailpoints(rest)
-	case "tls":
-		return runTLS(rest)
-	case "version":
-		fmt.Println("jmnode", version.Version)
-		return nil
-	case "help", "-h", "--help":
-		fmt.Print(usage)
-		return nil
-	}
-	fmt.Fprint(os.Stderr, usage)
-	return fmt.Errorf("unknown command %q", cmd)
+	return commandTree().dispatch("jmnode", args)
 }

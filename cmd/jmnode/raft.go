@@ -12,11 +12,8 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-func runRaft(args []string) error {
-	if len(args) == 0 {
-		return errors.New("usage: jmnode raft peers|join|remove|transfer-leadership ...")
-	}
-	sub, rest := args[0], args[1:]
+// runRaft runs `jmnode raft SUB` with the arguments after SUB.
+func runRaft(sub string, rest []string) error {
 	fs := flag.NewFlagSet("raft "+sub, flag.ContinueOnError)
 	cf := newCLIFlags(fs, sub == "peers")
 	switch sub {

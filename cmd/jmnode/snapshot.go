@@ -37,26 +37,6 @@ restore; the leader raises the state's epoch above every epoch a TaskManager has
 replaces the replicated state with the file's and reconciles it with the running tasks.
 `
 
-func runSnapshot(args []string) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Print(snapshotUsage)
-		if len(args) == 0 {
-			return errors.New("snapshot: say save or inspect")
-		}
-		return nil
-	}
-	switch args[0] {
-	case "save":
-		return runSnapshotSave(args[1:])
-	case "inspect":
-		return runSnapshotInspect(args[1:])
-	case "restore":
-		return runSnapshotRestore(args[1:])
-	}
-	fmt.Fprint(os.Stderr, snapshotUsage)
-	return fmt.Errorf("snapshot: unknown command %q (save, inspect, restore)", args[0])
-}
-
 func runSnapshotSave(args []string) error {
 	fs := flag.NewFlagSet("snapshot save", flag.ContinueOnError)
 	usageFor(fs, "jmnode snapshot save FILE", "Saves a consistent copy of the replicated state, streamed from the leader.")

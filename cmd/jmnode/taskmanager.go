@@ -6,13 +6,14 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/jmcluster/jmcluster/agent"
+	"github.com/jmcluster/jmcluster/internal/setting"
 	"github.com/jmcluster/jmcluster/taskmanager"
+	"github.com/jmcluster/jmcluster/transport"
 )
 
 func runTaskManager(args []string) error {
@@ -49,11 +50,39 @@ func runTaskManager(args []string) error {
 		fs.Usage()
 		return errors.New("--id is required")
 	}
-	log, err := newLogger(*id, *logLevel, *logFormat)
-	if err != nil {
+	cfg := def
+	cfg.ID, cfg.Slots, cfg.GRPCAddr, cfg.DataAddr = *id, *slots, *grpcAddr, *dataAddr
+	cfg.AdvertiseGRPC, cfg.AdvertiseData = *grpcAdv, *dataAdv
+	cfg.JobMasters, cfg.LeaderGrace, cfg.RetainTerminal, cfg.HeartbeatInterval = splitList(*jms), *grace, *retain, *hb
+	cfg.WorkDir, cfg.CheckpointDir = *workDir, *checkpointDir
+	cfg.FenceTimeout = *fence
+	cfg.MaxMessageSize = *maxMsg
+	// Every check before anything is started or served: the flag's own rules (a zero the
+	// library would read as its default), the package's (its fields named as the flags), then
+	// the paths.
+	check := cfg
+	if err := firstError(
+		between("--slots", int64(*slots), transport.MinSlots, transport.MaxSlots),
+		heartbeatInterval("--heartbeat-interval", *hb),
+		positive("--leader-grace", *grace),
+		positive("--retain-terminal", *retain),
+		messageSize(*maxMsg),
+		optionalAddr("--http-addr", *httpAddr),
+		optionalAddr("--pprof-addr", *pprofAddr),
+		setting.Named(check.Validate(), taskManagerFlags),
+		gf.check(*workDir),
+		logFlags(*logLevel, *logFormat),
+	); err != nil {
 		return err
 	}
-	if err := servePprof(*pprofAddr, log); err != nil {
+	if *gf.addr == "" && len(cfg.JobMasters) == 0 {
+		return errors.New("--jm or --gossip-addr with --gossip-join is needed to find the JobMasters")
+	}
+	if err := firstError(writableDir("--work-dir", *workDir), writableDir("--checkpoint-dir", *checkpointDir), eventLogFile(*eventLog)); err != nil {
+		return err
+	}
+	log, err := newLogger(*id, *logLevel, *logFormat)
+	if err != nil {
 		return err
 	}
 	if err := setFailpoints(log); err != nil {
@@ -66,23 +95,11 @@ func runTaskManager(args []string) error {
 	if sec == nil {
 		warnPlaintext(log, "gRPC and data plane")
 	}
-	if *workDir != "" {
-		if err := os.MkdirAll(*workDir, 0o755); err != nil {
-			return fmt.Errorf("work dir: %w", err)
-		}
-	}
-	cfg := def
-	cfg.ID, cfg.Slots, cfg.GRPCAddr, cfg.DataAddr = *id, *slots, *grpcAddr, *dataAddr
-	cfg.AdvertiseGRPC, cfg.AdvertiseData = *grpcAdv, *dataAdv
-	cfg.JobMasters, cfg.LeaderGrace, cfg.RetainTerminal, cfg.HeartbeatInterval = splitList(*jms), *grace, *retain, *hb
-	cfg.Logger, cfg.WorkDir, cfg.CheckpointDir = log, *workDir, *checkpointDir
-	cfg.FenceTimeout = *fence
-	cfg.MaxMessageSize = *maxMsg
-	cfg.TLS = sec
+	cfg.Logger, cfg.TLS = log, sec
 	if *eventLog != "" {
 		f, err := os.OpenFile(*eventLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
-			return fmt.Errorf("event log: %w", err)
+			return flagError("--event-log", *eventLog, "must be a file this process can append to (%v)", pathReason(err))
 		}
 		defer f.Close()
 		cfg.EventLog = f
@@ -91,8 +108,8 @@ func runTaskManager(args []string) error {
 	if acfg.Gossip, err = gf.config(*workDir, sec != nil); err != nil {
 		return err
 	}
-	if acfg.Gossip == nil && len(cfg.JobMasters) == 0 {
-		return errors.New("--jm or --gossip-addr with --gossip-join is needed to find the JobMasters")
+	if err := servePprof(*pprofAddr, log); err != nil {
+		return err
 	}
 	a, err := agent.StartTaskManager(acfg)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -28,28 +27,6 @@ only. Give every process its CA file, certificate and key with --tls-ca, --tls-c
 
 Run 'jmnode tls ca create --help' or 'jmnode tls cert create --help' for the flags.
 `
-
-func runTLS(args []string) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Print(tlsUsage)
-		if len(args) == 0 {
-			return errors.New("tls: say ca create or cert create")
-		}
-		return nil
-	}
-	if len(args) < 2 || args[1] != "create" {
-		fmt.Fprint(os.Stderr, tlsUsage)
-		return fmt.Errorf("tls: unknown command %q (ca create, cert create)", strings.Join(args[:min(2, len(args))], " "))
-	}
-	switch args[0] {
-	case "ca":
-		return runTLSCACreate(args[2:])
-	case "cert":
-		return runTLSCertCreate(args[2:])
-	}
-	fmt.Fprint(os.Stderr, tlsUsage)
-	return fmt.Errorf("tls: unknown command %q (ca create, cert create)", args[0])
-}
 
 func runTLSCACreate(args []string) error {
 	fs := flag.NewFlagSet("tls ca create", flag.ContinueOnError)

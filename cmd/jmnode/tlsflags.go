@@ -43,9 +43,17 @@ func (f tlsFlags) load(log hclog.Logger, want ...security.Role) (*security.TLS, 
 	if files.ClientOnly() && len(want) > 0 {
 		return nil, errors.New("--tls-cert and --tls-key are required with --tls-ca: a process presents its certificate")
 	}
+	for _, f := range []struct{ flag, path string }{{"--tls-ca", files.CA}, {"--tls-cert", files.Cert}, {"--tls-key", files.Key}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.ReadFile(f.path); err != nil {
+			return nil, flagError(f.flag, f.path, "must be a readable PEM file (%v)", pathReason(err))
+		}
+	}
 	sec, err := security.Load(files, log)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--tls-ca %s, --tls-cert %s, --tls-key %s: %w", files.CA, files.Cert, files.Key, err)
 	}
 	if id := sec.Identity(); len(want) > 0 && !containsRole(want, id.Role) {
 		return nil, fmt.Errorf("--tls-cert %s is a %s certificate (CN %q); this command needs a %s certificate", files.Cert, id.Role, id.Name, want[0])

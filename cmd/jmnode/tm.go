@@ -26,24 +26,6 @@ moves whole (its finished members run again); one whose tasks all finished stays
 there may still be read by regions that have not run yet: wait for them before stopping it.
 `
 
-func runTM(args []string) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Print(tmUsage)
-		if len(args) == 0 {
-			return errors.New("tm: say list or drain")
-		}
-		return nil
-	}
-	switch args[0] {
-	case "list":
-		return runTMList(args[1:])
-	case "drain":
-		return runTMDrain(args[1:])
-	}
-	fmt.Fprint(os.Stderr, tmUsage)
-	return fmt.Errorf("tm: unknown command %q (list, drain)", args[0])
-}
-
 func runTMList(args []string) error {
 	fs := flag.NewFlagSet("tm list", flag.ContinueOnError)
 	usageFor(fs, "jmnode tm list [--json]", "Lists the TaskManagers as one JobMaster sees them: addresses, slots in use, state, drained.")
