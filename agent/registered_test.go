@@ -67,6 +67,7 @@ func TestRefusedTaskManagerIsLoudAndGetsNoWork(t *testing.T) {
 		if cfg.ID == "tm-refused" {
 			cfg.ProtocolVersion = jobmaster.MaxTMProtocol + 1
 			cfg.HeartbeatInterval = beat
+			cfg.FenceTimeout = 0 // the cluster's is below two of its heartbeats; it never gets a task to fence
 		}
 	}
 	ok := c.AddTM("tm-ok")
