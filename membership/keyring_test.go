@@ -37,6 +37,7 @@ func TestKeyRotationWithSixMembers(t *testing.T) {
 		}
 		nodes = append(nodes, newNode(t, meta, func(c *Config) {
 			c.SecretKey, c.Join, c.Logger = oldKey, join, logger
+			c.BroadcastTimeout = settle // the test profile's 2 s is tight on a machine loaded past its cores
 			c.KeyringFile = filepath.Join(dir, meta.ID+".keyring")
 		}))
 	}
