@@ -492,6 +492,10 @@ func (c *Cluster) close() {
 	}
 }
 
+// LogPath is the file the cluster logs to: Dir's cluster.log, or a file in $JMC_TEST_LOG_DIR
+// when that is set (createLog).
+func (c *Cluster) LogPath() string { return c.logFile.Name() }
+
 // createLog creates the cluster log. With $JMC_TEST_LOG_DIR set it is written there from the
 // start (TestName-*.log) and removed when the test passes, so a failed test keeps its whole log
 // even when the test binary dies (a -timeout panic runs no cleanup); otherwise it is dir's
