@@ -230,7 +230,7 @@ func TestOnlyJobMasterCertificatesJoinRaft(t *testing.T) {
 		})
 		expect(t, rogue.name+": the operator's RaftJoin", code, msg, codes.OK, "")
 		c.Submit(testcluster.StreamingChain(fmt.Sprintf("after-%d", i), 1, 1, 1))
-		logFile := filepath.Join(c.Dir, "cluster.log")
+		logFile := c.LogPath()
 		testcluster.WaitFor(t, 20*time.Second, rogue.name+": the leader failing to replicate to the rogue", func() (bool, string) {
 			b, _ := os.ReadFile(logFile)
 			n := 0
@@ -313,7 +313,7 @@ func rpcWith(t *testing.T, cfg *tls.Config, addr string) (codes.Code, string) {
 func waitForLog(t *testing.T, c *testcluster.Cluster, want string) {
 	t.Helper()
 	testcluster.WaitFor(t, 10*time.Second, "a log line containing "+want, func() (bool, string) {
-		b, _ := os.ReadFile(filepath.Join(c.Dir, "cluster.log"))
+		b, _ := os.ReadFile(c.LogPath())
 		var audit []string
 		for _, line := range strings.Split(string(b), "\n") {
 			if strings.Contains(line, want) {

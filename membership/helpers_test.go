@@ -2,6 +2,7 @@ package membership
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strings"
@@ -70,17 +71,53 @@ func (w *testWriter) Write(p []byte) (int, error) {
 
 // testLogger logs at Info, or at the level named by MEMBERSHIP_TEST_LOG.
 func testLogger(t testing.TB) hclog.Logger {
-	w := &testWriter{t: t}
+	return testLoggerTo(t, nil)
+}
+
+// testLoggerTo is testLogger that also writes every line to also (when not nil), at Info at
+// least, whatever MEMBERSHIP_TEST_LOG says.
+func testLoggerTo(t testing.TB, also io.Writer) hclog.Logger {
+	tw := &testWriter{t: t}
+	var w io.Writer = tw
 	t.Cleanup(func() { // registered first, so it runs after every Shutdown
-		w.mu.Lock()
-		w.done = true
-		w.mu.Unlock()
+		tw.mu.Lock()
+		tw.done = true
+		tw.mu.Unlock()
 	})
 	level := hclog.Info
-	if l := os.Getenv("MEMBERSHIP_TEST_LOG"); l != "" {
+	if l := os.Getenv("MEMBERSHIP_TEST_LOG"); l != "" && also == nil {
 		level = hclog.LevelFromString(l)
 	}
+	if also != nil {
+		w = io.MultiWriter(w, also)
+	}
 	return hclog.New(&hclog.LoggerOptions{Output: w, Level: level})
+}
+
+// lineWatch counts the log lines that contain its word (case-insensitive) and keeps the first.
+type lineWatch struct {
+	word  string
+	mu    sync.Mutex
+	n     int
+	first string
+}
+
+func (w *lineWatch) Write(p []byte) (int, error) {
+	if strings.Contains(strings.ToLower(string(p)), w.word) {
+		w.mu.Lock()
+		if w.n == 0 {
+			w.first = strings.TrimRight(string(p), "\n")
+		}
+		w.n++
+		w.mu.Unlock()
+	}
+	return len(p), nil
+}
+
+func (w *lineWatch) seen() (int, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n, w.first
 }
 
 // waitFor polls cond until it holds or timeout passes, then fails the test

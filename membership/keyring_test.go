@@ -14,13 +14,20 @@ import (
 
 // TestKeyRotationWithSixMembers rotates the gossip key of a six-member pool (install the new
 // key everywhere, use it everywhere, remove the old one everywhere), one member at a time as a
-// fan-out does, and checks that no member ever sees another dead or left, that gossip keeps
-// flowing after each step (a metadata change reaches every member), and that afterwards the
-// pool speaks only the new key: a stranger with the old key cannot join, one with the new key
-// can.
+// fan-out does, and checks that no member ever fails to decrypt a packet or stream of another
+// (what a wrong order of the steps causes), that gossip keeps flowing after each step (a
+// metadata change reaches every member, all six live), and that afterwards the pool speaks only
+// the new key: a stranger with the old key cannot join, one with the new key can.
+//
+// A member marked dead during the rotation is logged, not failed: on a loaded machine the test
+// profile's failure detector (150 ms probe timeout) marks live members dead whatever the keys
+// (seen with no decrypt failure at all), and such a member refutes it at once; one cut off by
+// its keys stays cut off and fails the live check after the step.
 func TestKeyRotationWithSixMembers(t *testing.T) {
 	oldKey, newKey := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 16)
 	dir := t.TempDir()
+	decrypt := &lineWatch{word: "decrypt"}
+	logger := testLoggerTo(t, decrypt)
 	metas := []Meta{jm("jm-1"), jm("jm-2"), jm("jm-3"), tm("tm-1", 2), tm("tm-2", 2), tm("tm-3", 2)}
 	var nodes []*Membership
 	for i, meta := range metas {
@@ -29,7 +36,8 @@ func TestKeyRotationWithSixMembers(t *testing.T) {
 			join = []string{nodes[0].Addr()}
 		}
 		nodes = append(nodes, newNode(t, meta, func(c *Config) {
-			c.SecretKey, c.Join = oldKey, join
+			c.SecretKey, c.Join, c.Logger = oldKey, join, logger
+			c.BroadcastTimeout = settle // the test profile's 2 s is tight on a machine loaded past its cores
 			c.KeyringFile = filepath.Join(dir, meta.ID+".keyring")
 		}))
 	}
@@ -101,9 +109,13 @@ func TestKeyRotationWithSixMembers(t *testing.T) {
 	}
 	each("remove the old key", func(n *Membership) error { return n.RemoveKey(oldKey) })
 
+	if n, first := decrypt.seen(); n > 0 {
+		t.Fatalf("%d log lines of failed decryption during the rotation, the first: %s", n, first)
+	}
 	mu.Lock()
 	if len(gone) > 0 {
-		t.Fatalf("members were marked gone during the rotation: %s", strings.Join(gone, "; "))
+		t.Logf("%d deaths or departures seen during the rotation, all refuted (every member was live after each step): %s",
+			len(gone), strings.Join(gone[:min(len(gone), 5)], "; "))
 	}
 	mu.Unlock()
 	for _, n := range nodes {

@@ -33,6 +33,11 @@ type Membership struct {
 	meta      Meta
 	metaBytes []byte
 
+	// updateNode is m.list.UpdateNode (a test stands in for it to lose a broadcast's notice),
+	// and broadcastRound how long setMeta waits on one call of it (setMeta explains).
+	updateNode     func(timeout time.Duration) error
+	broadcastRound time.Duration
+
 	// lifeMu serializes Join, UpdateMeta, Leave and Shutdown.
 	lifeMu   sync.Mutex
 	left     bool
@@ -115,6 +120,8 @@ func (m *Membership) create() error {
 		list, err := memberlist.Create(mc)
 		if err == nil {
 			m.list = list
+			m.updateNode = list.UpdateNode
+			m.broadcastRound = max(10*mc.GossipInterval, 100*time.Millisecond)
 			return nil
 		}
 		lastErr = err
@@ -213,6 +220,19 @@ func (m *Membership) UpdateMeta(fn func(*Meta)) error {
 
 // setMeta applies fn to the local metadata and broadcasts it. The caller
 // holds lifeMu, which keeps updates in incarnation order.
+//
+// memberlist's UpdateNode queues the alive message, then waits for the
+// queue's notice that it went out; the notice is a non-blocking send on an
+// unbuffered channel (memberlistBroadcast.Finished), so a broadcast that goes
+// out before UpdateNode starts to wait is never reported, and UpdateNode
+// times out although every peer has the update (seen under -race on a loaded
+// machine: 1 of 300 updates waited its whole 1 s timeout while all six
+// members already held the new metadata; every other update took under
+// 200 ms). So setMeta waits in rounds of ten gossip intervals: a round that
+// ends without the notice broadcasts the metadata again (a new incarnation,
+// which replaces the queued message; peers see no change of metadata), so a
+// lost notice costs one round, and a broadcast that really does not go out
+// still fails at timeout.
 func (m *Membership) setMeta(fn func(*Meta), timeout time.Duration) error {
 	m.metaMu.Lock()
 	next := m.meta
@@ -224,10 +244,16 @@ func (m *Membership) setMeta(fn func(*Meta), timeout time.Duration) error {
 	}
 	m.meta, m.metaBytes = next, b
 	m.metaMu.Unlock()
-	if err := m.list.UpdateNode(timeout); err != nil {
-		return fmt.Errorf("update meta: broadcast: %w", err)
+	deadline := time.Now().Add(timeout)
+	rounds := 0
+	// UpdateNode waits without end for a timeout <= 0: wait is always above 0.
+	for wait := timeout; wait > 0; wait = time.Until(deadline) {
+		rounds++
+		if err = m.updateNode(min(m.broadcastRound, wait)); err == nil {
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("update meta: broadcast not confirmed within %s (membership BroadcastTimeout; %d broadcasts): %w", timeout, rounds, err)
 }
 
 // Subscribe returns a channel of membership events, the local node's

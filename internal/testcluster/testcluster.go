@@ -118,7 +118,7 @@ func start(t testing.TB, opts Options) *Cluster {
 		opts.HeartbeatTimeout = 3 * time.Second
 	}
 	c := &Cluster{T: t, Opts: opts, Dir: t.TempDir(), conns: map[string]*grpc.ClientConn{}, certs: map[string]*security.TLS{}}
-	f, err := os.Create(filepath.Join(c.Dir, "cluster.log"))
+	f, err := createLog(t, c.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,28 +479,37 @@ func (c *Cluster) close() {
 	}
 	c.mu.Unlock()
 	c.logFile.Close()
-	if c.T.Failed() {
+	keep := os.Getenv("JMC_TEST_LOG_DIR")
+	kept := keep != "" && filepath.Dir(c.logFile.Name()) == filepath.Clean(keep)
+	switch {
+	case c.T.Failed():
 		c.dumpLog(300)
-		c.keepLog()
+		if kept {
+			c.T.Logf("the whole cluster log: %s", c.logFile.Name())
+		}
+	case kept:
+		_ = os.Remove(c.logFile.Name())
 	}
 }
 
-// keepLog copies the whole cluster log of a failed test into $JMC_TEST_LOG_DIR, when set, so a
-// failure seen once in many runs can be read in full.
-func (c *Cluster) keepLog() {
-	dir := os.Getenv("JMC_TEST_LOG_DIR")
-	if dir == "" {
-		return
+// LogPath is the file the cluster logs to: Dir's cluster.log, or a file in $JMC_TEST_LOG_DIR
+// when that is set (createLog).
+func (c *Cluster) LogPath() string { return c.logFile.Name() }
+
+// createLog creates the cluster log. With $JMC_TEST_LOG_DIR set it is written there from the
+// start (TestName-*.log) and removed when the test passes, so a failed test keeps its whole log
+// even when the test binary dies (a -timeout panic runs no cleanup); otherwise it is dir's
+// cluster.log.
+func createLog(t testing.TB, dir string) (*os.File, error) {
+	keep := os.Getenv("JMC_TEST_LOG_DIR")
+	if keep == "" {
+		return os.Create(filepath.Join(dir, "cluster.log"))
 	}
-	data, err := os.ReadFile(c.logFile.Name())
-	if err != nil {
-		return
+	if err := os.MkdirAll(keep, 0o755); err != nil {
+		return nil, err
 	}
-	name := strings.NewReplacer("/", "_", " ", "_").Replace(c.T.Name())
-	dst := filepath.Join(dir, fmt.Sprintf("%s-%s.log", name, time.Now().Format("150405.000")))
-	if err := os.MkdirAll(dir, 0o755); err == nil && os.WriteFile(dst, data, 0o644) == nil {
-		c.T.Logf("the whole cluster log: %s", dst)
-	}
+	name := strings.NewReplacer("/", "_", " ", "_", "*", "_").Replace(t.Name())
+	return os.CreateTemp(keep, name+"-"+time.Now().Format("150405")+"-*.log")
 }
 
 // dumpLog prints the last n lines of the cluster log into the test output.
