@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -74,7 +73,7 @@ func TestRefusedTaskManagerIsLoudAndGetsNoWork(t *testing.T) {
 	c.WaitTMs(1)
 	started := time.Now()
 	refused := c.AddTM("tm-refused")
-	logPath := filepath.Join(c.Dir, "cluster.log")
+	logPath := c.LogPath()
 	errorLines := func() []string {
 		b, _ := os.ReadFile(logPath)
 		var out []string
