@@ -209,3 +209,28 @@ func TestNoFenceWhileTheNamedLeaderAnswers(t *testing.T) {
 		t.Fatalf("the TM fenced although the named leader answers it: %+v", ti)
 	}
 }
+
+// TestFenceChecksUseTheTimeoutInForce: a TM started with its own fence timeout off (0) fences
+// with the one its leader sends in the registration answer, so its checks that ask the
+// JobMasters for the leader are bounded by the timeout in force, not by the TM's own 0 (an
+// expired deadline: no check could ever name the leader it is cut off from).
+func TestFenceChecksUseTheTimeoutInForce(t *testing.T) {
+	jm := startJM(t)
+	jm.rule = &pb.RegisterTaskManagerResponse{FenceTimeoutMs: 300}
+	w := startWitness(t, jm.addr)
+	tm := newTM(t, "tm1", jm, func(c *Config) {
+		c.JobMasters = []string{w.addr}
+		c.FenceTimeout = 0
+	})
+	waitFor(t, 10*time.Second, "the leader's fence timeout adopted", func() (bool, string) {
+		tm.mu.Lock()
+		defer tm.mu.Unlock()
+		return tm.fenceTimeoutLocked() == 300*time.Millisecond, tm.fenceTimeoutLocked().String()
+	})
+	if addr, _ := tm.establishedLeader(context.Background()); addr != jm.addr {
+		t.Fatalf("establishedLeader = %q, want the leader the witness names, %q", addr, jm.addr)
+	}
+	if err := tm.probe(context.Background(), w.addr); err != nil {
+		t.Fatalf("probe of a JobMaster that answers: %v", err)
+	}
+}

@@ -125,7 +125,7 @@ func (tm *TaskManager) cutOffFrom(ctx context.Context) string {
 
 // probe asks the JobMaster at addr for its status, bounded like the fence check.
 func (tm *TaskManager) probe(ctx context.Context, addr string) error {
-	ctx, cancel := context.WithTimeout(ctx, min(tm.cfg.RPCTimeout, tm.cfg.FenceTimeout))
+	ctx, cancel := context.WithTimeout(ctx, tm.fenceCheckTimeout())
 	defer cancel()
 	conn, err := tm.conns.get(addr)
 	if err != nil {
@@ -135,9 +135,22 @@ func (tm *TaskManager) probe(ctx context.Context, addr string) error {
 	return err
 }
 
+// fenceCheckTimeout bounds one fence check: the RPC timeout, or the fence timeout in force (the
+// leader's, once registered) when shorter. The TM's own setting may be 0 (off) while its
+// leader's is not.
+func (tm *TaskManager) fenceCheckTimeout() time.Duration {
+	tm.mu.Lock()
+	f := tm.fenceTimeoutLocked()
+	tm.mu.Unlock()
+	if f <= 0 {
+		return tm.cfg.RPCTimeout
+	}
+	return min(tm.cfg.RPCTimeout, f)
+}
+
 // establishedLeader asks the JobMasters for the established leader and its epoch.
 func (tm *TaskManager) establishedLeader(ctx context.Context) (string, uint64) {
-	ctx, cancel := context.WithTimeout(ctx, min(tm.cfg.RPCTimeout, tm.cfg.FenceTimeout))
+	ctx, cancel := context.WithTimeout(ctx, tm.fenceCheckTimeout())
 	defer cancel()
 	for _, jm := range tm.jobMasters() {
 		conn, err := tm.conns.get(jm)
