@@ -69,22 +69,6 @@ func (t *term) noteWait(jobID, reason string, slots bool) time.Time {
 	return w.since
 }
 
-// Waiting says why the job's deployment waits on this leader and since when ("" when it does
-// not), for job views.
-func (jm *JobMaster) Waiting(jobID string) (reason string, since time.Time) {
-	t, err := jm.currentTerm()
-	if err != nil {
-		return "", time.Time{}
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	w, ok := t.waits[jobID]
-	if !ok {
-		return "", time.Time{}
-	}
-	return w.reason, w.since
-}
-
 // failForSlots fails a running job whose deployment waited past the slot timeout.
 func (t *term) failForSlots(jobID, cause string) {
 	t.jm.log.Error("job fails: no slots within the slot timeout", "job", jobID, "cause", cause)

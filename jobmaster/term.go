@@ -33,6 +33,7 @@ type term struct {
 	restartAt   map[string]map[int]time.Time // job id -> region id -> not before (restart delay)
 	waiting     map[string]string            // job id -> why a deployment waits (logged once)
 	waits       map[string]wait              // job id -> why and since when a deployment waits (under mu: job views read it)
+	jobWaits    map[string]jobWait           // job id -> why the job waits, of every kind (under mu; wait.go)
 	driven      map[string]uint64            // job id -> modify index when last driven (loop goroutine only)
 	regions     map[string]jobRegions        // job id -> failover regions (loop goroutine only)
 	retryCancel map[string]bool              // job ids with a CancelTask to retry
@@ -41,6 +42,9 @@ type term struct {
 
 	streakMu sync.Mutex
 	streaks  map[string]streak // TM id -> its heartbeat streak with this leader (isolation.go)
+	// answered: TM id -> this leader's last answer to its heartbeat or registration, those of
+	// TMs it does not know included (isolation.go, a TM outside the pool).
+	answered map[string]time.Time
 	// streakEpoch counts the streaks started (under streakMu); heldStreaks is its value when
 	// held was computed (loop goroutine only).
 	streakEpoch, heldStreaks uint64
@@ -69,11 +73,13 @@ func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
 		regions:     map[string]jobRegions{},
 		waiting:     map[string]string{},
 		waits:       map[string]wait{},
+		jobWaits:    map[string]jobWait{},
 		driven:      map[string]uint64{},
 		retryCancel: map[string]bool{},
 		acked:       map[string]time.Time{},
 		pool:        newPoolKeeper(),
 		streaks:     map[string]streak{},
+		answered:    map[string]time.Time{},
 		begun:       time.Now(),
 		holding:     map[string]string{},
 		behindSince: map[string]time.Time{},
@@ -231,6 +237,11 @@ func (t *term) forgetRemoved(ids []string) {
 	for id := range t.waits {
 		if !live[id] {
 			delete(t.waits, id)
+		}
+	}
+	for id := range t.jobWaits {
+		if !live[id] {
+			delete(t.jobWaits, id)
 		}
 	}
 	t.mu.Unlock()
