@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/internal/failpoint"
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -29,7 +30,7 @@ func (t *term) tryDeploy(jobID string, a action) bool {
 		}
 		if t.waiting[jobID] != err.Error() {
 			t.waiting[jobID] = err.Error()
-			t.jm.log.Info("deployment waits", "job", jobID, "what", a.what, "reason", err)
+			t.jm.log.Info("deployment waits", "job", jobID, "what", a.what, "reason", logsum.Text(err.Error()))
 		}
 		since := t.noteWait(jobID, err.Error(), slots)
 		if to := t.jm.cfg.SlotTimeout; slots && to > 0 && time.Since(since) >= to {

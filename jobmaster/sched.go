@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -151,6 +152,6 @@ func (t *term) setStatus(jobID string, a action) bool {
 		t.jm.log.Warn("job status change failed", "job", jobID, "to", graph.JobStatusName(a.to), "error", err)
 		return false
 	}
-	t.jm.log.Info("job status", "job", jobID, "from", graph.JobStatusName(a.from), "to", graph.JobStatusName(a.to), "cause", a.cause)
+	t.jm.log.Info("job status", "job", jobID, "from", graph.JobStatusName(a.from), "to", graph.JobStatusName(a.to), "cause", logsum.Text(a.cause))
 	return true
 }

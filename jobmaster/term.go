@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -328,7 +329,7 @@ func (t *term) taskManagerLost(tmID, cause string) {
 	if !t.jm.tms.MarkLost(tmID) {
 		return
 	}
-	t.jm.log.Warn("task manager lost", "tm", tmID, "cause", cause)
+	t.jm.log.Warn("task manager lost", "tm", tmID, "cause", logsum.Text(cause))
 	if tm, ok := t.jm.tms.Get(tmID); ok {
 		t.jm.tms.Forget(tm.GRPCAddr)
 	}
