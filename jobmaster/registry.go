@@ -73,9 +73,14 @@ type Registry struct {
 	tls     *security.TLS
 
 	mu    sync.Mutex
+	calls map[string]callRecord // by address: the calls of this JobMaster to a TM (CallContact)
 	tms   map[string]*TaskManager
 	conns map[string]*grpc.ClientConn // by address
-	calls map[string]callRecord       // by address: the calls of this JobMaster to a TM (CallContact)
+}
+
+func newRegistry(log hclog.Logger, timeout time.Duration, maxMsg int) *Registry {
+	return &Registry{log: log.Named("registry"), timeout: timeout, maxMsg: maxMsg, tms: map[string]*TaskManager{}, conns: map[string]*grpc.ClientConn{},
+		calls: map[string]callRecord{}}
 }
 
 // callRecord is what the isolation rule needs of this JobMaster's calls to one TM address: how
@@ -83,11 +88,6 @@ type Registry struct {
 type callRecord struct {
 	inFlight int
 	lastEnd  time.Time
-}
-
-func newRegistry(log hclog.Logger, timeout time.Duration, maxMsg int) *Registry {
-	return &Registry{log: log.Named("registry"), timeout: timeout, maxMsg: maxMsg, tms: map[string]*TaskManager{}, conns: map[string]*grpc.ClientConn{},
-		calls: map[string]callRecord{}}
 }
 
 // callBegins and callEnds bracket every call to the TM at addr (Call, Stream).

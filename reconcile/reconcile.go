@@ -18,7 +18,6 @@ import (
 
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
-	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -121,7 +120,7 @@ func New(cfg Config) *Reconciler {
 
 func (r *Reconciler) step(epoch uint64, name, format string, args ...any) {
 	detail := fmt.Sprintf(format, args...)
-	r.log.Info(name, "epoch", epoch, "detail", logsum.Text(detail))
+	r.log.Info(name, "epoch", epoch, "detail", detail)
 	if r.Observer != nil {
 		r.Observer(Step{Epoch: epoch, Name: name, Detail: detail, At: time.Now()})
 	}
