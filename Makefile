@@ -19,7 +19,7 @@ build: ## build bin/jmnode
 
 test: ## run every test with -race, then the jobs at full size (100,000 executions, the default size limits) without -race
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
-	$(GO) test -count=1 -p 1 -timeout 15m -v -run 'TestReconcile100kExecutions|TestJobsAtTheDefaultLimits' ./reconcile/ ./cmd/jmnode/
+	$(GO) test -count=1 -p 1 -timeout 15m -v -run 'TestReconcile100kExecutions|TestJobsAtTheDefaultLimits|TestNoLogLineGrowsWithTheJob' ./reconcile/ ./cmd/jmnode/
 
 test-short: ## the quick tier: pure logic and single-process clusters, -short
 	$(GO) test -race -count=1 -short $(PKGS)

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -77,7 +78,7 @@ func (n *Node) bootstrap(servers []raft.Server) error {
 	if err != nil {
 		return fmt.Errorf("cluster: bootstrap: %w", err)
 	}
-	n.logger.Info("cluster bootstrapped", "servers", fmt.Sprint(servers))
+	n.logger.Info("cluster bootstrapped", "servers", len(servers), "first", logsum.List(servers))
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -74,7 +75,7 @@ func (t *term) allocate(tasks []deployTask) ([]placement, error) {
 	}
 	t.mu.Unlock()
 	if len(behind) > 0 {
-		return nil, fmt.Errorf("%w: TaskManagers %v are confirming the new pool version", ErrNoSlots, behind)
+		return nil, fmt.Errorf("%w: TaskManagers %v are confirming the new pool version", ErrNoSlots, logsum.List(behind))
 	}
 	return place(t.jm.Placeable(), t.slotsInUse(), tasks)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -12,6 +11,7 @@ import (
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -84,7 +84,7 @@ func (jm *JobMaster) AcknowledgeCheckpoint(ctx context.Context, req *pb.Acknowle
 		t.ckpt.maybeComplete(req.JobId, req.CheckpointId)
 	}
 	if len(refused) > 0 {
-		return &pb.AcknowledgeCheckpointResponse{Accepted: false, Reason: strings.Join(refused, "; ")}, nil
+		return &pb.AcknowledgeCheckpointResponse{Accepted: false, Reason: logsum.Joined(refused, "; ")}, nil
 	}
 	return &pb.AcknowledgeCheckpointResponse{Accepted: true}, nil
 }

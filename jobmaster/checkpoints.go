@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -429,14 +429,14 @@ func (c *coordinator) inject(jobID string, id uint64, ts int64, sources map[stri
 			case err != nil:
 				reasons = append(reasons, fmt.Sprintf("trigger on TaskManager %s (%s) failed: %v", tmIDs[addr], addr, err))
 			case len(notRunning) > 0:
-				reasons = append(reasons, fmt.Sprintf("TaskManager %s (%s) does not run source attempts %s", tmIDs[addr], addr, strings.Join(notRunning, ", ")))
+				reasons = append(reasons, fmt.Sprintf("TaskManager %s (%s) does not run source attempts %s", tmIDs[addr], addr, logsum.List(notRunning)))
 			}
 		}()
 	}
 	wg.Wait()
 	if len(reasons) > 0 && c.t.ctx.Err() == nil {
 		sort.Strings(reasons)
-		c.abort(jobID, id, strings.Join(reasons, "; "))
+		c.abort(jobID, id, logsum.Joined(reasons, "; "))
 	}
 }
 

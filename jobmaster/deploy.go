@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/internal/failpoint"
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -29,7 +30,7 @@ func (t *term) tryDeploy(jobID string, a action) bool {
 		}
 		if t.waiting[jobID] != err.Error() {
 			t.waiting[jobID] = err.Error()
-			t.jm.log.Info("deployment waits", "job", jobID, "what", a.what, "reason", err)
+			t.jm.log.Info("deployment waits", "job", jobID, "what", a.what, "reason", logsum.Text(err.Error()))
 		}
 		since := t.noteWait(jobID, err.Error(), slots)
 		if to := t.jm.cfg.SlotTimeout; slots && to > 0 && time.Since(since) >= to {
@@ -67,22 +68,6 @@ func (t *term) noteWait(jobID, reason string, slots bool) time.Time {
 	w.reason = reason
 	t.waits[jobID] = w
 	return w.since
-}
-
-// Waiting says why the job's deployment waits on this leader and since when ("" when it does
-// not), for job views.
-func (jm *JobMaster) Waiting(jobID string) (reason string, since time.Time) {
-	t, err := jm.currentTerm()
-	if err != nil {
-		return "", time.Time{}
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	w, ok := t.waits[jobID]
-	if !ok {
-		return "", time.Time{}
-	}
-	return w.reason, w.since
 }
 
 // failForSlots fails a running job whose deployment waited past the slot timeout.

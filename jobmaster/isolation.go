@@ -117,6 +117,24 @@ func (t *term) streakOf(tmID string) {
 	}
 	s.last = now
 	t.streaks[tmID] = s
+	t.answered[tmID] = now
+}
+
+// noteAnswer records that this leader answers a heartbeat of tmID that it does not know (the
+// TM counts the answer as contact: taskmanager answeredLocked). Answers older than the redeploy
+// delay no longer matter to the rule and are dropped, so the map stays bounded.
+func (t *term) noteAnswer(tmID string) {
+	now := time.Now()
+	t.streakMu.Lock()
+	defer t.streakMu.Unlock()
+	t.answered[tmID] = now
+	if len(t.answered) > 1024 {
+		for id, at := range t.answered {
+			if now.Sub(at) > t.jm.cfg.HeartbeatTimeout {
+				delete(t.answered, id)
+			}
+		}
+	}
 }
 
 // mayRedeploy says whether the attempts of tmID, which is silent and not proven dead, may be
@@ -129,7 +147,11 @@ func (t *term) streakOf(tmID string) {
 func (t *term) mayRedeploy(tmID string, now time.Time) (ok bool, why string) {
 	versions, known := t.jm.state.PoolVersions(tmID)
 	if !known {
-		return false, "its pool is not known (it never confirmed one)"
+		if _, _, _, member := t.jm.state.PoolMember(tmID); member {
+			// A member whose oldest usable version is no longer kept may still count on it.
+			return false, "its pool is not known (the versions it may use are no longer kept)"
+		}
+		return mayRedeployOutsidePool(t.contactOutsidePool(tmID), now, t.jm.cfg.HeartbeatTimeout)
 	}
 	gap, delay := t.jm.cfg.freshGap(), t.jm.cfg.HeartbeatTimeout
 	t.streakMu.Lock()
@@ -204,4 +226,52 @@ func (t *term) heldTMs() map[string]string {
 	}
 	t.held, t.heldAt, t.heldStreaks = held, now, started
 	return held
+}
+
+// outsidePool is what the leader knows of its contact with a TM that is not a pool member, so
+// knows no pool: only members are sent the pool view, a registration is answered only once its
+// TM is a member (tmcalls.go), and no member is ever removed.
+type outsidePool struct {
+	begun    time.Time // the term's start: no earlier leader reaches a TM after it (the lease)
+	answered time.Time // this leader's last answer to a heartbeat or registration of the TM (zero: none)
+	callEnd  time.Time // the end of this JobMaster's last call to the TM (zero: none)
+	inFlight bool      // a call to the TM is under way
+}
+
+// contactOutsidePool gathers outsidePool for tmID (its address from the registry).
+func (t *term) contactOutsidePool(tmID string) outsidePool {
+	c := outsidePool{begun: t.begun}
+	t.streakMu.Lock()
+	c.answered = t.answered[tmID]
+	t.streakMu.Unlock()
+	if tm, ok := t.jm.tms.Get(tmID); ok && tm.GRPCAddr != "" {
+		c.callEnd, c.inFlight = t.jm.tms.CallContact(tm.GRPCAddr)
+	}
+	return c
+}
+
+// mayRedeployOutsidePool is the isolation rule for a silent TM that knows no pool
+// (docs/reconciliation.md, "Waits for a pool"). Such a TM cannot find a majority to confirm a
+// JobMaster outage, so it cancels every task at its first pool check once its last leader
+// contact is older than F + H + R (taskmanager poolCheck: "no pool known"), on a clock that may
+// run ClockDrift slow, checking every query interval Q. Its last contact is no later than the
+// latest of: this term's start, this leader's last answer to it, the end of this JobMaster's
+// last call to it (now while one is in flight). So its attempts may be redeployed once the
+// redeploy delay D (HeartbeatTimeout, at least RedeployDelayNeeded) has passed since then: D
+// covers (F + H + R)(1 + ClockDrift) + Q with a query timeout to spare. why says what is
+// missing when the answer is no.
+func mayRedeployOutsidePool(c outsidePool, now time.Time, delay time.Duration) (ok bool, why string) {
+	if c.inFlight {
+		return false, "it is outside the pool (it never confirmed one) and a call to it is in flight"
+	}
+	last := c.begun
+	for _, at := range []time.Time{c.answered, c.callEnd} {
+		if at.After(last) {
+			last = at
+		}
+	}
+	if wait := last.Add(delay).Sub(now); wait > 0 {
+		return false, fmt.Sprintf("it is outside the pool (it never confirmed one): it stops its tasks itself within the redeploy delay (%v) after its last leader contact, %v to run", delay, wait.Round(time.Millisecond))
+	}
+	return true, ""
 }

@@ -184,11 +184,18 @@ func (t *term) probeInterval() time.Duration {
 	return max(every+every/20, 10*time.Millisecond)
 }
 
-// suspect: a TM worth probing — known address, not lost nor proven dead, and overdue with its
-// heartbeat, or a call to it failed since its last contact, or gossip reports it gone.
+// suspect: a TM worth probing — known address, not proven dead, and overdue with its
+// heartbeat, or a call to it failed since its last contact, or gossip reports it gone. A lost
+// TM is probed too while the isolation rule may hold its regions (until the TMs' leader grace
+// plus the heartbeat timeout after its last contact, when heldTMs lets go of it anyway): a TM
+// declared lost by silence or gossip and killed afterwards is proven dead by its refused port,
+// which frees its regions at once (before, they waited for the grace: five minutes).
 func (t *term) suspect(tm TaskManager, now time.Time) bool {
-	if tm.Lost || tm.Dead != "" || tm.GRPCAddr == "" {
+	if tm.Dead != "" || tm.GRPCAddr == "" {
 		return false
+	}
+	if tm.Lost {
+		return now.Sub(t.lastContact(tm)) <= t.jm.cfg.TMLeaderGrace+t.jm.cfg.HeartbeatTimeout
 	}
 	// A quarter interval of slack: a late heartbeat of a live TM costs one probe that connects.
 	overdue := now.Sub(t.lastContact(tm)) > t.jm.cfg.HeartbeatInterval*5/4

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -62,6 +63,8 @@ type action struct {
 	tasks   []deployTask // actDeploy
 
 	attempts []*pb.AttemptSpec // actResume
+
+	heldTM, heldWhy string // actHold: the TM the region waits for, and why it may not be redeployed yet
 }
 
 // cancelTarget is a CancelTask to send: an attempt of the graph and the TM that holds it.
@@ -196,7 +199,7 @@ func runningSteps(rec *pb.JobRecord, v view) []action {
 		if why, tm := heldBy(failed, v.held); tm != "" {
 			// The failed attempt may still run on a TM cut off from this leader: redeploying it
 			// now could run two attempts of one subtask at once.
-			out = append(out, action{kind: actHold, region: r.ID, what: fmt.Sprintf("region %d waits for TaskManager %s: %s", r.ID, tm, why)})
+			out = append(out, action{kind: actHold, region: r.ID, heldTM: tm, heldWhy: why, what: fmt.Sprintf("region %d waits for TaskManager %s: %s", r.ID, tm, why)})
 			continue
 		}
 		if !inputsReady(rec, r) {
@@ -278,11 +281,7 @@ func regionsName(ids []int) string {
 	if len(ids) == 1 {
 		return fmt.Sprintf("region %d", ids[0])
 	}
-	parts := make([]string, len(ids))
-	for i, id := range ids {
-		parts[i] = fmt.Sprint(id)
-	}
-	return "regions " + strings.Join(parts, " ")
+	return "regions " + logsum.List(ids)
 }
 
 // deployTasks lists new attempts for the given ExecutionVertices of one region: attempt

@@ -291,7 +291,7 @@ func TestNextSteps(t *testing.T) {
 		used: map[string]map[int32]bool{"tm1": {0: true}},
 		want: []string{
 			"cancel source-0-a0=CANCELING sink-0-a0=CANCELING send source-0-a0@tm1:1 send sink-0-a0@tm1:1 (region restart: boom)",
-			"deploy regions 1 2 restart: source[1]#1 map[1]#1 sink[1]#1 source[2]#1 map[2]#1 sink[2]#1 -> tm2/0 tm2/0 tm2/0 tm1/1 tm1/1 tm1/1",
+			"deploy regions 1, 2 restart: source[1]#1 map[1]#1 sink[1]#1 source[2]#1 map[2]#1 sink[2]#1 -> tm2/0 tm2/0 tm2/0 tm1/1 tm1/1 tm1/1",
 		},
 	}, {
 		name: "a region whose delay has not passed waits; the ready one restarts alone",
@@ -476,6 +476,7 @@ func TestPlanIsPure(t *testing.T) {
 	allowed := map[string]bool{
 		"fmt": true, "strings": true, "time": true,
 		"github.com/jmcluster/jmcluster/graph": true, "github.com/jmcluster/jmcluster/transport/pb": true,
+		"github.com/jmcluster/jmcluster/internal/logsum": true, // pure: formats a list
 	}
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "plan.go", nil, parser.SkipObjectResolution)

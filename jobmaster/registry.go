@@ -78,6 +78,7 @@ type Registry struct {
 	tls     *security.TLS
 
 	mu    sync.Mutex
+	calls map[string]callRecord // by address: the calls of this JobMaster to a TM (CallContact)
 	tms   map[string]*TaskManager
 	conns map[string]*grpc.ClientConn // by address
 	// refused: the last refusal of each TM id's registration, until it registers (at most
@@ -97,7 +98,44 @@ type Refusal struct {
 const maxRefused = 256
 
 func newRegistry(log hclog.Logger, timeout time.Duration, maxMsg int) *Registry {
-	return &Registry{log: log.Named("registry"), timeout: timeout, maxMsg: maxMsg, tms: map[string]*TaskManager{}, conns: map[string]*grpc.ClientConn{}}
+	return &Registry{log: log.Named("registry"), timeout: timeout, maxMsg: maxMsg, tms: map[string]*TaskManager{}, conns: map[string]*grpc.ClientConn{},
+		calls: map[string]callRecord{}}
+}
+
+// callRecord is what the isolation rule needs of this JobMaster's calls to one TM address: how
+// many are in flight, and when the last one ended (answered or not).
+type callRecord struct {
+	inFlight int
+	lastEnd  time.Time
+}
+
+// callBegins and callEnds bracket every call to the TM at addr (Call, Stream).
+func (r *Registry) callBegins(addr string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.calls[addr]
+	c.inFlight++
+	r.calls[addr] = c
+}
+
+func (r *Registry) callEnds(addr string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.calls[addr]
+	c.inFlight--
+	c.lastEnd = time.Now()
+	r.calls[addr] = c
+}
+
+// CallContact says when the last call of this JobMaster to the TM at addr ended (answered,
+// refused or timed out; zero: none) and whether one is in flight now. A TM counts any call it
+// accepts from a leader as contact, and a call reaches the TM before it ends or not at all, so
+// the TM's last contact by this JobMaster's calls is no later than this (isolation.go).
+func (r *Registry) CallContact(addr string) (lastEnd time.Time, inFlight bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.calls[addr]
+	return c.lastEnd, c.inFlight > 0
 }
 
 // Upsert records a TM's addresses; seen marks a registration with this leader (Register).
@@ -136,6 +174,18 @@ func (r *Registry) contactLocked(tm *TaskManager) {
 	}
 	tm.Dead, tm.DeadAt = "", time.Time{}
 	tm.refusals, tm.firstRefusal = 0, time.Time{}
+}
+
+// CheckReplaced refuses, with ErrReplacedIncarnation, an incarnation of id that a newer one
+// has replaced (as Register does), so a late registration changes nothing, the pool included.
+func (r *Registry) CheckReplaced(id, incarnation string) error {
+	incarnation = seenIncarnation(incarnation)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if tm := r.tms[id]; tm != nil && incarnation != "" && slices.Contains(tm.replaced, incarnation) {
+		return fmt.Errorf("%w: %s incarnation %s, now %s", ErrReplacedIncarnation, id, incarnation, tm.Incarnation)
+	}
+	return nil
 }
 
 // Register records a TM's registration (a direct contact). A registration with another
@@ -438,7 +488,9 @@ func (r *Registry) Call(ctx context.Context, addr string, fn func(context.Contex
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
+	r.callBegins(addr)
 	err = fn(ctx, c)
+	r.callEnds(addr)
 	r.noteCall(ctx, addr, err)
 	return err
 }
@@ -473,7 +525,9 @@ func (r *Registry) Stream(ctx context.Context, addr string, timeout time.Duratio
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	r.callBegins(addr)
 	err = fn(ctx, c)
+	r.callEnds(addr)
 	r.noteCall(ctx, addr, err)
 	return err
 }

@@ -1,10 +1,10 @@
 package jobmaster
 
 import (
-	"strings"
 	"time"
 
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -64,8 +64,10 @@ func (t *term) drive(jobID string) {
 	v := view{now: time.Now(), restartAt: t.restartDelays(jobID), held: t.heldTMs(), drained: t.jm.state.Drained()}
 	var steps []action
 	var regionsErr error
+	var status pb.JobStatus
 	ok := t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
 		t.driven[jobID] = rec.ModifyIndex
+		status = rec.Status
 		if rec.Status == jobRunning {
 			r := t.regionsOf(jobID, rec)
 			if regionsErr = r.err; regionsErr != nil {
@@ -85,7 +87,7 @@ func (t *term) drive(jobID string) {
 		t.jm.log.Error("failover regions", "job", jobID, "error", regionsErr)
 		return
 	}
-	t.act(jobID, steps)
+	t.act(jobID, status, steps)
 }
 
 // regionsOf returns the job's failover regions, computed once per term (loop goroutine only).
@@ -100,16 +102,18 @@ func (t *term) regionsOf(jobID string, rec *pb.JobRecord) jobRegions {
 }
 
 // act carries out the plan's actions in order. A deployment that has to wait ends the pass
-// (it is the last action anyway).
-func (t *term) act(jobID string, steps []action) {
-	var holds []string
+// (it is the last action anyway). Then it records why the job waits, if it does (wait.go).
+func (t *term) act(jobID string, status pb.JobStatus, steps []action) {
+	var holds []action
 	defer func() {
-		if h := strings.Join(holds, "; "); h != t.holding[jobID] {
+		h, key := summariseHolds(holds)
+		if key != t.holding[jobID] {
 			if h != "" {
 				t.jm.log.Info("restart waits", "job", jobID, "reason", h)
 			}
-			t.holding[jobID] = h
+			t.holding[jobID] = key
 		}
+		t.noteJobWait(jobID, status, h)
 	}()
 	for _, a := range steps {
 		if t.ctx.Err() != nil {
@@ -135,7 +139,7 @@ func (t *term) act(jobID string, steps []action) {
 		case actResume:
 			t.resume(jobID, a)
 		case actHold:
-			holds = append(holds, a.what)
+			holds = append(holds, a)
 		}
 	}
 }
@@ -148,6 +152,6 @@ func (t *term) setStatus(jobID string, a action) bool {
 		t.jm.log.Warn("job status change failed", "job", jobID, "to", graph.JobStatusName(a.to), "error", err)
 		return false
 	}
-	t.jm.log.Info("job status", "job", jobID, "from", graph.JobStatusName(a.from), "to", graph.JobStatusName(a.to), "cause", a.cause)
+	t.jm.log.Info("job status", "job", jobID, "from", graph.JobStatusName(a.from), "to", graph.JobStatusName(a.to), "cause", logsum.Text(a.cause))
 	return true
 }

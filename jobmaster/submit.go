@@ -15,6 +15,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -233,7 +234,7 @@ func (t *term) sendBatch(jobID, addr string, b submitBatch) {
 		if err == nil || attempt >= t.jm.cfg.SubmitAttempts || !submitRetryable(err) || t.ctx.Err() != nil {
 			break
 		}
-		t.jm.log.Info("submit batch failed; sending it again", "job", jobID, "tm", addr, "tasks", len(batch), "attempt", attempt, "error", err)
+		t.jm.log.Info("submit batch failed; sending it again", "job", jobID, "tm", addr, "tasks", len(batch), "attempt", attempt, "error", logsum.Text(err.Error()))
 		select {
 		case <-t.ctx.Done():
 		case <-time.After(t.jm.cfg.RetryAfter):

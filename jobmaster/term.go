@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -33,6 +34,7 @@ type term struct {
 	restartAt   map[string]map[int]time.Time // job id -> region id -> not before (restart delay)
 	waiting     map[string]string            // job id -> why a deployment waits (logged once)
 	waits       map[string]wait              // job id -> why and since when a deployment waits (under mu: job views read it)
+	jobWaits    map[string]jobWait           // job id -> why the job waits, of every kind (under mu; wait.go)
 	driven      map[string]uint64            // job id -> modify index when last driven (loop goroutine only)
 	regions     map[string]jobRegions        // job id -> failover regions (loop goroutine only)
 	retryCancel map[string]bool              // job ids with a CancelTask to retry
@@ -41,6 +43,9 @@ type term struct {
 
 	streakMu sync.Mutex
 	streaks  map[string]streak // TM id -> its heartbeat streak with this leader (isolation.go)
+	// answered: TM id -> this leader's last answer to its heartbeat or registration, those of
+	// TMs it does not know included (isolation.go, a TM outside the pool).
+	answered map[string]time.Time
 	// streakEpoch counts the streaks started (under streakMu); heldStreaks is its value when
 	// held was computed (loop goroutine only).
 	streakEpoch, heldStreaks uint64
@@ -69,11 +74,13 @@ func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
 		regions:     map[string]jobRegions{},
 		waiting:     map[string]string{},
 		waits:       map[string]wait{},
+		jobWaits:    map[string]jobWait{},
 		driven:      map[string]uint64{},
 		retryCancel: map[string]bool{},
 		acked:       map[string]time.Time{},
 		pool:        newPoolKeeper(),
 		streaks:     map[string]streak{},
+		answered:    map[string]time.Time{},
 		begun:       time.Now(),
 		holding:     map[string]string{},
 		behindSince: map[string]time.Time{},
@@ -235,6 +242,11 @@ func (t *term) forgetRemoved(ids []string) {
 			delete(t.waits, id)
 		}
 	}
+	for id := range t.jobWaits {
+		if !live[id] {
+			delete(t.jobWaits, id)
+		}
+	}
 	t.mu.Unlock()
 	for id := range t.regions {
 		if !live[id] {
@@ -319,7 +331,7 @@ func (t *term) taskManagerLost(tmID, cause string) {
 	if !t.jm.tms.MarkLost(tmID) {
 		return
 	}
-	t.jm.log.Warn("task manager lost", "tm", tmID, "cause", cause)
+	t.jm.log.Warn("task manager lost", "tm", tmID, "cause", logsum.Text(cause))
 	if tm, ok := t.jm.tms.Get(tmID); ok {
 		t.jm.tms.Forget(tm.GRPCAddr)
 	}

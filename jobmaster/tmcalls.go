@@ -52,6 +52,15 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 	if tm, ok := jm.tms.Get(req.TmId); ok && tm.Incarnation != "" && req.Incarnation != "" && tm.Incarnation != req.Incarnation {
 		old = t.attemptsOn(req.TmId, fmt.Sprintf("TaskManager %s restarted: its process (incarnation %s) is gone", req.TmId, tm.Incarnation))
 	}
+	// The pool first: a TM is registered (usable, given tasks) only once it is a member, so
+	// every TM that holds tasks knows a pool the leader knows of, and one that could not be
+	// added is refused and holds nothing (isolation.go, a TM outside the pool).
+	if err := jm.tms.CheckReplaced(req.TmId, req.Incarnation); err != nil {
+		return nil, err
+	}
+	if err := t.poolOnRegister(ctx, req.TmId, req.GrpcAddress, req.Incarnation); err != nil {
+		return nil, fmt.Errorf("register %s: add it to the pool: %w", req.TmId, err)
+	}
 	previous, err := jm.tms.Register(req.TmId, req.Incarnation, req.GrpcAddress, req.DataAddress, req.Slots)
 	if err != nil {
 		// Not recorded for the id: a newer process of it is registered and working.
@@ -64,9 +73,6 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 	jm.log.Info("task manager registered", "tm", req.TmId, "grpc", req.GrpcAddress, "slots", req.Slots, "incarnation", req.Incarnation)
 	if previous != "" {
 		t.failAttempts(old)
-	}
-	if err := t.poolOnRegister(ctx, req.TmId, req.GrpcAddress, req.Incarnation); err != nil {
-		return nil, fmt.Errorf("register %s: add it to the pool: %w", req.TmId, err)
 	}
 	t.streakOf(req.TmId)
 	t.kick("")
@@ -125,6 +131,7 @@ func (jm *JobMaster) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*
 		return nil, &StaleEpochError{Current: t.epoch, Seen: req.EpochSeen}
 	}
 	if !jm.tms.TouchOf(req.TmId, req.Incarnation) {
+		t.noteAnswer(req.TmId) // an answer is contact for the TM's fence, even this one
 		return &pb.HeartbeatResponse{Epoch: t.epoch, UnknownTaskManager: true}, nil
 	}
 	if jm.gateOpen.Load() {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/memberlist"
+
+	"github.com/jmcluster/jmcluster/internal/logsum"
 )
 
 // Membership is this node's seat in the gossip pool.
@@ -91,7 +93,7 @@ func New(cfg Config) (*Membership, error) {
 		if err == nil {
 			logger.Info("joined pool", "contacted", n)
 		} else {
-			logger.Warn("initial join failed, retrying in background", "peers", peers, "error", err)
+			logger.Warn("initial join failed, retrying in background", "peers", len(peers), "first", logsum.List(peers), "error", err)
 			m.wg.Add(1)
 			go m.rejoinLoop(ctx, peers)
 		}

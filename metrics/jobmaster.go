@@ -28,6 +28,13 @@ type JobMasterState interface {
 	Checkpoints() fsm.CheckpointCounts
 }
 
+// WaitingState is what a JobMasterState may also provide: the jobs that wait on this leader by
+// the kind of reason (jobmaster.WaitKinds: a fixed set, never free text); nil on a node that
+// does not lead. Read for the jobs_waiting gauge.
+type WaitingState interface {
+	JobsWaiting() map[string]int
+}
+
 // JobMaster holds a JobMaster replica's instruments, in its own registry (Registry).
 type JobMaster struct {
 	reg *prometheus.Registry
@@ -165,6 +172,7 @@ var (
 	descReconciling  = prometheus.NewDesc(Namespace+"_reconciling", "1 while this leader reconciles (its RPC gate closed).", nil, nil)
 	descApplied      = prometheus.NewDesc(Namespace+"_node_applied_index", "This node's Raft applied index.", nil, nil)
 	descCommit       = prometheus.NewDesc(Namespace+"_node_commit_index", "This node's Raft commit index.", nil, nil)
+	descJobsWaiting  = prometheus.NewDesc(Namespace+"_jobs_waiting", "Jobs whose restart or deployment waits on this leader, by reason: slots, taskmanager (a silent TaskManager the isolation rule holds), restart_delay, deploy_failed (the leader only; jmnode job status says why).", []string{"reason"}, nil)
 
 	descCheckpoints    = prometheus.NewDesc(Namespace+"_checkpoints", "Checkpoints of the jobs in the state (every replica): completed and aborted since each job's submission, pending now.", []string{"status"}, nil)
 	descCkLastID       = prometheus.NewDesc(Namespace+"_checkpoint_last_completed_id", "The id of the newest completed checkpoint of any job in the state (the job view has each job's).", nil, nil)
@@ -176,7 +184,7 @@ var (
 
 func (g *jobMasterGauges) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descJobs, descExecutions, descTaskManagers, descLeader, descEpoch, descReconciling, descApplied, descCommit,
-		descCheckpoints, descCkLastID, descCkLastDuration, descCkLastSize, descCkLastAlign, descCkLastTime} {
+		descJobsWaiting, descCheckpoints, descCkLastID, descCkLastDuration, descCkLastSize, descCkLastAlign, descCkLastTime} {
 		ch <- d
 	}
 }
@@ -198,6 +206,11 @@ func (g *jobMasterGauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReconciling, prometheus.GaugeValue, b2f(reconciling))
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(applied))
 	ch <- prometheus.MustNewConstMetric(descCommit, prometheus.GaugeValue, float64(commit))
+	if ws, ok := g.st.(WaitingState); ok {
+		for reason, n := range ws.JobsWaiting() {
+			ch <- prometheus.MustNewConstMetric(descJobsWaiting, prometheus.GaugeValue, float64(n), reason)
+		}
+	}
 	ck := g.st.Checkpoints()
 	ch <- prometheus.MustNewConstMetric(descCheckpoints, prometheus.GaugeValue, float64(ck.Completed), "completed")
 	ch <- prometheus.MustNewConstMetric(descCheckpoints, prometheus.GaugeValue, float64(ck.Aborted), "aborted")

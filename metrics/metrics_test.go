@@ -121,3 +121,31 @@ func TestTaskManagerAlignmentHistogram(t *testing.T) {
 	}
 	t.Fatal("no jmcluster_tm_checkpoint_alignment_seconds")
 }
+
+type waitingFake struct{ fakeState }
+
+func (waitingFake) JobsWaiting() map[string]int {
+	return map[string]int{"slots": 2, "taskmanager": 1, "restart_delay": 0, "deploy_failed": 0}
+}
+
+// TestJobsWaitingByReason: a state that says which jobs wait gives one jobs_waiting series per
+// kind of reason; one that does not (a follower) gives none.
+func TestJobsWaitingByReason(t *testing.T) {
+	m := NewJobMaster(waitingFake{})
+	if n, err := testutil.GatherAndCount(m.Registry(), "jmcluster_jobs_waiting"); err != nil || n != 4 {
+		t.Fatalf("jobs_waiting series %d (%v), want 4", n, err)
+	}
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
+# HELP jmcluster_jobs_waiting Jobs whose restart or deployment waits on this leader, by reason: slots, taskmanager (a silent TaskManager the isolation rule holds), restart_delay, deploy_failed (the leader only; jmnode job status says why).
+# TYPE jmcluster_jobs_waiting gauge
+jmcluster_jobs_waiting{reason="deploy_failed"} 0
+jmcluster_jobs_waiting{reason="restart_delay"} 0
+jmcluster_jobs_waiting{reason="slots"} 2
+jmcluster_jobs_waiting{reason="taskmanager"} 1
+`), "jmcluster_jobs_waiting"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := testutil.GatherAndCount(NewJobMaster(fakeState{}).Registry(), "jmcluster_jobs_waiting"); n != 0 {
+		t.Fatalf("a state without JobsWaiting gave %d series", n)
+	}
+}

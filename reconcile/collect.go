@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -79,7 +79,7 @@ func (c *collector) collect(ctx context.Context, initial []target) (map[string]*
 			}
 			c.mu.Unlock()
 			if len(waiting) > 0 {
-				c.r.step(c.epoch, "deadline", "report deadline passed; no report from %s", strings.Join(waiting, ", "))
+				c.r.step(c.epoch, "deadline", "report deadline passed; no report from %s", logsum.List(waiting))
 			}
 			return out, nil
 		}

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -345,7 +345,7 @@ func (tm *TaskManager) askPool(ctx context.Context, peers []*pb.PoolPeer, myEpoc
 	}
 	if majority := size/2 + 1; quiet < majority {
 		return fmt.Sprintf("only %d of the %d pool members confirm a JobMaster outage (no leader contact within %v), %d needed; unreachable: %s",
-			quiet, size, ft, majority, strings.Join(failed, ", "))
+			quiet, size, ft, majority, logsum.List(failed))
 	}
 	return ""
 }

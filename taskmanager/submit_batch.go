@@ -3,11 +3,11 @@ package taskmanager
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -44,7 +44,7 @@ func (s *controlService) SubmitTasks(ctx context.Context, req *pb.SubmitTasksReq
 	if len(problems) == len(tasks) {
 		// Nothing in the batch is deployable: refuse it whole, changing nothing (no epoch
 		// adopted, no leader contact).
-		return nil, status.Error(codes.InvalidArgument, "submit tasks: "+strings.Join(problems, "; "))
+		return nil, status.Error(codes.InvalidArgument, "submit tasks: "+logsum.Joined(problems, "; "))
 	}
 
 	// The epoch rule of every call (epoch.go): a higher epoch only when a JobMaster names it.

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/taskmanager/operators"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -22,7 +23,7 @@ func validateTDD(d *pb.TaskDeploymentDescriptor, slots int, shared *sharedLists)
 		return fmt.Errorf("%w: task is missing", ErrInvalidTask)
 	}
 	if p := tddProblems(d, slots, shared); len(p) > 0 {
-		return fmt.Errorf("%w: %s", ErrInvalidTask, strings.Join(p, "; "))
+		return fmt.Errorf("%w: %s", ErrInvalidTask, logsum.Joined(p, "; "))
 	}
 	return nil
 }

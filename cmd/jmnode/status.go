@@ -221,8 +221,11 @@ func printSummary(out io.Writer, resp *pb.GetJobResponse) {
 			ck.Completed, idOrDash(ck.LatestCompletedId), ck.Pending, ck.Aborted, s.JobId)
 	}
 	if resp.Waiting != "" {
-		waited := time.Since(time.UnixMilli(resp.WaitingSince)).Round(time.Second)
-		line := fmt.Sprintf("WAITING for %s: %s", waited, strings.TrimPrefix(resp.Waiting, "jobmaster: "))
+		line := "WAITING: " + strings.TrimPrefix(resp.Waiting, "jobmaster: ")
+		if resp.WaitingSince > 0 {
+			waited := time.Since(time.UnixMilli(resp.WaitingSince)).Round(time.Second)
+			line = fmt.Sprintf("WAITING for %s: %s", waited, strings.TrimPrefix(resp.Waiting, "jobmaster: "))
+		}
 		if resp.SlotTimeoutMs > 0 && strings.Contains(resp.Waiting, "free slots") {
 			line += fmt.Sprintf(" (the job fails once it has waited the slot timeout, %s)", time.Duration(resp.SlotTimeoutMs)*time.Millisecond)
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/jmcluster/jmcluster/cluster"
+	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport"
 )
@@ -28,7 +29,7 @@ func Audit(ctx context.Context, log hclog.Logger, action string, err error, kv .
 	}
 	args := append([]any{"caller", transport.CallerName(ctx)}, kv...)
 	if err != nil {
-		log.Info(action+" refused", append(args, "error", err.Error())...)
+		log.Info(action+" refused", append(args, "error", logsum.Text(err.Error()))...)
 		return
 	}
 	log.Info(action, args...)

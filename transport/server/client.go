@@ -392,6 +392,19 @@ func taskManagerStates(d Deps) map[string]*pb.TaskManagerInfo {
 	return byID
 }
 
+// JobsWaiting counts the jobs waiting on this leader by kind of reason (metrics.WaitingState).
+func (m metricsState) JobsWaiting() map[string]int {
+	d := m.d
+	if d.JM == nil || !d.JM.Active() {
+		return nil
+	}
+	out := map[string]int{}
+	for k, n := range d.JM.WaitingJobs() {
+		out[string(k)] = n
+	}
+	return out
+}
+
 // TaskManagers counts the TaskManagers by state as ClusterStatus lists them, without their
 // slots in use (which would walk the executions).
 func (m metricsState) TaskManagers() map[string]int {

@@ -77,8 +77,24 @@ func JobView(d Deps, req *pb.GetJobRequest) (*pb.GetJobResponse, error) {
 			resp.Waiting, resp.WaitingSince = why, since.UnixMilli()
 			resp.SlotTimeoutMs = max(d.JM.Config().SlotTimeout.Milliseconds(), 0)
 		}
+	} else if s := resp.GetSummary(); s != nil && s.Status == pb.JobStatus_JOB_STATUS_RUNNING && s.TasksRunning < s.Tasks && notFinished(s) {
+		// Only the leader knows why a job waits; a job with tasks to deploy never shows RUNNING
+		// without a word beside it.
+		resp.Waiting = fmt.Sprintf("%d of %d tasks are not running; this node (%s) does not lead and cannot say why: ask the leader (--consistent)",
+			s.Tasks-s.TasksRunning, s.Tasks, d.Node.ID())
 	}
 	return resp, nil
+}
+
+// notFinished reports whether some of the summary's tasks are neither running nor finished.
+func notFinished(s *pb.JobSummary) bool {
+	done := int32(0)
+	for _, c := range s.GetStates() {
+		if c.GetState() == pb.ExecutionState_EXECUTION_STATE_FINISHED || c.GetState() == pb.ExecutionState_EXECUTION_STATE_RUNNING {
+			done += c.GetCount()
+		}
+	}
+	return done < s.GetTasks()
 }
 
 // skeleton copies a record without its executions: the job graph, status, history, restarts
