@@ -56,18 +56,14 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 	// every TM that holds tasks knows a pool the leader knows of, and one that could not be
 	// added is refused and holds nothing (isolation.go, a TM outside the pool).
 	if err := jm.tms.CheckReplaced(req.TmId, req.Incarnation); err != nil {
-		return nil, err
+		return nil, jm.refuseReplaced(err)
 	}
 	if err := t.poolOnRegister(ctx, req.TmId, req.GrpcAddress, req.Incarnation); err != nil {
 		return nil, fmt.Errorf("register %s: add it to the pool: %w", req.TmId, err)
 	}
 	previous, err := jm.tms.Register(req.TmId, req.Incarnation, req.GrpcAddress, req.DataAddress, req.Slots)
 	if err != nil {
-		// Not recorded for the id: a newer process of it is registered and working.
-		if in, ok := jm.cfg.Instruments.(registrationRefusals); ok {
-			in.RegistrationRefused("replaced_incarnation")
-		}
-		return nil, err
+		return nil, jm.refuseReplaced(err)
 	}
 	jm.tms.SetProtocol(req.TmId, req.ProtocolVersion)
 	jm.log.Info("task manager registered", "tm", req.TmId, "grpc", req.GrpcAddress, "slots", req.Slots, "incarnation", req.Incarnation)
@@ -85,6 +81,15 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 		resp.Pool = t.poolView(rev)
 	}
 	return resp, nil
+}
+
+// refuseReplaced counts the refusal of a replaced incarnation's registration and returns err. It
+// is not recorded for the id: a newer process of it is registered and working.
+func (jm *JobMaster) refuseReplaced(err error) error {
+	if in, ok := jm.cfg.Instruments.(registrationRefusals); ok {
+		in.RegistrationRefused("replaced_incarnation")
+	}
+	return err
 }
 
 // registrationRefusals is implemented by the instruments that count refused registrations
