@@ -80,7 +80,14 @@ func (c Config) Validate() error {
 			return setting.New(ErrInvalidConfig, n.field, n.v, "must not be negative")
 		}
 	}
+	fenceGiven := c.FenceTimeout > 0
 	c.setDefaults()
+	if min := c.freshGap() + c.PoolQueryTimeout; !fenceGiven && c.FenceTimeout <= min {
+		// The fence timeout was derived from the heartbeat timeout (the longest it allows), and
+		// that leaves none a TM can use: the heartbeat timeout is what is too short.
+		return setting.New(ErrInvalidConfig, "HeartbeatTimeout", c.HeartbeatTimeout, "the redeploy delay, leaves room for a fence timeout of at most %v, and a fence timeout must exceed two heartbeat intervals plus the pool query timeout (%v): raise --heartbeat-timeout (with the default fence timeout of 5s, above %v)",
+			max(c.FenceTimeout, 0).Round(time.Millisecond), min, RedeployDelayNeeded(5*time.Second, c.HeartbeatInterval, c.PoolQueryInterval, c.PoolQueryTimeout).Round(time.Millisecond))
+	}
 	if ask := c.FenceTimeout + c.PoolQueryInterval + c.PoolQueryTimeout; c.TMLeaderGrace <= ask {
 		return setting.New(ErrInvalidConfig, "TMLeaderGrace", c.TMLeaderGrace, "must exceed the fence timeout plus a pool query interval and timeout (%v + %v + %v = %v): a grace that ends before a TaskManager has asked its pool leaves the isolation rule no say, and every JobMaster outage that long stops every task",
 			c.FenceTimeout, c.PoolQueryInterval, c.PoolQueryTimeout, ask)

@@ -25,6 +25,12 @@ func TestIsolationTimingsValidated(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "two heartbeat intervals") {
 		t.Fatalf("a fence timeout within two heartbeats and a query: %v", err)
 	}
+	// A heartbeat timeout too short for any fence timeout names the heartbeat timeout, not the
+	// fence timeout derived from it (which the user never set).
+	err = Config{HeartbeatTimeout: time.Second}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "HeartbeatTimeout 1s") || !strings.Contains(err.Error(), "raise --heartbeat-timeout") {
+		t.Fatalf("a heartbeat timeout that leaves no fence timeout: %v", err)
+	}
 	c := Config{HeartbeatTimeout: 4 * time.Second}
 	c.setDefaults()
 	if c.FenceTimeout >= 5*time.Second || c.FenceTimeout <= 0 {
