@@ -25,12 +25,12 @@ import (
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/internal/version"
+	"github.com/jmcluster/jmcluster/jmserver"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/metrics"
 	"github.com/jmcluster/jmcluster/reconcile"
 	"github.com/jmcluster/jmcluster/transport/pb"
-	"github.com/jmcluster/jmcluster/transport/server"
 )
 
 // JobMasterConfig configures one JM replica.
@@ -52,7 +52,7 @@ type JobMasterConfig struct {
 	// is set. Empty: no checkpoint storage (checkpointed jobs are refused).
 	CheckpointDir string
 	// WriteLimit bounds each client's SubmitJob and CancelJob rate on this replica.
-	WriteLimit server.WriteLimit
+	WriteLimit jmserver.WriteLimit
 	// MaxMessageSize bounds every gRPC message the replica receives or sends: its server and
 	// its connections to other JMs and to TMs (default transport.DefaultMaxMessageSize).
 	MaxMessageSize int
@@ -136,8 +136,8 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	cfg.Cluster.TLS, cfg.JobMaster.TLS = cfg.TLS, cfg.TLS
 
 	// The gauges read deps at a scrape; it is filled in below, before any server starts.
-	var deps server.Deps
-	a.Metrics = metrics.NewJobMaster(server.MetricsState(&deps))
+	var deps jmserver.Deps
+	a.Metrics = metrics.NewJobMaster(jmserver.MetricsState(&deps))
 	cfg.JobMaster.Instruments = a.Metrics
 	if cfg.CheckpointDir != "" && cfg.JobMaster.Checkpoints == nil {
 		if a.checkpoints, err = checkpoint.Open(cfg.CheckpointDir, checkpoint.Options{}); err != nil {
@@ -163,7 +163,7 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	a.Recon = reconcile.New(cfg.Reconcile)
 	a.JM.SetReconciler(a.Recon)
 
-	deps = server.Deps{Node: a.Node, State: a.State, JM: a.JM, Metrics: a.Metrics}
+	deps = jmserver.Deps{Node: a.Node, State: a.State, JM: a.JM, Metrics: a.Metrics}
 	deps.WriteLimit = cfg.WriteLimit
 	deps.TLS, deps.Tokens, deps.MetricsAuth = cfg.TLS, cfg.Tokens, cfg.MetricsAuth
 	deps.Audit = log.Named("audit")
@@ -177,7 +177,7 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 		deps.Members = func() []*pb.Member { return PBMembers(a.Gossip.Members()) }
 		deps.Gossip = a.Gossip
 	}
-	a.grpc, a.health = server.NewGRPCServer(deps, cfg.MaxMessageSize)
+	a.grpc, a.health = jmserver.NewGRPCServer(deps, cfg.MaxMessageSize)
 	lis := a.grpcLis
 	a.wg.Add(1)
 	go func() { defer a.wg.Done(); _ = a.grpc.Serve(lis) }()
@@ -187,7 +187,7 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 			return nil, fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
 		}
 		a.httpAddr = hl.Addr().String()
-		a.http = &http.Server{Handler: server.NewHTTPHandler(deps), ReadHeaderTimeout: 5 * time.Second}
+		a.http = &http.Server{Handler: jmserver.NewHTTPHandler(deps), ReadHeaderTimeout: 5 * time.Second}
 		a.wg.Add(1)
 		if cfg.TLS != nil {
 			// HTTPS with this JM's certificate; a client certificate is optional (browsers

@@ -14,12 +14,12 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/jmserver"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/reconcile"
 	"github.com/jmcluster/jmcluster/taskmanager"
 	"github.com/jmcluster/jmcluster/transport/pb"
-	"github.com/jmcluster/jmcluster/transport/server"
 )
 
 // counterValue sums the samples of a counter family whose labels include want.
@@ -115,7 +115,7 @@ func TestRefusedTaskManagerIsLoudAndGetsNoWork(t *testing.T) {
 		}
 		for _, tm := range st.TaskManagers {
 			if tm.Id == "tm-refused" {
-				return strings.HasPrefix(tm.State, server.RefusedState) && strings.Contains(tm.State, "protocol"), tm.State
+				return strings.HasPrefix(tm.State, jmserver.RefusedState) && strings.Contains(tm.State, "protocol"), tm.State
 			}
 		}
 		return false, "not listed"
@@ -262,7 +262,7 @@ func TestKilledFollowerShownUnreachableByRaft(t *testing.T) {
 		}
 		return "not listed"
 	}
-	if s := stateOf(f.ID); s == server.PeerUnreachable {
+	if s := stateOf(f.ID); s == jmserver.PeerUnreachable {
 		t.Fatalf("a live follower shown %s", s)
 	}
 	c.KillJM(f)
@@ -281,12 +281,12 @@ func TestKilledFollowerShownUnreachableByRaft(t *testing.T) {
 	if took > 5*time.Second {
 		t.Errorf("unreachable %v after the kill", took)
 	}
-	if s := stateOf(f.ID); s != server.PeerUnreachable && s != "dead" {
+	if s := stateOf(f.ID); s != jmserver.PeerUnreachable && s != "dead" {
 		t.Errorf("the leader's ClusterStatus shows %s as %q", f.ID, s)
 	}
 	c.StartJM(f)
 	testcluster.WaitFor(t, 20*time.Second, f.ID+" reachable again", func() (bool, string) {
 		s := stateOf(f.ID)
-		return s != server.PeerUnreachable && s != "dead" && s != "", s
+		return s != jmserver.PeerUnreachable && s != "dead" && s != "", s
 	})
 }

@@ -15,11 +15,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/jmcluster/jmcluster/internal/version"
+	"github.com/jmcluster/jmcluster/jmserver"
 	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/metrics"
 	"github.com/jmcluster/jmcluster/taskmanager"
 	"github.com/jmcluster/jmcluster/transport/pb"
-	"github.com/jmcluster/jmcluster/transport/server"
 )
 
 // TaskManagerConfig configures one TM process.
@@ -66,8 +66,8 @@ func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 		a.gossipRef = &gossip
 		audit := cfg.Logger.Named("audit")
 		cfg.TM.RegisterServices = func(reg grpc.ServiceRegistrar) {
-			pb.RegisterGossipServiceServer(reg, server.NewGossipService(gossip.Load, func(ctx context.Context, action string, err error, kv ...any) {
-				server.Audit(ctx, audit, action, err, kv...)
+			pb.RegisterGossipServiceServer(reg, jmserver.NewGossipService(gossip.Load, func(ctx context.Context, action string, err error, kv ...any) {
+				jmserver.Audit(ctx, audit, action, err, kv...)
 			}))
 		}
 	}

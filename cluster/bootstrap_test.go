@@ -90,7 +90,7 @@ func TestBootstrapExpectFormsOneClusterAndJoinRemove(t *testing.T) {
 	}
 
 	// Remove it through the leader's OperatorService. (That a follower's JobMaster forwards
-	// RaftRemove to the leader is the edge's business: transport/server's TestForwardable.)
+	// RaftRemove to the leader is the edge's business: jmserver's TestForwardable.)
 	lconn, err := grpc.NewClient(leader.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -270,7 +270,7 @@ func waitValues(t *testing.T, nodes []*testNode, want []string) {
 func isErr(err, target error) bool { return errors.Is(err, target) }
 
 // opService serves the Raft part of OperatorService that discovery and these tests call, on
-// the node's own methods. The JobMaster's OperatorService lives in transport/server (above
+// the node's own methods. The JobMaster's OperatorService lives in jmserver (above
 // this package), where its edge also forwards RaftJoin and RaftRemove to the leader; here a
 // follower answers them with ErrNotLeader, and discovery asks the next node.
 type opService struct {

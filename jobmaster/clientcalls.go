@@ -9,7 +9,7 @@ import (
 )
 
 // The client writes (ClientService's SubmitJob and CancelJob), as plain methods: the gRPC
-// handlers are in transport/server, whose policy table forwards them to the established
+// handlers are in jmserver, whose policy table forwards them to the established
 // leader and refuses them while the gate is closed.
 
 // SubmitJob validates and commits a job on the established leader; the scheduler deploys it.

@@ -6,7 +6,7 @@ import (
 )
 
 // Domain errors of the calls TaskManagers make (tmcalls.go). They are values: the gRPC edge
-// (transport/server) maps each to its status code; the message of the status is the error's
+// (jmserver) maps each to its status code; the message of the status is the error's
 // text, which names the request's ids.
 var (
 	// ErrIncompatibleTM: a TaskManager speaks a protocol version this JobMaster does not

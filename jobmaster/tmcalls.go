@@ -18,7 +18,7 @@ import (
 )
 
 // The calls TaskManagers make (JobMasterService), as plain methods: the gRPC handlers in
-// transport/server call them, and the edge's policy table has already refused a call on a node
+// jmserver call them, and the edge's policy table has already refused a call on a node
 // that is not the established leader and, for the gated ones, while the gate is closed. Each
 // still takes its term (currentTerm or openTerm), so a call that raced a change of leadership
 // or of the gate is refused with the same sentinel errors.

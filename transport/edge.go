@@ -16,7 +16,7 @@ import (
 )
 
 // Guard is what the edge asks the process a server belongs to. A JobMaster replica's guard
-// (transport/server) knows its leadership, its gate, the leader to forward to and the
+// (jmserver) knows its leadership, its gate, the leader to forward to and the
 // clients' write limits; a TaskManager has none (nil), so its rows must all be Local.
 type Guard interface {
 	// Limit admits a call of a Limited method or refuses it.

@@ -52,7 +52,7 @@ func (s situation) Status(_ context.Context, err error) error { return err }
 
 // TestEdgeDecides: what the interceptor does with a call, for each kind of row and each
 // situation of the node it lands on — every rule a named case, the way TestMerge states
-// reconciliation's rules. The columns are shown on a real cluster in transport/server.
+// reconciliation's rules. The columns are shown on a real cluster in jmserver.
 func TestEdgeDecides(t *testing.T) {
 	submit := pb.ClientService_SubmitJob_FullMethodName
 	list := pb.ClientService_ListJobs_FullMethodName

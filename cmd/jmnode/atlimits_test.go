@@ -20,9 +20,9 @@ import (
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/graph"
 	tc "github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/jmserver"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
-	"github.com/jmcluster/jmcluster/transport/server"
 )
 
 // atLimit is a job at one default expanded-size limit, and the limit it sits at.
@@ -147,7 +147,7 @@ func TestJobsAtTheDefaultLimits(t *testing.T) {
 		total, len(sims), chunks, maxChunk, transport.ChunkBudget(0), r.EndedAt-r.StartedAt, time.Since(start).Round(time.Millisecond))
 
 	f := c.Follower()
-	hs := httptest.NewServer(server.NewHTTPHandler(server.Deps{Node: f.A.Node, State: f.A.State, JM: f.A.JM}))
+	hs := httptest.NewServer(jmserver.NewHTTPHandler(jmserver.Deps{Node: f.A.Node, State: f.A.State, JM: f.A.JM}))
 	defer hs.Close()
 	for i, j := range jobs {
 		id, n := ids[i], int(graph.Size(j.jg).Executions)

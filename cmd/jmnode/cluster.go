@@ -8,8 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jmcluster/jmcluster/jmserver"
 	"github.com/jmcluster/jmcluster/transport/pb"
-	"github.com/jmcluster/jmcluster/transport/server"
 )
 
 func runStatus(args []string) error {
@@ -93,5 +93,5 @@ func markUnreachableByLeader(cf cliFlags, resp *pb.ClusterStatusResponse) {
 	if err != nil {
 		return
 	}
-	server.TakeLeaderVerdicts(resp, lead)
+	jmserver.TakeLeaderVerdicts(resp, lead)
 }

@@ -17,10 +17,10 @@ import (
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/setting"
+	"github.com/jmcluster/jmcluster/jmserver"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/reconcile"
 	"github.com/jmcluster/jmcluster/transport"
-	"github.com/jmcluster/jmcluster/transport/server"
 )
 
 func runJobMaster(args []string) error {
@@ -36,8 +36,8 @@ func runJobMaster(args []string) error {
 	grpcAdv := fs.String("grpc-advertise", "", "gRPC address other nodes dial (default: --grpc-addr)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:7200", "HTTP address for /metrics, /healthz, /readyz, /api/v1 and the web UI (empty: off)")
 	maxMsg := fs.Int("max-message-size", transport.DefaultMaxMessageSize, "bound in bytes on every gRPC message this JobMaster receives or sends (its server, its connections to JobMasters and TaskManagers)")
-	writeRate := fs.Float64("client-write-rate", server.DefaultWriteRate, "SubmitJob and CancelJob calls per second each client (by IP address) may make on this JobMaster; negative: no limit")
-	writeBurst := fs.Int("client-write-burst", server.DefaultWriteBurst, "SubmitJob and CancelJob calls a client may make at once on this JobMaster")
+	writeRate := fs.Float64("client-write-rate", jmserver.DefaultWriteRate, "SubmitJob and CancelJob calls per second each client (by IP address) may make on this JobMaster; negative: no limit")
+	writeBurst := fs.Int("client-write-burst", jmserver.DefaultWriteBurst, "SubmitJob and CancelJob calls a client may make at once on this JobMaster")
 	gf := newGossipFlags(fs, "<data-dir>/gossip.keyring")
 	expect := fs.Int("bootstrap-expect", 0, "bootstrap once this many JMs (including this one) are seen through --join")
 	join := fs.String("join", "", "comma-separated gRPC addresses of other JMs (bootstrap discovery or joining a running cluster)")
@@ -175,7 +175,7 @@ func runJobMaster(args []string) error {
 			return fmt.Errorf("--token-file %s: %w", *tokenFile, err)
 		}
 	}
-	cfg.WriteLimit = server.WriteLimit{Rate: *writeRate, Burst: *writeBurst}
+	cfg.WriteLimit = jmserver.WriteLimit{Rate: *writeRate, Burst: *writeBurst}
 	if cfg.Gossip, err = gf.config(*dataDir, sec != nil); err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/jmcluster/jmcluster/agent"
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
-	"github.com/jmcluster/jmcluster/transport/server"
+	"github.com/jmcluster/jmcluster/jmserver"
 )
 
 // TestCLINamesTheLimits: `jmnode job submit` of a job over the message limit fails at once with
@@ -23,7 +23,7 @@ func TestCLINamesTheLimits(t *testing.T) {
 		Raft: func(cc *cluster.Config) {
 			cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
 		},
-		JM: func(cfg *agent.JobMasterConfig) { cfg.WriteLimit = server.WriteLimit{Rate: 0.5, Burst: 1} }})
+		JM: func(cfg *agent.JobMasterConfig) { cfg.WriteLimit = jmserver.WriteLimit{Rate: 0.5, Burst: 1} }})
 	addr := c.Follower().GRPCAddr
 	huge := filepath.Join(t.TempDir(), "huge.json")
 	spec := fmt.Sprintf(`{"name": %q, "vertices": [{"id": "a", "parallelism": 1}]}`, strings.Repeat("x", 5<<20))

@@ -18,9 +18,9 @@ import (
 
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/jmserver"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
-	"github.com/jmcluster/jmcluster/transport/server"
 )
 
 // TestWideJobIsReadableInEveryView: a 512 -> 512 ALL_TO_ALL job (1024 executions, 262,144
@@ -114,7 +114,7 @@ func TestWideJobIsReadableInEveryView(t *testing.T) {
 	for _, bad := range []*pb.GetJobRequest{
 		{JobId: id, View: pb.JobView_JOB_VIEW_EXECUTIONS, VertexId: "nope"},
 		{JobId: id, View: pb.JobView_JOB_VIEW_EXECUTIONS, PageToken: "x"},
-		{JobId: id, View: pb.JobView_JOB_VIEW_EXECUTIONS, PageSize: server.MaxPageSize + 1},
+		{JobId: id, View: pb.JobView_JOB_VIEW_EXECUTIONS, PageSize: jmserver.MaxPageSize + 1},
 	} {
 		if _, err := cl.GetJob(ctx, bad); status.Code(err) != codes.NotFound && status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("%v: %v", bad, err)
@@ -122,7 +122,7 @@ func TestWideJobIsReadableInEveryView(t *testing.T) {
 	}
 
 	// The REST view: the same answers as JSON.
-	hs := httptest.NewServer(server.NewHTTPHandler(server.Deps{Node: f.A.Node, State: f.A.State, JM: f.A.JM}))
+	hs := httptest.NewServer(jmserver.NewHTTPHandler(jmserver.Deps{Node: f.A.Node, State: f.A.State, JM: f.A.JM}))
 	defer hs.Close()
 	var rest pb.GetJobResponse
 	restGet(t, hs.URL+"/api/v1/jobs/"+id, http.StatusOK, &rest)

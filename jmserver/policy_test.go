@@ -1,11 +1,11 @@
-package server_test
+package jmserver_test
 
 import (
 	"sort"
 	"testing"
 
+	"github.com/jmcluster/jmcluster/jmserver"
 	"github.com/jmcluster/jmcluster/transport"
-	"github.com/jmcluster/jmcluster/transport/server"
 )
 
 // TestEveryJobMasterMethodHasAPolicyRow walks every service descriptor registered on a
@@ -13,7 +13,7 @@ import (
 // without a row in transport.Policies, or with a row the edge cannot apply there.
 // (taskmanager's TestEveryTaskManagerMethodHasAPolicyRow does the same for the other process.)
 func TestEveryJobMasterMethodHasAPolicyRow(t *testing.T) {
-	s, _ := server.NewGRPCServer(server.Deps{}, 0)
+	s, _ := jmserver.NewGRPCServer(jmserver.Deps{}, 0)
 	for _, bad := range transport.Uncovered(s, true) {
 		t.Error(bad)
 	}

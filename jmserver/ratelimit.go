@@ -1,4 +1,4 @@
-package server
+package jmserver
 
 import (
 	"container/list"

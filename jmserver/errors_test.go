@@ -1,4 +1,4 @@
-package server_test
+package jmserver_test
 
 import (
 	"context"
@@ -11,9 +11,9 @@ import (
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/jmserver"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/transport"
-	"github.com/jmcluster/jmcluster/transport/server"
 )
 
 // TestStatusTable: the one mapping from the errors of every layer to gRPC statuses. Wrapped
@@ -56,16 +56,16 @@ func TestStatusTable(t *testing.T) {
 		{fmt.Errorf("anything else"), codes.Internal, ""},
 	}
 	for _, c := range cases {
-		got := server.Status(c.err)
+		got := jmserver.Status(c.err)
 		st := status.Convert(got)
 		if st.Code() != c.code || transport.Reason(got) != c.reason {
 			t.Errorf("Status(%v) = %v (reason %q), want %v (reason %q)", c.err, got, transport.Reason(got), c.code, c.reason)
 		}
 	}
-	if server.Status(nil) != nil {
+	if jmserver.Status(nil) != nil {
 		t.Error("Status(nil) is not nil")
 	}
-	if got := status.Convert(server.Status(&jobmaster.StaleEpochError{Current: 3, Seen: 4})).Message(); got != "stale leader epoch 3: epoch 4 has been seen" {
+	if got := status.Convert(jmserver.Status(&jobmaster.StaleEpochError{Current: 3, Seen: 4})).Message(); got != "stale leader epoch 3: epoch 4 has been seen" {
 		t.Errorf("STALE_EPOCH message %q", got)
 	}
 }

@@ -2,7 +2,7 @@
 // OperatorService and JobMasterService on one gRPC server with health and reflection, the
 // guard that applies the policy table (transport.Policies) to every call, the one forward
 // helper, the one table from sentinel errors to gRPC statuses, and the HTTP views.
-package server
+package jmserver
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package server_test
+package jmserver_test
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 	"github.com/jmcluster/jmcluster/agent"
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/jmserver"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
-	"github.com/jmcluster/jmcluster/transport/server"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -242,7 +242,7 @@ func dialFrom(t *testing.T, from, addr string) pb.ClientServiceClient {
 func TestWriteRateLimitPerClient(t *testing.T) {
 	const burst, rate = 3, 0.5
 	c := testcluster.New(t, testcluster.Options{JMs: 3, Raft: stable, JM: func(cfg *agent.JobMasterConfig) {
-		cfg.WriteLimit = server.WriteLimit{Rate: rate, Burst: burst}
+		cfg.WriteLimit = jmserver.WriteLimit{Rate: rate, Burst: burst}
 	}})
 	follower, leader := c.Follower(), c.Leader()
 	one := dialFrom(t, "127.0.0.1", follower.GRPCAddr)

@@ -1,4 +1,4 @@
-package server_test
+package jmserver_test
 
 import (
 	"context"
