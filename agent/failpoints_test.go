@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/internal/failpoint"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

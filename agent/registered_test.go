@@ -13,12 +13,12 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 
-	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/jmserver"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/reconcile"
 	"github.com/jmcluster/jmcluster/taskmanager"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

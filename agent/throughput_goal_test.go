@@ -18,9 +18,9 @@ import (
 
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/fsm"
-	"github.com/jmcluster/jmcluster/internal/benchgoal"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/jobmaster"
+	"github.com/jmcluster/jmcluster/testkit/benchgoal"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )

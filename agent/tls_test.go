@@ -18,9 +18,9 @@ import (
 
 	"github.com/jmcluster/jmcluster/agent"
 	"github.com/jmcluster/jmcluster/cluster"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
-	"github.com/jmcluster/jmcluster/internal/tlstest"
 	"github.com/jmcluster/jmcluster/security"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
+	"github.com/jmcluster/jmcluster/testkit/tlstest"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )

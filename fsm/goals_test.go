@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/graph"
-	"github.com/jmcluster/jmcluster/internal/benchgoal"
+	"github.com/jmcluster/jmcluster/testkit/benchgoal"
 )
 
 // TestGoalSnapshot (JMC_GOALS=1, `make bench-short`): saving a snapshot of 100,000 executions

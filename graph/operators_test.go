@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jmcluster/jmcluster/internal/operatorcases"
+	"github.com/jmcluster/jmcluster/testkit/operatorcases"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -40,7 +40,7 @@ func TestOperatorCatalogueMatchesTheProto(t *testing.T) {
 }
 
 // TestEveryOperatorKind is the operator catalogue's table test: every kind with good and bad
-// configurations and wirings (internal/operatorcases), each tried as a vertex of a JobGraph.
+// configurations and wirings (testkit/operatorcases), each tried as a vertex of a JobGraph.
 // A good case passes Validate; a bad one gets exactly one problem, on that vertex, naming the
 // field and the value. The TaskManager runs the same table (taskmanager's
 // TestTMRefusesExactlyWhatTheJobGraphRefuses).

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/jmcluster/jmcluster/internal/failpoint"
-	tc "github.com/jmcluster/jmcluster/internal/testcluster"
+	tc "github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )

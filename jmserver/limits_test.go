@@ -17,8 +17,8 @@ import (
 
 	"github.com/jmcluster/jmcluster/agent"
 	"github.com/jmcluster/jmcluster/cluster"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/jmserver"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )

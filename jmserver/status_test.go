@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/cluster"
-	tc "github.com/jmcluster/jmcluster/internal/testcluster"
+	tc "github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

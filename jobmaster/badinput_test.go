@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/graph"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

@@ -19,8 +19,8 @@ import (
 
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/jobmaster"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 )
 
 // TestGossipDeathContradictedByHeartbeatsRestartsNothing: gossip marks a live TaskManager dead

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

@@ -12,8 +12,8 @@ import (
 
 	"github.com/jmcluster/jmcluster/checkpoint"
 	"github.com/jmcluster/jmcluster/graph"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

@@ -13,8 +13,8 @@ import (
 
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/jobmaster"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/graph"
-	tc "github.com/jmcluster/jmcluster/internal/testcluster"
+	tc "github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )

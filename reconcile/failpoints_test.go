@@ -8,7 +8,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
-	tc "github.com/jmcluster/jmcluster/internal/testcluster"
+	tc "github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

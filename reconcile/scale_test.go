@@ -11,8 +11,8 @@ import (
 
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/graph"
-	"github.com/jmcluster/jmcluster/internal/benchgoal"
-	tc "github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/testkit/benchgoal"
+	tc "github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

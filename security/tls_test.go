@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmcluster/jmcluster/internal/tlstest"
 	"github.com/jmcluster/jmcluster/security"
+	"github.com/jmcluster/jmcluster/testkit/tlstest"
 )
 
 // serve accepts TLS connections on loopback with cfg, completes each handshake and reports

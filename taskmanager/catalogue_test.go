@@ -12,12 +12,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/jmcluster/jmcluster/graph"
-	"github.com/jmcluster/jmcluster/internal/operatorcases"
+	"github.com/jmcluster/jmcluster/testkit/operatorcases"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
 // TestTMRefusesExactlyWhatTheJobGraphRefuses runs the operator catalogue's table
-// (internal/operatorcases: every kind, good and bad configurations and wirings) through both
+// (testkit/operatorcases: every kind, good and bad configurations and wirings) through both
 // paths: as a vertex of a JobGraph (graph.Validate) and as the descriptor the JobMaster
 // deploys for it. The TM's descriptor validation finds exactly the problems JobGraph
 // validation finds on that vertex, word for word; and a real TM, over gRPC, refuses every bad

@@ -11,8 +11,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/jmcluster/jmcluster/internal/benchgoal"
 	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/testkit/benchgoal"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

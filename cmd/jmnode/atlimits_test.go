@@ -19,8 +19,8 @@ import (
 
 	"github.com/jmcluster/jmcluster/cluster"
 	"github.com/jmcluster/jmcluster/graph"
-	tc "github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/jmserver"
+	tc "github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )

@@ -15,8 +15,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/jmcluster/jmcluster/internal/benchgoal"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/testkit/benchgoal"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 )
 
 // gathered reads one unlabelled gauge, or a histogram's sample count, from a registry's

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/agent"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/proccluster"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

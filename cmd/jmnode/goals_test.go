@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmcluster/jmcluster/internal/benchgoal"
 	"github.com/jmcluster/jmcluster/internal/proccluster"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/testkit/benchgoal"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jmcluster/jmcluster/agent"
 	"github.com/jmcluster/jmcluster/cluster"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/jmserver"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 )
 
 // TestCLINamesTheLimits: `jmnode job submit` of a job over the message limit fails at once with

@@ -17,8 +17,8 @@ import (
 
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/proccluster"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/jobmaster"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )

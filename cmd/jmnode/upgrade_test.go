@@ -11,7 +11,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/internal/proccluster"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 

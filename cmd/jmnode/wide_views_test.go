@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/graph"
-	"github.com/jmcluster/jmcluster/internal/testcluster"
 	"github.com/jmcluster/jmcluster/jmserver"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )

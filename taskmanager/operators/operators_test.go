@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/jmcluster/jmcluster/graph"
-	"github.com/jmcluster/jmcluster/internal/operatorcases"
+	"github.com/jmcluster/jmcluster/testkit/operatorcases"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -113,7 +113,7 @@ func TestEveryKindHasARuntime(t *testing.T) {
 }
 
 // TestEveryGoodCaseBuilds: every configuration the catalogue's table accepts
-// (internal/operatorcases) gets its runtime from NewSource or New.
+// (testkit/operatorcases) gets its runtime from NewSource or New.
 func TestEveryGoodCaseBuilds(t *testing.T) {
 	for _, c := range operatorcases.All() {
 		if !c.Good() {

@@ -5,8 +5,8 @@
 package testcluster
 
 import (
-	"github.com/jmcluster/jmcluster/internal/tlstest"
 	"github.com/jmcluster/jmcluster/security"
+	"github.com/jmcluster/jmcluster/testkit/tlstest"
 	"github.com/jmcluster/jmcluster/transport"
 
 	"bufio"

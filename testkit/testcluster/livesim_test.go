@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	tc "github.com/jmcluster/jmcluster/internal/testcluster"
+	tc "github.com/jmcluster/jmcluster/testkit/testcluster"
 )
 
 // TestLiveSimsDeployAndFollowANewLeader: simulated TMs that only speak the protocol register
