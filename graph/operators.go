@@ -47,7 +47,7 @@ type OperatorEnv struct {
 // OperatorKind is one entry of the operator catalogue: the kind's name (its field name in the
 // Operator oneof), its role, the sink path template for kinds that write a file, and the
 // validation of its configuration. The TaskManager registers a runtime constructor for every
-// kind (taskmanager/operators).
+// kind (operator).
 type OperatorKind struct {
 	Name string
 	Role OperatorRole

@@ -8,19 +8,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
 // committedDoc is the newest committed document of a sink subtask across every TaskManager's
 // work dir (a region restarted elsewhere continues its document there), and the TM it is on.
-func committedDoc(t *testing.T, c *testcluster.Cluster, jobID string, subtask int) (operators.Checksum, string) {
+func committedDoc(t *testing.T, c *testcluster.Cluster, jobID string, subtask int) (operator.Checksum, string) {
 	t.Helper()
-	var best operators.Checksum
+	var best operator.Checksum
 	on := ""
 	for _, tm := range c.TMs {
-		cs, err := operators.ReadChecksum(filepath.Join(tm.WorkDir, fmt.Sprintf("checksum-%s-%d.json", jobID, subtask)))
+		cs, err := operator.ReadChecksum(filepath.Join(tm.WorkDir, fmt.Sprintf("checksum-%s-%d.json", jobID, subtask)))
 		if os.IsNotExist(err) {
 			continue
 		}
@@ -36,14 +36,14 @@ func committedDoc(t *testing.T, c *testcluster.Cluster, jobID string, subtask in
 
 // checkKeyedSums fails unless doc accounts origin `origin` exactly once from seq 0 on, with
 // the per-key counts and sums of running sums of values 0..last (keys v % keys).
-func checkKeyedSums(t *testing.T, what string, doc operators.Checksum, origin int, keys int64) {
+func checkKeyedSums(t *testing.T, what string, doc operator.Checksum, origin int, keys int64) {
 	t.Helper()
 	o, ok := doc.Origins[strconv.Itoa(origin)]
 	if !ok || o.FirstSeq != 0 || o.Gaps != 0 || o.Duplicates != 0 || o.Count != o.LastSeq+1 || doc.Count != o.Count {
 		t.Fatalf("%s: origin %d %+v, %d records in all (committed checkpoint %d, attempts %v): want every seq 0..last once",
 			what, origin, o, doc.Count, doc.CommittedCheckpoint, doc.Attempts)
 	}
-	want := map[int64]operators.KeyStat{}
+	want := map[int64]operator.KeyStat{}
 	running := map[int64]int64{}
 	for v := int64(0); v <= o.LastSeq; v++ {
 		k := v % keys
@@ -102,7 +102,7 @@ func TestCommittedOutputExactlyOnceAcrossTMAndLeaderFailures(t *testing.T) {
 	}
 	last, _ := next.A.State.LatestCompletedCheckpoint(id)
 	for sub := range 2 {
-		var doc operators.Checksum
+		var doc operator.Checksum
 		var on string
 		testcluster.WaitFor(t, 30*time.Second, fmt.Sprintf("sink[%d]'s output committed at checkpoint %d", sub, last.GetId()), func() (bool, string) {
 			doc, on = committedDoc(t, c, id, sub)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -35,7 +35,7 @@ func TestBatchJobFinishesWithExpectedSums(t *testing.T) {
 	id := c.Submit(testcluster.BatchKeyedSum("batch", parallelism, count, keys))
 	rec := c.WaitJob(id, "batch job FINISHED", 30*time.Second, allInState(jobFinished, stFinished))
 
-	want := map[string]operators.KeyStat{}
+	want := map[string]operator.KeyStat{}
 	var wantCount, wantSum int64
 	for s := 0; s < parallelism; s++ { // every source subtask emits start+i, i < count
 		for i := int64(0); i < count; i++ {
@@ -137,8 +137,8 @@ func TestStreamingJobRunsRegionPerTaskManager(t *testing.T) {
 	chain := int32(0)
 	sinkAt := atts[fmt.Sprintf("sink[%d]", chain)]
 	path := filepath.Join(tmByID(t, c, sinkAt.TM).WorkDir, fmt.Sprintf("checksum-%s-%d.json", id, chain))
-	read := func() (operators.Checksum, string) {
-		cs, err := operators.ReadChecksum(path)
+	read := func() (operator.Checksum, string) {
+		cs, err := operator.ReadChecksum(path)
 		if err != nil {
 			return cs, err.Error()
 		}

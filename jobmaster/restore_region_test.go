@@ -12,7 +12,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/checkpoint"
 	"github.com/jmcluster/jmcluster/graph"
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -116,10 +116,10 @@ func TestRegionRestartsFromTheLastCompletedCheckpoint(t *testing.T) {
 	// The restarted sink's document, on its new TaskManager: every seq of origin 0 from 0 on
 	// exactly once, and the per-key figures of the running sums of 0..last.
 	path := filepath.Join(tmByID(t, c, now["sink[0]"].TM).WorkDir, fmt.Sprintf("checksum-%s-0.json", id))
-	var cs operators.Checksum
+	var cs operator.Checksum
 	testcluster.WaitFor(t, 30*time.Second, "the restarted region's sink past the checkpoint", func() (bool, string) {
 		var err error
-		cs, err = operators.ReadChecksum(path)
+		cs, err = operator.ReadChecksum(path)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -130,7 +130,7 @@ func TestRegionRestartsFromTheLastCompletedCheckpoint(t *testing.T) {
 	if o.FirstSeq != 0 || o.Gaps != 0 || o.Duplicates != 0 || o.Count != o.LastSeq+1 {
 		t.Fatalf("origin 0 at the restarted sink: %+v (attempts %v), want every seq 0..%d once", o, cs.Attempts, o.LastSeq)
 	}
-	want := map[int64]operators.KeyStat{}
+	want := map[int64]operator.KeyStat{}
 	running := map[int64]int64{}
 	for v := int64(0); v <= o.LastSeq; v++ {
 		k := v % keys

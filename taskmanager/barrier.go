@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 )
 
 // Checkpoint barriers (docs/checkpoints.md). A source task injects the barrier of a triggered
@@ -28,7 +28,7 @@ const MaxAlignedRecords = 1 << 20
 // alignment held back once it is over.
 type aligner struct {
 	live     func() int // the channels that have not ended
-	process  func(operators.Record) error
+	process  func(operator.Record) error
 	reached  func(id uint64, alignment time.Duration) error // the barrier of id is aligned, after alignment
 	declined func(id uint64, cause string)
 	maxHeld  int // 0: MaxAlignedRecords
@@ -40,7 +40,7 @@ type aligner struct {
 	id      uint64       // the checkpoint being aligned, 0: none
 	last    uint64       // the newest checkpoint this task snapshotted or gave up
 	blocked map[int]bool // channels that delivered id's barrier
-	held    map[int][]operators.Record
+	held    map[int][]operator.Record
 	nheld   int
 	since   time.Time // when the first barrier of id arrived
 	pending []heldRun // held records to replay, in channel order per alignment
@@ -49,12 +49,12 @@ type aligner struct {
 // heldRun is a channel's held-back records to replay.
 type heldRun struct {
 	ch int
-	rs []operators.Record
+	rs []operator.Record
 }
 
 // feed handles records that channel ch delivered, in order: data goes to process while the
 // channel is not held back; a barrier is aligned.
-func (a *aligner) feed(ch int, rs []operators.Record) error {
+func (a *aligner) feed(ch int, rs []operator.Record) error {
 	for i, r := range rs {
 		if a.id != 0 && a.blocked[ch] {
 			if limit := cmp.Or(a.maxHeld, MaxAlignedRecords); a.nheld+len(rs)-i > limit {
@@ -89,7 +89,7 @@ func (a *aligner) barrier(ch int, id uint64) error {
 		a.giveUp(fmt.Sprintf("the barrier of checkpoint %d arrived before it was aligned", id))
 	}
 	if a.id == 0 {
-		a.id, a.blocked, a.held, a.nheld = id, map[int]bool{}, map[int][]operators.Record{}, 0
+		a.id, a.blocked, a.held, a.nheld = id, map[int]bool{}, map[int][]operator.Record{}, 0
 		a.since = a.clock()
 	}
 	a.blocked[ch] = true
@@ -182,14 +182,14 @@ func (tm *TaskManager) injectBarrier(t *task, last *uint64, reached func(id uint
 // took (0 for a source).
 func (tm *TaskManager) checkpointReached(ctx context.Context, t *task, id uint64, alignment time.Duration, x any, parts []*resultPartition) error {
 	var state []byte
-	if st, ok := x.(operators.Stateful); ok {
+	if st, ok := x.(operator.Stateful); ok {
 		var err error
 		if state, err = st.SnapshotState(); err != nil {
 			tm.declineCheckpoint(t, id, fmt.Sprintf("snapshot: %v", err))
 			state = nil
 		}
 	}
-	if c, ok := x.(operators.Committer); ok && t.tdd.GetCheckpointed() {
+	if c, ok := x.(operator.Committer); ok && t.tdd.GetCheckpointed() {
 		if err := c.PrepareCommit(id); err != nil {
 			tm.declineCheckpoint(t, id, fmt.Sprintf("stage its output: %v", err))
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 )
 
 // alignTrace runs an aligner over a script of channel deliveries and records what the task
@@ -23,7 +23,7 @@ func newAlignTrace(live int) *alignTrace {
 	tr := &alignTrace{live: live}
 	tr.a = &aligner{
 		live: func() int { return tr.live },
-		process: func(r operators.Record) error {
+		process: func(r operator.Record) error {
 			tr.log = append(tr.log, fmt.Sprintf("p%d:%d", r.Origin, r.Seq))
 			return nil
 		},
@@ -40,9 +40,9 @@ func newAlignTrace(live int) *alignTrace {
 // deliver feeds channel ch: "5" is a record of seq 5 (origin ch), "|3" the barrier of 3.
 func (tr *alignTrace) deliver(t *testing.T, ch int, items ...string) {
 	t.Helper()
-	var rs []operators.Record
+	var rs []operator.Record
 	for _, it := range items {
-		var r operators.Record
+		var r operator.Record
 		if strings.HasPrefix(it, "|") {
 			fmt.Sscan(it[1:], &r.Barrier)
 		} else {

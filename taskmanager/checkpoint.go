@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/graph"
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -117,7 +117,7 @@ func (s *controlService) NotifyCheckpointComplete(ctx context.Context, req *pb.N
 	}
 	type commit struct {
 		t *task
-		c operators.Committer
+		c operator.Committer
 	}
 	var commits []commit
 	tm.mu.Lock()
@@ -130,7 +130,7 @@ func (s *controlService) NotifyCheckpointComplete(ctx context.Context, req *pb.N
 	for _, c := range commits {
 		if err := c.c.CommitCheckpoint(req.GetCheckpointId()); err != nil {
 			d := c.t.tdd
-			if errors.Is(err, operators.ErrSinkClosed) {
+			if errors.Is(err, operator.ErrSinkClosed) {
 				continue // the task ended meanwhile: its restored attempt commits the checkpoint
 			}
 			tm.log.Error("commit of a completed checkpoint failed", "job", d.GetJobId(), "vertex", d.GetVertexId(),

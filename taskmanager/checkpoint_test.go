@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/checkpoint"
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -137,7 +137,7 @@ func TestCheckpointAlignsAcrossTwoTMsAndRestores(t *testing.T) {
 	}
 	// The sink's state is its checksum document at the barrier: every record routed to it
 	// before the barrier, none after, none twice.
-	var doc operators.Checksum
+	var doc operator.Checksum
 	if err := json.Unmarshal(read("sink[0]"), &doc); err != nil {
 		t.Fatal(err)
 	}

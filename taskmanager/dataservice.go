@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -29,7 +29,7 @@ type dataService struct {
 // first message is an empty batch confirming the subscription, so a consumer can tell "not
 // there yet" (retry) from "broke after connecting" (fail).
 func (s *dataService) ReadPartition(req *pb.ReadPartitionRequest, stream pb.DataService_ReadPartitionServer) error {
-	return s.tm.serveSubpartition(stream.Context(), req, func(rs []operators.Record, eop bool) error {
+	return s.tm.serveSubpartition(stream.Context(), req, func(rs []operator.Record, eop bool) error {
 		return stream.Send(&pb.RecordBatch{Records: toPB(rs), EndOfPartition: eop})
 	})
 }
@@ -37,7 +37,7 @@ func (s *dataService) ReadPartition(req *pb.ReadPartitionRequest, stream pb.Data
 // emitFunc delivers one batch of a channel to its consumer: first an empty one (the channel is
 // open), then records, the last with eop. It may block (flow control); the records are the
 // caller's buffer, reused after it returns.
-type emitFunc func(records []operators.Record, eop bool) error
+type emitFunc func(records []operator.Record, eop bool) error
 
 // serveSubpartition subscribes to the subpartition req names and emits it until end of
 // partition, the consumer goes (ctx) or the partition is released, waiting in the caller's
@@ -75,7 +75,7 @@ type subpartitionReader interface {
 	// poll appends up to max records to dst; eop marks the last. When it returns neither
 	// records nor the end, the reader is armed: its wake function is called once when there
 	// is something to take (records, the end, the partition's release).
-	poll(dst []operators.Record, max int) (records []operators.Record, eop bool, err error)
+	poll(dst []operator.Record, max int) (records []operator.Record, eop bool, err error)
 	// close gives the subpartition up (a PIPELINED one may be read again by a new attempt).
 	close()
 	// partition is the partition read (its producer's byte count).
@@ -159,10 +159,10 @@ func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest
 // blockingReader reads a finished BLOCKING subpartition: always something to take.
 type blockingReader struct {
 	p    *resultPartition
-	data []operators.Record
+	data []operator.Record
 }
 
-func (r *blockingReader) poll(dst []operators.Record, max int) ([]operators.Record, bool, error) {
+func (r *blockingReader) poll(dst []operator.Record, max int) ([]operator.Record, bool, error) {
 	if r.p.isReleased() {
 		return nil, false, status.Errorf(codes.Aborted, "partition %s released", r.p.key)
 	}
@@ -180,7 +180,7 @@ type pipelinedReader struct {
 	sp *subpartition
 }
 
-func (r *pipelinedReader) poll(dst []operators.Record, max int) ([]operators.Record, bool, error) {
+func (r *pipelinedReader) poll(dst []operator.Record, max int) ([]operator.Record, bool, error) {
 	r.sp.mu.Lock()
 	// Under the lock: release sets gone before it takes each subpartition's lock, so either
 	// this sees it, or the release comes after and finds this reader armed (and wakes it).
@@ -210,7 +210,7 @@ func (r *pipelinedReader) close() {
 type waitingReader struct {
 	r     subpartitionReader
 	ready chan struct{} // capacity 1: wake signals it
-	buf   []operators.Record
+	buf   []operator.Record
 	timer *time.Timer
 }
 
@@ -222,7 +222,7 @@ func (w *waitingReader) wake() {
 }
 
 // next returns the next batch, in a buffer reused by the next call; eop marks the last.
-func (w *waitingReader) next(ctx context.Context) ([]operators.Record, bool, error) {
+func (w *waitingReader) next(ctx context.Context) ([]operator.Record, bool, error) {
 	batch := w.buf[:0]
 	var linger <-chan time.Time
 	defer func() {
@@ -266,7 +266,7 @@ func (w *waitingReader) next(ctx context.Context) ([]operators.Record, bool, err
 }
 
 // toPB converts records for the wire, with one allocation per batch.
-func toPB(rs []operators.Record) []*pb.Record {
+func toPB(rs []operator.Record) []*pb.Record {
 	if len(rs) == 0 {
 		return nil
 	}
@@ -280,10 +280,10 @@ func toPB(rs []operators.Record) []*pb.Record {
 }
 
 // fromPB converts received records.
-func fromPB(rs []*pb.Record) []operators.Record {
-	out := make([]operators.Record, len(rs))
+func fromPB(rs []*pb.Record) []operator.Record {
+	out := make([]operator.Record, len(rs))
 	for i, r := range rs {
-		out[i] = operators.Record{Key: r.GetKey(), Value: r.GetValue(), Origin: r.GetOrigin(), Seq: r.GetSeq(), Barrier: r.GetBarrier()}
+		out[i] = operator.Record{Key: r.GetKey(), Value: r.GetValue(), Origin: r.GetOrigin(), Seq: r.GetSeq(), Barrier: r.GetBarrier()}
 	}
 	return out
 }

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -131,7 +131,7 @@ type exchangeServer struct {
 	chans  map[uint64]*serverChannel
 	ready  []*serverChannel // channels with something to send, in the order they became ready
 	closed bool             // the handler is ending: no more opens
-	buf    []operators.Record
+	buf    []operator.Record
 }
 
 // serverChannel is one channel being served. Guarded by its exchangeServer's mu.

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -33,7 +33,7 @@ func produce(p *resultPartition, n int) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		for i := range n {
-			if err := p.add(context.Background(), operators.Record{Key: int64(i), Value: 1, Seq: int64(i)}); err != nil {
+			if err := p.add(context.Background(), operator.Record{Key: int64(i), Value: 1, Seq: int64(i)}); err != nil {
 				done <- err
 				return
 			}
@@ -351,7 +351,7 @@ func produceTo(t *testing.T, ps []*resultPartition, subs, sub int32, n int) {
 	for _, p := range ps {
 		go func() {
 			for i := range n {
-				if err := p.add(context.Background(), operators.Record{Key: key, Value: 1, Seq: int64(i)}); err != nil {
+				if err := p.add(context.Background(), operator.Record{Key: key, Value: 1, Seq: int64(i)}); err != nil {
 					return
 				}
 			}

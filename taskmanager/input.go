@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -455,7 +455,7 @@ func (s *channelSet) retryAt(i int, d time.Duration) {
 
 // handle applies one event; it returns the records it brings (in a fresh slice) and whether
 // that channel ended, or the error that fails the task.
-func (s *channelSet) handle(ev inputEvent) (records []operators.Record, ended bool, err error) {
+func (s *channelSet) handle(ev inputEvent) (records []operator.Record, ended bool, err error) {
 	cs := s.chans[ev.ch]
 	if cs.phase == phaseEnded {
 		if ev.local != nil {
@@ -529,7 +529,7 @@ func (s *channelSet) handle(ev inputEvent) (records []operators.Record, ended bo
 
 // pollLocal takes a batch from local channel i; with more there it comes back to it after the
 // other channels' events (a wake-up of its own), else the subpartition wakes it.
-func (s *channelSet) pollLocal(i int) ([]operators.Record, bool, error) {
+func (s *channelSet) pollLocal(i int) ([]operator.Record, bool, error) {
 	cs := s.chans[i]
 	rs, eop, err := cs.local.poll(nil, batchRecords)
 	if err != nil {
@@ -638,7 +638,7 @@ func (s *channelSet) close() {
 // (a task reads all its channels in its own loop, consume).
 type channelReader interface {
 	// next returns the channel's next records; eop marks the last batch.
-	next(ctx context.Context) (records []operators.Record, eop bool, err error)
+	next(ctx context.Context) (records []operator.Record, eop bool, err error)
 	// close releases the channel (the producer stops sending and frees the subpartition).
 	close()
 }
@@ -664,7 +664,7 @@ func (tm *TaskManager) openChannel(ctx context.Context, t *task, d *pb.InputChan
 type setReader struct {
 	s       *channelSet
 	pending []inputEvent
-	records []operators.Record
+	records []operator.Record
 	eop     bool
 }
 
@@ -693,7 +693,7 @@ func (r *setReader) wait(ctx context.Context) error {
 	return nil
 }
 
-func (r *setReader) next(ctx context.Context) ([]operators.Record, bool, error) {
+func (r *setReader) next(ctx context.Context) ([]operator.Record, bool, error) {
 	for len(r.records) == 0 && !r.eop {
 		if err := r.wait(ctx); err != nil {
 			return nil, false, err

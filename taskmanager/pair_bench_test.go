@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/testkit/benchgoal"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -120,7 +120,7 @@ func muxThroughput(tb testing.TB, prod, cons *TaskManager, parts, subs, records 
 	for i, p := range ps {
 		go func() {
 			for k := range per {
-				if err := p.add(ctx, operators.Record{Key: int64(k), Value: 1, Origin: int32(i), Seq: int64(k)}); err != nil {
+				if err := p.add(ctx, operator.Record{Key: int64(k), Value: 1, Origin: int32(i), Seq: int64(k)}); err != nil {
 					return
 				}
 			}
@@ -156,7 +156,7 @@ func grpcStreamThroughput(tb testing.TB, prod, cons *TaskManager, records int) f
 	start := time.Now()
 	go func() {
 		for i := range records {
-			if err := p.add(context.Background(), operators.Record{Key: int64(i), Value: 1, Seq: int64(i)}); err != nil {
+			if err := p.add(context.Background(), operator.Record{Key: int64(i), Value: 1, Seq: int64(i)}); err != nil {
 				return
 			}
 		}
@@ -184,11 +184,11 @@ func grpcStreamThroughput(tb testing.TB, prod, cons *TaskManager, records int) f
 
 // goChannelThroughput is the floor: the same records through a buffered Go channel.
 func goChannelThroughput(records int) float64 {
-	ch := make(chan operators.Record, pipelinedBuffer)
+	ch := make(chan operator.Record, pipelinedBuffer)
 	start := time.Now()
 	go func() {
 		for i := range records {
-			ch <- operators.Record{Key: int64(i), Value: 1, Seq: int64(i)}
+			ch <- operator.Record{Key: int64(i), Value: 1, Seq: int64(i)}
 		}
 		close(ch)
 	}()

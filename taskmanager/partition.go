@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -86,7 +86,7 @@ type subpartition struct {
 	head     int32 // PIPELINED: the first record not taken
 	// queue: PIPELINED, written and not taken from head on; BLOCKING, all the data (append-free
 	// once the producer finished).
-	queue   []operators.Record
+	queue   []operator.Record
 	space   chan struct{} // made by a producer that found the queue full, closed when the reader takes
 	wake    waker         // the reader's: woken once when it is armed and records, the end or the release arrive
 	reader  string        // PIPELINED: the consumer attempt reading it
@@ -136,13 +136,13 @@ func (sp *subpartition) wakeLocked() waker {
 }
 
 // push appends r, compacting the queue when its front was taken. sp.mu is held.
-func (sp *subpartition) push(r operators.Record) {
+func (sp *subpartition) push(r operator.Record) {
 	if len(sp.queue) == cap(sp.queue) && sp.head > 0 {
 		n := copy(sp.queue, sp.queue[sp.head:])
 		sp.queue, sp.head = sp.queue[:n], 0
 	}
 	if sp.queue == nil {
-		sp.queue = make([]operators.Record, 0, min(int(sp.capacity), batchRecords))
+		sp.queue = make([]operator.Record, 0, min(int(sp.capacity), batchRecords))
 	}
 	sp.queue = append(sp.queue, r)
 }
@@ -150,7 +150,7 @@ func (sp *subpartition) push(r operators.Record) {
 // take appends up to max records to dst; eop is true when the producer finished and the
 // queue is now empty (the end is delivered with the last records). Finding nothing arms the
 // reader. sp.mu is held.
-func (sp *subpartition) take(dst []operators.Record, max int) ([]operators.Record, bool) {
+func (sp *subpartition) take(dst []operator.Record, max int) ([]operator.Record, bool) {
 	head := int(sp.head)
 	n := min(len(sp.queue)-head, max)
 	dst = append(dst, sp.queue[head:head+n]...)
@@ -190,7 +190,7 @@ func distribution(d pb.Distribution, n int) pb.Distribution {
 
 // add routes one record: FORWARD to subpartition 0, ALL_TO_ALL by RouteKey. A full PIPELINED
 // subpartition blocks the producer (backpressure) until its reader takes.
-func (p *resultPartition) add(ctx context.Context, r operators.Record) error {
+func (p *resultPartition) add(ctx context.Context, r operator.Record) error {
 	i := 0
 	if !p.forward {
 		i = RouteKey(r.Key, len(p.subs))
@@ -199,7 +199,7 @@ func (p *resultPartition) add(ctx context.Context, r operators.Record) error {
 }
 
 // addTo appends r to subpartition i (add).
-func (p *resultPartition) addTo(ctx context.Context, i int, r operators.Record) error {
+func (p *resultPartition) addTo(ctx context.Context, i int, r operator.Record) error {
 	sp := p.subs[i]
 	for {
 		if p.gone.Load() {
@@ -238,7 +238,7 @@ func (p *resultPartition) addTo(ctx context.Context, i int, r operators.Record) 
 // it, waiting for space as add does. Only the producer goroutine calls it.
 func (p *resultPartition) broadcast(ctx context.Context, id uint64) error {
 	for i := range p.subs {
-		if err := p.addTo(ctx, i, operators.Record{Barrier: id}); err != nil {
+		if err := p.addTo(ctx, i, operator.Record{Barrier: id}); err != nil {
 			return err
 		}
 	}

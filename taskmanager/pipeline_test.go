@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -85,7 +85,7 @@ func TestPipelineAcrossTwoTMs(t *testing.T) {
 	}
 
 	// Expected per key: both source subtasks emit v in [0,count), key v%keys, mapped 2v+1.
-	want := map[int64]operators.KeyStat{}
+	want := map[int64]operator.KeyStat{}
 	for s := 0; s < 2; s++ {
 		for v := int64(0); v < count; v++ {
 			k := want[v%keys]
@@ -96,7 +96,7 @@ func TestPipelineAcrossTwoTMs(t *testing.T) {
 	}
 	var total int64
 	for i := 0; i < 2; i++ {
-		cs, err := operators.ReadChecksum(filepath.Join(dir, fmt.Sprintf("sink-%d.json", i)))
+		cs, err := operator.ReadChecksum(filepath.Join(dir, fmt.Sprintf("sink-%d.json", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +181,7 @@ func TestBlockingExchange(t *testing.T) {
 		d.AttemptNumber = int32(i) // a second consumer of the same subtask is its next attempt
 		submit(t, c2, 1, d)
 		jm.waitState(t, a, finished)
-		cs, err := operators.ReadChecksum(path)
+		cs, err := operator.ReadChecksum(path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +233,7 @@ func TestProducerCrashFailsConsumer(t *testing.T) {
 	submit(t, c2, 1, deploy("job", "sink", 0, 1, "sink", 0, checksumOp("sink.json"),
 		gate("r", pipelined, channel("r", 0, 0, "src-attempt", tm1.DataAddr()))))
 	waitFor(t, 10*time.Second, "records at the sink", func() (bool, string) {
-		cs, err := operators.ReadChecksum(path)
+		cs, err := operator.ReadChecksum(path)
 		return err == nil && cs.Count > 0, fmt.Sprint(cs.Count, err)
 	})
 	tm1.Kill()

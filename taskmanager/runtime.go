@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/graph"
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -90,22 +90,22 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 		tm.mu.Unlock()
 	}
 	var (
-		src operators.Source
-		op  operators.Operator
+		src operator.Source
+		op  operator.Operator
 	)
 	if graph.OperatorRoleOf(d.GetOperator()) == graph.RoleSource {
-		if src, err = operators.NewSource(d.GetOperator(), info); err != nil {
+		if src, err = operator.NewSource(d.GetOperator(), info); err != nil {
 			return false, err
 		}
 	} else {
-		if op, err = operators.New(d.GetOperator(), info); err != nil {
+		if op, err = operator.New(d.GetOperator(), info); err != nil {
 			return false, err
 		}
 		if err = op.Open(t.ctx); err != nil {
 			_ = op.Close()
 			return false, err
 		}
-		if c, ok := op.(operators.Committer); ok && d.GetCheckpointed() {
+		if c, ok := op.(operator.Committer); ok && d.GetCheckpointed() {
 			tm.mu.Lock()
 			t.committer = c
 			tm.mu.Unlock()
@@ -120,7 +120,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	parts, answer := tm.registerPartitions(t)
 	defer answer()                         // also when the task ends before RUNNING: the waiters learn it is gone
 	injected := d.GetRestoreCheckpointId() // a source's newest injected barrier
-	emit := func(r operators.Record) error {
+	emit := func(r operator.Record) error {
 		if src != nil {
 			// A triggered checkpoint's barrier goes in front of the source's next record.
 			if err := tm.injectBarrier(t, &injected, func(id uint64) error {
@@ -266,7 +266,7 @@ func (tm *TaskManager) complete(t *task, started bool, err error) {
 // consume feeds every input channel's records to op until all ended, then finishes op. The
 // task's own goroutine reads every channel (channelSet): it opens them all, then handles what
 // its inbox brings, in the order it came.
-func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Emit, parts []*resultPartition) error {
+func (tm *TaskManager) consume(t *task, op operator.Operator, emit operator.Emit, parts []*resultPartition) error {
 	if g := t.batch; g != nil {
 		// The tasks submitted with this one start first (startGate).
 		select {
@@ -292,7 +292,7 @@ func (tm *TaskManager) consume(t *task, op operators.Operator, emit operators.Em
 	<-tm.openers
 	al := &aligner{
 		live:     func() int { return s.live },
-		process:  func(r operators.Record) error { return op.Process(r, emit) },
+		process:  func(r operator.Record) error { return op.Process(r, emit) },
 		reached:  func(id uint64, took time.Duration) error { return tm.checkpointReached(t.ctx, t, id, took, op, parts) },
 		declined: func(id uint64, cause string) { tm.declineCheckpoint(t, id, cause) },
 		last:     t.tdd.GetRestoreCheckpointId(), // barriers up to the restored checkpoint are done

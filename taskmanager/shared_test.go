@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -59,7 +59,7 @@ func TestSharedChannelListDeploysAWideGate(t *testing.T) {
 	}
 	var total int64
 	for i := 0; i < 2; i++ {
-		cs, err := operators.ReadChecksum(filepath.Join(dir, fmt.Sprintf("sink-%d.json", i)))
+		cs, err := operator.ReadChecksum(filepath.Join(dir, fmt.Sprintf("sink-%d.json", i)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -37,7 +37,7 @@ type task struct {
 	ackedID uint64
 	acked   *pb.TaskCheckpointAck
 	// committer: the task's sink commits its output with completed checkpoints.
-	committer operators.Committer
+	committer operator.Committer
 
 	deployEpoch uint64 // the epoch of the leader call that submitted the task
 	fenceEpoch  uint64 // the highest epoch this TM had seen when it accepted that call

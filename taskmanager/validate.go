@@ -11,7 +11,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/logsum"
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -130,9 +130,9 @@ func tddProblems(d *pb.TaskDeploymentDescriptor, slots int, shared *sharedLists)
 	return p
 }
 
-// taskInfo is the operators.Info of a descriptor's task (without its logger).
-func taskInfo(d *pb.TaskDeploymentDescriptor, workDir string) operators.Info {
-	return operators.Info{
+// taskInfo is the operator.Info of a descriptor's task (without its logger).
+func taskInfo(d *pb.TaskDeploymentDescriptor, workDir string) operator.Info {
+	return operator.Info{
 		Job: d.GetJobId(), Vertex: d.GetVertexId(), Subtask: d.GetSubtaskIndex(),
 		Parallelism: d.GetParallelism(), AttemptID: d.GetAttemptId(), AttemptNumber: d.GetAttemptNumber(),
 		JobType: d.GetJobType(), WorkDir: workDir,
@@ -146,7 +146,7 @@ func taskInfo(d *pb.TaskDeploymentDescriptor, workDir string) operators.Info {
 // so a symlink planted after this check is refused as well (the task then FAILS at open).
 // validateTDD must have accepted d.
 func validateSinkTarget(d *pb.TaskDeploymentDescriptor, workDir string) error {
-	files, err := operators.SinkFiles(d.GetOperator(), taskInfo(d, workDir))
+	files, err := operator.SinkFiles(d.GetOperator(), taskInfo(d, workDir))
 	if err != nil {
 		return fmt.Errorf("%w: operator: %v", ErrInvalidTask, err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/proccluster"
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -246,7 +246,7 @@ func (d *procs) sinkTotals(jobID string) sinkTotals {
 	for _, p := range d.TMs {
 		files, _ := filepath.Glob(filepath.Join(p.WorkDir, "checksum-"+jobID+"-*.json"))
 		for _, f := range files {
-			c, err := operators.ReadChecksum(f)
+			c, err := operator.ReadChecksum(f)
 			if err != nil {
 				continue
 			}

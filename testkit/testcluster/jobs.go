@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/jmcluster/jmcluster/graph"
-	"github.com/jmcluster/jmcluster/taskmanager/operators"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -161,17 +161,17 @@ func Changed(before, after map[string]Attempt) []string {
 // SinkTotals sums the checksum sink files of a job across every TM work directory.
 type SinkTotals struct {
 	Count, Sum, Gaps, Duplicates int64
-	Keys                         map[string]operators.KeyStat
+	Keys                         map[string]operator.KeyStat
 	Files                        int
 }
 
 // Sinks reads every checksum file with the given prefix ("checksum" or "batch") of a job.
 func (c *Cluster) Sinks(prefix, jobID string) SinkTotals {
-	t := SinkTotals{Keys: map[string]operators.KeyStat{}}
+	t := SinkTotals{Keys: map[string]operator.KeyStat{}}
 	for _, tm := range c.TMs {
 		files, _ := filepath.Glob(filepath.Join(tm.WorkDir, prefix+"-"+jobID+"-*.json"))
 		for _, f := range files {
-			cs, err := operators.ReadChecksum(f)
+			cs, err := operator.ReadChecksum(f)
 			if err != nil {
 				continue
 			}

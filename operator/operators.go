@@ -1,6 +1,6 @@
-// Package operators holds the built-in operators a task runs: a sequence source, map, filter,
+// Package operator holds the built-in operators a task runs: a sequence source, map, filter,
 // key-by with a running sum, and the file, log and checksum sinks.
-package operators
+package operator
 
 import (
 	"context"
