@@ -1,4 +1,4 @@
-// Package server is the gRPC edge of a JobMaster replica: the handlers of ClientService,
+// Package jmserver is the gRPC edge of a JobMaster replica: the handlers of ClientService,
 // OperatorService and JobMasterService on one gRPC server with health and reflection, the
 // guard that applies the policy table (transport.Policies) to every call, the one forward
 // helper, the one table from sentinel errors to gRPC statuses, and the HTTP views.

@@ -1,5 +1,6 @@
-// Package transport holds the gRPC edge of jmcluster: the generated protobuf code (pb/), the
-// mapping of sentinel errors to gRPC statuses, and the servers and clients.
+// Package transport holds the gRPC edge of jmcluster: the protocol's status reasons, the
+// policy table and the one interceptor every gRPC server runs, the message limits and the TLS
+// credentials; the generated protobuf code is in pb/.
 package transport
 
 import (
