@@ -1,6 +1,6 @@
-// Package docs holds the project's documentation and the test that pins the import rules of
-// architecture.md: the rules are the table in that page, read by this test, so the page and
-// the check cannot drift apart.
+// Package docs holds the project's documentation and the tests that keep the shape it
+// describes: the import rules of architecture.md (the table in that page, read by this test, so
+// the page and the check cannot drift apart) and every DESIGN.md opening with its files.
 package docs
 
 import (
