@@ -67,7 +67,7 @@ type TaskManager struct {
 	health           *health.Server
 
 	// dp is the data plane: the partitions, the Exchange streams, the tasks' channel sets.
-	dp     *dataplane.Plane
+	dp     dataPlane
 	outbox *outbox
 	conns  *connPool
 	events *eventLog
