@@ -241,8 +241,8 @@ func (tm *TaskManager) complete(t *task, started bool, err error) {
 }
 
 // consume feeds every input channel's records to op until all ended, then finishes op. The
-// task's own goroutine reads every channel (dataplane.ChannelSet): it opens them all, then handles what
-// its inbox brings, in the order it came.
+// task's own goroutine reads every channel (a dataplane.ChannelSet): it opens them all, then
+// handles what its inbox brings, in the order it came.
 func (tm *TaskManager) consume(t *task, op operator.Operator, emit operator.Emit, parts []*dataplane.Partition) error {
 	if g := t.batch; g != nil {
 		// The tasks submitted with this one start first (startGate).
