@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jmcluster/jmcluster/dataplane"
 	"github.com/jmcluster/jmcluster/operator"
 )
 
@@ -180,7 +181,7 @@ func (tm *TaskManager) injectBarrier(t *task, last *uint64, reached func(id uint
 // source, injected): snapshot x's state, forward the barrier downstream, then persist and
 // acknowledge off the task's goroutine. alignment is how long the task's barrier alignment
 // took (0 for a source).
-func (tm *TaskManager) checkpointReached(ctx context.Context, t *task, id uint64, alignment time.Duration, x any, parts []*resultPartition) error {
+func (tm *TaskManager) checkpointReached(ctx context.Context, t *task, id uint64, alignment time.Duration, x any, parts []*dataplane.Partition) error {
 	var state []byte
 	if st, ok := x.(operator.Stateful); ok {
 		var err error
@@ -195,7 +196,7 @@ func (tm *TaskManager) checkpointReached(ctx context.Context, t *task, id uint64
 		}
 	}
 	for _, p := range parts {
-		if err := p.broadcast(ctx, id); err != nil {
+		if err := p.Broadcast(ctx, id); err != nil {
 			return err
 		}
 	}

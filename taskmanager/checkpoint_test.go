@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/checkpoint"
+	"github.com/jmcluster/jmcluster/dataplane"
 	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -120,7 +121,7 @@ func TestCheckpointAlignsAcrossTwoTMsAndRestores(t *testing.T) {
 		want := map[int64]int64{}
 		for src := range 2 {
 			for v := int64(0); v < pos[src]; v++ {
-				if RouteKey(v%keys, 2) == i {
+				if dataplane.RouteKey(v%keys, 2) == i {
 					want[v%keys] += v
 				}
 			}
@@ -144,7 +145,7 @@ func TestCheckpointAlignsAcrossTwoTMsAndRestores(t *testing.T) {
 	var want int64
 	for src := range 2 {
 		for v := int64(0); v < pos[src]; v++ {
-			if RouteKey(v%keys, 2) == 0 {
+			if dataplane.RouteKey(v%keys, 2) == 0 {
 				want++
 			}
 		}

@@ -1,6 +1,10 @@
 package taskmanager
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/jmcluster/jmcluster/dataplane"
+)
 
 var (
 	// ErrNoLeader: no JobMaster leader is known yet.
@@ -11,7 +15,7 @@ var (
 	ErrInvalidTask = errors.New("invalid task deployment descriptor")
 	// ErrPartitionReleased: a result partition was released (producer failed, cancelled or
 	// the TM stopped) while it was being written or read.
-	ErrPartitionReleased = errors.New("result partition released")
+	ErrPartitionReleased = dataplane.ErrPartitionReleased
 	// ErrStopped: the TaskManager is stopping.
 	ErrStopped = errors.New("taskmanager stopped")
 )

@@ -183,7 +183,7 @@ func resetTM(t *testing.T, tm *TaskManager) {
 	}
 	clear(tm.partitionExpiry)
 	tm.mu.Unlock()
-	tm.parts.removeAll()
+	tm.dp.ReleaseAll()
 }
 
 // checkRoot fails when anything but work/ and outside/ is in root, or anything is in outside/.

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/dataplane"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -25,9 +26,9 @@ func (tm *TaskManager) executionReportLocked(t *task) *pb.ExecutionReport {
 		r.CommitsOutput, r.CommittedCheckpointId = true, t.committer.Committed()
 	}
 	for i, pd := range d.GetProduced() {
-		held := i < len(t.produced) && tm.parts.has(t.produced[i])
+		held := i < len(t.produced) && tm.dp.Holds(t.produced[i])
 		var consumable bool
-		if resultType(pd.GetResultType()) == pb.ResultType_RESULT_TYPE_BLOCKING {
+		if dataplane.ResultType(pd.GetResultType()) == pb.ResultType_RESULT_TYPE_BLOCKING {
 			consumable = t.state == pb.ExecutionState_EXECUTION_STATE_FINISHED && held
 		} else {
 			consumable = t.state == pb.ExecutionState_EXECUTION_STATE_RUNNING ||
@@ -37,14 +38,7 @@ func (tm *TaskManager) executionReportLocked(t *task) *pb.ExecutionReport {
 			ResultId: pd.GetResultId(), PartitionIndex: pd.GetPartitionIndex(), Consumable: consumable,
 		})
 	}
-	for _, g := range t.gates {
-		for _, c := range g.channels {
-			cd := c.current()
-			r.Consumed = append(r.Consumed, &pb.ConsumedPartitionReport{
-				ResultId: cd.GetResultId(), PartitionIndex: cd.GetPartitionIndex(), ProducerAttemptId: cd.GetProducerAttemptId(),
-			})
-		}
-	}
+	r.Consumed = dataplane.Consumed(r.Consumed, t.gates)
 	return r
 }
 
@@ -117,7 +111,7 @@ func (tm *TaskManager) reapLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		now := time.Now()
-		var expired []partitionKey
+		var expired []dataplane.PartitionKey
 		tm.mu.Lock()
 		for id, task := range tm.tasks {
 			if isTerminal(task.state) && now.Sub(task.endedAt) > tm.cfg.RetainTerminal {
@@ -132,7 +126,7 @@ func (tm *TaskManager) reapLoop(ctx context.Context) {
 		}
 		tm.mu.Unlock()
 		for _, k := range expired {
-			tm.parts.remove(k)
+			tm.dp.Release(k)
 		}
 	}
 }

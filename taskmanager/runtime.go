@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
+	"github.com/jmcluster/jmcluster/dataplane"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -29,7 +29,7 @@ func (tm *TaskManager) newTask(tdd *pb.TaskDeploymentDescriptor, shared *sharedL
 		ctx:    ctx,
 		cancel: cancel,
 		done:   make(chan struct{}),
-		gates:  buildGates(tdd, shared),
+		gates:  shared.gates(tdd),
 		state:  pb.ExecutionState_EXECUTION_STATE_DEPLOYING,
 	}
 }
@@ -117,7 +117,12 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 		}()
 	}
 
-	parts, answer := tm.registerPartitions(t)
+	// The task's result partitions, served from here on; answer (idempotent) answers the
+	// consumers already waiting for them.
+	parts, keys, answer := tm.dp.Produce(d.GetJobId(), d.GetAttemptId(), d.GetProduced(), &t.bytesOut)
+	tm.mu.Lock()
+	t.produced = keys
+	tm.mu.Unlock()
 	defer answer()                         // also when the task ends before RUNNING: the waiters learn it is gone
 	injected := d.GetRestoreCheckpointId() // a source's newest injected barrier
 	emit := func(r operator.Record) error {
@@ -131,7 +136,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 		}
 		t.recordsOut.Add(1)
 		for _, p := range parts {
-			if err := p.add(t.ctx, r); err != nil {
+			if err := p.Add(t.ctx, r); err != nil {
 				return err
 			}
 		}
@@ -152,37 +157,9 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 		return true, err
 	}
 	for _, p := range parts {
-		p.finish()
+		p.Finish()
 	}
 	return true, nil
-}
-
-// registerPartitions creates and serves the task's result partitions; answer (idempotent)
-// answers the consumers that were already waiting for them.
-func (tm *TaskManager) registerPartitions(t *task) (_ []*resultPartition, answer func()) {
-	d := t.tdd
-	parts := make([]*resultPartition, 0, len(d.GetProduced()))
-	keys := make([]partitionKey, 0, len(d.GetProduced()))
-	var answers []func()
-	for _, pd := range d.GetProduced() {
-		k := partitionKey{job: d.GetJobId(), result: pd.GetResultId(), index: pd.GetPartitionIndex(), attempt: d.GetAttemptId()}
-		p := newResultPartition(k, pd)
-		p.bytesOut = &t.bytesOut
-		answers = append(answers, tm.parts.addLater(p))
-		parts = append(parts, p)
-		keys = append(keys, k)
-	}
-	tm.mu.Lock()
-	t.produced = keys
-	tm.mu.Unlock()
-	var once sync.Once
-	return parts, func() {
-		once.Do(func() {
-			for _, a := range answers {
-				a()
-			}
-		})
-	}
 }
 
 // setRunning moves the task to RUNNING and reports it, with a ScheduleOrUpdateConsumers per
@@ -199,7 +176,7 @@ func (tm *TaskManager) setRunning(t *task) bool {
 	tm.events.log("start", t, epoch, pb.ExecutionState_EXECUTION_STATE_RUNNING)
 	tm.outbox.enqueueState(t.tdd, pb.ExecutionState_EXECUTION_STATE_RUNNING, "")
 	for _, pd := range t.tdd.GetProduced() {
-		if resultType(pd.GetResultType()) == pb.ResultType_RESULT_TYPE_PIPELINED {
+		if dataplane.ResultType(pd.GetResultType()) == pb.ResultType_RESULT_TYPE_PIPELINED {
 			tm.outbox.enqueueConsumers(t.tdd, pd)
 		}
 	}
@@ -222,7 +199,7 @@ func (tm *TaskManager) complete(t *task, started bool, err error) {
 		state, cause = pb.ExecutionState_EXECUTION_STATE_FAILED, err.Error()
 	}
 	if state != pb.ExecutionState_EXECUTION_STATE_FINISHED {
-		tm.parts.removeAttempt(t.attempt())
+		tm.dp.ReleaseAttempt(t.attempt())
 	}
 
 	now := time.Now()
@@ -264,9 +241,9 @@ func (tm *TaskManager) complete(t *task, started bool, err error) {
 }
 
 // consume feeds every input channel's records to op until all ended, then finishes op. The
-// task's own goroutine reads every channel (channelSet): it opens them all, then handles what
-// its inbox brings, in the order it came.
-func (tm *TaskManager) consume(t *task, op operator.Operator, emit operator.Emit, parts []*resultPartition) error {
+// task's own goroutine reads every channel (a dataplane.ChannelSet): it opens them all, then
+// handles what its inbox brings, in the order it came.
+func (tm *TaskManager) consume(t *task, op operator.Operator, emit operator.Emit, parts []*dataplane.Partition) error {
 	if g := t.batch; g != nil {
 		// The tasks submitted with this one start first (startGate).
 		select {
@@ -275,46 +252,37 @@ func (tm *TaskManager) consume(t *task, op operator.Operator, emit operator.Emit
 			return t.ctx.Err()
 		}
 	}
-	s := tm.newChannelSet(t.ctx, t.tdd.GetJobId(), t.attempt(), true)
-	s.in.bytes = &t.bytesIn
-	defer s.close()
-	// A few tasks open their channels at a time: a wide job's hundreds of consumers opening
-	// hundreds of channels each at once only contend with each other (the registry, the
-	// streams' locks) and with the RUNNING reports of the tasks deployed with them.
-	select {
-	case tm.openers <- struct{}{}:
-	case <-t.ctx.Done():
-		return t.ctx.Err()
+	s := tm.dp.NewChannelSet(t.ctx, t.tdd.GetJobId(), t.attempt(), true)
+	s.CountBytes(&t.bytesIn)
+	defer s.Close()
+	if err := s.AddGates(t.ctx, t.gates); err != nil {
+		return err
 	}
-	for _, g := range t.gates {
-		s.add(g.channels...)
-	}
-	<-tm.openers
 	al := &aligner{
-		live:     func() int { return s.live },
+		live:     s.Live,
 		process:  func(r operator.Record) error { return op.Process(r, emit) },
 		reached:  func(id uint64, took time.Duration) error { return tm.checkpointReached(t.ctx, t, id, took, op, parts) },
 		declined: func(id uint64, cause string) { tm.declineCheckpoint(t, id, cause) },
 		last:     t.tdd.GetRestoreCheckpointId(), // barriers up to the restored checkpoint are done
 		aligned:  tm.cfg.ObserveAlignment,
 	}
-	for s.live > 0 {
+	for s.Live() > 0 {
 		select {
-		case <-s.in.signal:
+		case <-s.Signal():
 		case <-t.ctx.Done():
 			return t.ctx.Err()
 		}
-		for _, ev := range s.in.take() {
-			rs, ended, err := s.handle(ev)
+		for _, ev := range s.Take() {
+			rs, ended, err := s.Handle(ev)
 			if err != nil {
 				return err
 			}
 			t.recordsIn.Add(int64(len(rs)))
-			if err := al.feed(ev.ch, rs); err != nil {
+			if err := al.feed(ev.Channel(), rs); err != nil {
 				return err
 			}
 			if ended {
-				if err := al.ended(ev.ch); err != nil {
+				if err := al.ended(ev.Channel()); err != nil {
 					return err
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/dataplane"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -120,7 +121,7 @@ func (s *controlService) CancelTask(ctx context.Context, req *pb.CancelTaskReque
 	if isTerminal(t.state) {
 		st := t.state
 		tm.mu.Unlock()
-		tm.parts.removeAttempt(t.attempt()) // a cancelled producer's BLOCKING data is not needed
+		tm.dp.ReleaseAttempt(t.attempt()) // a cancelled producer's BLOCKING data is not needed
 		return &pb.CancelTaskResponse{State: st}, nil
 	}
 	tm.cancelLocked(t, "cancelled by the leader")
@@ -154,15 +155,15 @@ func (s *controlService) UpdatePartitionInfo(ctx context.Context, req *pb.Update
 	if j := t.tdd.GetJobId(); j != req.GetJobId() {
 		return nil, status.Errorf(codes.NotFound, "attempt %s on %s belongs to job %s, not %s", req.GetConsumerAttemptId(), tm.cfg.ID, j, req.GetJobId())
 	}
-	chs := make([]*inputChannel, len(req.GetChannels()))
+	chs := make([]*dataplane.InputChannel, len(req.GetChannels()))
 	for i, c := range req.GetChannels() {
-		if chs[i] = findChannel(t.gates, c.GetResultId(), c.GetPartitionIndex()); chs[i] == nil {
+		if chs[i] = dataplane.FindChannel(t.gates, c.GetResultId(), c.GetPartitionIndex()); chs[i] == nil {
 			return nil, status.Errorf(codes.InvalidArgument, "attempt %s has no input channel for result %q partition %d",
 				req.GetConsumerAttemptId(), c.GetResultId(), c.GetPartitionIndex())
 		}
 	}
 	for i, c := range req.GetChannels() {
-		chs[i].update(c)
+		chs[i].Update(c)
 	}
 	return &pb.UpdatePartitionInfoResponse{}, nil
 }

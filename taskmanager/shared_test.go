@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/jmcluster/jmcluster/dataplane"
 	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -67,8 +68,8 @@ func TestSharedChannelListDeploysAWideGate(t *testing.T) {
 		for k := range cs.Keys {
 			var key int64
 			fmt.Sscan(k, &key)
-			if RouteKey(key, 2) != i {
-				t.Fatalf("sink %d got key %d, routed to %d", i, key, RouteKey(key, 2))
+			if dataplane.RouteKey(key, 2) != i {
+				t.Fatalf("sink %d got key %d, routed to %d", i, key, dataplane.RouteKey(key, 2))
 			}
 		}
 		for o, st := range cs.Origins {
@@ -144,5 +145,29 @@ func TestSharedChannelListsAreChecked(t *testing.T) {
 	}
 	if n := len(tm.Tasks()); n != 0 {
 		t.Fatalf("%d tasks deployed from refused requests", n)
+	}
+}
+
+// TestSharedListsCannotExpandPastTheLimit: a small request whose gates all refer to one large
+// shared list is refused whole, naming the limit, before anything is built.
+func TestSharedListsCannotExpandPastTheLimit(t *testing.T) {
+	jm := startJM(t)
+	tm := newTM(t, "tm1", jm, nil)
+	c := client(t, tm)
+	list := &pb.SharedChannels{}
+	for i := range 4096 {
+		list.Channels = append(list.Channels, channel("r", int32(i), 0, "p", "127.0.0.1:1"))
+	}
+	var tasks []*pb.TaskDeploymentDescriptor
+	for i := range maxSubmitChannels/4096 + 1 {
+		tasks = append(tasks, deploy("job", "sink", int32(i), 1000, fmt.Sprint("s", i), 0, checksumOp("s.json"),
+			[]*pb.InputGateDeploymentDescriptor{{ResultId: "r", SharedChannels: 1}}))
+	}
+	_, err := c.SubmitTasks(t.Context(), &pb.SubmitTasksRequest{Epoch: 1, Tasks: tasks, SharedChannels: []*pb.SharedChannels{list}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "over the limit of 1048576 per request (maxSubmitChannels)") {
+		t.Fatalf("a request naming %d channels: %v", (maxSubmitChannels/4096+1)*4096, err)
+	}
+	if n := len(tm.Tasks()); n != 0 {
+		t.Fatalf("%d tasks deployed", n)
 	}
 }

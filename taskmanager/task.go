@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jmcluster/jmcluster/dataplane"
 	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -17,7 +18,7 @@ type task struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the task goroutine has exited
-	gates  []*inputGate
+	gates  []*dataplane.InputGate
 	// batch: the start-up of the tasks submitted with this one (SubmitTasks); the task's own
 	// goroutine marks it started once (startedOnce).
 	batch       *startGate
@@ -30,7 +31,7 @@ type task struct {
 	silent     bool   // the leader disowned the attempt: report nothing more
 	cancelNote string // why the TM cancelled it locally
 	failNote   string // set by FailTask: the task ends FAILED with this cause
-	produced   []partitionKey
+	produced   []dataplane.PartitionKey
 
 	// ackedID and acked: the newest checkpoint the task acknowledged (or was restored from)
 	// and its acknowledgement, for the reports a new leader completes checkpoints with.

@@ -2,7 +2,6 @@ package taskmanager
 
 import (
 	"github.com/jmcluster/jmcluster/security"
-	"runtime"
 
 	"context"
 	"crypto/rand"
@@ -21,27 +20,18 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/jmcluster/jmcluster/checkpoint"
+	"github.com/jmcluster/jmcluster/dataplane"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
 // TaskManager runs tasks in slots and reports them to the JobMaster leader.
 type TaskManager struct {
-	// exchanges are the Exchange streams to producer TMs, by data address (exchange.go).
 	// refusedWith: the last refusal logged per call; refusal: the current refusal;
 	// refusalCounts: refusals by call and code (all guarded by mu; refusal.go).
 	refusedWith   map[string]string
 	refusal       *Refusal
 	refusalCounts map[[2]string]int64
-
-	exMu      sync.Mutex
-	exchanges map[string]*exchangeClient
-	legacy    map[string]time.Time // producers without Exchange (an older build), by data address: when found
-	// openers bounds the tasks opening their input channels at once (consume): a token each.
-	openers chan struct{}
-	// opensServed counts the channel opens this TM served on Exchange streams: one control
-	// each (single) and the channel groups (group, with groupChannels channels in all).
-	opensServed struct{ single, group, groupChannels atomic.Int64 }
 
 	// fenceChecks counts the checks for a live leader made after FenceTimeout without contact.
 	fenceChecks atomic.Int64
@@ -76,7 +66,8 @@ type TaskManager struct {
 	grpcSrv, dataSrv *grpc.Server
 	health           *health.Server
 
-	parts  *partitionRegistry
+	// dp is the data plane: the partitions, the Exchange streams, the tasks' channel sets.
+	dp     dataPlane
 	outbox *outbox
 	conns  *connPool
 	events *eventLog
@@ -97,7 +88,7 @@ type TaskManager struct {
 	lastContact     time.Time
 	pool            poolState
 	hbInterval      time.Duration
-	partitionExpiry map[partitionKey]time.Time // partitions of finished attempts and when they expire
+	partitionExpiry map[dataplane.PartitionKey]time.Time // partitions of finished attempts and when they expire
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -157,7 +148,6 @@ func New(cfg Config) (*TaskManager, error) {
 		grpcLis:         gl,
 		dataLis:         dl,
 		health:          health.NewServer(),
-		parts:           newPartitionRegistry(),
 		conns:           newConnPool(cfg.MaxMessageSize, cfg.TLS),
 		events:          newEventLog(cfg.EventLog, cfg.ID),
 		tasks:           map[string]*task{},
@@ -165,16 +155,15 @@ func New(cfg Config) (*TaskManager, error) {
 		cancelledUnseen: newTombstones(MaxCancelTombstones),
 		slots:           make([][]*task, cfg.Slots),
 		hbInterval:      cfg.HeartbeatInterval,
-		partitionExpiry: map[partitionKey]time.Time{},
-		exchanges:       map[string]*exchangeClient{},
-		legacy:          map[string]time.Time{},
-		openers:         make(chan struct{}, max(1, runtime.GOMAXPROCS(0))),
+		partitionExpiry: map[dataplane.PartitionKey]time.Time{},
 		ctx:             ctx,
 		cancel:          cancel,
 		kick:            make(chan struct{}, 1),
 		serveErrs:       make(chan error, 2),
 	}
 	tm.opLog = tm.log.Named("operator")
+	tm.dp = dataplane.New(ctx, dataplane.Config{ID: cfg.ID, DataAddr: cfg.AdvertiseData, MaxMessageSize: cfg.MaxMessageSize,
+		InputConnectTimeout: cfg.InputConnectTimeout, ExchangeWithoutGroups: cfg.ExchangeWithoutGroups, Logger: tm.log, Dial: tm.conns.peer})
 	tm.outbox = newOutbox(tm)
 	var reg grpc.ServiceRegistrar
 	tm.grpcSrv, reg = tm.newServer(security.RoleJobMaster, security.RoleTaskManager)
@@ -184,7 +173,7 @@ func New(cfg Config) (*TaskManager, error) {
 		cfg.RegisterServices(reg)
 	}
 	tm.dataSrv, reg = tm.newServer(security.RoleTaskManager)
-	pb.RegisterDataServiceServer(reg, &dataService{tm: tm})
+	tm.dp.Register(reg)
 	transport.MustCover(tm.grpcSrv, false)
 	transport.MustCover(tm.dataSrv, false)
 	return tm, nil
@@ -261,7 +250,7 @@ func (tm *TaskManager) Stop() {
 		tm.outbox.drain(time.Until(deadline))
 		tm.cancel()
 		tm.outbox.stop()
-		tm.parts.removeAll()
+		tm.dp.ReleaseAll()
 		// The gRPC port closes last: a leader takes its refused connections for proof that
 		// this process and its tasks are gone (docs/reconciliation.md#dead-is-dead). A task
 		// that ignored its cancel past the deadline is cut off first — the data server and
@@ -272,6 +261,7 @@ func (tm *TaskManager) Stop() {
 		stopServer(tm.grpcSrv, time.Until(deadline))
 		_ = tm.grpcLis.Close()
 		tm.wg.Wait()
+		tm.dp.Wait()
 		tm.log.Info("stopped")
 	})
 }
@@ -295,8 +285,9 @@ func (tm *TaskManager) Kill() {
 		// when its port closes (a refused connection proves them gone).
 		tm.grpcSrv.Stop()
 		_ = tm.grpcLis.Close()
-		tm.parts.removeAll()
+		tm.dp.ReleaseAll()
 		tm.wg.Wait()
+		tm.dp.Wait()
 	})
 }
 

@@ -6,9 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 
+	"github.com/jmcluster/jmcluster/dataplane"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/operator"
@@ -175,23 +174,16 @@ func validateSinkTarget(d *pb.TaskDeploymentDescriptor, workDir string) error {
 type sharedLists struct {
 	lists    []*pb.SharedChannels
 	problems []string
-	// found: per list, per channel, the producer partition a consumer of the batch found here
-	// (inputChannel.found), made with the list's first gate.
-	mu    sync.Mutex
-	found [][]atomic.Pointer[resultPartition]
+	// lookups: the lookup slots the gates of one list share (dataplane.Lookups).
+	lookups dataplane.Lookups
 }
 
-// foundIn is list i's lookup slots.
-func (s *sharedLists) foundIn(i int) []atomic.Pointer[resultPartition] {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.found == nil {
-		s.found = make([][]atomic.Pointer[resultPartition], len(s.lists))
+// gates builds a task's input gates (s may be nil: no shared lists).
+func (s *sharedLists) gates(tdd *pb.TaskDeploymentDescriptor) []*dataplane.InputGate {
+	if s == nil {
+		return dataplane.BuildGates(tdd, nil, nil)
 	}
-	if s.found[i] == nil {
-		s.found[i] = make([]atomic.Pointer[resultPartition], len(s.lists[i].GetChannels()))
-	}
-	return s.found[i]
+	return dataplane.BuildGates(tdd, s.lists, &s.lookups)
 }
 
 func (s *sharedLists) len() int {

@@ -1,4 +1,4 @@
-package taskmanager
+package dataplane
 
 import (
 	"context"
@@ -16,10 +16,10 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-// partitionOn adds a PIPELINED FORWARD partition of producer attempt to tm.
-func partitionOn(tm *TaskManager, result, attempt string) *resultPartition {
-	p := newResultPartition(partitionKey{job: "j", result: result, index: 0, attempt: attempt}, produces(result, 0, 1, forward, pipelined))
-	tm.parts.add(p)
+// partitionOn adds a PIPELINED FORWARD partition of producer attempt to dp.
+func partitionOn(n *node, result, attempt string) *Partition {
+	p := newPartition(PartitionKey{job: "j", result: result, index: 0, attempt: attempt}, produces(result, 0, 1, forward, pipelined))
+	n.parts.add(p)
 	return p
 }
 
@@ -29,25 +29,24 @@ func readReq(result, attempt string) *pb.ReadPartitionRequest {
 
 // produce writes n records into p from its own goroutine, then finishes it; the error (nil
 // when all went in) arrives on the channel.
-func produce(p *resultPartition, n int) <-chan error {
+func produce(p *Partition, n int) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		for i := range n {
-			if err := p.add(context.Background(), operator.Record{Key: int64(i), Value: 1, Seq: int64(i)}); err != nil {
+			if err := p.Add(context.Background(), operator.Record{Key: int64(i), Value: 1, Seq: int64(i)}); err != nil {
 				done <- err
 				return
 			}
 		}
-		p.finish()
+		p.Finish()
 		done <- nil
 	}()
 	return done
 }
 
 // openOn opens the channel req names on the producer TM at addr, for a reader that waits.
-func openOn(ctx context.Context, cons *TaskManager, addr string, req *pb.ReadPartitionRequest) (*setReader, error) {
-	tk := &task{tdd: &pb.TaskDeploymentDescriptor{JobId: req.GetJobId(), AttemptId: req.GetConsumerAttemptId()}}
-	r, err := cons.openChannel(ctx, tk, &pb.InputChannelDescriptor{ResultId: req.GetResultId(), PartitionIndex: req.GetPartitionIndex(),
+func openOn(ctx context.Context, cons *node, addr string, req *pb.ReadPartitionRequest) (*setReader, error) {
+	r, err := cons.openChannel(ctx, req.GetJobId(), req.GetConsumerAttemptId(), &pb.InputChannelDescriptor{ResultId: req.GetResultId(), PartitionIndex: req.GetPartitionIndex(),
 		SubpartitionIndex: req.GetSubpartitionIndex(), ProducerAttemptId: req.GetProducerAttemptId(), ProducerDataAddress: addr})
 	if err != nil {
 		return nil, err
@@ -75,7 +74,7 @@ func drain(ctx context.Context, r channelReader) (int, error) {
 // first's producer is held back by its credit (its subpartition stays full, nothing more than
 // the channel's window travels), and once the consumer reads the first it delivers too.
 func TestSlowChannelDoesNotStallItsStream(t *testing.T) {
-	prod, cons := newTM(t, "producer", nil, nil), newTM(t, "consumer", nil, nil)
+	prod, cons := newNode(t, "producer", nil), newNode(t, "consumer", nil)
 	slowP, fastP := partitionOn(prod, "slow", "a1"), partitionOn(prod, "fast", "a2")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -127,7 +126,7 @@ func TestSlowChannelDoesNotStallItsStream(t *testing.T) {
 // dies), every channel on it fails and no other: a channel from a second producer TM keeps
 // delivering, and a channel opened later to a new producer at a new stream works.
 func TestBrokenStreamFailsExactlyItsChannels(t *testing.T) {
-	dying, other, cons := newTM(t, "dying", nil, nil), newTM(t, "other", nil, nil), newTM(t, "consumer", nil, nil)
+	dying, other, cons := newNode(t, "dying", nil), newNode(t, "other", nil), newNode(t, "consumer", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var onDying []channelReader
@@ -182,7 +181,7 @@ func TestBrokenStreamFailsExactlyItsChannels(t *testing.T) {
 // refused NotFound (retried by consumers), a second reader of a PIPELINED subpartition
 // FailedPrecondition, and the stream carries on for the other channels.
 func TestExchangeRefusalsKeepTheirCodes(t *testing.T) {
-	prod, cons := newTM(t, "producer", nil, nil), newTM(t, "consumer", nil, nil)
+	prod, cons := newNode(t, "producer", nil), newNode(t, "consumer", nil)
 	p := partitionOn(prod, "r", "a1")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -213,12 +212,11 @@ func TestExchangeRefusalsKeepTheirCodes(t *testing.T) {
 // memory (no Exchange stream is opened) with the same semantics: every record, end of
 // partition, and a refusal keeps its code.
 func TestLocalChannelSkipsTheNetwork(t *testing.T) {
-	tm := newTM(t, "solo", nil, nil)
-	p := partitionOn(tm, "r", "a1")
+	dp := newNode(t, "solo", nil)
+	p := partitionOn(dp, "r", "a1")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tk := &task{tdd: &pb.TaskDeploymentDescriptor{JobId: "j", AttemptId: "c1"}}
-	r, err := tm.openChannel(ctx, tk, channel("r", 0, 0, "a1", tm.DataAddr()))
+	r, err := dp.openChannel(ctx, "j", "c1", channel("r", 0, 0, "a1", dp.cfg.DataAddr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,13 +230,13 @@ func TestLocalChannelSkipsTheNetwork(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	tm.exMu.Lock()
-	streams := len(tm.exchanges)
-	tm.exMu.Unlock()
+	dp.exMu.Lock()
+	streams := len(dp.exchanges)
+	dp.exMu.Unlock()
 	if streams != 0 {
 		t.Fatalf("%d Exchange streams opened for a local channel", streams)
 	}
-	if _, err := tm.openChannel(ctx, tk, channel("none", 0, 0, "zz", tm.DataAddr())); status.Code(err) != codes.NotFound {
+	if _, err := dp.openChannel(ctx, "j", "c1", channel("none", 0, 0, "zz", dp.cfg.DataAddr)); status.Code(err) != codes.NotFound {
 		t.Fatalf("a local channel to a missing partition: %v; want NotFound", err)
 	}
 }
@@ -247,22 +245,22 @@ func TestLocalChannelSkipsTheNetwork(t *testing.T) {
 // served from a real TM's partitions.
 type legacyData struct {
 	pb.UnimplementedDataServiceServer
-	tm *TaskManager
+	dp *Plane
 }
 
 func (l legacyData) ReadPartition(req *pb.ReadPartitionRequest, stream pb.DataService_ReadPartitionServer) error {
-	return (&dataService{tm: l.tm}).ReadPartition(req, stream)
+	return (&dataService{dp: l.dp}).ReadPartition(req, stream)
 }
 
 // legacyProducer serves prod's partitions as a TM of an older build would, on a server of
 // its own, and returns its address.
-func legacyProducer(t *testing.T, prod *TaskManager) string {
+func legacyProducer(t *testing.T, prod *node) string {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	pb.RegisterDataServiceServer(srv, legacyData{tm: prod})
+	pb.RegisterDataServiceServer(srv, legacyData{dp: prod.Plane})
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return lis.Addr().String()
@@ -272,14 +270,13 @@ func legacyProducer(t *testing.T, prod *TaskManager) string {
 // ReadPartition but not Exchange; a consumer's channel to it falls back to a stream of its own
 // and delivers every record, and later channels to it go there directly.
 func TestProducerWithoutExchangeIsReadAStreamPerChannel(t *testing.T) {
-	prod, cons := newTM(t, "old-producer", nil, nil), newTM(t, "consumer", nil, nil)
+	prod, cons := newNode(t, "old-producer", nil), newNode(t, "consumer", nil)
 	addr := legacyProducer(t, prod)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tk := &task{tdd: &pb.TaskDeploymentDescriptor{JobId: "j", AttemptId: "c1"}}
 	for i := range 2 {
 		p := partitionOn(prod, fmt.Sprint("r", i), fmt.Sprint("a", i))
-		r, err := cons.openChannel(ctx, tk, channel(fmt.Sprint("r", i), 0, 0, fmt.Sprint("a", i), addr))
+		r, err := cons.openChannel(ctx, "j", "c1", channel(fmt.Sprint("r", i), 0, 0, fmt.Sprint("a", i), addr))
 		if err != nil {
 			t.Fatalf("channel %d to the older producer: %v", i, err)
 		}
@@ -301,7 +298,7 @@ func TestProducerWithoutExchangeIsReadAStreamPerChannel(t *testing.T) {
 }
 
 // readSet reads every channel of s to its end and returns the records per channel.
-func readSet(ctx context.Context, t *testing.T, s *channelSet) []int {
+func readSet(ctx context.Context, t *testing.T, s *ChannelSet) []int {
 	t.Helper()
 	got := make([]int, len(s.chans))
 	for s.live > 0 {
@@ -312,7 +309,7 @@ func readSet(ctx context.Context, t *testing.T, s *channelSet) []int {
 		}
 		for _, ev := range s.in.take() {
 			ch := ev.ch
-			rs, _, err := s.handle(ev)
+			rs, _, err := s.Handle(ev)
 			if err != nil {
 				t.Fatalf("channel %d: %v", ch, err)
 			}
@@ -325,24 +322,24 @@ func readSet(ctx context.Context, t *testing.T, s *channelSet) []int {
 // groupedProducer adds n PIPELINED ALL_TO_ALL partitions of result r (partition i of attempt
 // a<i>, subs subpartitions each) to prod, and the consumer's channels to subpartition sub of
 // each.
-func groupedProducer(prod *TaskManager, r string, n int, subs, sub int32) ([]*resultPartition, []*inputChannel) {
-	var ps []*resultPartition
-	var ics []*inputChannel
+func groupedProducer(prod *node, r string, n int, subs, sub int32) ([]*Partition, []*InputChannel) {
+	var ps []*Partition
+	var ics []*InputChannel
 	for i := range n {
 		a := fmt.Sprint("a", i)
-		p := newResultPartition(partitionKey{job: "j", result: r, index: int32(i), attempt: a},
+		p := newPartition(PartitionKey{job: "j", result: r, index: int32(i), attempt: a},
 			produces(r, int32(i), subs, pb.Distribution_DISTRIBUTION_ALL_TO_ALL, pb.ResultType_RESULT_TYPE_PIPELINED))
 		prod.parts.add(p)
 		ps = append(ps, p)
 		d := channel(r, int32(i), sub, a, prod.DataAddr())
-		ics = append(ics, &inputChannel{desc: d, sub: sub})
+		ics = append(ics, &InputChannel{desc: d, sub: sub})
 	}
 	return ps, ics
 }
 
 // produceTo writes n records of key k into subpartition sub of each of ps (RouteKey picks
 // it), then finishes them.
-func produceTo(t *testing.T, ps []*resultPartition, subs, sub int32, n int) {
+func produceTo(t *testing.T, ps []*Partition, subs, sub int32, n int) {
 	t.Helper()
 	var key int64
 	for RouteKey(key, int(subs)) != int(sub) {
@@ -351,11 +348,11 @@ func produceTo(t *testing.T, ps []*resultPartition, subs, sub int32, n int) {
 	for _, p := range ps {
 		go func() {
 			for i := range n {
-				if err := p.add(context.Background(), operator.Record{Key: key, Value: 1, Seq: int64(i)}); err != nil {
+				if err := p.Add(context.Background(), operator.Record{Key: key, Value: 1, Seq: int64(i)}); err != nil {
 					return
 				}
 			}
-			p.finish()
+			p.Finish()
 		}()
 	}
 }
@@ -364,7 +361,7 @@ func produceTo(t *testing.T, ps []*resultPartition, subs, sub int32, n int) {
 // producer TM (one result, one subpartition, 600 partitions) are opened by one group control,
 // since the producer's hello announced groups, and every channel delivers all its records.
 func TestChannelGroupOpensAConsumersChannelsWithOneControl(t *testing.T) {
-	prod, cons := newTM(t, "producer", nil, nil), newTM(t, "consumer", nil, nil)
+	prod, cons := newNode(t, "producer", nil), newNode(t, "consumer", nil)
 	const n, subs, sub, records = 600, 4, 3, 700
 	ps, ics := groupedProducer(prod, "r", n, subs, sub)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -378,9 +375,9 @@ func TestChannelGroupOpensAConsumersChannelsWithOneControl(t *testing.T) {
 	waitFor(t, 10*time.Second, "the producer's hello announcing channel groups", func() (bool, string) {
 		return x.groups.Load(), ""
 	})
-	s := cons.newChannelSet(ctx, "j", "c1", true)
-	defer s.close()
-	s.add(ics...)
+	s := cons.NewChannelSet(ctx, "j", "c1", true)
+	defer s.Close()
+	s.Add(ics...)
 	produceTo(t, ps, subs, sub, records)
 	for i, got := range readSet(ctx, t, s) {
 		if got != records {
@@ -398,22 +395,22 @@ func TestChannelGroupOpensAConsumersChannelsWithOneControl(t *testing.T) {
 // its own, and every channel delivers. A later group to it goes out one control a channel at
 // once. A group the older producer is sent anyway opens nothing there.
 func TestProducerWithoutGroupsServesAGroupingConsumer(t *testing.T) {
-	prod := newTM(t, "old-producer", nil, func(c *Config) { c.ExchangeWithoutGroups = true })
-	cons := newTM(t, "consumer", nil, nil)
+	prod := newNode(t, "old-producer", func(c *Config) { c.ExchangeWithoutGroups = true })
+	cons := newNode(t, "consumer", nil)
 	const n, subs, sub, records = 300, 2, 1, 500
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for round, r := range []string{"r1", "r2"} {
 		ps, ics := groupedProducer(prod, r, n, subs, sub)
-		s := cons.newChannelSet(ctx, "j", fmt.Sprint("c", round), true)
-		s.add(ics...)
+		s := cons.NewChannelSet(ctx, "j", fmt.Sprint("c", round), true)
+		s.Add(ics...)
 		produceTo(t, ps, subs, sub, records)
 		for i, got := range readSet(ctx, t, s) {
 			if got != records {
 				t.Fatalf("round %d: channel %d delivered %d of %d records", round, i, got, records)
 			}
 		}
-		s.close()
+		s.Close()
 		if g, one := prod.opensServed.group.Load(), prod.opensServed.single.Load(); g != 0 || one != int64((round+1)*n) {
 			t.Fatalf("round %d: the older producer served %d groups and %d single opens; want none and %d", round, g, one, (round+1)*n)
 		}
@@ -427,7 +424,7 @@ func TestProducerWithoutGroupsServesAGroupingConsumer(t *testing.T) {
 	}
 	// What the older build does with a group control: ignores it (an unknown field there).
 	_, ics := groupedProducer(prod, "r3", 2, subs, sub)
-	srv := &exchangeServer{tm: prod, ctx: ctx, signal: make(chan struct{}, 1), chans: map[uint64]*serverChannel{}}
+	srv := &exchangeServer{dp: prod.Plane, ctx: ctx, signal: make(chan struct{}, 1), chans: map[uint64]*serverChannel{}}
 	g := &pb.ChannelGroup{JobId: "j", ResultId: "r3", SubpartitionIndex: sub, ConsumerAttemptId: "c9",
 		PartitionIndexes: []int32{0, 1}, ProducerAttemptIds: []string{ics[0].desc.GetProducerAttemptId(), ics[1].desc.GetProducerAttemptId()}}
 	if err := srv.control(&pb.ChannelControl{Channel: 1, Credit: channelCredit, OpenGroup: g}); err != nil || len(srv.chans) != 0 {
@@ -439,12 +436,12 @@ func TestProducerWithoutGroupsServesAGroupingConsumer(t *testing.T) {
 // or that reuses a channel id open on the stream is the consumer's mistake and ends the stream
 // (InvalidArgument), as a channel opened twice does.
 func TestChannelGroupViolationsEndTheStream(t *testing.T) {
-	prod := newTM(t, "producer", nil, nil)
+	prod := newNode(t, "producer", nil)
 	_, ics := groupedProducer(prod, "r", 2, 2, 0)
 	a0, a1 := ics[0].desc.GetProducerAttemptId(), ics[1].desc.GetProducerAttemptId()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv := &exchangeServer{tm: prod, ctx: ctx, signal: make(chan struct{}, 1), chans: map[uint64]*serverChannel{}, limit: maxExchangeBytes}
+	srv := &exchangeServer{dp: prod.Plane, ctx: ctx, signal: make(chan struct{}, 1), chans: map[uint64]*serverChannel{}, limit: maxExchangeBytes}
 	defer srv.end()
 	group := func(first uint64, parts []int32, attempts ...string) *pb.ChannelControl {
 		return &pb.ChannelControl{Channel: first, Credit: channelCredit, OpenGroup: &pb.ChannelGroup{JobId: "j", ResultId: "r",

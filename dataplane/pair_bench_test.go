@@ -1,4 +1,4 @@
-package taskmanager
+package dataplane
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/testkit/benchgoal"
@@ -21,22 +19,9 @@ import (
 // Exchange stream, against one plain gRPC stream (ReadPartition) and a Go channel in the same
 // run. `make bench` runs BenchmarkTMPair; `make bench-short` TestGoalChannels.
 
-// pairTMs are a producer and a consumer TM, quiet, for measurements.
-func pairTMs(tb testing.TB) (prod, cons *TaskManager) {
-	mk := func(id string) *TaskManager {
-		cfg := DefaultConfig()
-		cfg.ID, cfg.Logger = id, hclog.NewNullLogger()
-		tm, err := New(cfg)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if err := tm.Start(context.Background()); err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(tm.Stop)
-		return tm
-	}
-	return mk("producer"), mk("consumer")
+// pairTMs are a producer and a consumer data plane, quiet, for measurements.
+func pairTMs(tb testing.TB) (prod, cons *node) {
+	return quietNode(tb, "producer"), quietNode(tb, "consumer")
 }
 
 var pairRun atomic.Int64
@@ -45,27 +30,27 @@ var pairRun atomic.Int64
 // partitions of subs subpartitions, each written by its own producer goroutine and each channel
 // read by its own reader) and returns records/s, from the producers' start to the last
 // channel's end of partition. Channels are opened before the clock starts.
-func muxThroughput(tb testing.TB, prod, cons *TaskManager, parts, subs, records int) float64 {
+func muxThroughput(tb testing.TB, prod, cons *node, parts, subs, records int) float64 {
 	run := pairRun.Add(1)
 	dist := allToAll
 	if subs == 1 {
 		dist = forward
 	}
-	ps := make([]*resultPartition, parts)
+	ps := make([]*Partition, parts)
 	for i := range ps {
-		ps[i] = newResultPartition(partitionKey{job: "bench", result: fmt.Sprintf("r%d-%d", run, i), attempt: fmt.Sprintf("a%d-%d", run, i)},
+		ps[i] = newPartition(PartitionKey{job: "bench", result: fmt.Sprintf("r%d-%d", run, i), attempt: fmt.Sprintf("a%d-%d", run, i)},
 			produces("r", 0, int32(subs), dist, pipelined))
 		prod.parts.add(ps[i])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	// As in an ALL_TO_ALL job: consumer subtask s reads subpartition s of every partition, all
-	// in its own loop (a task's channelSet).
-	sets := make([]*channelSet, subs)
+	// in its own loop (a task's ChannelSet).
+	sets := make([]*ChannelSet, subs)
 	for sub := range subs {
-		set := cons.newChannelSet(ctx, "bench", fmt.Sprintf("c%d-%d", run, sub), false)
+		set := cons.NewChannelSet(ctx, "bench", fmt.Sprintf("c%d-%d", run, sub), false)
 		for _, p := range ps {
-			set.add(&inputChannel{desc: &pb.InputChannelDescriptor{ResultId: p.key.result, SubpartitionIndex: int32(sub),
+			set.Add(&InputChannel{desc: &pb.InputChannelDescriptor{ResultId: p.key.result, SubpartitionIndex: int32(sub),
 				ProducerAttemptId: p.key.attempt, ProducerDataAddress: prod.DataAddr()}, sub: int32(sub)})
 		}
 		sets[sub] = set
@@ -79,7 +64,7 @@ func muxThroughput(tb testing.TB, prod, cons *TaskManager, parts, subs, records 
 				tb.Fatal("channels not open")
 			}
 			for _, ev := range set.in.take() {
-				if _, _, err := set.handle(ev); err != nil {
+				if _, _, err := set.Handle(ev); err != nil {
 					tb.Fatalf("open: %v", err)
 				}
 				if ev.kind == evOpened {
@@ -95,7 +80,7 @@ func muxThroughput(tb testing.TB, prod, cons *TaskManager, parts, subs, records 
 		done.Add(1)
 		go func() {
 			defer done.Done()
-			defer set.close()
+			defer set.Close()
 			n := 0
 			defer func() { got.Add(int64(n)) }()
 			for set.live > 0 {
@@ -106,7 +91,7 @@ func muxThroughput(tb testing.TB, prod, cons *TaskManager, parts, subs, records 
 					return
 				}
 				for _, ev := range set.in.take() {
-					rs, _, err := set.handle(ev)
+					rs, _, err := set.Handle(ev)
 					if err != nil {
 						tb.Errorf("channel: %v", err)
 						return
@@ -120,11 +105,11 @@ func muxThroughput(tb testing.TB, prod, cons *TaskManager, parts, subs, records 
 	for i, p := range ps {
 		go func() {
 			for k := range per {
-				if err := p.add(ctx, operator.Record{Key: int64(k), Value: 1, Origin: int32(i), Seq: int64(k)}); err != nil {
+				if err := p.Add(ctx, operator.Record{Key: int64(k), Value: 1, Origin: int32(i), Seq: int64(k)}); err != nil {
 					return
 				}
 			}
-			p.finish()
+			p.Finish()
 		}()
 	}
 	done.Wait()
@@ -137,11 +122,11 @@ func muxThroughput(tb testing.TB, prod, cons *TaskManager, parts, subs, records 
 
 // grpcStreamThroughput sends records through one ReadPartition stream (a stream of its own,
 // as every channel was before the Exchange stream).
-func grpcStreamThroughput(tb testing.TB, prod, cons *TaskManager, records int) float64 {
+func grpcStreamThroughput(tb testing.TB, prod, cons *node, records int) float64 {
 	run := pairRun.Add(1)
-	p := newResultPartition(partitionKey{job: "bench", result: fmt.Sprintf("g%d", run), attempt: fmt.Sprintf("g%d", run)}, produces("r", 0, 1, forward, pipelined))
+	p := newPartition(PartitionKey{job: "bench", result: fmt.Sprintf("g%d", run), attempt: fmt.Sprintf("g%d", run)}, produces("r", 0, 1, forward, pipelined))
 	prod.parts.add(p)
-	conn, err := cons.conns.peer(prod.DataAddr())
+	conn, err := cons.dial(prod.DataAddr())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -156,11 +141,11 @@ func grpcStreamThroughput(tb testing.TB, prod, cons *TaskManager, records int) f
 	start := time.Now()
 	go func() {
 		for i := range records {
-			if err := p.add(context.Background(), operator.Record{Key: int64(i), Value: 1, Seq: int64(i)}); err != nil {
+			if err := p.Add(context.Background(), operator.Record{Key: int64(i), Value: 1, Seq: int64(i)}); err != nil {
 				return
 			}
 		}
-		p.finish()
+		p.Finish()
 	}()
 	n := 0
 	for {
@@ -239,4 +224,17 @@ func TestGoalChannels(t *testing.T) {
 	}
 	ratio := rates[4096] / rates[1]
 	benchgoal.Report(t, "channels-4096-vs-1", ratio, 0.5, ratio >= 0.5, "x")
+}
+
+// BenchmarkPipelinedExchange measures records/s through one TM-to-TM gRPC stream: a producer
+// writes b.N records into a PIPELINED partition of one TM; a ReadPartition stream of the same
+// TM reads them over loopback (BenchmarkTMPair has the two-TM figures).
+func BenchmarkPipelinedExchange(b *testing.B) {
+	prod, _ := pairTMs(b)
+	b.ReportMetric(grpcStreamThroughput(b, prod, prod, max(b.N, 1000)), "records/s")
+}
+
+// BenchmarkLocalChannel is the baseline: the same records through a buffered Go channel.
+func BenchmarkLocalChannel(b *testing.B) {
+	b.ReportMetric(goChannelThroughput(max(b.N, 1000)), "records/s")
 }

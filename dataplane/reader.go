@@ -1,4 +1,4 @@
-package taskmanager
+package dataplane
 
 import (
 	"context"
@@ -11,64 +11,6 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-const (
-	// batchRecords is the most records one RecordBatch carries.
-	batchRecords = 256
-	// batchLinger is how long a reader waits to fill a batch once it holds a record.
-	batchLinger = 5 * time.Millisecond
-)
-
-// dataService serves ReadPartition to consumer tasks on any TM.
-type dataService struct {
-	pb.UnimplementedDataServiceServer
-	tm *TaskManager
-}
-
-// ReadPartition streams one subpartition on its own stream (the Exchange stream carries every
-// channel between two TaskManagers on one; this stays for tools and older consumers). The
-// first message is an empty batch confirming the subscription, so a consumer can tell "not
-// there yet" (retry) from "broke after connecting" (fail).
-func (s *dataService) ReadPartition(req *pb.ReadPartitionRequest, stream pb.DataService_ReadPartitionServer) error {
-	return s.tm.serveSubpartition(stream.Context(), req, func(rs []operator.Record, eop bool) error {
-		return stream.Send(&pb.RecordBatch{Records: toPB(rs), EndOfPartition: eop})
-	})
-}
-
-// emitFunc delivers one batch of a channel to its consumer: first an empty one (the channel is
-// open), then records, the last with eop. It may block (flow control); the records are the
-// caller's buffer, reused after it returns.
-type emitFunc func(records []operator.Record, eop bool) error
-
-// serveSubpartition subscribes to the subpartition req names and emits it until end of
-// partition, the consumer goes (ctx) or the partition is released, waiting in the caller's
-// goroutine (ReadPartition's stream: one goroutine per channel, which the Exchange stream
-// does without). A refusal before anything was emitted is a status error: NotFound while the
-// partition is not (yet) here, which consumers retry.
-func (tm *TaskManager) serveSubpartition(ctx context.Context, req *pb.ReadPartitionRequest, emit emitFunc) error {
-	w := &waitingReader{ready: make(chan struct{}, 1)}
-	r, err := tm.subscribe(ctx, req, w)
-	if err != nil {
-		return err
-	}
-	w.r = r
-	defer r.close()
-	if err := emit(nil, false); err != nil {
-		return err
-	}
-	for {
-		rs, eop, err := w.next(ctx)
-		if err != nil {
-			return err
-		}
-		if err := emit(rs, eop); err != nil {
-			return err
-		}
-		if eop {
-			return nil
-		}
-	}
-}
-
 // subpartitionReader reads one subpartition for one consumer without ever waiting: the
 // stream's writer polls it for a remote channel, the task's loop for a local one.
 type subpartitionReader interface {
@@ -79,11 +21,11 @@ type subpartitionReader interface {
 	// close gives the subpartition up (a PIPELINED one may be read again by a new attempt).
 	close()
 	// partition is the partition read (its producer's byte count).
-	partition() *resultPartition
+	partition() *Partition
 }
 
-func (r *blockingReader) partition() *resultPartition  { return r.p }
-func (r *pipelinedReader) partition() *resultPartition { return r.p }
+func (r *blockingReader) partition() *Partition  { return r.p }
+func (r *pipelinedReader) partition() *Partition { return r.p }
 
 // partitionWait is how long a request for a partition not registered yet waits for its
 // producer to register it before it is refused NotFound (and the consumer retries).
@@ -91,19 +33,19 @@ const partitionWait = 2 * time.Second
 
 // subscribe makes the reader of the subpartition req names, waiting up to partitionWait for
 // its producer to register it, or says why there is none. wake is the reader's wake function.
-func (tm *TaskManager) subscribe(ctx context.Context, req *pb.ReadPartitionRequest, wake waker) (subpartitionReader, error) {
-	p := tm.parts.await(ctx, req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), partitionWait)
-	r, _, err := tm.readerOf(p, req, wake, nil)
+func (dp *Plane) subscribe(ctx context.Context, req *pb.ReadPartitionRequest, wake waker) (subpartitionReader, error) {
+	p := dp.parts.await(ctx, req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), partitionWait)
+	r, _, err := dp.readerOf(p, req, wake, nil)
 	return r, err
 }
 
 // subscribeAsync is subscribe without waiting in a goroutine: done gets the reader or the
 // refusal, at once or when the producer registers the partition (or partitionWait passed); it
 // must not block. stop ends the wait without done being called.
-func (tm *TaskManager) subscribeAsync(req *pb.ReadPartitionRequest, wake waker, done func(subpartitionReader, error)) (stop func()) {
-	return tm.parts.awaitFunc(req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), partitionWait,
-		func(p *resultPartition) {
-			r, _, err := tm.readerOf(p, req, wake, nil)
+func (dp *Plane) subscribeAsync(req *pb.ReadPartitionRequest, wake waker, done func(subpartitionReader, error)) (stop func()) {
+	return dp.parts.awaitFunc(req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), partitionWait,
+		func(p *Partition) {
+			r, _, err := dp.readerOf(p, req, wake, nil)
 			done(r, err)
 		})
 }
@@ -112,10 +54,10 @@ func (tm *TaskManager) subscribeAsync(req *pb.ReadPartitionRequest, wake waker, 
 // something to take already; otherwise the reader is armed (wake is called when there is).
 // A PIPELINED reader is into when it is given (the caller's memory, one allocation less per
 // channel).
-func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest, wake waker, into *pipelinedReader) (r subpartitionReader, ready bool, err error) {
+func (dp *Plane) readerOf(p *Partition, req *pb.ReadPartitionRequest, wake waker, into *pipelinedReader) (r subpartitionReader, ready bool, err error) {
 	if p == nil || p.isReleased() {
 		return nil, false, status.Errorf(codes.NotFound, "partition %s/%s/%d of producer %s not found on %s",
-			req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), tm.cfg.ID)
+			req.GetJobId(), req.GetResultId(), req.GetPartitionIndex(), req.GetProducerAttemptId(), dp.cfg.ID)
 	}
 	i := int(req.GetSubpartitionIndex())
 	if i < 0 || i >= len(p.subs) {
@@ -141,7 +83,7 @@ func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest
 	case p.gone.Load():
 		// Checked again under the lock (see poll): a release in between would find no one
 		// to wake.
-		return nil, false, status.Errorf(codes.NotFound, "partition %s of producer %s was released on %s", p.key, req.GetProducerAttemptId(), tm.cfg.ID)
+		return nil, false, status.Errorf(codes.NotFound, "partition %s of producer %s was released on %s", p.key, req.GetProducerAttemptId(), dp.cfg.ID)
 	case sp.reader != "":
 		return nil, false, status.Errorf(codes.FailedPrecondition, "subpartition of %s is already consumed by attempt %s", p.key, sp.reader)
 	case sp.drained:
@@ -152,13 +94,13 @@ func (tm *TaskManager) readerOf(p *resultPartition, req *pb.ReadPartitionRequest
 	if into == nil {
 		into = &pipelinedReader{}
 	}
-	*into = pipelinedReader{tm: tm, p: p, sp: sp}
+	*into = pipelinedReader{dp: dp, p: p, sp: sp}
 	return into, ready, nil
 }
 
 // blockingReader reads a finished BLOCKING subpartition: always something to take.
 type blockingReader struct {
-	p    *resultPartition
+	p    *Partition
 	data []operator.Record
 }
 
@@ -175,8 +117,8 @@ func (r *blockingReader) poll(dst []operator.Record, max int) ([]operator.Record
 func (r *blockingReader) close() {}
 
 type pipelinedReader struct {
-	tm *TaskManager
-	p  *resultPartition
+	dp *Plane
+	p  *Partition
 	sp *subpartition
 }
 
@@ -194,7 +136,7 @@ func (r *pipelinedReader) poll(dst []operator.Record, max int) ([]operator.Recor
 	}
 	r.sp.mu.Unlock()
 	if eop && r.p.allDrained() {
-		r.tm.parts.remove(r.p.key)
+		r.dp.parts.remove(r.p.key)
 	}
 	return dst, eop, nil
 }
@@ -263,27 +205,4 @@ func (w *waitingReader) next(ctx context.Context) ([]operator.Record, bool, erro
 			return nil, false, ctx.Err()
 		}
 	}
-}
-
-// toPB converts records for the wire, with one allocation per batch.
-func toPB(rs []operator.Record) []*pb.Record {
-	if len(rs) == 0 {
-		return nil
-	}
-	buf := make([]pb.Record, len(rs))
-	out := make([]*pb.Record, len(rs))
-	for i, r := range rs {
-		buf[i].Key, buf[i].Value, buf[i].Origin, buf[i].Seq, buf[i].Barrier = r.Key, r.Value, r.Origin, r.Seq, r.Barrier
-		out[i] = &buf[i]
-	}
-	return out
-}
-
-// fromPB converts received records.
-func fromPB(rs []*pb.Record) []operator.Record {
-	out := make([]operator.Record, len(rs))
-	for i, r := range rs {
-		out[i] = operator.Record{Key: r.GetKey(), Value: r.GetValue(), Origin: r.GetOrigin(), Seq: r.GetSeq(), Barrier: r.GetBarrier()}
-	}
-	return out
 }

@@ -1,12 +1,10 @@
-package taskmanager
+package dataplane
 
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -44,21 +42,21 @@ func RouteKey(key int64, n int) int {
 	return int((h >> 32) % uint64(n))
 }
 
-// partitionKey identifies one result partition on a TM.
-type partitionKey struct {
+// PartitionKey identifies one result partition on a TM.
+type PartitionKey struct {
 	job     string
 	result  string
 	index   int32
 	attempt string
 }
 
-func (k partitionKey) String() string {
+func (k PartitionKey) String() string {
 	return fmt.Sprintf("%s/%s/%d@%s", k.job, k.result, k.index, k.attempt)
 }
 
-// resultPartition is what one producer attempt writes for one produced result.
-type resultPartition struct {
-	key      partitionKey
+// Partition is what one producer attempt writes for one produced result.
+type Partition struct {
+	key      PartitionKey
 	typ      pb.ResultType
 	forward  bool
 	subs     []*subpartition
@@ -95,11 +93,11 @@ type subpartition struct {
 	drained bool // PIPELINED: end_of_partition was delivered
 }
 
-func newResultPartition(key partitionKey, d *pb.ResultPartitionDeploymentDescriptor) *resultPartition {
+func newPartition(key PartitionKey, d *pb.ResultPartitionDeploymentDescriptor) *Partition {
 	n := int(d.GetNumSubpartitions())
-	p := &resultPartition{
+	p := &Partition{
 		key:      key,
-		typ:      resultType(d.GetResultType()),
+		typ:      ResultType(d.GetResultType()),
 		forward:  distribution(d.GetDistribution(), n) == pb.Distribution_DISTRIBUTION_FORWARD,
 		subs:     make([]*subpartition, n),
 		finished: make(chan struct{}),
@@ -169,8 +167,8 @@ func (sp *subpartition) take(dst []operator.Record, max int) ([]operator.Record,
 	return dst, eop
 }
 
-// resultType defaults an unspecified result type to PIPELINED.
-func resultType(t pb.ResultType) pb.ResultType {
+// ResultType defaults an unspecified result type to PIPELINED.
+func ResultType(t pb.ResultType) pb.ResultType {
 	if t == pb.ResultType_RESULT_TYPE_UNSPECIFIED {
 		return pb.ResultType_RESULT_TYPE_PIPELINED
 	}
@@ -188,9 +186,9 @@ func distribution(d pb.Distribution, n int) pb.Distribution {
 	return pb.Distribution_DISTRIBUTION_ALL_TO_ALL
 }
 
-// add routes one record: FORWARD to subpartition 0, ALL_TO_ALL by RouteKey. A full PIPELINED
+// Add routes one record: FORWARD to subpartition 0, ALL_TO_ALL by RouteKey. A full PIPELINED
 // subpartition blocks the producer (backpressure) until its reader takes.
-func (p *resultPartition) add(ctx context.Context, r operator.Record) error {
+func (p *Partition) Add(ctx context.Context, r operator.Record) error {
 	i := 0
 	if !p.forward {
 		i = RouteKey(r.Key, len(p.subs))
@@ -198,8 +196,8 @@ func (p *resultPartition) add(ctx context.Context, r operator.Record) error {
 	return p.addTo(ctx, i, r)
 }
 
-// addTo appends r to subpartition i (add).
-func (p *resultPartition) addTo(ctx context.Context, i int, r operator.Record) error {
+// addTo appends r to subpartition i (Add).
+func (p *Partition) addTo(ctx context.Context, i int, r operator.Record) error {
 	sp := p.subs[i]
 	for {
 		if p.gone.Load() {
@@ -234,9 +232,9 @@ func (p *resultPartition) addTo(ctx context.Context, i int, r operator.Record) e
 	}
 }
 
-// broadcast appends a checkpoint barrier to every subpartition, behind the records already in
-// it, waiting for space as add does. Only the producer goroutine calls it.
-func (p *resultPartition) broadcast(ctx context.Context, id uint64) error {
+// Broadcast appends a checkpoint barrier to every subpartition, behind the records already in
+// it, waiting for space as Add does. Only the producer goroutine calls it.
+func (p *Partition) Broadcast(ctx context.Context, id uint64) error {
 	for i := range p.subs {
 		if err := p.addTo(ctx, i, operator.Record{Barrier: id}); err != nil {
 			return err
@@ -245,9 +243,9 @@ func (p *resultPartition) broadcast(ctx context.Context, id uint64) error {
 	return nil
 }
 
-// finish marks the end of the data: PIPELINED readers get end_of_partition once they took
+// Finish marks the end of the data: PIPELINED readers get end_of_partition once they took
 // the rest, a BLOCKING partition becomes readable. Only the producer goroutine calls it.
-func (p *resultPartition) finish() {
+func (p *Partition) Finish() {
 	p.finOnce.Do(func() {
 		if p.typ == pb.ResultType_RESULT_TYPE_PIPELINED {
 			for _, sp := range p.subs {
@@ -265,7 +263,7 @@ func (p *resultPartition) finish() {
 }
 
 // release aborts writers and readers (an armed reader is woken to find it) and frees the data.
-func (p *resultPartition) release() {
+func (p *Partition) release() {
 	p.once.Do(func() {
 		p.gone.Store(true)
 		close(p.released)
@@ -281,7 +279,7 @@ func (p *resultPartition) release() {
 	})
 }
 
-func (p *resultPartition) isFinished() bool {
+func (p *Partition) isFinished() bool {
 	select {
 	case <-p.finished:
 		return true
@@ -290,7 +288,7 @@ func (p *resultPartition) isFinished() bool {
 	}
 }
 
-func (p *resultPartition) isReleased() bool {
+func (p *Partition) isReleased() bool {
 	select {
 	case <-p.released:
 		return true
@@ -300,7 +298,7 @@ func (p *resultPartition) isReleased() bool {
 }
 
 // allDrained reports whether every PIPELINED subpartition delivered end_of_partition.
-func (p *resultPartition) allDrained() bool {
+func (p *Partition) allDrained() bool {
 	for _, sp := range p.subs {
 		sp.mu.Lock()
 		d := sp.drained
@@ -310,186 +308,4 @@ func (p *resultPartition) allDrained() bool {
 		}
 	}
 	return true
-}
-
-// partitionRegistry holds the partitions this TM serves.
-type partitionRegistry struct {
-	mu    sync.RWMutex
-	parts map[partitionKey]*resultPartition
-	// waiters: consumers waiting for a partition to be registered (awaitFunc), called by add.
-	waiters map[partitionKey][]*partitionWaiter
-}
-
-// partitionWaiter is one wait for a partition: fn is called once, with the partition when it
-// is registered or with what is there when the wait ends, unless the wait was stopped first.
-// Stopping never waits for a fn that runs (its caller may hold a lock fn takes): fn copes with
-// coming late.
-type partitionWaiter struct {
-	fn    func(*resultPartition)
-	ended atomic.Bool // fired or stopped
-	timer *time.Timer
-}
-
-func (w *partitionWaiter) fire(p *resultPartition) {
-	if w.ended.CompareAndSwap(false, true) {
-		w.timer.Stop()
-		w.fn(p)
-	}
-}
-
-func newPartitionRegistry() *partitionRegistry {
-	return &partitionRegistry{parts: map[partitionKey]*resultPartition{}, waiters: map[partitionKey][]*partitionWaiter{}}
-}
-
-func (r *partitionRegistry) add(p *resultPartition) {
-	r.addLater(p)()
-}
-
-// addLater registers p and returns the call that answers the consumers already waiting for it
-// (a wide partition's may be hundreds): a producer reports RUNNING first, then answers them.
-func (r *partitionRegistry) addLater(p *resultPartition) (answer func()) {
-	r.mu.Lock()
-	r.parts[p.key] = p
-	ws := r.waiters[p.key]
-	delete(r.waiters, p.key)
-	r.mu.Unlock()
-	return func() {
-		for _, w := range ws {
-			w.fire(p)
-		}
-	}
-}
-
-// awaitFunc calls fn with the partition of a named producer attempt once the producer
-// registered it, waiting up to wait (then fn gets nil): a consumer deployed with its producer
-// usually asks first, and answering NotFound at once made it poll (a round trip and a backoff
-// per channel). Nothing waits in a goroutine: fn runs in the registering producer's goroutine
-// or in the timer's, and must not block. fn runs at once, in the caller's goroutine, when the
-// partition is there (or no attempt is named). The returned stop ends the wait without fn.
-func (r *partitionRegistry) awaitFunc(job, result string, index int32, attempt string, wait time.Duration, fn func(*resultPartition)) (stop func()) {
-	if p := r.lookup(job, result, index, attempt); p != nil || attempt == "" || wait <= 0 {
-		fn(p)
-		return func() {}
-	}
-	k := partitionKey{job, result, index, attempt}
-	w := &partitionWaiter{fn: fn}
-	r.mu.Lock()
-	if p := r.parts[k]; p != nil {
-		r.mu.Unlock()
-		fn(p)
-		return func() {}
-	}
-	r.waiters[k] = append(r.waiters[k], w)
-	w.timer = time.AfterFunc(wait, func() {
-		r.forget(k, w)
-		w.fire(r.lookup(job, result, index, attempt))
-	})
-	r.mu.Unlock()
-	return func() {
-		r.forget(k, w)
-		if w.ended.CompareAndSwap(false, true) {
-			w.timer.Stop()
-		}
-	}
-}
-
-func (r *partitionRegistry) forget(k partitionKey, w *partitionWaiter) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ws := r.waiters[k]
-	if i := slices.Index(ws, w); i >= 0 {
-		ws = slices.Delete(ws, i, i+1)
-		if len(ws) == 0 {
-			delete(r.waiters, k)
-		} else {
-			r.waiters[k] = ws
-		}
-	}
-}
-
-// await is awaitFunc for a caller that can wait: it returns the partition, or nil after wait
-// or once ctx ends.
-func (r *partitionRegistry) await(ctx context.Context, job, result string, index int32, attempt string, wait time.Duration) *resultPartition {
-	got := make(chan *resultPartition, 1)
-	stop := r.awaitFunc(job, result, index, attempt, wait, func(p *resultPartition) { got <- p })
-	select {
-	case p := <-got:
-		return p
-	case <-ctx.Done():
-		stop()
-		return r.lookup(job, result, index, attempt)
-	}
-}
-
-// lookup finds a partition; an empty attempt matches any producer attempt.
-func (r *partitionRegistry) lookup(job, result string, index int32, attempt string) *resultPartition {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if attempt != "" {
-		return r.parts[partitionKey{job, result, index, attempt}]
-	}
-	for k, p := range r.parts {
-		if k.job == job && k.result == result && k.index == index {
-			return p
-		}
-	}
-	return nil
-}
-
-// lookupMany is lookup of the partitions index[i] of attempt[i] of one result, into found,
-// under one read lock; an empty attempt finds nothing (lookup's scan is for tools).
-func (r *partitionRegistry) lookupMany(job, result string, index []int32, attempt []string, found []*resultPartition) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	for i, a := range attempt {
-		if a != "" {
-			found[i] = r.parts[partitionKey{job, result, index[i], a}]
-		}
-	}
-}
-
-// has reports whether the partition is still held.
-func (r *partitionRegistry) has(k partitionKey) bool {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	_, ok := r.parts[k]
-	return ok
-}
-
-// remove drops the partition from the registry and releases it.
-func (r *partitionRegistry) remove(k partitionKey) {
-	r.mu.Lock()
-	p := r.parts[k]
-	delete(r.parts, k)
-	r.mu.Unlock()
-	if p != nil {
-		p.release()
-	}
-}
-
-// removeAttempt removes every partition of a producer attempt.
-func (r *partitionRegistry) removeAttempt(attempt string) {
-	r.mu.Lock()
-	var ps []*resultPartition
-	for k, p := range r.parts {
-		if k.attempt == attempt {
-			ps = append(ps, p)
-			delete(r.parts, k)
-		}
-	}
-	r.mu.Unlock()
-	for _, p := range ps {
-		p.release()
-	}
-}
-
-// removeAll releases everything (TM stop).
-func (r *partitionRegistry) removeAll() {
-	r.mu.Lock()
-	ps := r.parts
-	r.parts = map[partitionKey]*resultPartition{}
-	r.mu.Unlock()
-	for _, p := range ps {
-		p.release()
-	}
 }
