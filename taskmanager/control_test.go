@@ -546,10 +546,10 @@ func TestLeaderThatRefusesConnectionsIsRetriedWithBackoff(t *testing.T) {
 		return tm.Heartbeats() > 0, fmt.Sprintf("%d heartbeats", tm.Heartbeats())
 	})
 	jm.srv.Stop()
-	base := tm.contactFailures.Load()
+	base := tm.link.contactFailures.Load()
 	start := time.Now()
 	waitFor(t, 30*time.Second, "eight failed contacts", func() (bool, string) {
-		n := tm.contactFailures.Load() - base
+		n := tm.link.contactFailures.Load() - base
 		return n >= 8, fmt.Sprintf("%d failures", n)
 	})
 	// Failures 2..7 are each followed by a pause of at least leaderRetryMin (doubling, capped
