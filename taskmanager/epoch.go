@@ -222,7 +222,7 @@ func (f *fence) namedEpoch(ctx context.Context, epoch uint64) (uint64, error) {
 	return best, fmt.Errorf("%w: asked %d JobMaster(s), the highest established epoch named is %d", errNoEpochWitness, len(asked), best)
 }
 
-// Request validation: every check needs the request alone, so it runs before the TM mutex is
+// Request validation: every check needs the request alone, so it runs before the task lock is
 // taken and before any epoch is adopted.
 
 func validateCancel(req *pb.CancelTaskRequest) error {
