@@ -81,17 +81,17 @@ func (s *controlService) TriggerCheckpoint(ctx context.Context, req *pb.TriggerC
 	if req.GetJobId() == "" || req.GetCheckpointId() == 0 {
 		invalid = fmt.Errorf("job_id and checkpoint_id are required")
 	}
-	if err := tm.admit(ctx, req.GetEpoch(), "TriggerCheckpoint", invalid, false); err != nil {
-		return nil, err
+	if err := tm.fence.admit(ctx, req.GetEpoch(), "TriggerCheckpoint", invalid, false); err != nil {
+		return nil, Status(err)
 	}
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
-	if err := tm.fenceLocked(req.GetEpoch(), "TriggerCheckpoint"); err != nil {
-		return nil, err
+	if _, err := tm.fence.accept(req.GetEpoch(), "TriggerCheckpoint"); err != nil {
+		return nil, Status(err)
 	}
 	resp := &pb.TriggerCheckpointResponse{}
 	for _, a := range req.GetAttemptIds() {
-		t := tm.tasks[a]
+		t := tm.table.tasks[a]
 		if t == nil || t.tdd.GetJobId() != req.GetJobId() || t.state != pb.ExecutionState_EXECUTION_STATE_RUNNING || graph.OperatorRoleOf(t.tdd.GetOperator()) != graph.RoleSource {
 			resp.NotRunning = append(resp.NotRunning, a)
 			continue
@@ -113,7 +113,7 @@ func (s *controlService) TriggerCheckpoint(ctx context.Context, req *pb.TriggerC
 func (s *controlService) NotifyCheckpointComplete(ctx context.Context, req *pb.NotifyCheckpointCompleteRequest) (*pb.NotifyCheckpointCompleteResponse, error) {
 	tm := s.tm
 	if err := s.checkNotify(ctx, req.GetEpoch(), req.GetJobId(), req.GetCheckpointId(), "NotifyCheckpointComplete"); err != nil {
-		return nil, err
+		return nil, Status(err)
 	}
 	type commit struct {
 		t *task
@@ -121,7 +121,7 @@ func (s *controlService) NotifyCheckpointComplete(ctx context.Context, req *pb.N
 	}
 	var commits []commit
 	tm.mu.Lock()
-	for _, t := range tm.tasks {
+	for _, t := range tm.table.tasks {
 		if t.committer != nil && t.tdd.GetJobId() == req.GetJobId() && !isTerminal(t.state) {
 			commits = append(commits, commit{t, t.committer})
 		}
@@ -146,7 +146,7 @@ func (s *controlService) NotifyCheckpointComplete(ctx context.Context, req *pb.N
 // leader's to delete.
 func (s *controlService) NotifyCheckpointAborted(ctx context.Context, req *pb.NotifyCheckpointAbortedRequest) (*pb.NotifyCheckpointAbortedResponse, error) {
 	if err := s.checkNotify(ctx, req.GetEpoch(), req.GetJobId(), req.GetCheckpointId(), "NotifyCheckpointAborted"); err != nil {
-		return nil, err
+		return nil, Status(err)
 	}
 	s.tm.log.Debug("checkpoint aborted", "job", req.GetJobId(), "checkpoint", req.GetCheckpointId(), "reason", req.GetReason())
 	return &pb.NotifyCheckpointAbortedResponse{}, nil
@@ -157,5 +157,5 @@ func (s *controlService) checkNotify(ctx context.Context, epoch uint64, job stri
 	if job == "" || id == 0 {
 		invalid = fmt.Errorf("job_id and checkpoint_id are required")
 	}
-	return s.tm.admit(ctx, epoch, call, invalid, false)
+	return s.tm.fence.admit(ctx, epoch, call, invalid, false)
 }

@@ -157,108 +157,6 @@ func TestRefusedCallsNeverRaiseTheEpoch(t *testing.T) {
 	}
 }
 
-func TestOutboxRetriesInOrder(t *testing.T) {
-	jm := startJM(t)
-	jm.mu.Lock()
-	jm.refuse = 7
-	jm.mu.Unlock()
-	tm := newTM(t, "tm1", jm, nil)
-	c := client(t, tm)
-	submit(t, c, 1, source("job", "src", 0, 2, "a", 0, &pb.SequenceSource{Count: 10}))
-	submit(t, c, 1, source("job", "src", 1, 2, "b", 1, &pb.SequenceSource{Count: 10}))
-	jm.waitState(t, "a", finished)
-	jm.waitState(t, "b", finished)
-	waitFor(t, 5*time.Second, "empty outbox", func() (bool, string) { return tm.OutboxLen() == 0, fmt.Sprint(tm.OutboxLen()) })
-
-	jm.mu.Lock()
-	defer jm.mu.Unlock()
-	if jm.refuse != 0 {
-		t.Fatalf("only %d refusals used", 7-jm.refuse)
-	}
-	seqs := map[string]uint64{} // attempt/state -> sequence
-	for _, u := range jm.updates {
-		k := u.attempt + "/" + u.state.String()
-		if s, ok := seqs[k]; ok && s != u.seq {
-			t.Fatalf("%s retried with sequence %d, first sent with %d", k, u.seq, s)
-		}
-		seqs[k] = u.seq
-	}
-	for _, a := range []string{"a", "b"} {
-		var got []pb.ExecutionState
-		for _, u := range jm.updates {
-			if u.attempt == a && u.accepted {
-				got = append(got, u.state)
-			}
-		}
-		if len(got) != 2 || got[0] != running || got[1] != finished {
-			t.Fatalf("%s delivered %v, want [RUNNING FINISHED] exactly once", a, got)
-		}
-		if seqs[a+"/"+running.String()] >= seqs[a+"/"+finished.String()] {
-			t.Fatalf("%s: RUNNING sequence not below FINISHED: %v", a, seqs)
-		}
-		// No FINISHED was sent before RUNNING was accepted.
-		runningAccepted := false
-		for _, u := range jm.updates {
-			if u.attempt != a {
-				continue
-			}
-			if u.state == finished && !runningAccepted {
-				t.Fatalf("%s: FINISHED sent before RUNNING was accepted", a)
-			}
-			if u.state == running && u.accepted {
-				runningAccepted = true
-			}
-		}
-	}
-}
-
-func TestNotAcceptedCancelsAttempt(t *testing.T) {
-	jm := startJM(t)
-	jm.mu.Lock()
-	jm.disown["orphan"] = true
-	jm.mu.Unlock()
-	tm := newTM(t, "tm1", jm, nil)
-	c := client(t, tm)
-	submit(t, c, 1, source("job", "src", 0, 1, "orphan", 0, unbounded))
-	waitFor(t, 10*time.Second, "orphan cancelled", func() (bool, string) {
-		ti, _ := findTask(tm, "orphan")
-		return ti.State == canceled && tm.FreeSlots() == 4, fmt.Sprintf("%+v free=%d", ti, tm.FreeSlots())
-	})
-	waitFor(t, 5*time.Second, "empty outbox", func() (bool, string) { return tm.OutboxLen() == 0, fmt.Sprint(tm.OutboxLen()) })
-	jm.mu.Lock()
-	defer jm.mu.Unlock()
-	for _, u := range jm.updates {
-		if u.attempt == "orphan" && u.state != running {
-			t.Fatalf("orphan reported %v after the leader disowned it", u.state)
-		}
-	}
-}
-
-// TestFinalRefusalCancelsAttempt: the leader refuses an attempt's state update with a final
-// code (FAILED_PRECONDITION: the graph's deterministic answer). The TM neither drops the update
-// and runs on unowned nor retries forever: it cancels the attempt locally and reports nothing
-// more of it.
-func TestFinalRefusalCancelsAttempt(t *testing.T) {
-	jm := startJM(t)
-	jm.mu.Lock()
-	jm.reject["refused"] = true
-	jm.mu.Unlock()
-	tm := newTM(t, "tm1", jm, nil)
-	submit(t, client(t, tm), 1, source("job", "src", 0, 1, "refused", 0, unbounded))
-	waitFor(t, 10*time.Second, "the refused attempt cancelled", func() (bool, string) {
-		ti, _ := findTask(tm, "refused")
-		return ti.State == canceled && tm.FreeSlots() == 4, fmt.Sprintf("%+v free=%d", ti, tm.FreeSlots())
-	})
-	waitFor(t, 5*time.Second, "empty outbox", func() (bool, string) { return tm.OutboxLen() == 0, fmt.Sprint(tm.OutboxLen()) })
-	jm.mu.Lock()
-	defer jm.mu.Unlock()
-	for _, u := range jm.updates {
-		if u.attempt == "refused" && u.state != running {
-			t.Fatalf("the refused attempt reported %v after the refusal", u.state)
-		}
-	}
-}
-
 func TestTerminalRetention(t *testing.T) {
 	jm := startJM(t)
 	tm := newTM(t, "tm1", jm, func(c *Config) { c.RetainTerminal = time.Minute })
@@ -546,10 +444,10 @@ func TestLeaderThatRefusesConnectionsIsRetriedWithBackoff(t *testing.T) {
 		return tm.Heartbeats() > 0, fmt.Sprintf("%d heartbeats", tm.Heartbeats())
 	})
 	jm.srv.Stop()
-	base := tm.contactFailures.Load()
+	base := tm.link.contactFailures.Load()
 	start := time.Now()
 	waitFor(t, 30*time.Second, "eight failed contacts", func() (bool, string) {
-		n := tm.contactFailures.Load() - base
+		n := tm.link.contactFailures.Load() - base
 		return n >= 8, fmt.Sprintf("%d failures", n)
 	})
 	// Failures 2..7 are each followed by a pause of at least leaderRetryMin (doubling, capped

@@ -88,9 +88,9 @@ func TestNoFenceDuringALeaderGap(t *testing.T) {
 	w.leader = "" // the followers know no leader
 	w.mu.Unlock()
 	jm.srv.Stop()
-	before := tm.fenceChecks.Load()
+	before := tm.fence.fenceChecks.Load()
 	waitFor(t, 10*time.Second, "three fence checks after the fence timeout", func() (bool, string) {
-		n := tm.fenceChecks.Load() - before
+		n := tm.fence.fenceChecks.Load() - before
 		return n >= 3, fmt.Sprintf("%d checks", n)
 	})
 	if ti, _ := findTask(tm, "a"); ti.State != running {
@@ -117,7 +117,7 @@ func TestFenceWhenANewLeaderCannotReachTheTM(t *testing.T) {
 	w.mu.Unlock()
 	waitFor(t, 10*time.Second, "the TM to fence itself", func() (bool, string) {
 		ti, _ := findTask(tm, "a")
-		return ti.State == canceled, fmt.Sprintf("%+v checks=%d", ti, tm.fenceChecks.Load())
+		return ti.State == canceled, fmt.Sprintf("%+v checks=%d", ti, tm.fence.fenceChecks.Load())
 	})
 }
 
@@ -151,9 +151,9 @@ func TestNoFenceWhenALeaderReachesTheTMDuringTheCheck(t *testing.T) {
 	w.hold = hold
 	w.mu.Unlock()
 	jm.srv.Stop()
-	before := tm.fenceChecks.Load()
+	before := tm.fence.fenceChecks.Load()
 	waitFor(t, 10*time.Second, "a fence check asking the follower", func() (bool, string) {
-		return tm.fenceChecks.Load() > before, fmt.Sprintf("%d checks", tm.fenceChecks.Load()-before)
+		return tm.fence.fenceChecks.Load() > before, fmt.Sprintf("%d checks", tm.fence.fenceChecks.Load()-before)
 	})
 	// The new leader reaches the TM while the check waits for the follower.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -176,7 +176,7 @@ func TestNoFenceWhenALeaderReachesTheTMDuringTheCheck(t *testing.T) {
 	w.mu.Unlock()
 	close(hold)
 	waitFor(t, 10*time.Second, "two more fence checks", func() (bool, string) {
-		return tm.fenceChecks.Load()-before >= 3, fmt.Sprintf("%d checks", tm.fenceChecks.Load()-before)
+		return tm.fence.fenceChecks.Load()-before >= 3, fmt.Sprintf("%d checks", tm.fence.fenceChecks.Load()-before)
 	})
 	if ti, _ := findTask(tm, "a"); ti.State != running {
 		t.Fatalf("the TM fenced although a leader reached it during the check: %+v", ti)
@@ -200,9 +200,9 @@ func TestNoFenceWhileTheNamedLeaderAnswers(t *testing.T) {
 	jm.mu.Lock()
 	jm.notLeader = true
 	jm.mu.Unlock()
-	before := tm.fenceChecks.Load()
+	before := tm.fence.fenceChecks.Load()
 	waitFor(t, 10*time.Second, "three fence checks while the named leader refuses heartbeats", func() (bool, string) {
-		n := tm.fenceChecks.Load() - before
+		n := tm.fence.fenceChecks.Load() - before
 		return n >= 3, fmt.Sprintf("%d checks", n)
 	})
 	if ti, _ := findTask(tm, "a"); ti.State != running {
@@ -223,14 +223,14 @@ func TestFenceChecksUseTheTimeoutInForce(t *testing.T) {
 		c.FenceTimeout = 0
 	})
 	waitFor(t, 10*time.Second, "the leader's fence timeout adopted", func() (bool, string) {
-		tm.mu.Lock()
-		defer tm.mu.Unlock()
-		return tm.fenceTimeoutLocked() == 300*time.Millisecond, tm.fenceTimeoutLocked().String()
+		tm.fence.mu.Lock()
+		defer tm.fence.mu.Unlock()
+		return tm.fence.fenceTimeoutLocked() == 300*time.Millisecond, tm.fence.fenceTimeoutLocked().String()
 	})
-	if addr, _ := tm.establishedLeader(context.Background()); addr != jm.addr {
+	if addr, _ := tm.fence.establishedLeader(context.Background()); addr != jm.addr {
 		t.Fatalf("establishedLeader = %q, want the leader the witness names, %q", addr, jm.addr)
 	}
-	if err := tm.probe(context.Background(), w.addr); err != nil {
+	if err := tm.fence.probe(context.Background(), w.addr); err != nil {
 		t.Fatalf("probe of a JobMaster that answers: %v", err)
 	}
 }

@@ -154,7 +154,7 @@ func tameChannel(c *pb.InputChannelDescriptor, dataAddr string) {
 
 // stopAll cancels every task and waits for it to end.
 func stopAll(t *testing.T, tm *TaskManager) {
-	for _, task := range tm.cancelAll("fuzz input done") {
+	for _, task := range tm.table.cancelAll("fuzz input done") {
 		if !task.wait(10 * time.Second) {
 			t.Fatalf("task %s did not stop within 10s of its cancel", task.attempt())
 		}
@@ -165,8 +165,8 @@ func stopAll(t *testing.T, tm *TaskManager) {
 func liveTasks(tm *TaskManager) map[string]bool {
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
-	out := make(map[string]bool, len(tm.tasks))
-	for id, task := range tm.tasks {
+	out := make(map[string]bool, len(tm.table.tasks))
+	for id, task := range tm.table.tasks {
 		out[id] = task.ctx.Err() == nil
 	}
 	return out
@@ -176,9 +176,9 @@ func liveTasks(tm *TaskManager) map[string]bool {
 func resetTM(t *testing.T, tm *TaskManager) {
 	stopAll(t, tm)
 	tm.mu.Lock()
-	for id, task := range tm.tasks {
+	for id, task := range tm.table.tasks {
 		if isTerminal(task.state) {
-			tm.dropTaskLocked(id)
+			tm.table.dropLocked(id)
 		}
 	}
 	clear(tm.partitionExpiry)

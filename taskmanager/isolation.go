@@ -28,7 +28,7 @@ const (
 	defaultPoolQueryTimeout  = time.Second
 )
 
-// poolState is what the TM knows of the pool and of its own leader contact (guarded by tm.mu).
+// poolState is what the TM knows of the pool and of its own leader contact (guarded by f.mu).
 type poolState struct {
 	version, revision uint64
 	peers             []*pb.PoolPeer // sorted by id
@@ -56,62 +56,62 @@ type poolState struct {
 // sent. For the isolation rule that is the TM's contact, timed at the send, so it is never
 // later than the leader's record of it (the leader's streaks; calls the leader makes count for
 // the fence and the grace, not here).
-func (tm *TaskManager) answeredLocked(sent time.Time) {
-	tm.lastContact = time.Now()
-	if sent.After(tm.pool.contactAt) {
-		tm.pool.contactAt = sent
+func (f *fence) answeredLocked(sent time.Time) {
+	f.lastContact = time.Now()
+	if sent.After(f.pool.contactAt) {
+		f.pool.contactAt = sent
 	}
-	if tm.pool.epochOf != tm.epoch || tm.pool.epochAt.IsZero() {
-		tm.pool.epochOf, tm.pool.epochAt = tm.epoch, sent
+	if f.pool.epochOf != f.epoch || f.pool.epochAt.IsZero() {
+		f.pool.epochOf, f.pool.epochAt = f.epoch, sent
 	}
 }
 
 // fenceTimeoutLocked is the fence timeout in force: the leader's, else the TM's own.
-func (tm *TaskManager) fenceTimeoutLocked() time.Duration {
-	if tm.pool.fence > 0 {
-		return tm.pool.fence
+func (f *fence) fenceTimeoutLocked() time.Duration {
+	if f.pool.fence > 0 {
+		return f.pool.fence
 	}
-	return tm.cfg.FenceTimeout
+	return f.cfg.FenceTimeout
 }
 
-func (tm *TaskManager) poolTimingsLocked() (interval, timeout time.Duration) {
+func (f *fence) poolTimingsLocked() (interval, timeout time.Duration) {
 	interval, timeout = defaultPoolQueryInterval, defaultPoolQueryTimeout
-	if tm.pool.interval > 0 {
-		interval = tm.pool.interval
+	if f.pool.interval > 0 {
+		interval = f.pool.interval
 	}
-	if tm.pool.timeout > 0 {
-		timeout = tm.pool.timeout
+	if f.pool.timeout > 0 {
+		timeout = f.pool.timeout
 	}
 	return interval, timeout
 }
 
 // adoptRuleLocked takes the rule's timings from a registration response.
-func (tm *TaskManager) adoptRuleLocked(r *pb.RegisterTaskManagerResponse) {
+func (f *fence) adoptRuleLocked(r *pb.RegisterTaskManagerResponse) {
 	if ms := r.GetFenceTimeoutMs(); ms > 0 {
-		tm.pool.fence = time.Duration(ms) * time.Millisecond
+		f.pool.fence = time.Duration(ms) * time.Millisecond
 	}
 	if ms := r.GetPoolQueryIntervalMs(); ms > 0 {
-		tm.pool.interval = time.Duration(ms) * time.Millisecond
+		f.pool.interval = time.Duration(ms) * time.Millisecond
 	}
 	if ms := r.GetPoolQueryTimeoutMs(); ms > 0 {
-		tm.pool.timeout = time.Duration(ms) * time.Millisecond
+		f.pool.timeout = time.Duration(ms) * time.Millisecond
 	}
 	if ms := r.GetLeaderGraceMs(); ms > 0 {
-		tm.pool.grace = time.Duration(ms) * time.Millisecond
+		f.pool.grace = time.Duration(ms) * time.Millisecond
 	}
 }
 
 // leaderGraceLocked is the leader grace in force: the leader's, else the TM's own.
-func (tm *TaskManager) leaderGraceLocked() time.Duration {
-	if tm.pool.grace > 0 {
-		return tm.pool.grace
+func (f *fence) leaderGraceLocked() time.Duration {
+	if f.pool.grace > 0 {
+		return f.pool.grace
 	}
-	return tm.cfg.LeaderGrace
+	return f.cfg.LeaderGrace
 }
 
 // adoptPoolLocked takes a newer pool view from the leader.
-func (tm *TaskManager) adoptPoolLocked(v *pb.PoolView) {
-	if v == nil || v.Revision <= tm.pool.revision {
+func (f *fence) adoptPoolLocked(v *pb.PoolView) {
+	if v == nil || v.Revision <= f.pool.revision {
 		return
 	}
 	peers := make([]*pb.PoolPeer, 0, len(v.Peers))
@@ -121,15 +121,15 @@ func (tm *TaskManager) adoptPoolLocked(v *pb.PoolView) {
 		}
 	}
 	sort.Slice(peers, func(i, j int) bool { return peers[i].TmId < peers[j].TmId })
-	tm.pool.version, tm.pool.revision, tm.pool.peers = v.Version, v.Revision, peers
-	tm.log.Info("pool", "version", v.Version, "revision", v.Revision, "members", len(peers))
+	f.pool.version, f.pool.revision, f.pool.peers = v.Version, v.Revision, peers
+	f.log.Info("pool", "version", v.Version, "revision", v.Revision, "members", len(peers))
 }
 
-// PoolVersion is the pool version the TM knows (0: none).
-func (tm *TaskManager) PoolVersion() uint64 {
-	tm.mu.Lock()
-	defer tm.mu.Unlock()
-	return tm.pool.version
+// poolVersion is the pool version and revision the TM knows (0: none).
+func (f *fence) poolVersion() (version, revision uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pool.version, f.pool.revision
 }
 
 // ageMs is the age of t in milliseconds, -1 for the zero time.
@@ -143,18 +143,18 @@ func ageMs(t time.Time) int64 {
 // peerService answers other TMs' pool queries.
 type peerService struct {
 	pb.UnimplementedPeerServiceServer
-	tm *TaskManager
+	f *fence
 }
 
 func (s *peerService) LeaderContact(_ context.Context, req *pb.LeaderContactRequest) (*pb.LeaderContactResponse, error) {
-	tm := s.tm
-	tm.mu.Lock()
-	defer tm.mu.Unlock()
+	f := s.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	// The epoch is that of the leader that answered last, not the highest seen: a report request
 	// of a newer leader is no contact here, and pairing its epoch with an older contact would
 	// tell the asking TM that the newer leader reached this one.
-	resp := &pb.LeaderContactResponse{TmId: tm.cfg.ID, Epoch: tm.pool.epochOf, ContactAgeMs: ageMs(tm.pool.contactAt), EpochContactAgeMs: ageMs(tm.pool.epochAt), PoolVersion: tm.pool.version}
-	tm.peerQueries.Add(1)
+	resp := &pb.LeaderContactResponse{TmId: f.cfg.ID, Epoch: f.pool.epochOf, ContactAgeMs: ageMs(f.pool.contactAt), EpochContactAgeMs: ageMs(f.pool.epochAt), PoolVersion: f.pool.version}
+	f.peerQueries.Add(1)
 	return resp, nil
 }
 
@@ -164,13 +164,13 @@ func (s *peerService) LeaderContact(_ context.Context, req *pb.LeaderContactRequ
 // off by DROP; a pool check behind them came after the leader had redeployed: jepsen
 // tm-from-jms seed 1). It counts from the last heartbeat the leader answered, which calls from
 // the leader do not refresh: a TM whose heartbeats fail must not look in contact to its pool.
-func (tm *TaskManager) poolLoop(ctx context.Context) {
+func (f *fence) poolLoop(ctx context.Context) {
 	for {
-		tm.mu.Lock()
-		interval, _ := tm.poolTimingsLocked()
-		answered, contact := tm.pool.contactAt, tm.lastContact
-		f, grace := tm.fenceTimeoutLocked(), tm.leaderGraceLocked()
-		tm.mu.Unlock()
+		f.mu.Lock()
+		interval, _ := f.poolTimingsLocked()
+		answered, contact := f.pool.contactAt, f.lastContact
+		ft, grace := f.fenceTimeoutLocked(), f.leaderGraceLocked()
+		f.mu.Unlock()
 		if !sleepCtx(ctx, interval) {
 			return
 		}
@@ -178,15 +178,15 @@ func (tm *TaskManager) poolLoop(ctx context.Context) {
 			answered = contact
 		}
 		since := time.Since(answered)
-		if f > 0 && since > f/2 && time.Since(contact) <= grace {
-			tm.warmPool()
+		if ft > 0 && since > ft/2 && time.Since(contact) <= grace {
+			f.warmPool()
 		}
-		if f <= 0 || since <= f || time.Since(contact) > grace {
+		if ft <= 0 || since <= ft || time.Since(contact) > grace {
 			continue // in contact, the rule off, or past the grace (graceLoop has cancelled)
 		}
-		if why := tm.poolCheck(ctx); why != "" {
-			if ts := tm.cancelAll(why); len(ts) > 0 {
-				tm.log.Error("FENCED: the pool shows no JobMaster outage; cancelling every task", "why", why, "tasks", len(ts), "since_heartbeat", since.Round(time.Millisecond))
+		if why := f.poolCheck(ctx); why != "" {
+			if n := f.stop(why); n > 0 {
+				f.log.Error("FENCED: the pool shows no JobMaster outage; cancelling every task", "why", why, "tasks", n, "since_heartbeat", since.Round(time.Millisecond))
 			}
 		}
 	}
@@ -197,15 +197,15 @@ func (tm *TaskManager) poolLoop(ctx context.Context) {
 // ready and need a round trip each within the query timeout, not a dial as well (in-process
 // test clusters on a loaded machine lost whole checks to dials: every member "unreachable").
 // Connecting to an already ready member does nothing.
-func (tm *TaskManager) warmPool() {
-	tm.mu.Lock()
-	peers := append([]*pb.PoolPeer(nil), tm.pool.peers...)
-	tm.mu.Unlock()
+func (f *fence) warmPool() {
+	f.mu.Lock()
+	peers := append([]*pb.PoolPeer(nil), f.pool.peers...)
+	f.mu.Unlock()
 	for _, p := range peers {
-		if p.TmId == tm.cfg.ID || p.GrpcAddress == "" {
+		if p.TmId == f.cfg.ID || p.GrpcAddress == "" {
 			continue
 		}
-		if conn, err := tm.conns.peer(p.GrpcAddress); err == nil {
+		if conn, err := f.conns.peer(p.GrpcAddress); err == nil {
 			conn.Connect()
 		}
 	}
@@ -215,53 +215,54 @@ func (tm *TaskManager) warmPool() {
 // decides only once contact is older than the fence timeout plus a heartbeat interval and a
 // query timeout (a member whose heartbeats were just out of phase with this TM's has then
 // passed the fence timeout too), and asks the pool at most once per query interval.
-func (tm *TaskManager) poolCheck(ctx context.Context) string {
-	tm.mu.Lock()
-	contact := tm.pool.contactAt
+func (f *fence) poolCheck(ctx context.Context) string {
+	hb := f.interval()
+	f.mu.Lock()
+	contact := f.pool.contactAt
 	if contact.IsZero() {
-		contact = tm.lastContact // never answered: counted from the start
+		contact = f.lastContact // never answered: counted from the start
 	}
-	ft := tm.fenceTimeoutLocked()
-	interval, timeout := tm.poolTimingsLocked()
+	ft := f.fenceTimeoutLocked()
+	interval, timeout := f.poolTimingsLocked()
 	since := time.Since(contact)
 	switch {
 	case ft <= 0:
-		tm.mu.Unlock()
+		f.mu.Unlock()
 		return "" // the fence is off: the leader grace alone
-	case since <= ft+tm.hbInterval+timeout:
-		tm.mu.Unlock()
+	case since <= ft+hb+timeout:
+		f.mu.Unlock()
 		return ""
-	case tm.pool.version == 0:
-		tm.mu.Unlock()
+	case f.pool.version == 0:
+		f.mu.Unlock()
 		// Without a pool nothing can confirm an outage (the leader counts on this: it treats
 		// a member that never confirmed a pool as one that may know none).
 		return fmt.Sprintf("no leader contact for %v and no pool known to confirm a JobMaster outage", since.Round(time.Millisecond))
-	case time.Since(tm.pool.lastCheck) < interval:
-		v := tm.pool.lastVerdict
-		tm.mu.Unlock()
+	case time.Since(f.pool.lastCheck) < interval:
+		v := f.pool.lastVerdict
+		f.mu.Unlock()
 		return v
 	}
-	tm.pool.lastCheck = time.Now()
-	peers := append([]*pb.PoolPeer(nil), tm.pool.peers...)
+	f.pool.lastCheck = time.Now()
+	peers := append([]*pb.PoolPeer(nil), f.pool.peers...)
 	// Answers are weighed against the epoch of the leader that last answered this TM: a newer
 	// leader that only reached it by a call (a report request) has not heard from it yet.
-	myEpoch := tm.pool.epochOf
-	tm.mu.Unlock()
+	myEpoch := f.pool.epochOf
+	f.mu.Unlock()
 
-	verdict := tm.askPool(ctx, peers, myEpoch, ft, timeout)
+	verdict := f.askPool(ctx, peers, myEpoch, ft, timeout)
 
-	tm.mu.Lock()
-	defer tm.mu.Unlock()
-	if tm.pool.contactAt.After(contact) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pool.contactAt.After(contact) {
 		verdict = "" // the leader answered this TM meanwhile
 	}
-	tm.pool.lastVerdict = verdict
+	f.pool.lastVerdict = verdict
 	return verdict
 }
 
 // askPool queries every other member in parallel and applies the rule to the answers.
-func (tm *TaskManager) askPool(ctx context.Context, peers []*pb.PoolPeer, myEpoch uint64, ft, timeout time.Duration) string {
-	tm.poolChecks.Add(1)
+func (f *fence) askPool(ctx context.Context, peers []*pb.PoolPeer, myEpoch uint64, ft, timeout time.Duration) string {
+	f.poolChecks.Add(1)
 	type answer struct {
 		peer string
 		sent time.Time
@@ -277,7 +278,7 @@ func (tm *TaskManager) askPool(ctx context.Context, peers []*pb.PoolPeer, myEpoc
 	qctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for _, p := range peers {
-		if p.TmId == tm.cfg.ID {
+		if p.TmId == f.cfg.ID {
 			member = true
 			continue
 		}
@@ -285,10 +286,10 @@ func (tm *TaskManager) askPool(ctx context.Context, peers []*pb.PoolPeer, myEpoc
 		go func() {
 			defer wg.Done()
 			a := answer{peer: p.TmId, sent: time.Now()}
-			if conn, err := tm.conns.peer(p.GrpcAddress); err != nil {
+			if conn, err := f.conns.peer(p.GrpcAddress); err != nil {
 				a.err = err
 			} else {
-				a.resp, a.err = pb.NewPeerServiceClient(conn).LeaderContact(qctx, &pb.LeaderContactRequest{TmId: tm.cfg.ID})
+				a.resp, a.err = pb.NewPeerServiceClient(conn).LeaderContact(qctx, &pb.LeaderContactRequest{TmId: f.cfg.ID})
 			}
 			mu.Lock()
 			answers = append(answers, a)
@@ -332,12 +333,12 @@ func (tm *TaskManager) askPool(ctx context.Context, peers []*pb.PoolPeer, myEpoc
 		}
 	}
 	if newest > 0 {
-		tm.mu.Lock()
-		if tm.pool.newer.epoch != newest || newestAt.Before(tm.pool.newer.at) {
-			tm.pool.newer.epoch, tm.pool.newer.at = newest, newestAt
+		f.mu.Lock()
+		if f.pool.newer.epoch != newest || newestAt.Before(f.pool.newer.at) {
+			f.pool.newer.epoch, f.pool.newer.at = newest, newestAt
 		}
-		at := tm.pool.newer.at
-		tm.mu.Unlock()
+		at := f.pool.newer.at
+		f.mu.Unlock()
 		if waited := time.Since(at); waited > ft {
 			return fmt.Sprintf("the leader of epoch %d reached pool members %v ago and not this TM (fence timeout %v)", newest, waited.Round(time.Millisecond), ft)
 		}

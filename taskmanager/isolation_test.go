@@ -57,9 +57,9 @@ func newPoolRig(t *testing.T, views map[int]*pb.PoolView) *poolRig {
 	}
 	for _, tm := range r.tms {
 		waitFor(t, 10*time.Second, tm.cfg.ID+" to learn the pool and the leader's fence timeout", func() (bool, string) {
-			tm.mu.Lock()
-			defer tm.mu.Unlock()
-			return tm.pool.version == 1 && tm.fenceTimeoutLocked() == rigFence, fmt.Sprintf("pool version %d, fence %v", tm.pool.version, tm.fenceTimeoutLocked())
+			tm.fence.mu.Lock()
+			defer tm.fence.mu.Unlock()
+			return tm.fence.pool.version == 1 && tm.fence.fenceTimeoutLocked() == rigFence, fmt.Sprintf("pool version %d, fence %v", tm.fence.pool.version, tm.fence.fenceTimeoutLocked())
 		})
 	}
 	return r
@@ -73,7 +73,7 @@ func (r *poolRig) state(i int) pb.ExecutionState {
 func (r *poolRig) states() string {
 	var out []string
 	for i, tm := range r.tms {
-		out = append(out, fmt.Sprintf("%s:%v checks=%d", tm.cfg.ID, r.state(i), tm.poolChecks.Load()))
+		out = append(out, fmt.Sprintf("%s:%v checks=%d", tm.cfg.ID, r.state(i), tm.fence.poolChecks.Load()))
 	}
 	return strings.Join(out, " ")
 }
@@ -88,7 +88,7 @@ func TestTasksSurviveAJobMasterOutageWithThePool(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "five pool checks on every TM", func() (bool, string) {
 		for _, tm := range r.tms {
-			if tm.poolChecks.Load() < 5 {
+			if tm.fence.poolChecks.Load() < 5 {
 				return false, r.states()
 			}
 		}
@@ -134,7 +134,7 @@ func TestTMThatReachesNothingFences(t *testing.T) {
 		t.Fatalf("tm1's cause %q", why)
 	}
 	waitFor(t, 20*time.Second, "five pool checks on tm2 and tm3", func() (bool, string) {
-		return r.tms[1].poolChecks.Load() >= 5 && r.tms[2].poolChecks.Load() >= 5, r.states()
+		return r.tms[1].fence.poolChecks.Load() >= 5 && r.tms[2].fence.poolChecks.Load() >= 5, r.states()
 	})
 	if r.state(1) != running || r.state(2) != running {
 		t.Fatalf("tm2 and tm3 see an outage and must keep running: %s", r.states())
@@ -162,7 +162,7 @@ func TestNewerLeaderGetsTheFenceTimeoutFromItsFirstContact(t *testing.T) {
 func cancelNote(tm *TaskManager, attempt string) string {
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
-	if t := tm.tasks[attempt]; t != nil {
+	if t := tm.table.tasks[attempt]; t != nil {
 		return t.cancelNote
 	}
 	return ""

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -52,7 +54,12 @@ func (m *outMsg) setSeq(n uint64) {
 // per attempt (exactly one worker goroutine per attempt with pending messages, sending its
 // head until accepted), attempts independent, retried while transport.Retryable with backoff and jitter.
 type outbox struct {
-	tm     *TaskManager
+	cfg    Config
+	log    hclog.Logger
+	link   *leaderLink
+	events *eventLog
+	// disown cancels an attempt the leader no longer owns, reporting nothing more of it.
+	disown func(attempt string)
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -70,9 +77,9 @@ type outbox struct {
 	retries atomic.Int64  // sends that failed and were retried (metrics)
 }
 
-func newOutbox(tm *TaskManager) *outbox {
+func newOutbox(cfg Config, log hclog.Logger, link *leaderLink, events *eventLog, disown func(attempt string)) *outbox {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &outbox{tm: tm, ctx: ctx, cancel: cancel, queues: map[string][]*outMsg{}, workers: map[string]bool{}, nudge: make(chan struct{})}
+	return &outbox{cfg: cfg, log: log, link: link, events: events, disown: disown, ctx: ctx, cancel: cancel, queues: map[string][]*outMsg{}, workers: map[string]bool{}, nudge: make(chan struct{})}
 }
 
 func (o *outbox) len() int {
@@ -84,14 +91,14 @@ func (o *outbox) len() int {
 // enqueueState queues an UpdateTaskExecutionState for the attempt.
 func (o *outbox) enqueueState(d *pb.TaskDeploymentDescriptor, s pb.ExecutionState, cause string) {
 	o.enqueue(&outMsg{attempt: d.GetAttemptId(), state: &pb.UpdateTaskExecutionStateRequest{
-		TmId: o.tm.cfg.ID, JobId: d.GetJobId(), AttemptId: d.GetAttemptId(), State: s, FailureCause: cause,
+		TmId: o.cfg.ID, JobId: d.GetJobId(), AttemptId: d.GetAttemptId(), State: s, FailureCause: cause,
 	}})
 }
 
 // enqueueConsumers queues a ScheduleOrUpdateConsumers for one produced partition.
 func (o *outbox) enqueueConsumers(d *pb.TaskDeploymentDescriptor, pd *pb.ResultPartitionDeploymentDescriptor) {
 	o.enqueue(&outMsg{attempt: d.GetAttemptId(), consumers: &pb.ScheduleOrUpdateConsumersRequest{
-		TmId: o.tm.cfg.ID, JobId: d.GetJobId(), ProducerAttemptId: d.GetAttemptId(),
+		TmId: o.cfg.ID, JobId: d.GetJobId(), ProducerAttemptId: d.GetAttemptId(),
 		ResultId: pd.GetResultId(), PartitionIndex: pd.GetPartitionIndex(),
 	}})
 }
@@ -99,7 +106,7 @@ func (o *outbox) enqueueConsumers(d *pb.TaskDeploymentDescriptor, pd *pb.ResultP
 // enqueueAck queues the attempt's acknowledgement of a checkpoint, behind its state updates.
 func (o *outbox) enqueueAck(d *pb.TaskDeploymentDescriptor, id uint64, ack *pb.TaskCheckpointAck) {
 	o.enqueue(&outMsg{attempt: d.GetAttemptId(), ack: &pb.AcknowledgeCheckpointRequest{
-		TmId: o.tm.cfg.ID, Incarnation: o.tm.cfg.Incarnation, JobId: d.GetJobId(), CheckpointId: id,
+		TmId: o.cfg.ID, Incarnation: o.cfg.Incarnation, JobId: d.GetJobId(), CheckpointId: id,
 		Acks: []*pb.TaskCheckpointAck{ack},
 	}})
 }
@@ -107,7 +114,7 @@ func (o *outbox) enqueueAck(d *pb.TaskDeploymentDescriptor, id uint64, ack *pb.T
 // enqueueDecline queues the attempt's refusal to take part in a checkpoint.
 func (o *outbox) enqueueDecline(d *pb.TaskDeploymentDescriptor, id uint64, reason string) {
 	o.enqueue(&outMsg{attempt: d.GetAttemptId(), decline: &pb.DeclineCheckpointRequest{
-		TmId: o.tm.cfg.ID, Incarnation: o.tm.cfg.Incarnation, JobId: d.GetJobId(), CheckpointId: id,
+		TmId: o.cfg.ID, Incarnation: o.cfg.Incarnation, JobId: d.GetJobId(), CheckpointId: id,
 		VertexId: d.GetVertexId(), SubtaskIndex: d.GetSubtaskIndex(), AttemptNumber: d.GetAttemptNumber(), Reason: reason,
 	}})
 }
@@ -180,16 +187,16 @@ func (o *outbox) pop(attempt string, all bool) {
 
 func (o *outbox) worker(attempt string) {
 	defer o.wg.Done()
-	cfg := o.tm.cfg
+	cfg := o.cfg
 	backoff := cfg.OutboxBackoffMin
-	lg := o.tm.log.Named("outbox").With("attempt", attempt)
+	lg := o.log.Named("outbox").With("attempt", attempt)
 	for {
 		m, nudge := o.head(attempt)
 		if m == nil {
 			return
 		}
 		accepted, reason, addr, err := o.send(m)
-		o.tm.noteAnswer(CallReport, addr, err, true) // a final refusal is logged below
+		o.link.noteAnswer(CallReport, addr, err, true) // a final refusal is logged below
 		if err == nil {
 			backoff = cfg.OutboxBackoffMin
 			if !accepted && (m.ack != nil || m.decline != nil) {
@@ -202,10 +209,10 @@ func (o *outbox) worker(attempt string) {
 			if !accepted {
 				lg.Warn("leader no longer owns the attempt: cancelling it locally", "seq", m.seq())
 				o.pop(attempt, true)
-				o.tm.disown(attempt)
+				o.disown(attempt)
 				continue
 			}
-			o.tm.events.delivered(m)
+			o.events.delivered(m)
 			o.pop(attempt, false)
 			failpoint.Inject(o.ctx, failpoint.OutboxAfterSend)
 			continue
@@ -221,14 +228,14 @@ func (o *outbox) worker(attempt string) {
 				// retry forever.
 				lg.Error("state update refused by the leader: cancelling the attempt locally", "seq", m.seq(), "leader", addr, "error", err)
 				o.pop(attempt, true)
-				o.tm.disown(attempt)
+				o.disown(attempt)
 				continue
 			}
 			lg.Error("dropping message refused by the leader", "seq", m.seq(), "leader", addr, "error", err)
 			o.pop(attempt, false)
 			continue
 		}
-		o.tm.leaderFailed(addr, err)
+		o.link.failed(addr, err)
 		o.retries.Add(1)
 		delay, ok := transport.RetryAfter(err)
 		if !ok {
@@ -250,16 +257,16 @@ func (o *outbox) worker(attempt string) {
 
 // send delivers one message to the current leader.
 func (o *outbox) send(m *outMsg) (accepted bool, reason, addr string, err error) {
-	addr = o.tm.Leader()
+	addr = o.link.leader()
 	if addr == "" {
-		o.tm.wake()
+		o.link.wake()
 		return false, "", "", ErrNoLeader
 	}
-	conn, err := o.tm.conns.get(addr)
+	conn, err := o.link.conns.get(addr)
 	if err != nil {
 		return false, "", addr, err
 	}
-	ctx, cancel := context.WithTimeout(o.ctx, o.tm.cfg.RPCTimeout)
+	ctx, cancel := context.WithTimeout(o.ctx, o.cfg.RPCTimeout)
 	defer cancel()
 	c := pb.NewJobMasterServiceClient(conn)
 	switch {
@@ -267,11 +274,11 @@ func (o *outbox) send(m *outMsg) (accepted bool, reason, addr string, err error)
 		resp, err := c.UpdateTaskExecutionState(ctx, m.state)
 		return resp.GetAccepted(), "", addr, err
 	case m.ack != nil:
-		m.ack.EpochSeen = o.tm.Epoch()
+		m.ack.EpochSeen = o.link.fence.current()
 		resp, err := c.AcknowledgeCheckpoint(ctx, m.ack)
 		return resp.GetAccepted(), resp.GetReason(), addr, err
 	case m.decline != nil:
-		m.decline.EpochSeen = o.tm.Epoch()
+		m.decline.EpochSeen = o.link.fence.current()
 		_, err := c.DeclineCheckpoint(ctx, m.decline)
 		return true, "", addr, err
 	}

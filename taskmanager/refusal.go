@@ -63,13 +63,13 @@ func refusalOf(err error) (string, bool) {
 // registration every heartbeat interval: one line, not one per retry). quiet leaves the log to
 // the caller (the outbox logs each refused message itself). It reports whether err was a
 // refusal.
-func (tm *TaskManager) noteAnswer(call, leader string, err error, quiet bool) bool {
+func (l *leaderLink) noteAnswer(call, leader string, err error, quiet bool) bool {
 	if err == nil {
-		tm.mu.Lock()
-		if tm.refusal != nil && tm.refusal.Call == call {
-			tm.refusal = nil
+		l.mu.Lock()
+		if l.refusal != nil && l.refusal.Call == call {
+			l.refusal = nil
 		}
-		tm.mu.Unlock()
+		l.mu.Unlock()
 		return false
 	}
 	code, ok := refusalOf(err)
@@ -77,45 +77,45 @@ func (tm *TaskManager) noteAnswer(call, leader string, err error, quiet bool) bo
 		return false
 	}
 	msg := status.Convert(err).Message()
-	tm.mu.Lock()
-	if tm.refusalCounts == nil {
-		tm.refusalCounts = map[[2]string]int64{}
+	l.mu.Lock()
+	if l.refusalCounts == nil {
+		l.refusalCounts = map[[2]string]int64{}
 	}
-	tm.refusalCounts[[2]string{call, code}]++
-	tm.refusal = &Refusal{Call: call, Code: code, Message: msg, Leader: leader, At: time.Now()}
-	if tm.refusedWith == nil {
-		tm.refusedWith = map[string]string{}
+	l.refusalCounts[[2]string{call, code}]++
+	l.refusal = &Refusal{Call: call, Code: code, Message: msg, Leader: leader, At: time.Now()}
+	if l.refusedWith == nil {
+		l.refusedWith = map[string]string{}
 	}
 	answer := code + ": " + msg
-	first := tm.refusedWith[call] != answer
-	tm.refusedWith[call] = answer
-	tm.mu.Unlock()
+	first := l.refusedWith[call] != answer
+	l.refusedWith[call] = answer
+	l.mu.Unlock()
 	if first && !quiet {
-		tm.log.Error("the leader refuses this TaskManager: it gets no work until the cause is fixed", "call", call, "leader", leader, "code", code, "error", msg)
+		l.log.Error("the leader refuses this TaskManager: it gets no work until the cause is fixed", "call", call, "leader", leader, "code", code, "error", msg)
 	}
 	return true
 }
 
-// CurrentRefusal returns the leader's last refusal of a call that has not succeeded since, or
+// currentRefusal returns the leader's last refusal of a call that has not succeeded since, or
 // nil.
-func (tm *TaskManager) CurrentRefusal() *Refusal {
-	tm.mu.Lock()
-	defer tm.mu.Unlock()
-	if tm.refusal == nil {
+func (l *leaderLink) currentRefusal() *Refusal {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refusal == nil {
 		return nil
 	}
-	r := *tm.refusal
+	r := *l.refusal
 	return &r
 }
 
-// Refusals counts the leader's refusals of this TM's calls, by call and code, sorted.
-func (tm *TaskManager) Refusals() []RefusalCount {
-	tm.mu.Lock()
-	out := make([]RefusalCount, 0, len(tm.refusalCounts))
-	for k, n := range tm.refusalCounts {
+// refusals counts the leader's refusals of this TM's calls, by call and code, sorted.
+func (l *leaderLink) refusals() []RefusalCount {
+	l.mu.Lock()
+	out := make([]RefusalCount, 0, len(l.refusalCounts))
+	for k, n := range l.refusalCounts {
 		out = append(out, RefusalCount{Call: k[0], Code: k[1], Count: n})
 	}
-	tm.mu.Unlock()
+	l.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Call != out[j].Call {
 			return out[i].Call < out[j].Call

@@ -92,11 +92,11 @@ func executionFieldSize(e *pb.ExecutionReport) int {
 
 // reportChunkBytes is the byte bound of one report chunk: the TM's ReportChunkBytes, or what
 // the leader asked for when that is smaller.
-func (tm *TaskManager) reportChunkBytes(asked int64) int {
-	if asked > 0 && asked < int64(tm.cfg.ReportChunkBytes) {
+func reportChunkBytes(cfg Config, asked int64) int {
+	if asked > 0 && asked < int64(cfg.ReportChunkBytes) {
 		return int(asked)
 	}
-	return tm.cfg.ReportChunkBytes
+	return cfg.ReportChunkBytes
 }
 
 // reapLoop drops terminal tasks and finished BLOCKING partitions older than RetainTerminal.
@@ -113,9 +113,9 @@ func (tm *TaskManager) reapLoop(ctx context.Context) {
 		now := time.Now()
 		var expired []dataplane.PartitionKey
 		tm.mu.Lock()
-		for id, task := range tm.tasks {
+		for id, task := range tm.table.tasks {
 			if isTerminal(task.state) && now.Sub(task.endedAt) > tm.cfg.RetainTerminal {
-				tm.dropTaskLocked(id)
+				tm.table.dropLocked(id)
 			}
 		}
 		for k, until := range tm.partitionExpiry {

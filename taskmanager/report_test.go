@@ -29,7 +29,7 @@ func wideTask(tm *TaskManager, subtask int32, width int) {
 	close(t.done)
 	t.state, t.endedAt = finished, time.Now()
 	tm.mu.Lock()
-	tm.addTaskLocked(t)
+	tm.table.addLocked(t)
 	tm.mu.Unlock()
 }
 

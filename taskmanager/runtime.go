@@ -3,7 +3,6 @@ package taskmanager
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jmcluster/jmcluster/dataplane"
@@ -11,14 +10,6 @@ import (
 	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
-
-// startTaskLocked registers a validated task in its slot and starts its goroutine; epoch is
-// the leader epoch of the call that submitted it.
-func (tm *TaskManager) startTaskLocked(tdd *pb.TaskDeploymentDescriptor, epoch uint64) *task {
-	t := tm.newTask(tdd, nil)
-	tm.launchLocked(t, epoch)
-	return t
-}
 
 // newTask prepares a task for a validated descriptor (its context and input gates). It needs
 // no TM state, so a batch prepares its tasks before it takes the TM's lock.
@@ -32,24 +23,6 @@ func (tm *TaskManager) newTask(tdd *pb.TaskDeploymentDescriptor, shared *sharedL
 		gates:  shared.gates(tdd),
 		state:  pb.ExecutionState_EXECUTION_STATE_DEPLOYING,
 	}
-}
-
-// launchLocked puts a prepared task in its slot and starts its goroutine; the task's start-up
-// (operators, partitions, input connections) happens there, after the caller has answered.
-// epoch is the leader epoch of the call that submitted the task; the task records it and the
-// highest epoch this TM had seen when it accepted the call (the two differ only when fencing
-// let a deposed leader's call through), and its start event carries both.
-func (tm *TaskManager) launchLocked(t *task, epoch uint64) {
-	tm.placeLocked(t, epoch)
-	go tm.runTask(t)
-}
-
-// placeLocked is launchLocked without starting the task's goroutine.
-func (tm *TaskManager) placeLocked(t *task, epoch uint64) {
-	t.deployEpoch, t.fenceEpoch = epoch, tm.epoch
-	tm.addTaskLocked(t)
-	s := t.tdd.GetSlotIndex()
-	tm.slots[s] = append(tm.slots[s], t)
 }
 
 func (tm *TaskManager) runTask(t *task) {
@@ -171,7 +144,7 @@ func (tm *TaskManager) setRunning(t *task) bool {
 		return false
 	}
 	t.state = pb.ExecutionState_EXECUTION_STATE_RUNNING
-	epoch := tm.epoch
+	epoch := tm.fence.current()
 	tm.mu.Unlock()
 	tm.events.log("start", t, epoch, pb.ExecutionState_EXECUTION_STATE_RUNNING)
 	tm.outbox.enqueueState(t.tdd, pb.ExecutionState_EXECUTION_STATE_RUNNING, "")
@@ -205,10 +178,7 @@ func (tm *TaskManager) complete(t *task, started bool, err error) {
 	now := time.Now()
 	tm.mu.Lock()
 	t.state, t.cause, t.endedAt = state, cause, now
-	s := t.tdd.GetSlotIndex()
-	if i := slices.Index(tm.slots[s], t); i >= 0 {
-		tm.slots[s] = slices.Delete(tm.slots[s], i, i+1)
-	}
+	tm.table.vacateLocked(t)
 	if state == pb.ExecutionState_EXECUTION_STATE_FINISHED {
 		// Finished partitions (BLOCKING data, PIPELINED buffers nobody drained) expire with the
 		// terminal state unless a consumer drains them or the attempt is cancelled first.
@@ -218,7 +188,7 @@ func (tm *TaskManager) complete(t *task, started bool, err error) {
 	}
 	silent := t.silent || tm.killed.Load()
 	note := t.cancelNote
-	epoch := tm.epoch
+	epoch := tm.fence.current()
 	tm.mu.Unlock()
 	t.cancel()
 

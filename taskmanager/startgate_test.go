@@ -42,27 +42,28 @@ func TestStartGateOpensWhenEveryTaskOfItsBatchStarted(t *testing.T) {
 // through bySubtask, which follows the tasks listed and dropped (reaped, acknowledged), and
 // forgets a subtask with no task left.
 func TestSubtaskIndexFollowsTheTasks(t *testing.T) {
-	tm := &TaskManager{tasks: map[string]*task{}, bySubtask: map[subtaskKey][]*task{}}
+	tm := &TaskManager{}
+	tm.table = newSlotTable(&tm.mu, "tm1", 1, false)
 	d := func(job, attempt string, subtask, number int32) *task {
 		return &task{tdd: &pb.TaskDeploymentDescriptor{JobId: job, VertexId: "v", SubtaskIndex: subtask, AttemptId: attempt, AttemptNumber: number}}
 	}
-	tm.addTaskLocked(d("j", "a0", 0, 0))
-	tm.addTaskLocked(d("j", "a1", 0, 1))
-	tm.addTaskLocked(d("j", "b0", 1, 0))
-	tm.addTaskLocked(d("k", "c0", 0, 5))
-	if o := tm.newerAttemptLocked(d("j", "new", 0, 1).tdd); o == nil || o.attempt() != "a1" {
+	tm.table.addLocked(d("j", "a0", 0, 0))
+	tm.table.addLocked(d("j", "a1", 0, 1))
+	tm.table.addLocked(d("j", "b0", 1, 0))
+	tm.table.addLocked(d("k", "c0", 0, 5))
+	if o := tm.table.newerAttemptLocked(d("j", "new", 0, 1).tdd); o == nil || o.attempt() != "a1" {
 		t.Fatalf("attempt 1 of j/v[0] against a1: %v", o)
 	}
-	if o := tm.newerAttemptLocked(d("j", "new", 0, 2).tdd); o != nil {
+	if o := tm.table.newerAttemptLocked(d("j", "new", 0, 2).tdd); o != nil {
 		t.Fatalf("attempt 2 of j/v[0]: refused by %s", o.attempt())
 	}
-	tm.dropTaskLocked("a1")
-	tm.dropTaskLocked("a1")
-	if o := tm.newerAttemptLocked(d("j", "new", 0, 1).tdd); o != nil {
+	tm.table.dropLocked("a1")
+	tm.table.dropLocked("a1")
+	if o := tm.table.newerAttemptLocked(d("j", "new", 0, 1).tdd); o != nil {
 		t.Fatalf("attempt 1 of j/v[0] after a1 was dropped: refused by %s", o.attempt())
 	}
-	tm.dropTaskLocked("a0")
-	if _, ok := tm.bySubtask[subtaskKey{"j", "v", 0}]; ok || len(tm.bySubtask) != 2 || len(tm.tasks) != 2 {
-		t.Fatalf("after dropping j/v[0]'s tasks: %d subtasks indexed, %d tasks", len(tm.bySubtask), len(tm.tasks))
+	tm.table.dropLocked("a0")
+	if _, ok := tm.table.bySubtask[subtaskKey{"j", "v", 0}]; ok || len(tm.table.bySubtask) != 2 || len(tm.table.tasks) != 2 {
+		t.Fatalf("after dropping j/v[0]'s tasks: %d subtasks indexed, %d tasks", len(tm.table.bySubtask), len(tm.table.tasks))
 	}
 }

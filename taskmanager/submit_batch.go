@@ -2,10 +2,8 @@ package taskmanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -21,7 +19,7 @@ func (s *controlService) SubmitTasks(ctx context.Context, req *pb.SubmitTasksReq
 	tm := s.tm
 	tasks := req.GetTasks()
 	if len(tasks) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "submit tasks: tasks is empty")
+		return nil, Status(errorf(ErrInvalidRequest, "submit tasks: tasks is empty"))
 	}
 	results := make([]*pb.SubmitTaskResult, len(tasks))
 	prepared := make([]*task, len(tasks))
@@ -29,13 +27,13 @@ func (s *controlService) SubmitTasks(ctx context.Context, req *pb.SubmitTasksReq
 	if n := expandedChannels(req); n > maxSubmitChannels {
 		// Shared lists let a small request name many channels (a list of a hundred thousand
 		// and thousands of gates referring to it): what the TM builds for it is bounded.
-		return nil, status.Errorf(codes.InvalidArgument, "submit tasks: the tasks read %d input channels in all, over the limit of %d per request (maxSubmitChannels)", n, maxSubmitChannels)
+		return nil, Status(errorf(ErrInvalidRequest, "submit tasks: the tasks read %d input channels in all, over the limit of %d per request (maxSubmitChannels)", n, maxSubmitChannels))
 	}
 	shared := checkSharedLists(req.GetSharedChannels())
 	for i, d := range tasks {
 		results[i] = &pb.SubmitTaskResult{AttemptId: d.GetAttemptId()}
 		if err := validateTDD(d, tm.cfg.Slots, shared); err != nil {
-			results[i].Code, results[i].Message = int32(codes.InvalidArgument), err.Error()
+			results[i].Code, results[i].Message = int32(codeOf(invalidRequest(err))), err.Error()
 			problems = append(problems, fmt.Sprintf("tasks[%d]: %v", i, err))
 			continue
 		}
@@ -44,24 +42,25 @@ func (s *controlService) SubmitTasks(ctx context.Context, req *pb.SubmitTasksReq
 	if len(problems) == len(tasks) {
 		// Nothing in the batch is deployable: refuse it whole, changing nothing (no epoch
 		// adopted, no leader contact).
-		return nil, status.Error(codes.InvalidArgument, "submit tasks: "+logsum.Joined(problems, "; "))
+		return nil, Status(errorf(ErrInvalidRequest, "submit tasks: %s", logsum.Joined(problems, "; ")))
 	}
 
 	// The epoch rule of every call (epoch.go): a higher epoch only when a JobMaster names it.
-	if err := tm.admit(ctx, req.GetEpoch(), "SubmitTasks", nil, false); err != nil {
+	if err := tm.fence.admit(ctx, req.GetEpoch(), "SubmitTasks", nil, false); err != nil {
 		cancelPrepared(prepared)
-		return nil, err
+		return nil, Status(err)
 	}
 	tm.mu.Lock()
-	if err := tm.fenceLocked(req.GetEpoch(), "SubmitTasks"); err != nil {
+	seen, err := tm.fence.accept(req.GetEpoch(), "SubmitTasks")
+	if err != nil {
 		tm.mu.Unlock()
 		cancelPrepared(prepared)
-		return nil, err
+		return nil, Status(err)
 	}
 	if tm.stopping.Load() {
 		tm.mu.Unlock()
 		cancelPrepared(prepared)
-		return nil, status.Error(codes.Unavailable, ErrStopped.Error())
+		return nil, Status(ErrStopped)
 	}
 	accepted := 0
 	var started []*pb.TaskDeploymentDescriptor
@@ -70,19 +69,26 @@ func (s *controlService) SubmitTasks(ctx context.Context, req *pb.SubmitTasksReq
 		if t == nil {
 			continue
 		}
-		code, msg := tm.admitLocked(t.tdd)
-		results[i].Code, results[i].Message = int32(code), msg
-		if code == codes.ResourceExhausted {
-			results[i].BusyWithJobId, results[i].BusyWithAttemptId = tm.busyWithLocked(t.tdd)
+		redelivered, err := tm.table.admitLocked(t.tdd)
+		results[i].Code = int32(codeOf(err))
+		switch {
+		case err != nil:
+			results[i].Message = err.Error()
+		case redelivered:
+			results[i].Message = alreadySubmitted
 		}
-		if code != codes.OK || msg != "" {
+		if errors.Is(err, ErrSlotBusy) {
+			o := tm.table.busyWithLocked(t.tdd)
+			results[i].BusyWithJobId, results[i].BusyWithAttemptId = o.tdd.GetJobId(), o.attempt()
+		}
+		if err != nil || redelivered {
 			t.cancel()
-			if code == codes.OK {
+			if redelivered {
 				accepted++ // a redelivered attempt: already there
 			}
 			continue
 		}
-		tm.placeLocked(t, req.GetEpoch())
+		tm.table.placeLocked(t, req.GetEpoch(), seen)
 		launch = append(launch, t)
 		started = append(started, t.tdd)
 		accepted++
@@ -101,43 +107,8 @@ func (s *controlService) SubmitTasks(ctx context.Context, req *pb.SubmitTasksReq
 	return &pb.SubmitTasksResponse{Results: results}, nil
 }
 
-// admitLocked decides whether a validated descriptor may start now: codes.OK with an empty
-// message to start it, codes.OK with a message for a redelivered attempt, or the refusal.
-func (tm *TaskManager) admitLocked(d *pb.TaskDeploymentDescriptor) (codes.Code, string) {
-	if _, ok := tm.tasks[d.GetAttemptId()]; ok {
-		return codes.OK, "already submitted"
-	}
-	if tm.cancelledUnseen.has(d.GetAttemptId()) {
-		return codes.FailedPrecondition, fmt.Sprintf("attempt %s of %s[%d] was cancelled by the leader before it reached %s: not starting it",
-			d.GetAttemptId(), d.GetVertexId(), d.GetSubtaskIndex(), tm.cfg.ID)
-	}
-	if d.GetCheckpointed() && tm.ckpt == nil {
-		return codes.FailedPrecondition, fmt.Sprintf("job %s is checkpointed, but %s has no checkpoint storage (start it with --checkpoint-dir, the directory every JobMaster and TaskManager shares): not starting %s[%d]",
-			d.GetJobId(), tm.cfg.ID, d.GetVertexId(), d.GetSubtaskIndex())
-	}
-	if o := tm.newerAttemptLocked(d); o != nil {
-		return codes.FailedPrecondition, fmt.Sprintf("stale attempt number %d of %s[%d]: attempt %s (number %d, %s) is already on %s",
-			d.GetAttemptNumber(), d.GetVertexId(), d.GetSubtaskIndex(), o.attempt(), o.tdd.GetAttemptNumber(), o.state, tm.cfg.ID)
-	}
-	// Slot sharing: a slot runs tasks of one job, at most one subtask of each vertex.
-	for _, o := range tm.slots[d.GetSlotIndex()] {
-		if o.tdd.GetJobId() != d.GetJobId() || o.tdd.GetVertexId() == d.GetVertexId() {
-			return codes.ResourceExhausted, fmt.Sprintf("slot %d of %s is busy with attempt %s (job %s, %s/%d, %s)",
-				d.GetSlotIndex(), tm.cfg.ID, o.attempt(), o.tdd.GetJobId(), o.tdd.GetVertexId(), o.tdd.GetSubtaskIndex(), o.state)
-		}
-	}
-	return codes.OK, ""
-}
-
-// busyWithLocked names the task that keeps d out of its slot.
-func (tm *TaskManager) busyWithLocked(d *pb.TaskDeploymentDescriptor) (jobID, attemptID string) {
-	for _, o := range tm.slots[d.GetSlotIndex()] {
-		if o.tdd.GetJobId() != d.GetJobId() || o.tdd.GetVertexId() == d.GetVertexId() {
-			return o.tdd.GetJobId(), o.attempt()
-		}
-	}
-	return "", ""
-}
+// alreadySubmitted is the result message of a redelivered attempt (accepted: it is there).
+const alreadySubmitted = "already submitted"
 
 // cancelPrepared releases the contexts of tasks that were prepared but never launched.
 func cancelPrepared(ts []*task) {

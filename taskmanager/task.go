@@ -2,7 +2,6 @@ package taskmanager
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -140,22 +139,9 @@ func sortedTasks(m map[string]*task) []*task {
 	return ts
 }
 
-// cancelAll cancels every non-terminal task and returns them.
-func (tm *TaskManager) cancelAll(why string) []*task {
-	tm.mu.Lock()
-	defer tm.mu.Unlock()
-	var out []*task
-	for _, t := range tm.tasks {
-		if !isTerminal(t.state) {
-			tm.cancelLocked(t, why)
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
-// cancelLocked asks a task to stop; the task goroutine moves it to CANCELED.
-func (tm *TaskManager) cancelLocked(t *task, why string) {
+// cancelWith asks the task to stop, noting why (the first reason given is kept); the task
+// goroutine moves it to CANCELED. Under the task lock.
+func (t *task) cancelWith(why string) {
 	if t.cancelNote == "" {
 		t.cancelNote = why
 	}
@@ -165,16 +151,5 @@ func (tm *TaskManager) cancelLocked(t *task, why string) {
 // FailTask makes a running task fail with the given cause, as if its operator had failed. It
 // is the fault-injection hook of the fault tests and of operators ("fail this attempt").
 func (tm *TaskManager) FailTask(attemptID, cause string) error {
-	tm.mu.Lock()
-	defer tm.mu.Unlock()
-	t := tm.tasks[attemptID]
-	if t == nil || isTerminal(t.state) {
-		return fmt.Errorf("%w: no running attempt %s", ErrInvalidTask, attemptID)
-	}
-	if cause == "" {
-		cause = "failed on request"
-	}
-	t.failNote = cause
-	t.cancel()
-	return nil
+	return tm.table.fail(attemptID, cause)
 }

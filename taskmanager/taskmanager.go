@@ -27,33 +27,6 @@ import (
 
 // TaskManager runs tasks in slots and reports them to the JobMaster leader.
 type TaskManager struct {
-	// refusedWith: the last refusal logged per call; refusal: the current refusal;
-	// refusalCounts: refusals by call and code (all guarded by mu; refusal.go).
-	refusedWith   map[string]string
-	refusal       *Refusal
-	refusalCounts map[[2]string]int64
-
-	// fenceChecks counts the checks for a live leader made after FenceTimeout without contact.
-	fenceChecks atomic.Int64
-	// heartbeats counts the heartbeats the leader answered; contactFailures the failed
-	// registrations and heartbeats.
-	heartbeats, contactFailures atomic.Int64
-	// poolChecks counts the pool queries this TM made (the isolation rule); peerQueries the
-	// queries of other TMs it answered.
-	poolChecks, peerQueries atomic.Int64
-	// newLeaderSeen: when a leader with a newer epoch than the TM's was first named (guarded
-	// by mu).
-	newLeaderSeen struct {
-		epoch uint64
-		at    time.Time
-	}
-	// witnessMu serialises asking the JobMasters about an unannounced epoch; witness is the
-	// last answer (the highest established epoch named, and when they were last asked).
-	witnessMu sync.Mutex
-	witness   struct {
-		named uint64
-		at    time.Time
-	}
 	cfg Config
 	log hclog.Logger
 	// ckpt is the checkpoint storage (Config.CheckpointDir), or nil.
@@ -72,28 +45,18 @@ type TaskManager struct {
 	conns  *connPool
 	events *eventLog
 
-	mu    sync.Mutex
-	epoch uint64
-	tasks map[string]*task // by attempt id, terminal ones while retained
-	// bySubtask: the same tasks by job, vertex and subtask (addTaskLocked, dropTaskLocked), so
-	// that admitting a task does not scan every task retained (a TM that ran a few 1024-task
-	// jobs retains thousands).
-	bySubtask       map[subtaskKey][]*task
-	slots           [][]*task   // the non-terminal occupants of each slot (slot sharing)
-	cancelledUnseen *tombstones // attempts cancelled before they were submitted here
-	leaderAddr      string
-	leaderID        string
-	registered      bool
-	needResolve     bool
-	lastContact     time.Time
-	pool            poolState
-	hbInterval      time.Duration
+	// The control side: the slots and admission, leader contact, and fencing.
+	table *slotTable
+	link  *leaderLink
+	fence *fence
+
+	// mu is the task lock: the slot table and each task's fields.
+	mu              sync.Mutex
 	partitionExpiry map[dataplane.PartitionKey]time.Time // partitions of finished attempts and when they expire
 
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
-	kick      chan struct{}
 	started   atomic.Bool
 	killed    atomic.Bool
 	stopping  atomic.Bool
@@ -150,29 +113,29 @@ func New(cfg Config) (*TaskManager, error) {
 		health:          health.NewServer(),
 		conns:           newConnPool(cfg.MaxMessageSize, cfg.TLS),
 		events:          newEventLog(cfg.EventLog, cfg.ID),
-		tasks:           map[string]*task{},
-		bySubtask:       map[subtaskKey][]*task{},
-		cancelledUnseen: newTombstones(MaxCancelTombstones),
-		slots:           make([][]*task, cfg.Slots),
-		hbInterval:      cfg.HeartbeatInterval,
 		partitionExpiry: map[dataplane.PartitionKey]time.Time{},
 		ctx:             ctx,
 		cancel:          cancel,
-		kick:            make(chan struct{}, 1),
 		serveErrs:       make(chan error, 2),
 	}
 	tm.opLog = tm.log.Named("operator")
 	tm.dp = dataplane.New(ctx, dataplane.Config{ID: cfg.ID, DataAddr: cfg.AdvertiseData, MaxMessageSize: cfg.MaxMessageSize,
 		InputConnectTimeout: cfg.InputConnectTimeout, ExchangeWithoutGroups: cfg.ExchangeWithoutGroups, Logger: tm.log, Dial: tm.conns.peer})
-	tm.outbox = newOutbox(tm)
+	tm.table = newSlotTable(&tm.mu, cfg.ID, cfg.Slots, ckpt != nil)
+	tm.fence = &fence{cfg: cfg, log: tm.log, jms: &jobMasters{cfg: cfg, conns: tm.conns}, conns: tm.conns,
+		stop: func(why string) int { return len(tm.table.cancelAll(why)) }}
+	tm.link = newLeaderLink(cfg, tm.log, tm.conns, tm.fence, tm.table, tm.events)
+	tm.fence.leader, tm.fence.interval = tm.link.leader, tm.link.interval
+	tm.outbox = newOutbox(cfg, tm.log, tm.link, tm.events, tm.table.disown)
+	tm.link.wakeOutbox = tm.outbox.wake
 	var reg grpc.ServiceRegistrar
-	tm.grpcSrv, reg = tm.newServer(security.RoleJobMaster, security.RoleTaskManager)
+	tm.grpcSrv, reg = newServer(cfg, tm.health, security.RoleJobMaster, security.RoleTaskManager)
 	pb.RegisterTaskManagerServiceServer(reg, &controlService{tm: tm})
-	pb.RegisterPeerServiceServer(reg, &peerService{tm: tm})
+	pb.RegisterPeerServiceServer(reg, &peerService{f: tm.fence})
 	if cfg.RegisterServices != nil {
 		cfg.RegisterServices(reg)
 	}
-	tm.dataSrv, reg = tm.newServer(security.RoleTaskManager)
+	tm.dataSrv, reg = newServer(cfg, tm.health, security.RoleTaskManager)
 	tm.dp.Register(reg)
 	transport.MustCover(tm.grpcSrv, false)
 	transport.MustCover(tm.dataSrv, false)
@@ -184,13 +147,13 @@ func New(cfg Config) (*TaskManager, error) {
 // reflection, and the registrar of its services: every message it receives or sends is bounded
 // by MaxMessageSize, and a message over it is refused with a status naming the limit and
 // --max-message-size. With TLS it admits only certificates of the roles in admit.
-func (tm *TaskManager) newServer(admit ...security.Role) (*grpc.Server, grpc.ServiceRegistrar) {
+func newServer(cfg Config, hs *health.Server, admit ...security.Role) (*grpc.Server, grpc.ServiceRegistrar) {
 	var observe []transport.CallObserver
-	if tm.cfg.ObserveCall != nil {
-		observe = append(observe, tm.cfg.ObserveCall)
+	if cfg.ObserveCall != nil {
+		observe = append(observe, cfg.ObserveCall)
 	}
-	s, reg := transport.NewServer(tm.cfg.MaxMessageSize, "TaskManager", nil, transport.Auth{TLS: tm.cfg.TLS, Admit: admit}, observe...)
-	healthpb.RegisterHealthServer(reg, tm.health)
+	s, reg := transport.NewServer(cfg.MaxMessageSize, "TaskManager", nil, transport.Auth{TLS: cfg.TLS, Admit: admit}, observe...)
+	healthpb.RegisterHealthServer(reg, hs)
 	reflection.Register(s)
 	return s, reg
 }
@@ -204,36 +167,23 @@ func (tm *TaskManager) Start(ctx context.Context) error {
 	if !tm.started.CompareAndSwap(false, true) {
 		return nil
 	}
-	tm.mu.Lock()
-	tm.lastContact = time.Now()
-	tm.mu.Unlock()
-	tm.serve(tm.grpcSrv, tm.grpcLis)
-	tm.serve(tm.dataSrv, tm.dataLis)
+	tm.fence.started()
+	for _, srv := range []struct {
+		s *grpc.Server
+		l net.Listener
+	}{{tm.grpcSrv, tm.grpcLis}, {tm.dataSrv, tm.dataLis}} {
+		tm.wg.Go(func() {
+			if err := srv.s.Serve(srv.l); err != nil && !tm.killed.Load() {
+				tm.log.Debug("server stopped", "addr", srv.l.Addr().String(), "error", err)
+			}
+		})
+	}
 	tm.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	tm.goLoop(tm.leaderLoop)
-	tm.goLoop(tm.graceLoop)
-	tm.goLoop(tm.poolLoop)
-	tm.goLoop(tm.reapLoop)
+	for _, loop := range []func(context.Context){tm.link.loop, tm.fence.graceLoop, tm.fence.poolLoop, tm.reapLoop} {
+		tm.wg.Go(func() { loop(tm.ctx) })
+	}
 	tm.log.Info("started", "grpc", tm.cfg.AdvertiseGRPC, "data", tm.cfg.AdvertiseData, "slots", tm.cfg.Slots)
 	return nil
-}
-
-func (tm *TaskManager) serve(s *grpc.Server, l net.Listener) {
-	tm.wg.Add(1)
-	go func() {
-		defer tm.wg.Done()
-		if err := s.Serve(l); err != nil && !tm.killed.Load() {
-			tm.log.Debug("server stopped", "addr", l.Addr().String(), "error", err)
-		}
-	}()
-}
-
-func (tm *TaskManager) goLoop(f func(ctx context.Context)) {
-	tm.wg.Add(1)
-	go func() {
-		defer tm.wg.Done()
-		f(tm.ctx)
-	}()
 }
 
 // Stop is the graceful process stop: refuse new work, cancel every task (reporting CANCELED),
@@ -244,7 +194,7 @@ func (tm *TaskManager) Stop() {
 		tm.log.Info("stopping")
 		tm.health.Shutdown()
 		deadline := time.Now().Add(tm.cfg.ShutdownTimeout)
-		for _, t := range tm.cancelAll("taskmanager stopping") {
+		for _, t := range tm.table.cancelAll("taskmanager stopping") {
 			t.wait(time.Until(deadline))
 		}
 		tm.outbox.drain(time.Until(deadline))
@@ -278,7 +228,7 @@ func (tm *TaskManager) Kill() {
 		tm.conns.closeAll()
 		tm.cancel()
 		tm.outbox.stop()
-		for _, t := range tm.cancelAll("taskmanager killed") {
+		for _, t := range tm.table.cancelAll("taskmanager killed") {
 			t.wait(time.Second)
 		}
 		// The gRPC port closes once the tasks are gone, as a crashed process's tasks are
@@ -312,7 +262,7 @@ func (tm *TaskManager) ID() string { return tm.cfg.ID }
 func (tm *TaskManager) GRPCAddr() string { return tm.cfg.AdvertiseGRPC }
 
 // Heartbeats is the number of heartbeats a leader has answered.
-func (tm *TaskManager) Heartbeats() int64 { return tm.heartbeats.Load() }
+func (tm *TaskManager) Heartbeats() int64 { return tm.link.heartbeats.Load() }
 
 // Incarnation is this process's instance id (Config.Incarnation).
 func (tm *TaskManager) Incarnation() string { return tm.cfg.Incarnation }
@@ -324,53 +274,20 @@ func newIncarnation() string {
 	return hex.EncodeToString(b[:])
 }
 
-// protocol is the protocol version this TM registers with.
-func (tm *TaskManager) protocol() uint32 {
-	if tm.cfg.ProtocolVersion != 0 {
-		return tm.cfg.ProtocolVersion
-	}
-	return ProtocolVersion
-}
-
 // DataAddr returns the advertised DataService address.
 func (tm *TaskManager) DataAddr() string { return tm.cfg.AdvertiseData }
 
 // Epoch returns the highest leader epoch seen.
-func (tm *TaskManager) Epoch() uint64 {
-	tm.mu.Lock()
-	defer tm.mu.Unlock()
-	return tm.epoch
-}
+func (tm *TaskManager) Epoch() uint64 { return tm.fence.current() }
 
 // Leader returns the gRPC address of the leader the TM currently talks to, or "".
-func (tm *TaskManager) Leader() string {
-	tm.mu.Lock()
-	defer tm.mu.Unlock()
-	return tm.leaderAddr
-}
+func (tm *TaskManager) Leader() string { return tm.link.leader() }
 
 // OutboxLen returns the number of messages waiting in the outbox.
 func (tm *TaskManager) OutboxLen() int { return tm.outbox.len() }
 
-// Health returns the gRPC health server both servers expose (status "" is the TM).
-func (tm *TaskManager) Health() *health.Server { return tm.health }
-
 // FreeSlots returns the number of slots without a non-terminal task.
-func (tm *TaskManager) FreeSlots() int {
-	tm.mu.Lock()
-	defer tm.mu.Unlock()
-	return tm.freeSlotsLocked()
-}
-
-func (tm *TaskManager) freeSlotsLocked() int {
-	n := 0
-	for _, occupants := range tm.slots {
-		if len(occupants) == 0 {
-			n++
-		}
-	}
-	return n
-}
+func (tm *TaskManager) FreeSlots() int { return tm.table.free() }
 
 // TaskInfo is a snapshot of one task.
 type TaskInfo struct {
@@ -389,26 +306,4 @@ type TaskInfo struct {
 
 // Tasks returns a snapshot of every task, retained terminal ones included, sorted by job,
 // vertex, subtask and attempt number.
-func (tm *TaskManager) Tasks() []TaskInfo {
-	tm.mu.Lock()
-	defer tm.mu.Unlock()
-	out := make([]TaskInfo, 0, len(tm.tasks))
-	for _, t := range sortedTasks(tm.tasks) {
-		d := t.tdd
-		out = append(out, TaskInfo{
-			JobID: d.GetJobId(), VertexID: d.GetVertexId(), Subtask: d.GetSubtaskIndex(),
-			AttemptID: d.GetAttemptId(), AttemptNumber: d.GetAttemptNumber(),
-			State: t.state, FailureCause: t.cause, Slot: d.GetSlotIndex(),
-			StartTimestamp: d.GetStartTimestamp(), Retained: isTerminal(t.state),
-		})
-	}
-	return out
-}
-
-// wake nudges the leader loop (re-register, re-resolve).
-func (tm *TaskManager) wake() {
-	select {
-	case tm.kick <- struct{}{}:
-	default:
-	}
-}
+func (tm *TaskManager) Tasks() []TaskInfo { return tm.table.snapshot() }
