@@ -589,7 +589,7 @@ func TestFailedTriggerAborts(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{JMs: 3, Checkpoints: true})
 	l := c.Leader()
 	id := c.Submit(checkpointedChain("sim-trigger", &pb.CheckpointConfig{IntervalMs: 50}))
-	sims := testcluster.StartSimTMs(t, 2)
+	sims := testcluster.StartSimTMs(t, 2, testcluster.SimOptions{})
 	c.DeployOnSims(l, id, sims, 0)
 	cp := waitCheckpoints(t, c, id, "three checkpoints aborted", 30*time.Second, func(cp *pb.JobCheckpoints) bool {
 		return cp.GetAbortedCount() >= 3

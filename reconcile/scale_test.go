@@ -71,7 +71,7 @@ func reconcileAtScale(t *testing.T, vertices int, p int32, nTMs int) (recordMs i
 		cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout = 5*time.Second, 5*time.Second, 3*time.Second
 		cc.ApplyTimeout, cc.EstablishTimeout = 60*time.Second, 60*time.Second
 	}})
-	sims := tc.StartSimTMs(t, nTMs)
+	sims := tc.StartSimTMs(t, nTMs, tc.SimOptions{WholeReports: true})
 	jg := tc.ForwardChain("wide", vertices, p)
 	id := c.Submit(jg)
 	l1 := c.Leader()

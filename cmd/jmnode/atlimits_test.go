@@ -94,7 +94,7 @@ func TestJobsAtTheDefaultLimits(t *testing.T) {
 		cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout = 5*time.Second, 5*time.Second, 3*time.Second
 		cc.ApplyTimeout, cc.EstablishTimeout = 2*time.Minute, 2*time.Minute
 	}})
-	sims := tc.StartSimTMs(t, 10)
+	sims := tc.StartSimTMs(t, 10, tc.SimOptions{WholeReports: true})
 	l1 := c.Leader()
 	ids := make([]string, len(jobs))
 	total := 0

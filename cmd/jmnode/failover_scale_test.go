@@ -129,8 +129,9 @@ func (f failoverTrial) String() string {
 // TestGoalFailoverAtScale (JMC_GOALS=1, `make bench-short`): three jmnode JobMaster processes
 // with hashicorp/raft's default timings hold a FORWARD chain of 100 vertices, 1,000, 10,000 and
 // 100,000 executions (each size on a cluster of its own), deployed through the real protocol on
-// ten simulated TaskManagers in this process (testcluster.LiveSim: they register, heartbeat,
-// take SubmitTasks, report RUNNING, answer RequestReport and follow the new leader). Then, each
+// ten simulated TaskManagers in this process (testcluster.SimTM given the JobMasters: they
+// register, heartbeat, take SubmitTasks, report RUNNING, answer RequestReport and follow the
+// new leader). Then, each
 // trial, the leader is killed (SIGKILL) and timed from the kill to the new leader established
 // (its "leadership established" log line) and to the reconciliation record's phases, ended by
 // END_RECONCILIATION (the gate opens: every task RUNNING again, none restarted); the killed
@@ -197,7 +198,7 @@ func runFailoverTrials(t *testing.T, size failoverSize) []failoverTrial {
 		jms = append(jms, p.Addrs.GRPC)
 	}
 	const tms, slots = 10, 128
-	sims := testcluster.StartLiveSims(t, tms, slots, jms)
+	sims := testcluster.StartSimTMs(t, tms, testcluster.SimOptions{JobMasters: jms, Slots: slots})
 	if err := d.waitTMs(ctx, 60*time.Second, tms, slots); err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +289,7 @@ func waitAllRunning(d *procs, jobID string, n int, limit time.Duration, base *pb
 // killLeaderOnce kills the leader, times the failover, checks that every task is still RUNNING
 // with its attempt, restarts the killed JobMaster and waits until it has caught up and every
 // simulated TM heartbeats to the new leader.
-func killLeaderOnce(t *testing.T, d *procs, sims []*testcluster.LiveSim, jobID string, n int, pprofs map[string]string, base *pb.JobSummary) failoverTrial {
+func killLeaderOnce(t *testing.T, d *procs, sims []*testcluster.SimTM, jobID string, n int, pprofs map[string]string, base *pb.JobSummary) failoverTrial {
 	t.Helper()
 	ctx := context.Background()
 	old, err := d.waitSelfLeader(ctx, time.Minute)

@@ -274,7 +274,7 @@ func (p *Proc) Start() error {
 		cmd.Env = append(os.Environ(), p.Env...)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("proccluster: start %s: %w", p.Name, err)

@@ -1,9 +1,12 @@
 package testcluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,52 +15,135 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/taskmanager"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-// SimTM is a lightweight TaskManager for scale tests: it speaks the real TaskManagerService
-// over gRPC (with the default message limits), fences every call by epoch (adopting higher
-// ones), streams its report in chunks exactly as a TaskManager does (taskmanager.ChunkReport:
-// by count and by bytes), and counts reports, cancels and acknowledgements. Its tasks do no
-// work and it never registers or heartbeats: DeployOnSims commits its attempts directly.
+// SimTM is a simulated TaskManager: it speaks the real TaskManagerService over gRPC (with the
+// default message limits), fences every call by epoch (adopting higher ones), holds the tasks
+// it is given without running them (they have no goroutine and read no record), and answers
+// RequestReport chunked exactly as a TaskManager does (by count and by bytes). It does not
+// implement TriggerCheckpoint: a checkpoint trigger fails as Unimplemented.
+//
+// Started without JobMasters (SimOptions) it never calls a JobMaster: Cluster.DeployOnSims
+// commits its attempts and gives it the matching executions, so a test puts a job of 100,000
+// executions through a reconciliation without a TaskManager's cost. Started with them it lives
+// the protocol's whole life against JobMasters it can reach only over gRPC (processes): it
+// registers (protocol taskmanager.ProtocolVersion), heartbeats at the interval the leader
+// answers with every task it holds and the pool version it was given (so the isolation rule
+// makes it placeable), reports each task's state through UpdateTaskExecutionState, and follows
+// a new leader: the one whose RequestReport announced it, a NOT_LEADER hint, or the one a
+// JobMaster's ClusterStatus names (simleader.go). It never fences itself (no leader grace, no
+// pool questions).
 type SimTM struct {
 	pb.UnimplementedTaskManagerServiceServer
-	ID, Addr string
-	srv      *grpc.Server
+	ID, Addr, Incarnation string
+	// Slots it registers with and reports (0: as many as the executions it holds).
+	Slots int32
 
-	mu    sync.Mutex
-	epoch uint64
-	execs []*pb.ExecutionReport
+	jms          []string // JobMasters' gRPC addresses (nil: it never calls one)
+	wholeReports bool
+	srv          *grpc.Server
+	ctx          context.Context
 
-	Reports, Chunks, Cancels, Submits atomic.Int64
+	connMu sync.Mutex
+	conns  map[string]*grpc.ClientConn
+
+	mu             sync.Mutex
+	epoch          uint64
+	leader         string // gRPC address of the JobMaster this TM follows ("" : resolve)
+	leaderID       string
+	registered     bool
+	hb             time.Duration
+	poolV, poolRev uint64
+	tasks          map[string]*simTask // by attempt id
+	kick           chan struct{}
+
+	shards []*simShard // the outbox senders (none without JobMasters)
+
+	Registrations, Heartbeats, Reports, Chunks, Cancels, Updates atomic.Int64
 	// MaxChunkBytes is the largest report chunk sent, as encoded.
 	MaxChunkBytes atomic.Int64
 }
 
-// StartSimTM listens on a loopback port and serves until the test ends.
-func StartSimTM(t testing.TB, id string) *SimTM {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &SimTM{ID: id, Addr: l.Addr().String(), srv: grpc.NewServer(transport.ServerOptions(0)...)}
-	pb.RegisterTaskManagerServiceServer(s.srv, s)
-	go func() { _ = s.srv.Serve(l) }()
-	t.Cleanup(s.srv.Stop)
-	return s
+// SimOptions shape simulated TaskManagers; the zero value is a TM that never calls a
+// JobMaster, reports as many slots as it holds executions and answers as a TaskManager does.
+type SimOptions struct {
+	// JobMasters (gRPC addresses) make each TM find the leader through them, register,
+	// heartbeat, report its tasks' states and follow a new leader. Slots must then be set.
+	JobMasters []string
+	// Slots of each TM (0: as many as the executions it holds).
+	Slots int32
+	// WholeReports answers every RequestReport with the whole report, chunked, even when the
+	// leader's expectation matches it (taskmanager.ChunkReport rather than AnswerReport): for
+	// tests that measure the chunks.
+	WholeReports bool
+	// Prefix of the TMs' ids: PREFIX00, PREFIX01, ... (default "sim").
+	Prefix string
 }
 
-// StartSimTMs starts n simulated TaskManagers named sim00, sim01, ...
-func StartSimTMs(t testing.TB, n int) []*SimTM {
-	sims := make([]*SimTM, n)
-	for i := range sims {
-		sims[i] = StartSimTM(t, fmt.Sprintf("sim%02d", i))
+type simTask struct {
+	jobID string
+	rep   *pb.ExecutionReport // immutable once stored: a change stores a new one
+}
+
+// StartSimTMs starts n simulated TaskManagers named sim00, sim01, ... (SimOptions.Prefix)
+// listening on loopback ports, and stops them when the test ends.
+func StartSimTMs(t testing.TB, n int, o SimOptions) []*SimTM {
+	t.Helper()
+	if o.Prefix == "" {
+		o.Prefix = "sim"
 	}
-	return sims
+	if len(o.JobMasters) > 0 && o.Slots <= 0 {
+		t.Fatalf("StartSimTMs: %d slots; a TM that registers needs some", o.Slots)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	out := make([]*SimTM, 0, n)
+	t.Cleanup(func() {
+		cancel()
+		for _, s := range out {
+			s.srv.Stop()
+		}
+		wg.Wait()
+		for _, s := range out {
+			s.connMu.Lock()
+			for _, c := range s.conns {
+				c.Close()
+			}
+			s.connMu.Unlock()
+		}
+	})
+	for i := range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &SimTM{ID: fmt.Sprintf("%s%02d", o.Prefix, i), Addr: l.Addr().String(), Incarnation: fmt.Sprintf("%016x", rand.Uint64()),
+			Slots: o.Slots, jms: o.JobMasters, wholeReports: o.WholeReports, ctx: ctx,
+			srv: grpc.NewServer(transport.ServerOptions(0)...), conns: map[string]*grpc.ClientConn{},
+			tasks: map[string]*simTask{}, kick: make(chan struct{}, 1), hb: time.Second}
+		pb.RegisterTaskManagerServiceServer(s.srv, s)
+		out = append(out, s)
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = s.srv.Serve(l) }()
+		if s.live() {
+			s.startProtocol(&wg)
+		}
+	}
+	return out
+}
+
+// live reports whether the TM calls JobMasters (it was given their addresses).
+func (s *SimTM) live() bool { return len(s.jms) > 0 }
+
+// Leader is the JobMaster the TM follows, its id, the highest epoch seen, and whether the TM is
+// registered with it.
+func (s *SimTM) Leader() (addr, id string, epoch uint64, registered bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leader, s.leaderID, s.epoch, s.registered
 }
 
 // Epoch is the highest epoch the TM has seen.
@@ -67,16 +153,38 @@ func (s *SimTM) Epoch() uint64 {
 	return s.epoch
 }
 
-// Add makes the TM hold (and report) these executions.
-func (s *SimTM) Add(execs ...*pb.ExecutionReport) {
-	s.mu.Lock()
-	s.execs = append(s.execs, execs...)
-	s.mu.Unlock()
-}
-
-func (s *SimTM) fence(epoch uint64) error {
+// Tasks is how many tasks the TM holds and how many of them are RUNNING.
+func (s *SimTM) Tasks() (held, running int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for _, t := range s.tasks {
+		held++
+		if t.rep.State == pb.ExecutionState_EXECUTION_STATE_RUNNING {
+			running++
+		}
+	}
+	return held, running
+}
+
+// hold makes the TM hold (and report) these executions.
+func (s *SimTM) hold(execs ...*pb.ExecutionReport) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range execs {
+		s.tasks[r.AttemptId] = &simTask{jobID: r.JobId, rep: r}
+	}
+}
+
+func terminal(st pb.ExecutionState) bool {
+	switch st {
+	case pb.ExecutionState_EXECUTION_STATE_FINISHED, pb.ExecutionState_EXECUTION_STATE_CANCELED, pb.ExecutionState_EXECUTION_STATE_FAILED:
+		return true
+	}
+	return false
+}
+
+// fenceLocked refuses an epoch below the highest seen and adopts a higher one.
+func (s *SimTM) fenceLocked(epoch uint64) error {
 	if epoch < s.epoch {
 		return transport.StaleEpochError(epoch, s.epoch)
 	}
@@ -84,17 +192,105 @@ func (s *SimTM) fence(epoch uint64) error {
 	return nil
 }
 
-// RequestReport streams the executions the TM holds, chunked as a TaskManager chunks them.
+// SubmitTasks takes a batch: every task starts at once (it does nothing) and is reported
+// RUNNING.
+func (s *SimTM) SubmitTasks(_ context.Context, req *pb.SubmitTasksRequest) (*pb.SubmitTasksResponse, error) {
+	if len(req.GetTasks()) == 0 {
+		return nil, fmt.Errorf("an empty batch")
+	}
+	s.mu.Lock()
+	if err := s.fenceLocked(req.GetEpoch()); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	resp := &pb.SubmitTasksResponse{Results: make([]*pb.SubmitTaskResult, len(req.GetTasks()))}
+	var started []*pb.UpdateTaskExecutionStateRequest
+	for i, d := range req.GetTasks() {
+		resp.Results[i] = &pb.SubmitTaskResult{AttemptId: d.GetAttemptId()}
+		if m := s.startLocked(d, req.GetSharedChannels()); m != nil {
+			started = append(started, m)
+		}
+	}
+	s.mu.Unlock()
+	for _, m := range started {
+		s.enqueue(m)
+	}
+	return resp, nil
+}
+
+// SubmitTask takes one task.
+func (s *SimTM) SubmitTask(_ context.Context, req *pb.SubmitTaskRequest) (*pb.SubmitTaskResponse, error) {
+	s.mu.Lock()
+	if err := s.fenceLocked(req.GetEpoch()); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	m := s.startLocked(req.GetTask(), nil)
+	s.mu.Unlock()
+	if m != nil {
+		s.enqueue(m)
+	}
+	return &pb.SubmitTaskResponse{}, nil
+}
+
+// startLocked holds the task RUNNING and returns its state update (nil: already held).
+func (s *SimTM) startLocked(d *pb.TaskDeploymentDescriptor, shared []*pb.SharedChannels) *pb.UpdateTaskExecutionStateRequest {
+	if _, ok := s.tasks[d.GetAttemptId()]; ok {
+		return nil // a redelivery
+	}
+	rep := &pb.ExecutionReport{JobId: d.GetJobId(), VertexId: d.GetVertexId(), SubtaskIndex: d.GetSubtaskIndex(),
+		AttemptId: d.GetAttemptId(), AttemptNumber: d.GetAttemptNumber(), StartTimestamp: d.GetStartTimestamp(),
+		State: pb.ExecutionState_EXECUTION_STATE_RUNNING, SlotIndex: d.GetSlotIndex()}
+	for _, p := range d.GetProduced() {
+		rep.Produced = append(rep.Produced, &pb.ProducedPartitionReport{ResultId: p.GetResultId(), PartitionIndex: p.GetPartitionIndex(), Consumable: true})
+	}
+	for _, g := range d.GetInputs() {
+		chs := g.GetChannels()
+		if i := int(g.GetSharedChannels()); i > 0 && i <= len(shared) {
+			chs = shared[i-1].GetChannels()
+		}
+		for _, c := range chs {
+			rep.Consumed = append(rep.Consumed, &pb.ConsumedPartitionReport{ResultId: c.GetResultId(), PartitionIndex: c.GetPartitionIndex(), ProducerAttemptId: c.GetProducerAttemptId()})
+		}
+	}
+	s.tasks[d.GetAttemptId()] = &simTask{jobID: d.GetJobId(), rep: rep}
+	return &pb.UpdateTaskExecutionStateRequest{TmId: s.ID, JobId: d.GetJobId(), AttemptId: d.GetAttemptId(), State: pb.ExecutionState_EXECUTION_STATE_RUNNING}
+}
+
+// RequestReport streams every task the TM holds, chunked as a TaskManager chunks its report; a
+// higher epoch announces a new leader, which a TM started with JobMasters then registers with
+// and follows.
 func (s *SimTM) RequestReport(req *pb.RequestReportRequest, stream pb.TaskManagerService_RequestReportServer) error {
-	if err := s.fence(req.GetEpoch()); err != nil {
+	s.mu.Lock()
+	newer := req.GetEpoch() > s.epoch
+	if err := s.fenceLocked(req.GetEpoch()); err != nil {
+		s.mu.Unlock()
 		return err
 	}
-	s.Reports.Add(1)
-	s.mu.Lock()
-	execs := s.execs
+	if addr := req.GetLeaderGrpcAddress(); s.live() && addr != "" && (newer || addr != s.leader) {
+		s.followLocked(addr, req.GetLeaderId())
+	}
+	execs := make([]*pb.ExecutionReport, 0, len(s.tasks))
+	for _, t := range s.tasks {
+		execs = append(execs, t.rep)
+	}
 	s.mu.Unlock()
-	base := &pb.TaskManagerReport{TmId: s.ID, GrpcAddress: s.Addr, DataAddress: s.Addr, Slots: int32(len(execs))}
-	for _, c := range taskmanager.ChunkReport(base, execs, int(req.GetChunkSize()), int(req.GetMaxChunkBytes())) {
+	s.Reports.Add(1)
+	slices.SortFunc(execs, func(a, b *pb.ExecutionReport) int {
+		return cmp.Or(cmp.Compare(a.JobId, b.JobId), cmp.Compare(a.VertexId, b.VertexId), cmp.Compare(a.SubtaskIndex, b.SubtaskIndex))
+	})
+	slots := s.Slots
+	if slots == 0 {
+		slots = int32(len(execs))
+	}
+	base := &pb.TaskManagerReport{TmId: s.ID, GrpcAddress: s.Addr, DataAddress: s.Addr, Slots: slots, Incarnation: s.Incarnation}
+	var chunks []*pb.TaskManagerReport
+	if s.wholeReports {
+		chunks = taskmanager.ChunkReport(base, execs, int(req.GetChunkSize()), int(req.GetMaxChunkBytes()))
+	} else {
+		chunks = taskmanager.AnswerReport(base, execs, req, int(req.GetChunkSize()), int(req.GetMaxChunkBytes()))
+	}
+	for _, c := range chunks {
 		if err := stream.Send(c); err != nil {
 			return err
 		}
@@ -106,135 +302,54 @@ func (s *SimTM) RequestReport(req *pb.RequestReportRequest, stream pb.TaskManage
 	return nil
 }
 
-// SubmitTask accepts and counts.
-func (s *SimTM) SubmitTask(_ context.Context, req *pb.SubmitTaskRequest) (*pb.SubmitTaskResponse, error) {
-	if err := s.fence(req.GetEpoch()); err != nil {
-		return nil, err
-	}
-	s.Submits.Add(1)
-	return &pb.SubmitTaskResponse{}, nil
-}
-
-// CancelTask accepts and counts.
+// CancelTask ends the attempt CANCELED (an unknown one is answered CANCELED) and reports it.
 func (s *SimTM) CancelTask(_ context.Context, req *pb.CancelTaskRequest) (*pb.CancelTaskResponse, error) {
-	if err := s.fence(req.GetEpoch()); err != nil {
+	s.mu.Lock()
+	if err := s.fenceLocked(req.GetEpoch()); err != nil {
+		s.mu.Unlock()
 		return nil, err
 	}
 	s.Cancels.Add(1)
+	t := s.tasks[req.GetAttemptId()]
+	if t == nil || terminal(t.rep.State) {
+		s.mu.Unlock()
+		if t != nil {
+			return &pb.CancelTaskResponse{State: t.rep.State}, nil
+		}
+		return &pb.CancelTaskResponse{State: pb.ExecutionState_EXECUTION_STATE_CANCELED}, nil
+	}
+	rep := proto.CloneOf(t.rep)
+	rep.State = pb.ExecutionState_EXECUTION_STATE_CANCELED
+	for _, p := range rep.Produced {
+		p.Consumable = false
+	}
+	t.rep = rep
+	s.mu.Unlock()
+	s.enqueue(&pb.UpdateTaskExecutionStateRequest{TmId: s.ID, JobId: t.jobID, AttemptId: req.GetAttemptId(), State: pb.ExecutionState_EXECUTION_STATE_CANCELED})
 	return &pb.CancelTaskResponse{State: pb.ExecutionState_EXECUTION_STATE_CANCELED}, nil
 }
 
-// AcknowledgeTerminal accepts.
+// AcknowledgeTerminal forgets the terminal attempts named.
 func (s *SimTM) AcknowledgeTerminal(_ context.Context, req *pb.AcknowledgeTerminalRequest) (*pb.AcknowledgeTerminalResponse, error) {
-	if err := s.fence(req.GetEpoch()); err != nil {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.fenceLocked(req.GetEpoch()); err != nil {
 		return nil, err
+	}
+	for _, id := range req.GetAttemptIds() {
+		if t := s.tasks[id]; t != nil && terminal(t.rep.State) {
+			delete(s.tasks, id)
+		}
 	}
 	return &pb.AcknowledgeTerminalResponse{}, nil
 }
 
-// DeployOnSims commits, through leader j, a RUNNING attempt for every subtask of the job that
-// has none, placed round-robin on the simulated TMs, and gives each TM the matching execution
-// reports (with the partitions each subtask produces and consumes, read from the committed
-// ExecutionGraph). It commits as the scheduler would — CREATE_ATTEMPTS, then DEPLOYING, then
-// RUNNING — in entries of at most perEntry attempts (0: 5,000), subtask index by subtask
-// index (so a FORWARD chain's regions are whole in each entry), and returns how many
-// attempts it committed. The job must be waiting for slots (no TaskManager registered).
-func (c *Cluster) DeployOnSims(j *JM, jobID string, sims []*SimTM, perEntry int) int {
-	c.T.Helper()
-	if perEntry <= 0 {
-		perEntry = 5000
+// UpdatePartitionInfo accepts (the tasks read nothing).
+func (s *SimTM) UpdatePartitionInfo(_ context.Context, req *pb.UpdatePartitionInfoRequest) (*pb.UpdatePartitionInfoResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.fenceLocked(req.GetEpoch()); err != nil {
+		return nil, err
 	}
-	var (
-		pending  []*pb.AttemptSpec
-		reports  [][]*pb.ExecutionReport
-		produced = map[string][]string{} // vertex -> results it produces
-		slot     = make([]int32, len(sims))
-		n        int
-	)
-	reports = make([][]*pb.ExecutionReport, len(sims))
-	ts := time.Now().UnixMilli()
-	found := false
-	j.A.State.WithJob(jobID, func(rec *pb.JobRecord) {
-		found = true
-		for _, r := range rec.ExecutionGraph.GetResults() {
-			produced[r.ProducerVertexId] = append(produced[r.ProducerVertexId], r.ResultId)
-		}
-		// Region by region where regions are subtask indexes (FORWARD chains): index-major.
-		vs, maxP := rec.ExecutionGraph.GetVertices(), 0
-		for _, v := range vs {
-			maxP = max(maxP, len(v.Subtasks))
-		}
-		for sub := 0; sub < maxP; sub++ {
-			for _, v := range vs {
-				if sub >= len(v.Subtasks) || v.Subtasks[sub].GetCurrent() != nil {
-					continue
-				}
-				ev := v.Subtasks[sub]
-				i := n % len(sims)
-				sim := sims[i]
-				a := &pb.AttemptSpec{VertexId: ev.VertexId, SubtaskIndex: ev.SubtaskIndex, AttemptId: attemptID(jobID, n+1),
-					Slot: &pb.SlotID{TmId: sim.ID, Index: slot[i]}, TmGrpcAddress: sim.Addr, TmDataAddress: sim.Addr}
-				slot[i]++
-				n++
-				pending = append(pending, a)
-				rep := &pb.ExecutionReport{JobId: jobID, VertexId: a.VertexId, SubtaskIndex: a.SubtaskIndex, AttemptId: a.AttemptId,
-					StartTimestamp: ts, State: pb.ExecutionState_EXECUTION_STATE_RUNNING, SlotIndex: a.Slot.Index}
-				for _, rid := range produced[ev.VertexId] {
-					rep.Produced = append(rep.Produced, &pb.ProducedPartitionReport{ResultId: rid, PartitionIndex: ev.SubtaskIndex, Consumable: true})
-				}
-				for _, in := range graph.Inputs(rec.ExecutionGraph, ev) {
-					rep.Consumed = append(rep.Consumed, &pb.ConsumedPartitionReport{ResultId: in.ResultId, PartitionIndex: in.PartitionIndex})
-				}
-				reports[i] = append(reports[i], rep)
-			}
-		}
-	})
-	if !found {
-		c.T.Fatalf("DeployOnSims: job %s is not on %s", jobID, j.ID)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	for start := 0; start < len(pending); start += perEntry {
-		part := pending[start:min(start+perEntry, len(pending))]
-		create := &pb.CreateAttemptsCommand{JobId: jobID, Timestamp: ts, Attempts: part}
-		deploying, running := &pb.UpdateExecutionStatesCommand{}, &pb.UpdateExecutionStatesCommand{}
-		for _, a := range part {
-			deploying.Updates = append(deploying.Updates, &pb.ExecutionStateUpdate{JobId: jobID, AttemptId: a.AttemptId, State: pb.ExecutionState_EXECUTION_STATE_DEPLOYING, Timestamp: ts})
-			running.Updates = append(running.Updates, &pb.ExecutionStateUpdate{JobId: jobID, AttemptId: a.AttemptId, State: pb.ExecutionState_EXECUTION_STATE_RUNNING, Timestamp: ts})
-		}
-		if _, err := j.A.JM.Commit(ctx, pb.CommandType_COMMAND_TYPE_CREATE_ATTEMPTS, create); err != nil {
-			c.T.Fatalf("DeployOnSims: create attempts %d..%d: %v", start, start+len(part), err)
-		}
-		for _, u := range []*pb.UpdateExecutionStatesCommand{deploying, running} {
-			if _, err := j.A.JM.Commit(ctx, pb.CommandType_COMMAND_TYPE_UPDATE_EXECUTION_STATES, u); err != nil {
-				c.T.Fatalf("DeployOnSims: update states %d..%d: %v", start, start+len(part), err)
-			}
-		}
-	}
-	for i, s := range sims {
-		s.Add(reports[i]...)
-	}
-	return n
-}
-
-// attemptID is a 32-hex-digit attempt id unique across jobs: the job id's first 8 characters
-// and a counter.
-func attemptID(jobID string, n int) string {
-	prefix := (jobID + "00000000")[:8]
-	return prefix + fmt.Sprintf("%024x", n)
-}
-
-// RunningCount counts the job's executions in RUNNING on replica j without copying the job.
-func RunningCount(j *JM, jobID string) (running, total int) {
-	j.A.State.WithJob(jobID, func(rec *pb.JobRecord) {
-		for _, v := range rec.ExecutionGraph.GetVertices() {
-			for _, ev := range v.Subtasks {
-				total++
-				if ev.GetCurrent().GetState() == pb.ExecutionState_EXECUTION_STATE_RUNNING {
-					running++
-				}
-			}
-		}
-	})
-	return running, total
+	return &pb.UpdatePartitionInfoResponse{}, nil
 }

@@ -5,11 +5,6 @@
 package testcluster
 
 import (
-	"github.com/jmcluster/jmcluster/security"
-	"github.com/jmcluster/jmcluster/testkit/tlstest"
-	"github.com/jmcluster/jmcluster/transport"
-
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -31,7 +26,10 @@ import (
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/reconcile"
+	"github.com/jmcluster/jmcluster/security"
 	"github.com/jmcluster/jmcluster/taskmanager"
+	"github.com/jmcluster/jmcluster/testkit/tlstest"
+	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -460,73 +458,4 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 		}
 		<-time.After(20 * time.Millisecond)
 	}
-}
-
-func (c *Cluster) close() {
-	for _, tm := range c.TMs {
-		if tm.A != nil {
-			tm.A.Kill()
-		}
-	}
-	for _, j := range c.JMs {
-		if j.A != nil {
-			_ = j.A.Shutdown()
-		}
-	}
-	c.mu.Lock()
-	for _, cc := range c.conns {
-		cc.Close()
-	}
-	c.mu.Unlock()
-	c.logFile.Close()
-	keep := os.Getenv("JMC_TEST_LOG_DIR")
-	kept := keep != "" && filepath.Dir(c.logFile.Name()) == filepath.Clean(keep)
-	switch {
-	case c.T.Failed():
-		c.dumpLog(300)
-		if kept {
-			c.T.Logf("the whole cluster log: %s", c.logFile.Name())
-		}
-	case kept:
-		_ = os.Remove(c.logFile.Name())
-	}
-}
-
-// LogPath is the file the cluster logs to: Dir's cluster.log, or a file in $JMC_TEST_LOG_DIR
-// when that is set (createLog).
-func (c *Cluster) LogPath() string { return c.logFile.Name() }
-
-// createLog creates the cluster log. With $JMC_TEST_LOG_DIR set it is written there from the
-// start (TestName-*.log) and removed when the test passes, so a failed test keeps its whole log
-// even when the test binary dies (a -timeout panic runs no cleanup); otherwise it is dir's
-// cluster.log.
-func createLog(t testing.TB, dir string) (*os.File, error) {
-	keep := os.Getenv("JMC_TEST_LOG_DIR")
-	if keep == "" {
-		return os.Create(filepath.Join(dir, "cluster.log"))
-	}
-	if err := os.MkdirAll(keep, 0o755); err != nil {
-		return nil, err
-	}
-	name := strings.NewReplacer("/", "_", " ", "_", "*", "_").Replace(t.Name())
-	return os.CreateTemp(keep, name+"-"+time.Now().Format("150405")+"-*.log")
-}
-
-// dumpLog prints the last n lines of the cluster log into the test output.
-func (c *Cluster) dumpLog(n int) {
-	f, err := os.Open(c.logFile.Name())
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	var lines []string
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		lines = append(lines, s.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	c.T.Logf("last %d lines of the cluster log:\n%s", len(lines), strings.Join(lines, "\n"))
 }
