@@ -33,45 +33,6 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-// JobMasterConfig configures one JM replica.
-type JobMasterConfig struct {
-	// Cluster is the Raft node's configuration (ID, DataDir, addresses, bootstrap).
-	Cluster cluster.Config
-	// GRPCAddr is the gRPC listen address; Cluster.GRPCAddr is the advertised one (defaults to
-	// the bound address).
-	GRPCAddr string
-	// HTTPAddr is the HTTP listen address; empty turns HTTP off.
-	HTTPAddr string
-	// Gossip configures memberlist; nil turns gossip off.
-	Gossip *membership.Config
-	// JobMaster and Reconcile tune the active JobMaster and the reconciliation.
-	JobMaster jobmaster.Config
-	Reconcile reconcile.Config
-	// CheckpointDir is the checkpoint storage root (--checkpoint-dir), shared with every
-	// TaskManager that may restore a task's state; opened as JobMaster.Checkpoints unless that
-	// is set. Empty: no checkpoint storage (checkpointed jobs are refused).
-	CheckpointDir string
-	// WriteLimit bounds each client's SubmitJob and CancelJob rate on this replica.
-	WriteLimit jmserver.WriteLimit
-	// MaxMessageSize bounds every gRPC message the replica receives or sends: its server and
-	// its connections to other JMs and to TMs (default transport.DefaultMaxMessageSize).
-	MaxMessageSize int
-	// TLS turns on mutual TLS on every connection of the replica: its gRPC server (any role may
-	// connect; the policy table checks each method), the Raft transport (jobmaster
-	// certificates only), its connections to other JMs and to TMs. nil: plaintext.
-	TLS *security.TLS
-	// Tokens: bearer tokens (operator and reader) the gRPC server and HTTP accept besides
-	// certificates; needs TLS. nil: none.
-	Tokens *security.Tokens
-	// MetricsAuth: /metrics needs a token or certificate too (HTTP with TLS or tokens).
-	MetricsAuth bool
-	// CleanupDeadServers > 0: the leader removes a voter gossip has reported dead or left for
-	// this long, keeping at least MinQuorum voters (autopilot.go). 0: off.
-	CleanupDeadServers time.Duration
-	MinQuorum          int
-	Logger             hclog.Logger
-}
-
 // JobMaster is a running JM replica.
 type JobMaster struct {
 	cfg    JobMasterConfig
@@ -107,14 +68,8 @@ func StartJobMaster(cfg JobMasterConfig) (_ *JobMaster, err error) {
 	if _, err := metrics.Process(); err != nil { // before Raft: it emits from its start
 		log.Warn("hashicorp metrics not bridged to /metrics", "error", err)
 	}
-	if err := cfg.JobMaster.Validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if err := cfg.Reconcile.Validate(); err != nil {
-		return nil, err
-	}
-	if cfg.Tokens != nil && cfg.TLS == nil {
-		return nil, errors.New("bearer tokens need TLS (--tls-ca, --tls-cert, --tls-key): they would travel in plaintext")
 	}
 	a := &JobMaster{cfg: cfg, log: log}
 	defer func() {

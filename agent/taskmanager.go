@@ -22,16 +22,6 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-// TaskManagerConfig configures one TM process.
-type TaskManagerConfig struct {
-	TM taskmanager.Config
-	// Gossip configures memberlist; nil turns gossip off (then TM.JobMasters must be set).
-	Gossip *membership.Config
-	// HTTPAddr serves /metrics (Prometheus) and /healthz; empty turns HTTP off.
-	HTTPAddr string
-	Logger   hclog.Logger
-}
-
 // TaskManager is a running TM with its gossip membership.
 type TaskManager struct {
 	TM     *taskmanager.TaskManager
@@ -51,6 +41,9 @@ type TaskManager struct {
 func StartTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	a := &TaskManager{}
 	if _, err := metrics.Process(); err != nil {

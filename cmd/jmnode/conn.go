@@ -77,7 +77,12 @@ func dial(addr string, maxMsg int, sec *security.TLS, token ...string) (*conn, e
 }
 
 // dial connects to the JobMaster the flags name, with mutual TLS when the --tls-* flags say.
+// Its --max-message-size is held to the processes' range: below the floor the JobMasters' pages
+// and chunks would be refused; the ceiling stays clear of protobuf's bound on one message.
 func (cf cliFlags) dial() (*conn, error) {
+	if err := messageSize(*cf.maxMsg); err != nil {
+		return nil, err
+	}
 	sec, err := cf.tls.load(nil)
 	if err != nil {
 		return nil, err

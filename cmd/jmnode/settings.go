@@ -8,44 +8,90 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/setting"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/transport"
 )
 
-// Both process commands check every flag before they serve anything: the rules of the
-// packages' Config.Validate (the library's rule, its field renamed to the flag by the maps
-// below), then the rules only a flag has (a zero that the library reads as "the default" is
-// refused where the flag's own default is not zero; the message size floor; paths that must
-// be writable). Every refusal names the flag, the value and the allowed range or form.
+// Both process commands check every flag before they serve anything: the rules only a flag
+// has (flagRules: a zero that the library reads as "the default" is refused where the flag's
+// own default is not zero; the message size range; the heartbeat floor; the job size
+// ceilings), then the packages' and the assembly's (agent's Config.Validate: the library's
+// rule, its field renamed to the flag by the maps below), then the shared flags and the paths
+// that must be writable. Every refusal names the flag, the value and the allowed range or form.
 
-// Config fields of each package -> the flag of `jmnode jobmaster` that sets them.
-var (
-	jobMasterClusterFlags = map[string]string{
-		"ID": "--id", "DataDir": "--data-dir", "RaftBindAddr": "--raft-addr", "RaftAdvertiseAddr": "--raft-advertise",
-		"BootstrapExpect": "--bootstrap-expect", "Join": "--join", "Peers": "--peers",
-		// GRPCAddr is the advertised address: --grpc-advertise, or --grpc-addr without it (grpcFlag).
+// The fields of agent.JobMasterConfig (within their section) -> the flag of `jmnode jobmaster`
+// that sets them. Cluster.GRPCAddr is the advertised address: --grpc-advertise, or --grpc-addr
+// without it (jobMasterConfig.grpcFlag).
+var jobMasterFlagNames = map[string]string{
+	"Cluster.ID": "--id", "Cluster.DataDir": "--data-dir", "Cluster.RaftBindAddr": "--raft-addr",
+	"Cluster.RaftAdvertiseAddr": "--raft-advertise", "Cluster.BootstrapExpect": "--bootstrap-expect",
+	"Cluster.Join": "--join", "Cluster.Peers": "--peers",
+	"GRPCAddr": "--grpc-addr", "HTTPAddr": "--http-addr", "MaxMessageSize": "--max-message-size",
+	"CleanupDeadServers": "--cleanup-dead-servers", "MinQuorum": "--min-quorum",
+	"JobMaster.HeartbeatInterval": "--tm-heartbeat-interval", "JobMaster.HeartbeatTimeout": "--heartbeat-timeout",
+	"JobMaster.FenceTimeout": "--fence-timeout", "JobMaster.PoolQueryInterval": "--pool-query-interval",
+	"JobMaster.PoolQueryTimeout": "--pool-query-timeout", "JobMaster.TMLeaderGrace": "--tm-leader-grace",
+	"JobMaster.DeadRefusals": "--dead-refusals", "JobMaster.DeadRefusalWindow": "--dead-refusal-window",
+	"JobMaster.RetainJobs": "--retain-jobs", "JobMaster.RetainJobAge": "--retain-job-age",
+	"JobMaster.MaxMessageSize": "--max-message-size", "JobMaster.SlotTimeout": "--slot-timeout",
+	"Reconcile.ReportDeadline": "--report-deadline",
+	"Gossip.BindAddr":          "--gossip-addr", "Gossip.Join": "--gossip-join", "Gossip.Profile": "--gossip-profile",
+}
+
+// The fields of agent.TaskManagerConfig -> the flag of `jmnode taskmanager` that sets them.
+var taskManagerFlagNames = map[string]string{
+	"TM.ID": "--id", "TM.Slots": "--slots", "TM.GRPCAddr": "--grpc-addr", "TM.DataAddr": "--data-addr",
+	"TM.AdvertiseGRPC": "--grpc-advertise", "TM.AdvertiseData": "--data-advertise", "TM.JobMasters": "--jm",
+	"TM.HeartbeatInterval": "--heartbeat-interval", "TM.LeaderGrace": "--leader-grace",
+	"TM.FenceTimeout": "--fence-timeout", "TM.RetainTerminal": "--retain-terminal", "TM.MaxMessageSize": "--max-message-size",
+	"HTTPAddr":        "--http-addr",
+	"Gossip.BindAddr": "--gossip-addr", "Gossip.Join": "--gossip-join", "Gossip.Profile": "--gossip-profile",
+}
+
+// flagRules are the rules of `jmnode jobmaster`'s flags that the library does not have: a
+// zero it reads as its default, the heartbeat floor, the job size ceilings (the library
+// lowers a value above one), the message size range, the client write limit, the listen
+// address others dial.
+func (c *jobMasterConfig) flagRules() []error {
+	a, jm := &c.agent, &c.agent.JobMaster
+	ceil := graph.CeilingSizeLimits()
+	return []error{
+		positive("--report-deadline", a.Reconcile.ReportDeadline),
+		positive("--heartbeat-timeout", jm.HeartbeatTimeout),
+		heartbeatInterval("--tm-heartbeat-interval", jm.HeartbeatInterval),
+		positive("--tm-leader-grace", jm.TMLeaderGrace),
+		positive("--dead-refusal-window", jm.DeadRefusalWindow),
+		positive("--retain-job-age", jm.RetainJobAge),
+		atLeast("--dead-refusals", int64(jm.DeadRefusals), 1),
+		atLeast("--retain-jobs", int64(jm.RetainJobs), 1),
+		atLeast("--bootstrap-expect", int64(c.expect), 0),
+		between("--"+graph.LimitExecutions, jm.SizeLimits.MaxExecutions, 1, ceil.MaxExecutions),
+		between("--"+graph.LimitInputChannels, jm.SizeLimits.MaxInputChannels, 1, ceil.MaxInputChannels),
+		between("--"+graph.LimitGraphBytes, jm.SizeLimits.MaxGraphBytes, 1, ceil.MaxGraphBytes),
+		messageSize(a.MaxMessageSize),
+		clientWriteRate(a.WriteLimit.Rate),
+		atLeast("--client-write-burst", int64(a.WriteLimit.Burst), 1),
+		atLeast("--min-quorum", int64(a.MinQuorum), 1),
+		slotTimeoutFlag(jm.SlotTimeout),
+		setting.HostPort(nil, "--grpc-addr", a.GRPCAddr, 1),
 	}
-	jobMasterFlags = map[string]string{
-		"HeartbeatInterval": "--tm-heartbeat-interval", "HeartbeatTimeout": "--heartbeat-timeout",
-		"FenceTimeout": "--fence-timeout", "PoolQueryInterval": "--pool-query-interval",
-		"PoolQueryTimeout": "--pool-query-timeout", "TMLeaderGrace": "--tm-leader-grace",
-		"DeadRefusals": "--dead-refusals", "DeadRefusalWindow": "--dead-refusal-window",
-		"RetainJobs": "--retain-jobs", "RetainJobAge": "--retain-job-age", "MaxMessageSize": "--max-message-size",
-		"SlotTimeout": "--slot-timeout",
+}
+
+// flagRules are the rules of `jmnode taskmanager`'s flags that the library does not have: a
+// zero it reads as its default, the heartbeat floor, the message size range.
+func (c *taskManagerConfig) flagRules() []error {
+	tm := &c.agent.TM
+	return []error{
+		between("--slots", int64(tm.Slots), transport.MinSlots, transport.MaxSlots),
+		heartbeatInterval("--heartbeat-interval", tm.HeartbeatInterval),
+		positive("--leader-grace", tm.LeaderGrace),
+		positive("--retain-terminal", tm.RetainTerminal),
+		messageSize(tm.MaxMessageSize),
 	}
-	reconcileFlags  = map[string]string{"ReportDeadline": "--report-deadline"}
-	gossipFlagNames = map[string]string{
-		"BindAddr": "--gossip-addr", "Join": "--gossip-join", "Profile": "--gossip-profile",
-	}
-	taskManagerFlags = map[string]string{
-		"ID": "--id", "Slots": "--slots", "GRPCAddr": "--grpc-addr", "DataAddr": "--data-addr",
-		"AdvertiseGRPC": "--grpc-advertise", "AdvertiseData": "--data-advertise", "JobMasters": "--jm",
-		"HeartbeatInterval": "--heartbeat-interval", "LeaderGrace": "--leader-grace",
-		"FenceTimeout": "--fence-timeout", "RetainTerminal": "--retain-terminal", "MaxMessageSize": "--max-message-size",
-	}
-)
+}
 
 // flagError is a refusal of a flag's value.
 func flagError(flag string, v any, rule string, args ...any) error {
@@ -162,17 +208,6 @@ func pathReason(err error) string {
 func slotTimeoutFlag(d time.Duration) error {
 	if d == 0 {
 		return flagError("--slot-timeout", d, "must be above 0, or negative to wait forever")
-	}
-	return nil
-}
-
-// cleanupFlag checks --cleanup-dead-servers: 0 (off) or positive, and then gossip must be on.
-func cleanupFlag(d time.Duration, gossip bool) error {
-	switch {
-	case d < 0:
-		return flagError("--cleanup-dead-servers", d, "must be 0 (off) or above 0")
-	case d > 0 && !gossip:
-		return flagError("--cleanup-dead-servers", d, "needs gossip (--gossip-addr): dead servers are found through it")
 	}
 	return nil
 }

@@ -136,6 +136,7 @@ type badValue struct {
 	flag    string // without dashes
 	args    []string
 	why     string
+	also    string // another flag the error must name, when the refusal is of two together
 }
 
 // misconfigurations returns the matrix's invalid values. file is a regular file (a path
@@ -177,6 +178,8 @@ func misconfigurations(file string) []badValue {
 			b("tls-key", "without --tls-ca and --tls-cert", "--tls-key", file),
 			b("config", "missing file", "--config", under),
 			b("checkpoint-dir", "a regular file", "--checkpoint-dir", file),
+			withAlso(b("gossip-key", "without --gossip-addr (gossip off: the key would be ignored)", "--gossip-key", validGossipKey), "--gossip-addr"),
+			withAlso(b("gossip-key-file", "without --gossip-addr (gossip off: the key would be ignored)", "--gossip-key-file", file), "--gossip-addr"),
 		)
 	}
 	rows = append(rows,
@@ -242,6 +245,18 @@ func misconfigurations(file string) []badValue {
 		tm("heartbeat-interval", "below the floor", "--heartbeat-interval", "10ms"),
 	)
 	return rows
+}
+
+// validGossipKey is a well-formed gossip key (32 zero bytes).
+const validGossipKey = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+
+func withAlso(r badValue, flag string) badValue { r.also = flag; return r }
+
+// cliMisconfigurations are the operator CLI's invalid values: its --max-message-size holds to
+// the processes' range, on a command that reads and one that writes.
+var cliMisconfigurations = [][]string{
+	{"status", "--max-message-size", "4194303"}, {"status", "--max-message-size", "1073741825"},
+	{"job", "list", "--max-message-size", "0"}, {"job", "cancel", "x", "--max-message-size", "-1"},
 }
 
 // helpFlags lists the flags `jmnode PROCESS --help` prints.
@@ -322,11 +337,25 @@ func TestMisconfigurationMatrix(t *testing.T) {
 				if !strings.Contains(last, "-"+r.flag) {
 					t.Fatalf("%s %v (%s): the error %q does not name -%s; output:\n%s", r.process, r.args, r.why, last, r.flag, got.stderr)
 				}
+				if r.also != "" && !strings.Contains(last, r.also) {
+					t.Fatalf("%s %v (%s): the error %q does not name %s", r.process, r.args, r.why, last, r.also)
+				}
 				if strings.Contains(got.stderr, r.process+" started") {
 					t.Fatalf("%s %v (%s): started before it refused:\n%s", r.process, r.args, r.why, got.stderr)
 				}
 				t.Logf("%s (%s): %s", strings.Join(r.args, " "), r.why, last)
 			})
+		}
+	})
+
+	t.Run("cli", func(t *testing.T) {
+		addr := testcluster.FreePorts(t, 1)[0] // never dialled: the flag is refused first
+		want := fmt.Sprintf("must be in [%d, %d]", transport.MinMaxMessageSize, transport.MaxMaxMessageSize)
+		for _, args := range cliMisconfigurations {
+			out, err := exec.Command(bin, append(args, "--addr", addr, "--timeout", "1s")...).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "jmnode: --max-message-size") || !strings.Contains(string(out), want) {
+				t.Errorf("jmnode %v: exit %v, want a refusal of --max-message-size saying %q; output:\n%s", args, err, want, out)
+			}
 		}
 	})
 

@@ -60,6 +60,17 @@ func Named(err error, names map[string]string) error {
 	return &Error{Field: n, Value: e.Value, Rule: e.Rule}
 }
 
+// Within puts a refusal's field inside section ("Slots" -> "TM.Slots"), keeping its kind: the
+// refusal of a package's Config that a larger configuration holds as a field (agent's
+// JobMasterConfig.JobMaster, ...). Any other error is returned as it is.
+func Within(err error, section string) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	return &Error{Field: section + "." + e.Field, Value: e.Value, Rule: e.Rule, Kind: e.Kind}
+}
+
 // NonNegative refuses a negative duration.
 func NonNegative(kind error, field string, d time.Duration) error {
 	if d < 0 {

@@ -34,6 +34,24 @@ func TestRefusalsNameTheFieldThenTheFlag(t *testing.T) {
 	}
 }
 
+// TestWithinNamesTheSection: a refusal held in a larger configuration names the section and
+// the field, keeps its kind, and is renamed as one field; any other error is left alone.
+func TestWithinNamesTheSection(t *testing.T) {
+	err := Within(New(errKind, "Slots", 0, "must be in [1, 1024]"), "TM")
+	if got, want := err.Error(), "invalid thing config: TM.Slots 0: must be in [1, 1024]"; got != want {
+		t.Fatalf("Within = %q, want %q", got, want)
+	}
+	if !errors.Is(err, errKind) {
+		t.Fatal("Within dropped the kind")
+	}
+	if got, want := Named(err, map[string]string{"TM.Slots": "--slots"}).Error(), "--slots 0: must be in [1, 1024]"; got != want {
+		t.Fatalf("Named(Within) = %q, want %q", got, want)
+	}
+	if other := errors.New("x"); Within(other, "TM") != other || Within(nil, "TM") != nil {
+		t.Fatal("Within changed an error that is not a refusal")
+	}
+}
+
 func TestHostPortAndNonNegative(t *testing.T) {
 	for _, c := range []struct {
 		addr    string
