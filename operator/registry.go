@@ -3,6 +3,7 @@ package operator
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -26,7 +27,10 @@ type runtime struct {
 // runtimes holds a runtime for every kind of the catalogue, by its name
 // (TestEveryKindHasARuntime); each operator's file registers its own. Adding an operator:
 // docs/checklists.md.
-var runtimes = map[string]runtime{}
+var (
+	runtimesMu sync.RWMutex // ReplaceTransform's swap against the tasks that look up
+	runtimes   = map[string]runtime{}
+)
 
 // register adds the runtime of the catalogue kind name; an operator's file calls it from
 // init.
@@ -35,6 +39,34 @@ func register(name string, rt runtime) {
 		panic("operator: a runtime for " + name + " is registered twice")
 	}
 	runtimes[name] = rt
+}
+
+// runtimeOf returns the runtime registered for kind name.
+func runtimeOf(name string) (runtime, bool) {
+	runtimesMu.RLock()
+	defer runtimesMu.RUnlock()
+	rt, ok := runtimes[name]
+	return rt, ok
+}
+
+// ReplaceTransform makes the transform kind run newT's transforms (keyed: its Context is
+// checkpointed) until tb's cleanup: for a test that runs a transform of its own through a
+// real task. The catalogue's validation of kind stays; tests that replace a kind must not
+// run in parallel with tests that use it.
+func ReplaceTransform(tb interface{ Cleanup(func()) }, kind string, keyed bool, newT func(op *pb.Operator, info Info) Transform) {
+	runtimesMu.Lock()
+	old, ok := runtimes[kind]
+	if !ok || old.transform == nil {
+		runtimesMu.Unlock()
+		panic("operator: ReplaceTransform of " + kind + ", which is not a transform kind")
+	}
+	runtimes[kind] = runtime{transform: newT, keyed: keyed}
+	runtimesMu.Unlock()
+	tb.Cleanup(func() {
+		runtimesMu.Lock()
+		runtimes[kind] = old
+		runtimesMu.Unlock()
+	})
 }
 
 // Env is what graph.ValidateOperator needs to know about the task.
@@ -67,7 +99,7 @@ func lookup(op *pb.Operator, info Info) (graph.OperatorKind, runtime, error) {
 		return graph.OperatorKind{}, runtime{}, err
 	}
 	k, _ := graph.OperatorKindOf(op)
-	rt, ok := runtimes[k.Name]
+	rt, ok := runtimeOf(k.Name)
 	if !ok {
 		return k, rt, fmt.Errorf("%w: kind %q has no runtime in this TaskManager", ErrUnknownOperator, k.Name)
 	}
@@ -128,7 +160,7 @@ func SinkFiles(op *pb.Operator, info Info) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rt := runtimes[k.Name]; rt.files != nil {
+	if rt, _ := runtimeOf(k.Name); rt.files != nil {
 		return rt.files(p), nil
 	}
 	return []string{p}, nil
