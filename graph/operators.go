@@ -70,6 +70,7 @@ var operatorKinds = []OperatorKind{
 	{Name: "log_sink", Role: RoleSink, validate: noConfig},
 	{Name: "checksum_sink", Role: RoleSink, validate: validateChecksumSink,
 		sinkPath: func(op *pb.Operator) string { return op.GetChecksumSink().GetPath() }},
+	{Name: "flat_map", Role: RoleTransform, validate: noConfig},
 }
 
 var (
