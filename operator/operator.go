@@ -117,6 +117,9 @@ type (
 	}
 	// Finisher is called once after every input ended and every timer fired.
 	Finisher interface{ Finish(ctx *Context) error }
+	// Closer releases what the transform holds; it is called once, after Finish or on
+	// failure or cancel.
+	Closer interface{ Close() error }
 )
 
 // Sink consumes records and writes them out.

@@ -72,7 +72,7 @@ func (o *transformOperator) Finish(out Emit) error {
 }
 
 func (o *transformOperator) Close() error {
-	if c, ok := o.t.(interface{ Close() error }); ok {
+	if c, ok := o.t.(Closer); ok {
 		return c.Close()
 	}
 	return nil
