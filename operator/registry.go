@@ -116,7 +116,11 @@ func NewSource(op *pb.Operator, info Info) (SourceOperator, error) {
 	if k.Role != graph.RoleSource || rt.source == nil {
 		return nil, fmt.Errorf("%w: %s is not a source", ErrBadConfig, k.Name)
 	}
-	return newSourceOperator(k.Name, rt.source(op, info), info)
+	o, err := newSourceOperator(k.Name, rt.source(op, info), info)
+	if err != nil {
+		return nil, err // not a nil *sourceOperator in a non-nil interface
+	}
+	return o, nil
 }
 
 // New builds the operator of a transform or sink op, restored from info.Restored; a sink's
@@ -131,7 +135,11 @@ func New(op *pb.Operator, info Info) (Operator, error) {
 	}
 	switch {
 	case k.Role == graph.RoleTransform && rt.transform != nil:
-		return newTransformOperator(k.Name, rt.transform(op, info), rt.keyed, info)
+		o, err := newTransformOperator(k.Name, rt.transform(op, info), rt.keyed, info)
+		if err != nil {
+			return nil, err
+		}
+		return o, nil
 	case k.Role == graph.RoleSink && rt.sink != nil:
 		var p string
 		if tmpl, ok := k.SinkTemplate(op); ok {
