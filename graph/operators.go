@@ -46,8 +46,8 @@ type OperatorEnv struct {
 
 // OperatorKind is one entry of the operator catalogue: the kind's name (its field name in the
 // Operator oneof), its role, the sink path template for kinds that write a file, and the
-// validation of its configuration. The TaskManager registers a runtime constructor for every
-// kind (operator).
+// validation of its configuration. Each kind's runtime is registered by its own file in
+// package operator.
 type OperatorKind struct {
 	Name string
 	Role OperatorRole
@@ -70,6 +70,7 @@ var operatorKinds = []OperatorKind{
 	{Name: "log_sink", Role: RoleSink, validate: noConfig},
 	{Name: "checksum_sink", Role: RoleSink, validate: validateChecksumSink,
 		sinkPath: func(op *pb.Operator) string { return op.GetChecksumSink().GetPath() }},
+	{Name: "flat_map", Role: RoleTransform, validate: noConfig},
 }
 
 var (

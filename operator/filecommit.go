@@ -48,7 +48,8 @@ func (s *fileSink) SnapshotState() ([]byte, error) {
 	return json.Marshal(st)
 }
 
-func (s *fileSink) restoreState(b []byte) error {
+// RestoreState takes the segments of the restored checkpoint, committed again at Open.
+func (s *fileSink) RestoreState(b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}

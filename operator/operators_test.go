@@ -93,13 +93,25 @@ func TestValidate(t *testing.T) {
 func TestEveryKindHasARuntime(t *testing.T) {
 	for _, k := range graph.OperatorKinds() {
 		rt, ok := runtimes[k.Name]
+		n := 0
+		for _, set := range []bool{rt.source != nil, rt.transform != nil, rt.sink != nil} {
+			if set {
+				n++
+			}
+		}
 		switch {
 		case !ok:
 			t.Errorf("kind %q has no runtime", k.Name)
-		case k.Role == graph.RoleSource && (rt.source == nil || rt.operator != nil):
-			t.Errorf("source kind %q needs a source constructor only", k.Name)
-		case k.Role != graph.RoleSource && (rt.operator == nil || rt.source != nil):
-			t.Errorf("%s kind %q needs an operator constructor only", k.Role, k.Name)
+		case n != 1:
+			t.Errorf("kind %q has %d constructors, want one", k.Name, n)
+		case k.Role == graph.RoleSource && rt.source == nil:
+			t.Errorf("source kind %q needs a source constructor", k.Name)
+		case k.Role == graph.RoleTransform && rt.transform == nil:
+			t.Errorf("transform kind %q needs a transform constructor", k.Name)
+		case k.Role == graph.RoleSink && rt.sink == nil:
+			t.Errorf("sink kind %q needs a sink constructor", k.Name)
+		case rt.keyed && k.Role != graph.RoleTransform:
+			t.Errorf("%s kind %q is keyed; only a transform's state is keyed", k.Role, k.Name)
 		}
 		if _, writes := k.SinkTemplate(&pb.Operator{}); writes != (rt.files != nil) {
 			t.Errorf("kind %q: writes a file %v, runtime lists its files %v", k.Name, writes, rt.files != nil)

@@ -66,8 +66,14 @@ func TestKeyBySumContinuesItsSums(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(state) != `{"keys":[1,2],"sums":[1,12]}` {
-		t.Fatalf("state %s", state)
+	vals, err := KeyedValues(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, _ := Int64Value(vals[1])
+	two, _ := Int64Value(vals[2])
+	if len(vals) != 2 || one != 1 || two != 12 {
+		t.Fatalf("state %s: sums %d and %d, want 1 and 12", state, one, two)
 	}
 	again, err := New(op, Info{Restored: state})
 	if err != nil {
@@ -79,6 +85,57 @@ func TestKeyBySumContinuesItsSums(t *testing.T) {
 	}
 	if _, err := New(op, Info{Restored: []byte(`{"keys":[1],"sums":[]}`)}); err == nil {
 		t.Fatal("a state with fewer sums than keys was accepted")
+	}
+	if _, err := New(op, Info{Restored: []byte(`{"keys":[1],"values":[]}`)}); err == nil {
+		t.Fatal("a state with fewer values than keys was accepted")
+	}
+}
+
+// TestKeyBySumReadsTheSumsFormat: a checkpoint of key_by_sum taken in the format of its own
+// sums ({"keys":[...],"sums":[...]}, before keyed state) is restored; its next snapshot is
+// of the keyed format.
+func TestKeyBySumReadsTheSumsFormat(t *testing.T) {
+	op := &pb.Operator{Kind: &pb.Operator_KeyBySum{KeyBySum: &pb.KeyBySumOperator{}}}
+	o, err := New(op, Info{Restored: []byte(`{"keys":[1,2],"sums":[1,12]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := collect(t, o, []Record{{Key: 2, Value: 1}, {Key: 1, Value: 4}, {Key: 3, Value: 5}})
+	if out[0].Value != 13 || out[1].Value != 5 || out[2].Value != 5 {
+		t.Fatalf("restored from the sums format, emitted %v; want 13, 5, 5", out)
+	}
+	state, err := o.SnapshotState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := KeyedValues(state)
+	if err != nil || len(vals) != 3 {
+		t.Fatalf("snapshot after the legacy restore: %s (%v)", state, err)
+	}
+}
+
+// TestSourceReadsItsPositionFormats: a source task of one split keeps {"next":N}, the format
+// of a single position; one of several splits keeps each split's position.
+func TestSourceReadsItsPositionFormats(t *testing.T) {
+	op := &pb.Operator{Kind: &pb.Operator_SequenceSource{SequenceSource: &pb.SequenceSource{Count: 10}}}
+	src, err := NewSource(op, Info{Subtask: 1, Parallelism: 2, Restored: []byte(`{"next":7}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	if err := src.Run(context.Background(), func(r Record) error { seqs = append(seqs, r.Seq); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(seqs) != "[7 8 9]" {
+		t.Fatalf("restored at 7: %v", seqs)
+	}
+	if st, _ := src.SnapshotState(); string(st) != `{"next":10}` {
+		t.Fatalf("after the end: %s", st)
+	}
+	for _, bad := range []string{`{"splits":[{"id":0,"next":1}]}`, `{"next":-1}`, `{"splits":[{"id":1,"next":1},{"id":3,"next":1}]}`} {
+		if _, err := NewSource(op, Info{Subtask: 1, Parallelism: 2, Restored: []byte(bad)}); err == nil {
+			t.Errorf("restored from %s: no error", bad)
+		}
 	}
 }
 

@@ -114,8 +114,8 @@ func TestCheckpointAlignsAcrossTwoTMsAndRestores(t *testing.T) {
 	// The sums at the barrier are exactly what the sources emitted before it: each source i
 	// emitted values 0..pos[i]-1, key v % keys, routed by key.
 	for i := range 2 {
-		var s struct{ Keys, Sums []int64 }
-		if err := json.Unmarshal(read(fmt.Sprintf("sum[%d]", i)), &s); err != nil {
+		sums, err := operator.KeyedValues(read(fmt.Sprintf("sum[%d]", i)))
+		if err != nil {
 			t.Fatal(err)
 		}
 		want := map[int64]int64{}
@@ -126,9 +126,9 @@ func TestCheckpointAlignsAcrossTwoTMsAndRestores(t *testing.T) {
 				}
 			}
 		}
-		for k, key := range s.Keys {
-			if s.Sums[k] != want[key] {
-				t.Fatalf("sum[%d] key %d: checkpointed %d, want %d (sources at %v)", i, key, s.Sums[k], want[key], pos)
+		for key, v := range sums {
+			if sum, _ := operator.Int64Value(v); sum != want[key] {
+				t.Fatalf("sum[%d] key %d: checkpointed %d, want %d (sources at %v)", i, key, sum, want[key], pos)
 			}
 			delete(want, key)
 		}

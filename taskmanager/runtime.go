@@ -63,7 +63,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 		tm.mu.Unlock()
 	}
 	var (
-		src operator.Source
+		src operator.SourceOperator
 		op  operator.Operator
 	)
 	if graph.OperatorRoleOf(d.GetOperator()) == graph.RoleSource {

@@ -135,6 +135,7 @@ var (
 	mapOp      = &pb.Operator{Kind: &pb.Operator_Map{Map: &pb.MapOperator{Multiply: 2, Add: 1}}}
 	keyBySumOp = &pb.Operator{Kind: &pb.Operator_KeyBySum{KeyBySum: &pb.KeyBySumOperator{}}}
 	logSinkOp  = &pb.Operator{Kind: &pb.Operator_LogSink{LogSink: &pb.LogSink{}}}
+	flatMapOp  = &pb.Operator{Kind: &pb.Operator_FlatMap{FlatMap: &pb.FlatMapOperator{}}}
 )
 
 // unknownKind is an Operator whose kind is a field this build does not know (number 99).
@@ -210,6 +211,9 @@ func All() []Case {
 		{Name: "negative checksum flush", Kind: "checksum_sink", Op: checksumSink("b.json", -1), Wiring: Fed, Field: "operator.checksum_sink.flush_interval_ms", Msg: "-1 is negative"},
 		{Name: "checksum sink with an output", Kind: "checksum_sink", Op: checksumSink("b.json", 0), Wiring: Between, Msg: `sink vertex "v" must have no outgoing edges`},
 		{Name: "checksum sink without input", Kind: "checksum_sink", Op: checksumSink("b.json", 0), Wiring: Alone, Msg: noInputs},
+
+		{Name: "flat_map", Kind: "flat_map", Op: flatMapOp, Wiring: Between},
+		{Name: "flat_map without input", Kind: "flat_map", Op: flatMapOp, Wiring: Feeds, Msg: noInputs},
 	}
 }
 

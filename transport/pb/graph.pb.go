@@ -781,6 +781,45 @@ func (*LogSink) Descriptor() ([]byte, []int) {
 	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{6}
 }
 
+// Emits, per record, one record per decimal digit of its value, most significant first,
+// with the record's key, origin and seq: 0 gives one 0, and a negative value the negated
+// digits of its absolute value (-305 gives -3, 0, -5). No configuration.
+type FlatMapOperator struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlatMapOperator) Reset() {
+	*x = FlatMapOperator{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlatMapOperator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlatMapOperator) ProtoMessage() {}
+
+func (x *FlatMapOperator) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlatMapOperator.ProtoReflect.Descriptor instead.
+func (*FlatMapOperator) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{7}
+}
+
 // Records count and sum per key, and per origin (source subtask) the sequence numbers seen,
 // so a test can prove no gap and no duplicate. Written as JSON to path ({subtask} expands).
 type ChecksumSink struct {
@@ -794,7 +833,7 @@ type ChecksumSink struct {
 
 func (x *ChecksumSink) Reset() {
 	*x = ChecksumSink{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[7]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +845,7 @@ func (x *ChecksumSink) String() string {
 func (*ChecksumSink) ProtoMessage() {}
 
 func (x *ChecksumSink) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[7]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +858,7 @@ func (x *ChecksumSink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksumSink.ProtoReflect.Descriptor instead.
 func (*ChecksumSink) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{7}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ChecksumSink) GetPath() string {
@@ -847,6 +886,7 @@ type Operator struct {
 	//	*Operator_FileSink
 	//	*Operator_LogSink
 	//	*Operator_ChecksumSink
+	//	*Operator_FlatMap
 	Kind          isOperator_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -854,7 +894,7 @@ type Operator struct {
 
 func (x *Operator) Reset() {
 	*x = Operator{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +906,7 @@ func (x *Operator) String() string {
 func (*Operator) ProtoMessage() {}
 
 func (x *Operator) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +919,7 @@ func (x *Operator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operator.ProtoReflect.Descriptor instead.
 func (*Operator) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{8}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Operator) GetKind() isOperator_Kind {
@@ -952,6 +992,15 @@ func (x *Operator) GetChecksumSink() *ChecksumSink {
 	return nil
 }
 
+func (x *Operator) GetFlatMap() *FlatMapOperator {
+	if x != nil {
+		if x, ok := x.Kind.(*Operator_FlatMap); ok {
+			return x.FlatMap
+		}
+	}
+	return nil
+}
+
 type isOperator_Kind interface {
 	isOperator_Kind()
 }
@@ -984,6 +1033,10 @@ type Operator_ChecksumSink struct {
 	ChecksumSink *ChecksumSink `protobuf:"bytes,7,opt,name=checksum_sink,json=checksumSink,proto3,oneof"`
 }
 
+type Operator_FlatMap struct {
+	FlatMap *FlatMapOperator `protobuf:"bytes,8,opt,name=flat_map,json=flatMap,proto3,oneof"`
+}
+
 func (*Operator_SequenceSource) isOperator_Kind() {}
 
 func (*Operator_Map) isOperator_Kind() {}
@@ -998,6 +1051,8 @@ func (*Operator_LogSink) isOperator_Kind() {}
 
 func (*Operator_ChecksumSink) isOperator_Kind() {}
 
+func (*Operator_FlatMap) isOperator_Kind() {}
+
 type JobVertex struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1010,7 +1065,7 @@ type JobVertex struct {
 
 func (x *JobVertex) Reset() {
 	*x = JobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1077,7 @@ func (x *JobVertex) String() string {
 func (*JobVertex) ProtoMessage() {}
 
 func (x *JobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1090,7 @@ func (x *JobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobVertex.ProtoReflect.Descriptor instead.
 func (*JobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{9}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *JobVertex) GetId() string {
@@ -1078,7 +1133,7 @@ type JobEdge struct {
 
 func (x *JobEdge) Reset() {
 	*x = JobEdge{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1145,7 @@ func (x *JobEdge) String() string {
 func (*JobEdge) ProtoMessage() {}
 
 func (x *JobEdge) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1158,7 @@ func (x *JobEdge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEdge.ProtoReflect.Descriptor instead.
 func (*JobEdge) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JobEdge) GetSource() string {
@@ -1152,7 +1207,7 @@ type JobGraph struct {
 
 func (x *JobGraph) Reset() {
 	*x = JobGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1219,7 @@ func (x *JobGraph) String() string {
 func (*JobGraph) ProtoMessage() {}
 
 func (x *JobGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1232,7 @@ func (x *JobGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobGraph.ProtoReflect.Descriptor instead.
 func (*JobGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JobGraph) GetJobId() string {
@@ -1246,7 +1301,7 @@ type SlotID struct {
 
 func (x *SlotID) Reset() {
 	*x = SlotID{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1258,7 +1313,7 @@ func (x *SlotID) String() string {
 func (*SlotID) ProtoMessage() {}
 
 func (x *SlotID) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1271,7 +1326,7 @@ func (x *SlotID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotID.ProtoReflect.Descriptor instead.
 func (*SlotID) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SlotID) GetTmId() string {
@@ -1298,7 +1353,7 @@ type StateTimestamp struct {
 
 func (x *StateTimestamp) Reset() {
 	*x = StateTimestamp{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1365,7 @@ func (x *StateTimestamp) String() string {
 func (*StateTimestamp) ProtoMessage() {}
 
 func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1378,7 @@ func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTimestamp.ProtoReflect.Descriptor instead.
 func (*StateTimestamp) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{13}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StateTimestamp) GetState() ExecutionState {
@@ -1358,7 +1413,7 @@ type Execution struct {
 
 func (x *Execution) Reset() {
 	*x = Execution{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1425,7 @@ func (x *Execution) String() string {
 func (*Execution) ProtoMessage() {}
 
 func (x *Execution) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1438,7 @@ func (x *Execution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Execution.ProtoReflect.Descriptor instead.
 func (*Execution) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{14}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Execution) GetAttemptId() string {
@@ -1463,7 +1518,7 @@ type InputChannelDescriptor struct {
 
 func (x *InputChannelDescriptor) Reset() {
 	*x = InputChannelDescriptor{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1530,7 @@ func (x *InputChannelDescriptor) String() string {
 func (*InputChannelDescriptor) ProtoMessage() {}
 
 func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +1543,7 @@ func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputChannelDescriptor.ProtoReflect.Descriptor instead.
 func (*InputChannelDescriptor) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{15}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *InputChannelDescriptor) GetResultId() string {
@@ -1540,7 +1595,7 @@ type ExecutionVertex struct {
 
 func (x *ExecutionVertex) Reset() {
 	*x = ExecutionVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1607,7 @@ func (x *ExecutionVertex) String() string {
 func (*ExecutionVertex) ProtoMessage() {}
 
 func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1620,7 @@ func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{16}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExecutionVertex) GetVertexId() string {
@@ -1614,7 +1669,7 @@ type ExecutionJobVertex struct {
 
 func (x *ExecutionJobVertex) Reset() {
 	*x = ExecutionJobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1681,7 @@ func (x *ExecutionJobVertex) String() string {
 func (*ExecutionJobVertex) ProtoMessage() {}
 
 func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1694,7 @@ func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionJobVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionJobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExecutionJobVertex) GetVertexId() string {
@@ -1676,7 +1731,7 @@ type IntermediateResultPartition struct {
 
 func (x *IntermediateResultPartition) Reset() {
 	*x = IntermediateResultPartition{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1743,7 @@ func (x *IntermediateResultPartition) String() string {
 func (*IntermediateResultPartition) ProtoMessage() {}
 
 func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1756,7 @@ func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResultPartition.ProtoReflect.Descriptor instead.
 func (*IntermediateResultPartition) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *IntermediateResultPartition) GetPartitionIndex() int32 {
@@ -1753,7 +1808,7 @@ type IntermediateResult struct {
 
 func (x *IntermediateResult) Reset() {
 	*x = IntermediateResult{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +1820,7 @@ func (x *IntermediateResult) String() string {
 func (*IntermediateResult) ProtoMessage() {}
 
 func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +1833,7 @@ func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResult.ProtoReflect.Descriptor instead.
 func (*IntermediateResult) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *IntermediateResult) GetResultId() string {
@@ -1835,7 +1890,7 @@ type ExecutionGraph struct {
 
 func (x *ExecutionGraph) Reset() {
 	*x = ExecutionGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1847,7 +1902,7 @@ func (x *ExecutionGraph) String() string {
 func (*ExecutionGraph) ProtoMessage() {}
 
 func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1860,7 +1915,7 @@ func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionGraph.ProtoReflect.Descriptor instead.
 func (*ExecutionGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExecutionGraph) GetJobId() string {
@@ -1895,7 +1950,7 @@ type JobStatusChange struct {
 
 func (x *JobStatusChange) Reset() {
 	*x = JobStatusChange{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +1962,7 @@ func (x *JobStatusChange) String() string {
 func (*JobStatusChange) ProtoMessage() {}
 
 func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +1975,7 @@ func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatusChange.ProtoReflect.Descriptor instead.
 func (*JobStatusChange) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *JobStatusChange) GetStatus() JobStatus {
@@ -1967,7 +2022,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2034,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2047,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *JobRecord) GetJobGraph() *JobGraph {
@@ -2088,10 +2143,11 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x10KeyBySumOperator\"\x1e\n" +
 	"\bFileSink\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\"\t\n" +
-	"\aLogSink\"N\n" +
+	"\aLogSink\"\x11\n" +
+	"\x0fFlatMapOperator\"N\n" +
 	"\fChecksumSink\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12*\n" +
-	"\x11flush_interval_ms\x18\x02 \x01(\x03R\x0fflushIntervalMs\"\xb0\x03\n" +
+	"\x11flush_interval_ms\x18\x02 \x01(\x03R\x0fflushIntervalMs\"\xec\x03\n" +
 	"\bOperator\x12G\n" +
 	"\x0fsequence_source\x18\x01 \x01(\v2\x1c.jmcluster.v1.SequenceSourceH\x00R\x0esequenceSource\x12-\n" +
 	"\x03map\x18\x02 \x01(\v2\x19.jmcluster.v1.MapOperatorH\x00R\x03map\x126\n" +
@@ -2100,7 +2156,8 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"key_by_sum\x18\x04 \x01(\v2\x1e.jmcluster.v1.KeyBySumOperatorH\x00R\bkeyBySum\x125\n" +
 	"\tfile_sink\x18\x05 \x01(\v2\x16.jmcluster.v1.FileSinkH\x00R\bfileSink\x122\n" +
 	"\blog_sink\x18\x06 \x01(\v2\x15.jmcluster.v1.LogSinkH\x00R\alogSink\x12A\n" +
-	"\rchecksum_sink\x18\a \x01(\v2\x1a.jmcluster.v1.ChecksumSinkH\x00R\fchecksumSinkB\x06\n" +
+	"\rchecksum_sink\x18\a \x01(\v2\x1a.jmcluster.v1.ChecksumSinkH\x00R\fchecksumSink\x12:\n" +
+	"\bflat_map\x18\b \x01(\v2\x1d.jmcluster.v1.FlatMapOperatorH\x00R\aflatMapB\x06\n" +
 	"\x04kind\"\x85\x01\n" +
 	"\tJobVertex\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -2255,7 +2312,7 @@ func file_jmcluster_v1_graph_proto_rawDescGZIP() []byte {
 }
 
 var file_jmcluster_v1_graph_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(JobType)(0),                        // 0: jmcluster.v1.JobType
 	(Distribution)(0),                   // 1: jmcluster.v1.Distribution
@@ -2271,24 +2328,25 @@ var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(*KeyBySumOperator)(nil),            // 11: jmcluster.v1.KeyBySumOperator
 	(*FileSink)(nil),                    // 12: jmcluster.v1.FileSink
 	(*LogSink)(nil),                     // 13: jmcluster.v1.LogSink
-	(*ChecksumSink)(nil),                // 14: jmcluster.v1.ChecksumSink
-	(*Operator)(nil),                    // 15: jmcluster.v1.Operator
-	(*JobVertex)(nil),                   // 16: jmcluster.v1.JobVertex
-	(*JobEdge)(nil),                     // 17: jmcluster.v1.JobEdge
-	(*JobGraph)(nil),                    // 18: jmcluster.v1.JobGraph
-	(*SlotID)(nil),                      // 19: jmcluster.v1.SlotID
-	(*StateTimestamp)(nil),              // 20: jmcluster.v1.StateTimestamp
-	(*Execution)(nil),                   // 21: jmcluster.v1.Execution
-	(*InputChannelDescriptor)(nil),      // 22: jmcluster.v1.InputChannelDescriptor
-	(*ExecutionVertex)(nil),             // 23: jmcluster.v1.ExecutionVertex
-	(*ExecutionJobVertex)(nil),          // 24: jmcluster.v1.ExecutionJobVertex
-	(*IntermediateResultPartition)(nil), // 25: jmcluster.v1.IntermediateResultPartition
-	(*IntermediateResult)(nil),          // 26: jmcluster.v1.IntermediateResult
-	(*ExecutionGraph)(nil),              // 27: jmcluster.v1.ExecutionGraph
-	(*JobStatusChange)(nil),             // 28: jmcluster.v1.JobStatusChange
-	(*JobRecord)(nil),                   // 29: jmcluster.v1.JobRecord
-	(*CheckpointConfig)(nil),            // 30: jmcluster.v1.CheckpointConfig
-	(*JobCheckpoints)(nil),              // 31: jmcluster.v1.JobCheckpoints
+	(*FlatMapOperator)(nil),             // 14: jmcluster.v1.FlatMapOperator
+	(*ChecksumSink)(nil),                // 15: jmcluster.v1.ChecksumSink
+	(*Operator)(nil),                    // 16: jmcluster.v1.Operator
+	(*JobVertex)(nil),                   // 17: jmcluster.v1.JobVertex
+	(*JobEdge)(nil),                     // 18: jmcluster.v1.JobEdge
+	(*JobGraph)(nil),                    // 19: jmcluster.v1.JobGraph
+	(*SlotID)(nil),                      // 20: jmcluster.v1.SlotID
+	(*StateTimestamp)(nil),              // 21: jmcluster.v1.StateTimestamp
+	(*Execution)(nil),                   // 22: jmcluster.v1.Execution
+	(*InputChannelDescriptor)(nil),      // 23: jmcluster.v1.InputChannelDescriptor
+	(*ExecutionVertex)(nil),             // 24: jmcluster.v1.ExecutionVertex
+	(*ExecutionJobVertex)(nil),          // 25: jmcluster.v1.ExecutionJobVertex
+	(*IntermediateResultPartition)(nil), // 26: jmcluster.v1.IntermediateResultPartition
+	(*IntermediateResult)(nil),          // 27: jmcluster.v1.IntermediateResult
+	(*ExecutionGraph)(nil),              // 28: jmcluster.v1.ExecutionGraph
+	(*JobStatusChange)(nil),             // 29: jmcluster.v1.JobStatusChange
+	(*JobRecord)(nil),                   // 30: jmcluster.v1.JobRecord
+	(*CheckpointConfig)(nil),            // 31: jmcluster.v1.CheckpointConfig
+	(*JobCheckpoints)(nil),              // 32: jmcluster.v1.JobCheckpoints
 }
 var file_jmcluster_v1_graph_proto_depIdxs = []int32{
 	3,  // 0: jmcluster.v1.RestartStrategy.kind:type_name -> jmcluster.v1.RestartKind
@@ -2298,40 +2356,41 @@ var file_jmcluster_v1_graph_proto_depIdxs = []int32{
 	11, // 4: jmcluster.v1.Operator.key_by_sum:type_name -> jmcluster.v1.KeyBySumOperator
 	12, // 5: jmcluster.v1.Operator.file_sink:type_name -> jmcluster.v1.FileSink
 	13, // 6: jmcluster.v1.Operator.log_sink:type_name -> jmcluster.v1.LogSink
-	14, // 7: jmcluster.v1.Operator.checksum_sink:type_name -> jmcluster.v1.ChecksumSink
-	15, // 8: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
-	1,  // 9: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
-	2,  // 10: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
-	0,  // 11: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
-	16, // 12: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
-	17, // 13: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
-	7,  // 14: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
-	4,  // 15: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
-	30, // 16: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
-	5,  // 17: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
-	5,  // 18: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
-	20, // 19: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
-	19, // 20: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
-	21, // 21: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
-	21, // 22: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
-	22, // 23: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
-	23, // 24: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
-	2,  // 25: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
-	1,  // 26: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
-	25, // 27: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
-	24, // 28: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
-	26, // 29: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
-	6,  // 30: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
-	18, // 31: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
-	6,  // 32: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
-	28, // 33: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
-	27, // 34: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
-	31, // 35: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	15, // 7: jmcluster.v1.Operator.checksum_sink:type_name -> jmcluster.v1.ChecksumSink
+	14, // 8: jmcluster.v1.Operator.flat_map:type_name -> jmcluster.v1.FlatMapOperator
+	16, // 9: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
+	1,  // 10: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
+	2,  // 11: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
+	0,  // 12: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
+	17, // 13: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
+	18, // 14: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
+	7,  // 15: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
+	4,  // 16: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
+	31, // 17: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
+	5,  // 18: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
+	5,  // 19: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
+	21, // 20: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
+	20, // 21: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
+	22, // 22: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
+	22, // 23: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
+	23, // 24: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
+	24, // 25: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
+	2,  // 26: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
+	1,  // 27: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
+	26, // 28: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
+	25, // 29: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
+	27, // 30: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
+	6,  // 31: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
+	19, // 32: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
+	6,  // 33: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
+	29, // 34: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
+	28, // 35: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
+	32, // 36: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
+	37, // [37:37] is the sub-list for method output_type
+	37, // [37:37] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_graph_proto_init() }
@@ -2340,7 +2399,7 @@ func file_jmcluster_v1_graph_proto_init() {
 		return
 	}
 	file_jmcluster_v1_checkpoint_proto_init()
-	file_jmcluster_v1_graph_proto_msgTypes[8].OneofWrappers = []any{
+	file_jmcluster_v1_graph_proto_msgTypes[9].OneofWrappers = []any{
 		(*Operator_SequenceSource)(nil),
 		(*Operator_Map)(nil),
 		(*Operator_Filter)(nil),
@@ -2348,6 +2407,7 @@ func file_jmcluster_v1_graph_proto_init() {
 		(*Operator_FileSink)(nil),
 		(*Operator_LogSink)(nil),
 		(*Operator_ChecksumSink)(nil),
+		(*Operator_FlatMap)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2355,7 +2415,7 @@ func file_jmcluster_v1_graph_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_graph_proto_rawDesc), len(file_jmcluster_v1_graph_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -9,8 +9,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
+	"github.com/jmcluster/jmcluster/transport/pb"
 )
+
+func init() {
+	register("file_sink", runtime{
+		sink: func(_ *pb.Operator, info Info, p string) Sink {
+			return &fileSink{dir: info.workDir(), path: p, checkpointed: info.Checkpointed, restoredID: info.RestoredCheckpoint}
+		},
+		files: func(p string) []string { return []string{p} },
+	})
+}
 
 // fileFlushEvery bounds how long appended lines stay in the file sink's buffer.
 const fileFlushEvery = 200 * time.Millisecond
@@ -66,7 +75,7 @@ func mkdirParent(root *os.Root, path string) error {
 	return nil
 }
 
-func (s *fileSink) Process(r Record, _ Emit) error {
+func (s *fileSink) Write(r Record) error {
 	if s.checkpointed {
 		s.pending = fmt.Appendf(s.pending, "%d %d\n", r.Key, r.Value)
 		return nil
@@ -81,7 +90,7 @@ func (s *fileSink) Process(r Record, _ Emit) error {
 	return nil
 }
 
-func (s *fileSink) Finish(Emit) error {
+func (s *fileSink) Finish() error {
 	if s.checkpointed {
 		return s.finishCommitted()
 	}
@@ -105,15 +114,4 @@ func (s *fileSink) Close() error {
 	err := s.f.Close()
 	s.f = nil
 	return err
-}
-
-// logSink logs every record at debug level.
-type logSink struct {
-	base
-	log hclog.Logger
-}
-
-func (s *logSink) Process(r Record, _ Emit) error {
-	s.log.Debug("record", "key", r.Key, "value", r.Value, "origin", r.Origin, "seq", r.Seq)
-	return nil
 }

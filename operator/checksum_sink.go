@@ -14,6 +14,13 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
+func init() {
+	register("checksum_sink", runtime{
+		sink:  func(op *pb.Operator, info Info, p string) Sink { return newChecksumSink(op.GetChecksumSink(), p, info) },
+		files: func(p string) []string { return []string{p, p + checksumTmpSuffix} },
+	})
+}
+
 // checksumTmpSuffix names the temporary file a checksum sink writes before it renames it.
 const checksumTmpSuffix = ".tmp"
 
@@ -123,7 +130,7 @@ type checksumSink struct {
 	info     Info
 	root     *os.Root // open from Open to Close
 
-	restored *Checksum // the checkpointed document to continue (restoreState), or nil
+	restored *Checksum // the checkpointed document to continue (RestoreState), or nil
 
 	// two-phase commit (checkpointed jobs): the documents staged at barriers, oldest first, and
 	// the newest checkpoint committed (guarded by commitMu, which orders commits)
@@ -216,7 +223,7 @@ func (s *checksumSink) flusher() {
 	}
 }
 
-func (s *checksumSink) Process(r Record, _ Emit) error {
+func (s *checksumSink) Write(r Record) error {
 	s.mu.Lock()
 	s.sum.add(r)
 	s.dirty = true
@@ -224,7 +231,7 @@ func (s *checksumSink) Process(r Record, _ Emit) error {
 	return nil
 }
 
-func (s *checksumSink) Finish(Emit) error {
+func (s *checksumSink) Finish() error {
 	s.halt()
 	s.mu.Lock()
 	s.sum.Finished = true
@@ -399,4 +406,28 @@ func (s *checksumSink) Committed() uint64 {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 	return s.committed
+}
+
+// SnapshotState is the checksum document as it stands: what the sink accounted before the
+// barrier.
+func (s *checksumSink) SnapshotState() ([]byte, error) {
+	s.mu.Lock()
+	doc := s.sum.clone()
+	s.mu.Unlock()
+	return json.Marshal(doc)
+}
+
+// RestoreState makes the document the checkpointed one: Open then continues it rather than
+// the file an attempt that ran past the checkpoint left, so the records replayed after the
+// checkpoint are accounted once.
+func (s *checksumSink) RestoreState(b []byte) error {
+	var doc Checksum
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return err
+	}
+	if doc.Job != s.info.Job || doc.Vertex != s.info.Vertex || doc.Subtask != s.info.Subtask {
+		return fmt.Errorf("the state is of %s/%s[%d], not of this task", doc.Job, doc.Vertex, doc.Subtask)
+	}
+	s.restored = &doc
+	return nil
 }

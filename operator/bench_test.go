@@ -1,0 +1,36 @@
+package operator
+
+import (
+	"testing"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// BenchmarkTransform: the cost of one record through a built-in transform as a task runs it
+// (its Context around it), emitting into a no-op.
+func BenchmarkTransform(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		op   *pb.Operator
+	}{
+		{"map", &pb.Operator{Kind: &pb.Operator_Map{Map: &pb.MapOperator{Multiply: 2, Add: 1}}}},
+		{"key_by_sum", &pb.Operator{Kind: &pb.Operator_KeyBySum{KeyBySum: &pb.KeyBySumOperator{}}}},
+		{"flat_map", &pb.Operator{Kind: &pb.Operator_FlatMap{FlatMap: &pb.FlatMapOperator{}}}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			o, err := New(c.op, Info{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			emit := func(Record) error { return nil }
+			b.ReportAllocs()
+			i := int64(0)
+			for b.Loop() {
+				if err := o.Process(Record{Key: i & 1023, Value: i}, emit); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}

@@ -1,0 +1,21 @@
+package operator
+
+import "github.com/jmcluster/jmcluster/transport/pb"
+
+func init() {
+	register("filter", runtime{transform: func(op *pb.Operator, _ Info) Transform {
+		return &filterOp{modulus: op.GetFilter().GetModulus(), remainder: op.GetFilter().GetRemainder()}
+	}})
+}
+
+// filterOp keeps records with value % modulus == remainder.
+type filterOp struct {
+	modulus, remainder int64
+}
+
+func (f *filterOp) Process(ctx *Context, r Record) error {
+	if r.Value%f.modulus != f.remainder {
+		return nil
+	}
+	return ctx.Emit(r)
+}

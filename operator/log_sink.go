@@ -1,0 +1,28 @@
+package operator
+
+import (
+	"context"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+func init() {
+	register("log_sink", runtime{sink: func(_ *pb.Operator, info Info, _ string) Sink { return &logSink{log: info.Logger} }})
+}
+
+// logSink logs every record at debug level.
+type logSink struct {
+	log hclog.Logger
+}
+
+func (s *logSink) Open(context.Context) error { return nil }
+
+func (s *logSink) Write(r Record) error {
+	s.log.Debug("record", "key", r.Key, "value", r.Value, "origin", r.Origin, "seq", r.Seq)
+	return nil
+}
+
+func (s *logSink) Finish() error { return nil }
+func (s *logSink) Close() error  { return nil }

@@ -1,0 +1,90 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+)
+
+// transformOperator runs a Transform on a task: it owns the transform's Context (its keyed
+// values and timers), fires the pending timers when the input ends, and snapshots and
+// restores the Context of a keyed transform.
+type transformOperator struct {
+	kind  string
+	t     Transform
+	keyed bool
+	ctx   *Context
+}
+
+// legacyState is a keyed transform that also reads a state of the format its kind had
+// before keyedState: restoreLegacy returns false for a state of another format.
+type legacyState interface {
+	restoreLegacy(b []byte, c *Context) (bool, error)
+}
+
+func newTransformOperator(kind string, t Transform, keyed bool, info Info) (*transformOperator, error) {
+	o := &transformOperator{kind: kind, t: t, keyed: keyed, ctx: newContext(info)}
+	if len(info.Restored) == 0 {
+		return o, nil
+	}
+	if !keyed {
+		return nil, fmt.Errorf("%w: %s keeps no state, but the checkpoint holds %d bytes for it", ErrBadConfig, kind, len(info.Restored))
+	}
+	if l, ok := t.(legacyState); ok {
+		done, err := l.restoreLegacy(info.Restored, o.ctx)
+		if err != nil {
+			return nil, fmt.Errorf("restore %s from its checkpointed state: %w", kind, err)
+		}
+		if done {
+			return o, nil
+		}
+	}
+	if err := o.ctx.restore(info.Restored); err != nil {
+		return nil, fmt.Errorf("restore %s from its checkpointed state: %w", kind, err)
+	}
+	return o, nil
+}
+
+func (o *transformOperator) Open(context.Context) error {
+	if op, ok := o.t.(Opener); ok {
+		o.ctx.out = func(Record) error { return fmt.Errorf("%s: Open emitted a record", o.kind) }
+		return op.Open(o.ctx)
+	}
+	return nil
+}
+
+func (o *transformOperator) Process(r Record, out Emit) error {
+	o.ctx.out, o.ctx.key = out, r.Key
+	return o.t.Process(o.ctx, r)
+}
+
+// Finish fires every pending timer (the end of input passes them all), then finishes the
+// transform.
+func (o *transformOperator) Finish(out Emit) error {
+	o.ctx.out = out
+	h, _ := o.t.(TimerHandler)
+	if err := o.ctx.advance(endOfTime, h); err != nil {
+		return fmt.Errorf("%s: %w", o.kind, err)
+	}
+	if f, ok := o.t.(Finisher); ok {
+		return f.Finish(o.ctx)
+	}
+	return nil
+}
+
+func (o *transformOperator) Close() error {
+	if c, ok := o.t.(Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// SnapshotState is the Context of a keyed transform (keyedState), and nil for another.
+func (o *transformOperator) SnapshotState() ([]byte, error) {
+	if !o.keyed {
+		if !o.ctx.empty() {
+			return nil, fmt.Errorf("%s keeps values or timers but is not registered as keyed: a restore would lose them", o.kind)
+		}
+		return nil, nil
+	}
+	return o.ctx.snapshot()
+}
