@@ -24,7 +24,7 @@ func (jm *JobMaster) checkTMCall(t *term, what, tmID string, epochSeen uint64, i
 	if tmID == "" || jobID == "" || id == 0 {
 		return errorf(ErrInvalidRequest, "%s: tm_id, job_id and checkpoint_id are required", what)
 	}
-	if err := t.answersTaskManagers(time.Now()); err != nil {
+	if err := t.watch.answersTaskManagers(time.Now()); err != nil {
 		return err
 	}
 	if epochSeen > t.epoch {
