@@ -8,6 +8,7 @@ import (
 	"go/token"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -361,4 +362,44 @@ func TestCheckpointRules(t *testing.T) {
 func graphSettings(s graph.CheckpointSettings, n int) graph.CheckpointSettings {
 	s.MaxConcurrent = n
 	return s
+}
+
+// TestCheckpointRulesArePure: checkpoint_rules.go reads no clock, imports nothing that does
+// I/O, and declares no method: every rule is a function of what it is given.
+func TestCheckpointRulesArePure(t *testing.T) {
+	allowed := map[string]bool{
+		"errors": true, "fmt": true, "slices": true, "sort": true, "time": true,
+		"google.golang.org/protobuf/proto":               true, // proto.Equal
+		"github.com/jmcluster/jmcluster/fsm":             true, // its errors and FindCheckpointAck
+		"github.com/jmcluster/jmcluster/graph":           true,
+		"github.com/jmcluster/jmcluster/internal/logsum": true,
+		"github.com/jmcluster/jmcluster/transport/pb":    true,
+	}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "checkpoint_rules.go", nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range f.Imports {
+		if p, _ := strconv.Unquote(imp.Path.Value); !allowed[p] {
+			t.Errorf("%s: checkpoint_rules.go imports %s", fset.Position(imp.Pos()), p)
+		}
+	}
+	clock := map[string]bool{"Now": true, "Since": true, "Until": true, "Tick": true, "After": true, "AfterFunc": true, "NewTimer": true, "NewTicker": true, "Sleep": true}
+	ast.Inspect(f, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == "time" && clock[sel.Sel.Name] {
+				t.Errorf("%s: checkpoint_rules.go uses time.%s", fset.Position(sel.Pos()), sel.Sel.Name)
+			}
+		}
+		if _, ok := n.(*ast.GoStmt); ok {
+			t.Errorf("%s: checkpoint_rules.go starts a goroutine", fset.Position(n.Pos()))
+		}
+		return true
+	})
+	for _, d := range f.Decls {
+		if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv != nil {
+			t.Errorf("%s: %s is a method", fset.Position(fn.Pos()), fn.Name.Name)
+		}
+	}
 }
