@@ -189,7 +189,7 @@ func (w *tmWatch) probeInterval() time.Duration {
 // TM is probed too while the isolation rule may hold its regions (until the TMs' leader grace
 // plus the heartbeat timeout after its last contact, when heldTMs lets go of it anyway): a TM
 // declared lost by silence or gossip and killed afterwards is proven dead by its refused port,
-// which frees its regions at once (before, they waited for the grace: five minutes).
+// which frees its regions at once rather than after the grace.
 func (w *tmWatch) suspect(tm TaskManager, now time.Time) bool {
 	if tm.Dead != "" || tm.GRPCAddr == "" {
 		return false

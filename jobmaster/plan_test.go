@@ -415,7 +415,7 @@ func TestPlanIsPure(t *testing.T) {
 // BenchmarkNextSteps100k decides for a RUNNING job of 3 x 33,334 = 100,002 running executions
 // (33,334 regions), which has nothing to do: the cost of driving an unchanged large job, which
 // the scheduler pays on the live record under the FSM's read lock, without copying it.
-// Compare reconcile's BenchmarkCloneJob100k, the copy a drive used to start with.
+// Compare reconcile's BenchmarkCloneJob100k, the cost of copying the job once.
 func BenchmarkNextSteps100k(b *testing.B) {
 	const p = 33334
 	jg := planChain(p)
