@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/jmcluster/jmcluster/fsm"
-	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -27,7 +24,7 @@ func (jm *JobMaster) checkTMCall(t *term, what, tmID string, epochSeen uint64, i
 	if tmID == "" || jobID == "" || id == 0 {
 		return errorf(ErrInvalidRequest, "%s: tm_id, job_id and checkpoint_id are required", what)
 	}
-	if err := t.answersTaskManagers(time.Now()); err != nil {
+	if err := t.watch.answersTaskManagers(time.Now()); err != nil {
 		return err
 	}
 	if epochSeen > t.epoch {
@@ -89,80 +86,15 @@ func (jm *JobMaster) AcknowledgeCheckpoint(ctx context.Context, req *pb.Acknowle
 	return &pb.AcknowledgeCheckpointResponse{Accepted: true}, nil
 }
 
-// checkAcks reads the committed record: the acknowledgements to commit (current attempts,
-// not recorded yet), the reasons of those refused (stale attempts), or why the checkpoint
-// takes none (ended: no longer pending; a retry of acknowledgements its completed record holds
-// is accepted). An acknowledgement of a subtask assigned to another TM is an error.
+// checkAcks reads the committed record and sorts the acknowledgements (ackVerdicts).
 func (jm *JobMaster) checkAcks(req *pb.AcknowledgeCheckpointRequest) (fresh []*pb.TaskCheckpointAck, refused []string, ended string, err error) {
 	found := jm.state.WithJob(req.JobId, func(rec *pb.JobRecord) {
-		cp := rec.GetCheckpoints()
-		var ck *pb.CheckpointRecord
-		for _, p := range cp.GetPending() {
-			if p.Id == req.CheckpointId {
-				ck = p
-			}
-		}
-		if ck == nil {
-			ended = checkpointEnded(cp, req)
-			return
-		}
-		for _, a := range req.Acks {
-			// Checked here, not in the FSM: a replica of an earlier build keeps alignment_us as
-			// an unknown field and would apply what a newer one refused.
-			if a.GetAlignmentUs() < 0 {
-				err = errorf(ErrInvalidRequest, "acknowledge checkpoint %d: %s[%d]'s alignment_us %d is negative", req.CheckpointId, a.GetVertexId(), a.GetSubtaskIndex(), a.GetAlignmentUs())
-				return
-			}
-			ev := graph.FindVertex(rec.ExecutionGraph, a.GetVertexId(), a.GetSubtaskIndex())
-			if ev == nil {
-				err = errorf(ErrInvalidRequest, "acknowledge checkpoint %d: job %s has no subtask %s[%d]", req.CheckpointId, req.JobId, a.GetVertexId(), a.GetSubtaskIndex())
-				return
-			}
-			cur := ev.GetCurrent()
-			if tm := cur.GetSlot().GetTmId(); tm != req.TmId {
-				err = errorf(ErrNotAssigned, "acknowledge checkpoint %d: %s[%d] attempt %s is assigned to %s, not %s", req.CheckpointId, a.VertexId, a.SubtaskIndex, attemptName(cur), tm, req.TmId)
-				return
-			}
-			if cur.AttemptNumber != a.AttemptNumber {
-				refused = append(refused, fmt.Sprintf("%s[%d] attempt %d is not current (attempt %d is)", a.VertexId, a.SubtaskIndex, a.AttemptNumber, cur.AttemptNumber))
-				continue
-			}
-			if old := fsm.FindCheckpointAck(ck, a.VertexId, a.SubtaskIndex); old != nil && proto.Equal(old, a) {
-				continue // a retry
-			}
-			fresh = append(fresh, a)
-		}
+		fresh, refused, ended, err = ackVerdicts(rec, req)
 	})
 	if !found {
 		return nil, nil, "", errorf(fsm.ErrUnknownJob, "unknown job %s", req.JobId)
 	}
 	return fresh, refused, ended, err
-}
-
-// checkpointEnded says why a checkpoint takes no acknowledgement, or "" when req only repeats
-// acknowledgements its completed record holds.
-func checkpointEnded(cp *pb.JobCheckpoints, req *pb.AcknowledgeCheckpointRequest) string {
-	for _, c := range cp.GetCompleted() {
-		if c.Id != req.CheckpointId {
-			continue
-		}
-		for _, a := range req.Acks {
-			if old := fsm.FindCheckpointAck(c, a.GetVertexId(), a.GetSubtaskIndex()); old == nil || !proto.Equal(old, a) {
-				return fmt.Sprintf("checkpoint %d of job %s is completed without this acknowledgement of %s[%d]", req.CheckpointId, req.JobId, a.GetVertexId(), a.GetSubtaskIndex())
-			}
-		}
-		return ""
-	}
-	for _, c := range cp.GetAborted() {
-		if c.Id == req.CheckpointId {
-			return fmt.Sprintf("checkpoint %d of job %s was aborted: %s", req.CheckpointId, req.JobId, c.AbortReason)
-		}
-	}
-	next := cp.GetNextCheckpointId()
-	if req.CheckpointId >= max(next, 1) {
-		return fmt.Sprintf("checkpoint %d of job %s was never triggered (the next id is %d)", req.CheckpointId, req.JobId, max(next, 1))
-	}
-	return fmt.Sprintf("checkpoint %d of job %s is no longer pending", req.CheckpointId, req.JobId)
 }
 
 // DeclineCheckpoint aborts the checkpoint a task could not take: "declined by vertex[subtask]:
@@ -176,33 +108,19 @@ func (jm *JobMaster) DeclineCheckpoint(ctx context.Context, req *pb.DeclineCheck
 	if err := jm.checkTMCall(t, what, req.TmId, req.EpochSeen, req.Incarnation, req.JobId, req.CheckpointId); err != nil {
 		return nil, err
 	}
-	var current bool
-	if !jm.state.WithJob(req.JobId, func(rec *pb.JobRecord) {
-		ev := graph.FindVertex(rec.ExecutionGraph, req.VertexId, req.SubtaskIndex)
-		if ev == nil {
-			err = errorf(ErrInvalidRequest, "%s: no subtask %s[%d]", what, req.VertexId, req.SubtaskIndex)
-			return
-		}
-		cur := ev.GetCurrent()
-		if tm := cur.GetSlot().GetTmId(); tm != req.TmId {
-			err = errorf(ErrNotAssigned, "%s: %s[%d] is assigned to %s, not %s", what, req.VertexId, req.SubtaskIndex, tm, req.TmId)
-			return
-		}
-		current = cur.AttemptNumber == req.AttemptNumber
-	}) {
+	var (
+		current bool
+		reason  string
+	)
+	if !jm.state.WithJob(req.JobId, func(rec *pb.JobRecord) { current, reason, err = declineVerdict(rec, req, what) }) {
 		return nil, errorf(fsm.ErrUnknownJob, "unknown job %s", req.JobId)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if !current {
-		return &pb.DeclineCheckpointResponse{}, nil // a stale attempt's word does not end the checkpoint
+	if current {
+		t.ckpt.abort(req.JobId, req.CheckpointId, reason)
 	}
-	reason := req.Reason
-	if reason == "" {
-		reason = "no reason given"
-	}
-	t.ckpt.abort(req.JobId, req.CheckpointId, fmt.Sprintf("declined by %s[%d]: %s", req.VertexId, req.SubtaskIndex, reason))
 	return &pb.DeclineCheckpointResponse{}, nil
 }
 
@@ -279,7 +197,7 @@ func (c *coordinator) commitGroup(k checkpointKey, reqs []ackReq) {
 	}
 	failpoint.Inject(c.t.ctx, failpoint.BeforeAckCheckpoint)
 	res, err := c.commitAckCommand(k, all)
-	if err != nil && len(reqs) > 1 && !notPending(err) {
+	if commitEachAlone(err, len(reqs)) {
 		for _, r := range reqs {
 			res1, err1 := c.commitAckCommand(k, r.acks)
 			r.reply <- err1
@@ -295,7 +213,7 @@ func (c *coordinator) commitGroup(k checkpointKey, reqs []ackReq) {
 	if res == nil {
 		return
 	}
-	if r, ok := res.Value.(*pb.CheckpointCommandResult); ok && r.Acknowledged >= r.Tasks {
+	if r, ok := res.Value.(*pb.CheckpointCommandResult); ok && allAcknowledged(int(r.Acknowledged), int(r.Tasks)) {
 		c.t.spawn(func() { c.complete(k.job, k.id) })
 	}
 }
@@ -307,15 +225,7 @@ func (c *coordinator) commitAckCommand(k checkpointKey, acks []*pb.TaskCheckpoin
 // maybeComplete completes a pending checkpoint the FSM holds every acknowledgement of.
 func (c *coordinator) maybeComplete(jobID string, id uint64) {
 	all := false
-	c.t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) {
-		for _, ck := range rec.GetCheckpoints().GetPending() {
-			if ck.Id == id {
-				n := 0
-				forEachExecution(rec, func(*pb.ExecutionVertex) { n++ })
-				all = len(ck.Acks) >= n
-			}
-		}
-	})
+	c.t.jm.state.WithJob(jobID, func(rec *pb.JobRecord) { all = pendingAcknowledged(rec, id) })
 	if all {
 		c.t.spawn(func() { c.complete(jobID, id) })
 	}

@@ -113,32 +113,32 @@ func (c Config) Validate() error {
 type streak struct{ start, last time.Time }
 
 // streakOf records a heartbeat (or registration) of tmID now.
-func (t *term) streakOf(tmID string) {
+func (w *tmWatch) streakOf(tmID string) {
 	now := time.Now()
-	t.streakMu.Lock()
-	defer t.streakMu.Unlock()
-	s := t.streaks[tmID]
-	if s.last.IsZero() || now.Sub(s.last) > t.jm.cfg.freshGap() {
+	w.streakMu.Lock()
+	defer w.streakMu.Unlock()
+	s := w.streaks[tmID]
+	if s.last.IsZero() || now.Sub(s.last) > w.jm.cfg.freshGap() {
 		s.start = now
-		t.streakEpoch++ // a TM came back into contact: heldTMs must look again
+		w.streakEpoch++ // a TM came back into contact: heldTMs must look again
 	}
 	s.last = now
-	t.streaks[tmID] = s
-	t.answered[tmID] = now
+	w.streaks[tmID] = s
+	w.answered[tmID] = now
 }
 
 // noteAnswer records that this leader answers a heartbeat of tmID that it does not know (the
 // TM counts the answer as contact: taskmanager answeredLocked). Answers older than the redeploy
 // delay no longer matter to the rule and are dropped, so the map stays bounded.
-func (t *term) noteAnswer(tmID string) {
+func (w *tmWatch) noteAnswer(tmID string) {
 	now := time.Now()
-	t.streakMu.Lock()
-	defer t.streakMu.Unlock()
-	t.answered[tmID] = now
-	if len(t.answered) > 1024 {
-		for id, at := range t.answered {
-			if now.Sub(at) > t.jm.cfg.HeartbeatTimeout {
-				delete(t.answered, id)
+	w.streakMu.Lock()
+	defer w.streakMu.Unlock()
+	w.answered[tmID] = now
+	if len(w.answered) > 1024 {
+		for id, at := range w.answered {
+			if now.Sub(at) > w.jm.cfg.HeartbeatTimeout {
+				delete(w.answered, id)
 			}
 		}
 	}
@@ -151,23 +151,23 @@ func (t *term) noteAnswer(tmID string) {
 // to this leader and the start of those streaks (the latest of the majority's earliest). Any
 // majority the TM can find then holds a member in contact with this leader, whose answer makes
 // the TM stop its tasks within that delay. why says what is missing when the answer is no.
-func (t *term) mayRedeploy(tmID string, now time.Time) (ok bool, why string) {
-	versions, known := t.jm.state.PoolVersions(tmID)
+func (w *tmWatch) mayRedeploy(tmID string, now time.Time) (ok bool, why string) {
+	versions, known := w.jm.state.PoolVersions(tmID)
 	if !known {
-		if _, _, _, member := t.jm.state.PoolMember(tmID); member {
+		if _, _, _, member := w.jm.state.PoolMember(tmID); member {
 			// A member whose oldest usable version is no longer kept may still count on it.
 			return false, "its pool is not known (the versions it may use are no longer kept)"
 		}
-		return mayRedeployOutsidePool(t.contactOutsidePool(tmID), now, t.jm.cfg.HeartbeatTimeout)
+		return mayRedeployOutsidePool(w.contactOutsidePool(tmID), now, w.jm.cfg.HeartbeatTimeout)
 	}
-	gap, delay := t.jm.cfg.freshGap(), t.jm.cfg.HeartbeatTimeout
-	t.streakMu.Lock()
-	defer t.streakMu.Unlock()
-	from := t.streaks[tmID].last
+	gap, delay := w.jm.cfg.freshGap(), w.jm.cfg.HeartbeatTimeout
+	w.streakMu.Lock()
+	defer w.streakMu.Unlock()
+	from := w.streaks[tmID].last
 	for _, members := range versions {
 		var starts []time.Time
 		for _, id := range members {
-			if s, ok := t.streaks[id]; ok && id != tmID && now.Sub(s.last) <= gap {
+			if s, ok := w.streaks[id]; ok && id != tmID && now.Sub(s.last) <= gap {
 				starts = append(starts, s.start)
 			}
 		}
@@ -197,41 +197,41 @@ func sortTimes(ts []time.Time) {
 // heldTMs is the set of TMs whose attempts may not be redeployed now, with why: every pool
 // member and known TM that is not in a heartbeat streak with this leader, not proven dead,
 // and that mayRedeploy refuses. It is computed at most once per tick (loop goroutine only) and read by the plan.
-func (t *term) heldTMs() map[string]string {
+func (w *tmWatch) heldTMs() map[string]string {
 	now := time.Now()
-	t.streakMu.Lock()
-	started := t.streakEpoch
-	t.streakMu.Unlock()
-	if t.heldAt.Add(t.jm.cfg.TickInterval).After(now) && started == t.heldStreaks {
-		return t.held // no streak started since: the answer of this tick holds
+	w.streakMu.Lock()
+	started := w.streakEpoch
+	w.streakMu.Unlock()
+	if w.heldAt.Add(w.jm.cfg.TickInterval).After(now) && started == w.heldStreaks {
+		return w.held // no streak started since: the answer of this tick holds
 	}
 	ids := map[string]bool{}
-	for _, m := range t.jm.state.Pool().GetMembers() {
+	for _, m := range w.jm.state.Pool().GetMembers() {
 		ids[m.TmId] = true
 	}
-	for _, tm := range t.jm.tms.List() {
+	for _, tm := range w.jm.tms.List() {
 		ids[tm.ID] = true
 	}
 	held := map[string]string{}
-	gap := t.jm.cfg.freshGap()
+	gap := w.jm.cfg.freshGap()
 	for id := range ids {
-		t.streakMu.Lock()
-		s, ok := t.streaks[id]
-		t.streakMu.Unlock()
+		w.streakMu.Lock()
+		s, ok := w.streaks[id]
+		w.streakMu.Unlock()
 		if ok && now.Sub(s.last) <= gap {
 			continue // in contact: it gets the cancel of whatever it still runs
 		}
-		if tm, known := t.jm.tms.Get(id); known && tm.Dead != "" {
+		if tm, known := w.jm.tms.Get(id); known && tm.Dead != "" {
 			continue // proven dead (its port refused connections: liveness.go): nothing of it runs
 		}
-		if ok, why := t.mayRedeploy(id, now); !ok {
-			if t.begun.Add(t.jm.cfg.TMLeaderGrace+t.jm.cfg.HeartbeatTimeout).Before(now) && s.last.Add(t.jm.cfg.TMLeaderGrace+t.jm.cfg.HeartbeatTimeout).Before(now) {
+		if ok, why := w.mayRedeploy(id, now); !ok {
+			if w.begun.Add(w.jm.cfg.TMLeaderGrace+w.jm.cfg.HeartbeatTimeout).Before(now) && s.last.Add(w.jm.cfg.TMLeaderGrace+w.jm.cfg.HeartbeatTimeout).Before(now) {
 				continue // past the TMs' leader grace and the margin: it has stopped them itself
 			}
 			held[id] = why
 		}
 	}
-	t.held, t.heldAt, t.heldStreaks = held, now, started
+	w.held, w.heldAt, w.heldStreaks = held, now, started
 	return held
 }
 
@@ -246,13 +246,13 @@ type outsidePool struct {
 }
 
 // contactOutsidePool gathers outsidePool for tmID (its address from the registry).
-func (t *term) contactOutsidePool(tmID string) outsidePool {
-	c := outsidePool{begun: t.begun}
-	t.streakMu.Lock()
-	c.answered = t.answered[tmID]
-	t.streakMu.Unlock()
-	if tm, ok := t.jm.tms.Get(tmID); ok && tm.GRPCAddr != "" {
-		c.callEnd, c.inFlight = t.jm.tms.CallContact(tm.GRPCAddr)
+func (w *tmWatch) contactOutsidePool(tmID string) outsidePool {
+	c := outsidePool{begun: w.begun}
+	w.streakMu.Lock()
+	c.answered = w.answered[tmID]
+	w.streakMu.Unlock()
+	if tm, ok := w.jm.tms.Get(tmID); ok && tm.GRPCAddr != "" {
+		c.callEnd, c.inFlight = w.jm.tms.CallContact(tm.GRPCAddr)
 	}
 	return c
 }

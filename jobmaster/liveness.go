@@ -46,15 +46,15 @@ import (
 const probeTimeout = time.Second
 
 // liveSince is when this term last established itself: its start or the end of a stall.
-func (t *term) liveSince() time.Time {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.since
+func (w *tmWatch) liveSince() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.since
 }
 
 // lastContact is what a TM's silence counts from in this term.
-func (t *term) lastContact(tm TaskManager) time.Time {
-	since := t.liveSince()
+func (w *tmWatch) lastContact(tm TaskManager) time.Time {
+	since := w.liveSince()
 	if tm.LastSeen.After(since) {
 		return tm.LastSeen
 	}
@@ -62,28 +62,28 @@ func (t *term) lastContact(tm TaskManager) time.Time {
 }
 
 // stallAfter: a gap this long in the pulse means this process was not running.
-func (t *term) stallAfter() time.Duration { return t.jm.cfg.HeartbeatInterval }
+func (w *tmWatch) stallAfter() time.Duration { return w.jm.cfg.HeartbeatInterval }
 
 // awake reports whether the pulse ran recently; when it did not, the process was stalled (the
 // caller runs first after a resume), and the term's liveness timers restart now.
-func (t *term) awake(now time.Time) bool {
-	t.mu.Lock()
-	gap := now.Sub(t.beat)
-	stalled := gap > t.stallAfter()
+func (w *tmWatch) awake(now time.Time) bool {
+	w.mu.Lock()
+	gap := now.Sub(w.beat)
+	stalled := gap > w.stallAfter()
 	verify := false
 	if stalled {
-		t.since, t.beat = now, now
-		t.unverified = true
-		verify, t.verifying = !t.verifying, true
+		w.since, w.beat = now, now
+		w.unverified = true
+		verify, w.verifying = !w.verifying, true
 	}
-	t.mu.Unlock()
+	w.mu.Unlock()
 	if stalled {
-		t.jm.log.Warn("this leader was stalled; TaskManager liveness timers restart, and TaskManagers are answered once a quorum confirms this leader", "gap", gap.Round(time.Millisecond), "epoch", t.epoch)
+		w.jm.log.Warn("this leader was stalled; TaskManager liveness timers restart, and TaskManagers are answered once a quorum confirms this leader", "gap", gap.Round(time.Millisecond), "epoch", w.epoch)
 	}
-	if verify && !t.spawn(t.verifyAfterStall) {
-		t.mu.Lock()
-		t.verifying = false
-		t.mu.Unlock()
+	if verify && !w.spawn(w.verifyAfterStall) {
+		w.mu.Lock()
+		w.verifying = false
+		w.mu.Unlock()
 	}
 	return !stalled
 }
@@ -91,78 +91,78 @@ func (t *term) awake(now time.Time) bool {
 // verifyAfterStall confirms with a quorum that this leader still leads, trying again every
 // RetryAfter until it does or the term ends (a deposed leader's term ends when Raft steps it
 // down).
-func (t *term) verifyAfterStall() {
+func (w *tmWatch) verifyAfterStall() {
 	defer func() {
-		t.mu.Lock()
-		t.verifying = false
-		t.mu.Unlock()
+		w.mu.Lock()
+		w.verifying = false
+		w.mu.Unlock()
 	}()
-	v, ok := t.jm.raft.(leaderVerifier)
-	for t.ctx.Err() == nil {
+	v, ok := w.jm.raft.(leaderVerifier)
+	for w.ctx.Err() == nil {
 		err := error(nil)
 		if ok {
-			ctx, cancel := context.WithTimeout(t.ctx, max(t.jm.cfg.HeartbeatInterval, time.Second))
+			ctx, cancel := context.WithTimeout(w.ctx, max(w.jm.cfg.HeartbeatInterval, time.Second))
 			err = v.VerifyLeader(ctx)
 			cancel()
 		}
 		if err == nil {
-			t.mu.Lock()
-			t.unverified = false
-			t.mu.Unlock()
-			t.jm.log.Info("leadership confirmed after the stall; answering TaskManagers again", "epoch", t.epoch)
+			w.mu.Lock()
+			w.unverified = false
+			w.mu.Unlock()
+			w.jm.log.Info("leadership confirmed after the stall; answering TaskManagers again", "epoch", w.epoch)
 			return
 		}
-		t.jm.log.Warn("leadership not confirmed after the stall; TaskManagers wait", "epoch", t.epoch, "error", err)
+		w.jm.log.Warn("leadership not confirmed after the stall; TaskManagers wait", "epoch", w.epoch, "error", err)
 		select {
-		case <-t.ctx.Done():
-		case <-time.After(t.jm.cfg.RetryAfter):
+		case <-w.ctx.Done():
+		case <-time.After(w.jm.cfg.RetryAfter):
 		}
 	}
 }
 
 // answersTaskManagers returns nil when this term may answer a TM as its leader now, and
 // ErrVerifyingLeadership while a stall has not been followed by a confirmation of leadership.
-func (t *term) answersTaskManagers(now time.Time) error {
-	t.awake(now)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.unverified {
+func (w *tmWatch) answersTaskManagers(now time.Time) error {
+	w.awake(now)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.unverified {
 		return ErrVerifyingLeadership
 	}
 	return nil
 }
 
 // pulse runs for the whole term: it keeps the term's heartbeat (awake) and probes suspect TMs.
-func (t *term) pulse() {
-	tick := time.NewTicker(min(t.probeInterval(), t.stallAfter()/4))
+func (w *tmWatch) pulse() {
+	tick := time.NewTicker(min(w.probeInterval(), w.stallAfter()/4))
 	defer tick.Stop()
 	probing := map[string]bool{} // TMs with a probe in flight (this goroutine only)
 	done := make(chan string, 64)
 	for {
 		select {
-		case <-t.ctx.Done():
+		case <-w.ctx.Done():
 			return
 		case id := <-done:
 			delete(probing, id)
 		case <-tick.C:
 			now := time.Now()
-			if !t.awake(now) {
+			if !w.awake(now) {
 				continue
 			}
-			t.mu.Lock()
-			t.beat = now
-			t.mu.Unlock()
-			for _, tm := range t.jm.tms.List() {
-				if probing[tm.ID] || !t.suspect(tm, now) {
+			w.mu.Lock()
+			w.beat = now
+			w.mu.Unlock()
+			for _, tm := range w.jm.tms.List() {
+				if probing[tm.ID] || !w.suspect(tm, now) {
 					continue
 				}
 				probing[tm.ID] = true
 				id, addr, inc := tm.ID, tm.GRPCAddr, tm.Incarnation
-				if !t.spawn(func() {
-					t.probe(id, addr, inc)
+				if !w.spawn(func() {
+					w.probe(id, addr, inc)
 					select {
 					case done <- id:
-					case <-t.ctx.Done():
+					case <-w.ctx.Done():
 					}
 				}) {
 					return
@@ -175,9 +175,9 @@ func (t *term) pulse() {
 // probeInterval spaces the probes so that DeadRefusals of them span DeadRefusalWindow, with 5%
 // to spare (the span is measured between probe results, which scheduling jitters: without the
 // margin the last probe often lands a little short of the window and one more is needed).
-func (t *term) probeInterval() time.Duration {
-	n := t.jm.cfg.DeadRefusals
-	every := t.jm.cfg.DeadRefusalWindow
+func (w *tmWatch) probeInterval() time.Duration {
+	n := w.jm.cfg.DeadRefusals
+	every := w.jm.cfg.DeadRefusalWindow
 	if n > 1 {
 		every /= time.Duration(n - 1)
 	}
@@ -189,16 +189,16 @@ func (t *term) probeInterval() time.Duration {
 // TM is probed too while the isolation rule may hold its regions (until the TMs' leader grace
 // plus the heartbeat timeout after its last contact, when heldTMs lets go of it anyway): a TM
 // declared lost by silence or gossip and killed afterwards is proven dead by its refused port,
-// which frees its regions at once (before, they waited for the grace: five minutes).
-func (t *term) suspect(tm TaskManager, now time.Time) bool {
+// which frees its regions at once rather than after the grace.
+func (w *tmWatch) suspect(tm TaskManager, now time.Time) bool {
 	if tm.Dead != "" || tm.GRPCAddr == "" {
 		return false
 	}
 	if tm.Lost {
-		return now.Sub(t.lastContact(tm)) <= t.jm.cfg.TMLeaderGrace+t.jm.cfg.HeartbeatTimeout
+		return now.Sub(w.lastContact(tm)) <= w.jm.cfg.TMLeaderGrace+w.jm.cfg.HeartbeatTimeout
 	}
 	// A quarter interval of slack: a late heartbeat of a live TM costs one probe that connects.
-	overdue := now.Sub(t.lastContact(tm)) > t.jm.cfg.HeartbeatInterval*5/4
+	overdue := now.Sub(w.lastContact(tm)) > w.jm.cfg.HeartbeatInterval*5/4
 	failed := tm.CallFailedAt.After(tm.LastSeen)
 	return overdue || failed || tm.GoneByGossip()
 }
@@ -206,25 +206,25 @@ func (t *term) suspect(tm TaskManager, now time.Time) bool {
 // probe connects once to a TM's gRPC port and counts the outcome; on proof of death it
 // declares the TM lost (once the gate is open; during reconciliation the collector reads the
 // proof and does not wait for the TM).
-func (t *term) probe(id, addr, incarnation string) {
-	ctx, cancel := context.WithTimeout(t.ctx, probeTimeout)
+func (w *tmWatch) probe(id, addr, incarnation string) {
+	ctx, cancel := context.WithTimeout(w.ctx, probeTimeout)
 	defer cancel()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if conn != nil {
 		_ = conn.Close()
 	}
-	if t.ctx.Err() != nil {
+	if w.ctx.Err() != nil {
 		return
 	}
 	refused := err != nil && errors.Is(err, syscall.ECONNREFUSED)
-	cause, proved := t.jm.tms.probed(id, incarnation, addr, refused, time.Now(), t.jm.cfg.DeadRefusals, t.jm.cfg.DeadRefusalWindow)
+	cause, proved := w.jm.tms.probed(id, incarnation, addr, refused, time.Now(), w.jm.cfg.DeadRefusals, w.jm.cfg.DeadRefusalWindow)
 	if !proved {
 		return
 	}
-	t.jm.log.Warn("task manager proven dead", "tm", id, "cause", cause)
-	if t.jm.gateOpen.Load() {
-		t.taskManagerLost(id, cause)
+	w.jm.log.Warn("task manager proven dead", "tm", id, "cause", cause)
+	if w.jm.gateOpen.Load() {
+		w.lost(id, cause)
 	}
 }
 

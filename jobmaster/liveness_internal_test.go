@@ -97,7 +97,7 @@ func TestProbeCountsOnlyRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := 0; i < 3; i++ {
-			tr.probe(tc.id, tc.addr, "inc")
+			tr.watch.probe(tc.id, tc.addr, "inc")
 		}
 	}
 	if tm, _ := jm.tms.Get("open"); tm.Dead != "" {
@@ -115,18 +115,19 @@ func TestStallRestartsLivenessTimers(t *testing.T) {
 	jm := New(Config{HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: 300 * time.Millisecond}, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	tr := &term{jm: jm, epoch: 1, ctx: ctx, cancel: cancel}
+	tr.watch = newTMWatch(tr)
 	defer tr.stop()
 	start := time.Now()
-	tr.since, tr.beat = start, start
+	tr.watch.since, tr.watch.beat = start, start
 	seen := TaskManager{ID: "tm1", LastSeen: start}
 	now := start.Add(time.Second) // a second without a beat: the process was stopped
-	if tr.awake(now) {
+	if tr.watch.awake(now) {
 		t.Fatal("a gap of 10 heartbeat intervals was not taken for a stall")
 	}
-	if got := tr.lastContact(seen); !got.Equal(now) {
+	if got := tr.watch.lastContact(seen); !got.Equal(now) {
 		t.Fatalf("silence counts from %v, want the end of the stall (%v)", got.Sub(start), now.Sub(start))
 	}
-	if !tr.awake(now.Add(50 * time.Millisecond)) {
+	if !tr.watch.awake(now.Add(50 * time.Millisecond)) {
 		t.Fatal("a gap under a heartbeat interval was taken for a stall")
 	}
 }
@@ -157,24 +158,25 @@ func TestStalledLeaderAnswersTaskManagersOnceConfirmed(t *testing.T) {
 	jm := New(Config{HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: 300 * time.Millisecond, RetryAfter: 10 * time.Millisecond}, raft, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	tr := &term{jm: jm, epoch: 1, ctx: ctx, cancel: cancel}
+	tr.watch = newTMWatch(tr)
 	defer tr.stop()
 	start := time.Now()
-	tr.since, tr.beat = start, start
-	if err := tr.answersTaskManagers(start.Add(50 * time.Millisecond)); err != nil {
+	tr.watch.since, tr.watch.beat = start, start
+	if err := tr.watch.answersTaskManagers(start.Add(50 * time.Millisecond)); err != nil {
 		t.Fatalf("no stall: %v", err)
 	}
 	resumed := start.Add(time.Second) // a second without a beat: the process was stopped
-	if err := tr.answersTaskManagers(resumed); !errors.Is(err, ErrVerifyingLeadership) || !errors.Is(err, ErrNotLeader) {
+	if err := tr.watch.answersTaskManagers(resumed); !errors.Is(err, ErrVerifyingLeadership) || !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("right after the stall: %v, want ErrVerifyingLeadership", err)
 	}
 	raft.answers <- errors.New("leadership lost") // the first confirmation fails
-	if err := tr.answersTaskManagers(resumed.Add(time.Millisecond)); !errors.Is(err, ErrVerifyingLeadership) {
+	if err := tr.watch.answersTaskManagers(resumed.Add(time.Millisecond)); !errors.Is(err, ErrVerifyingLeadership) {
 		t.Fatalf("after a failed confirmation: %v, want ErrVerifyingLeadership", err)
 	}
 	raft.answers <- nil // the retry succeeds
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := tr.answersTaskManagers(resumed.Add(2 * time.Millisecond))
+		err := tr.watch.answersTaskManagers(resumed.Add(2 * time.Millisecond))
 		if err == nil {
 			break
 		}

@@ -30,16 +30,16 @@ func newPoolKeeper() *poolKeeper {
 // answered (the answer carries the version that added it, which the FSM counts as its ack),
 // or updates its address or incarnation in the background (a new revision: the membership and
 // the TM's pools are unchanged).
-func (t *term) poolOnRegister(ctx context.Context, id, grpcAddr, incarnation string) error {
-	m, _, _, ok := t.jm.state.PoolMember(id)
+func (w *tmWatch) poolOnRegister(ctx context.Context, id, grpcAddr, incarnation string) error {
+	m, _, _, ok := w.jm.state.PoolMember(id)
 	if !ok {
-		_, err := t.jm.Commit(ctx, pb.CommandType_COMMAND_TYPE_POOL_PUT, &pb.PoolPutCommand{TmId: id, GrpcAddress: grpcAddr, Incarnation: incarnation})
+		_, err := w.jm.Commit(ctx, pb.CommandType_COMMAND_TYPE_POOL_PUT, &pb.PoolPutCommand{TmId: id, GrpcAddress: grpcAddr, Incarnation: incarnation})
 		return err
 	}
 	if m.GrpcAddress == grpcAddr && m.Incarnation == incarnation {
 		return nil
 	}
-	p := t.pool
+	p := w.pool
 	p.mu.Lock()
 	if p.putting[id] {
 		p.mu.Unlock()
@@ -47,14 +47,14 @@ func (t *term) poolOnRegister(ctx context.Context, id, grpcAddr, incarnation str
 	}
 	p.putting[id] = true
 	p.mu.Unlock()
-	t.spawn(func() {
+	w.spawn(func() {
 		defer func() {
 			p.mu.Lock()
 			delete(p.putting, id)
 			p.mu.Unlock()
 		}()
-		if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_POOL_PUT, &pb.PoolPutCommand{TmId: id, GrpcAddress: grpcAddr, Incarnation: incarnation}); err != nil {
-			t.jm.log.Warn("commit pool member", "tm", id, "error", err)
+		if _, err := w.jm.Commit(w.ctx, pb.CommandType_COMMAND_TYPE_POOL_PUT, &pb.PoolPutCommand{TmId: id, GrpcAddress: grpcAddr, Incarnation: incarnation}); err != nil {
+			w.jm.log.Warn("commit pool member", "tm", id, "error", err)
 		}
 	})
 	return nil
@@ -63,28 +63,26 @@ func (t *term) poolOnRegister(ctx context.Context, id, grpcAddr, incarnation str
 // poolOnHeartbeat notes the pool version a TM confirmed and returns the view when the TM's
 // revision is not the current one. Only members get the view, so a TM knows no version older
 // than the one that added it (fsm.PoolVersions counts on it).
-func (t *term) poolOnHeartbeat(id string, version, revision uint64) *pb.PoolView {
-	m, current, rev, ok := t.jm.state.PoolMember(id)
+func (w *tmWatch) poolOnHeartbeat(id string, version, revision uint64) *pb.PoolView {
+	m, current, rev, ok := w.jm.state.PoolMember(id)
 	if !ok {
 		return nil
 	}
 	if version > m.AckedVersion && version <= current {
-		t.pool.mu.Lock()
-		t.pool.acks[id] = max(t.pool.acks[id], version)
-		t.pool.mu.Unlock()
+		w.pool.mu.Lock()
+		w.pool.acks[id] = max(w.pool.acks[id], version)
+		w.pool.mu.Unlock()
 	}
 	if revision == rev {
 		return nil
 	}
-	return t.poolView(rev)
+	return w.poolView(rev)
 }
 
 // poolBehind reports whether a TM is a member that has not confirmed the current pool version
 // yet: it is given no new tasks until it has, so every TM that holds tasks counts on a pool
 // the leader knows of. (Registration makes every TM a member; only tests place tasks on TMs
 // they put in the registry by hand.)
-func (t *term) poolBehind(id string) bool { return t.jm.poolBehind(id) }
-
 func (jm *JobMaster) poolBehind(id string) bool {
 	m, current, _, ok := jm.state.PoolMember(id)
 	return ok && m.AckedVersion != current
@@ -101,15 +99,15 @@ func (jm *JobMaster) Placeable() []TaskManager {
 }
 
 // poolView returns the committed pool's view, cached per revision.
-func (t *term) poolView(revision uint64) *pb.PoolView {
-	p := t.pool
+func (w *tmWatch) poolView(revision uint64) *pb.PoolView {
+	p := w.pool
 	p.mu.Lock()
 	v := p.view
 	p.mu.Unlock()
 	if v != nil && v.Revision == revision {
 		return v
 	}
-	pool := t.jm.state.Pool()
+	pool := w.jm.state.Pool()
 	v = &pb.PoolView{Version: pool.Version, Revision: pool.Revision, Peers: make([]*pb.PoolPeer, len(pool.Members))}
 	for i, m := range pool.Members {
 		v.Peers[i] = &pb.PoolPeer{TmId: m.TmId, GrpcAddress: m.GrpcAddress}
@@ -123,8 +121,8 @@ func (t *term) poolView(revision uint64) *pb.PoolView {
 }
 
 // flushPoolAcks commits the pool versions confirmed since the last flush (one entry).
-func (t *term) flushPoolAcks() {
-	p := t.pool
+func (w *tmWatch) flushPoolAcks() {
+	p := w.pool
 	p.mu.Lock()
 	if len(p.acks) == 0 {
 		p.mu.Unlock()
@@ -137,8 +135,8 @@ func (t *term) flushPoolAcks() {
 	p.acks = map[string]uint64{}
 	p.mu.Unlock()
 	sortAcks(cmd.Acks)
-	if _, err := t.jm.Commit(t.ctx, pb.CommandType_COMMAND_TYPE_POOL_ACK, cmd); err != nil {
-		t.jm.log.Debug("commit pool acks", "error", err) // the next heartbeats confirm again
+	if _, err := w.jm.Commit(w.ctx, pb.CommandType_COMMAND_TYPE_POOL_ACK, cmd); err != nil {
+		w.jm.log.Debug("commit pool acks", "error", err) // the next heartbeats confirm again
 	}
 }
 

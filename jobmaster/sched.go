@@ -61,7 +61,7 @@ func (t *term) drive(jobID string) {
 	if t.ctx.Err() != nil {
 		return
 	}
-	v := view{now: time.Now(), restartAt: t.restartDelays(jobID), held: t.heldTMs(), drained: t.jm.state.Drained()}
+	v := view{now: time.Now(), restartAt: t.restartDelays(jobID), held: t.watch.heldTMs(), drained: t.jm.state.Drained()}
 	var steps []action
 	var regionsErr error
 	var status pb.JobStatus

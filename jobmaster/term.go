@@ -39,27 +39,11 @@ type term struct {
 	regions     map[string]jobRegions        // job id -> failover regions (loop goroutine only)
 	retryCancel map[string]bool              // job ids with a CancelTask to retry
 	acked       map[string]time.Time         // attempt id -> when its TM acknowledged the submission
-	pool        *poolKeeper                  // pool changes and acks to commit (pool.go)
-
-	streakMu sync.Mutex
-	streaks  map[string]streak // TM id -> its heartbeat streak with this leader (isolation.go)
-	// answered: TM id -> this leader's last answer to its heartbeat or registration, those of
-	// TMs it does not know included (isolation.go, a TM outside the pool).
-	answered map[string]time.Time
-	// streakEpoch counts the streaks started (under streakMu); heldStreaks is its value when
-	// held was computed (loop goroutine only).
-	streakEpoch, heldStreaks uint64
-	begun                    time.Time         // when the term began
-	held                     map[string]string // heldTMs' last answer and when (loop goroutine only)
-	heldAt                   time.Time
-	holding                  map[string]string // job id -> the restarts last logged as waiting (loop goroutine only)
+	holding     map[string]string            // job id -> the restarts last logged as waiting (loop goroutine only)
 	// behindSince: when a usable TM was first seen behind the pool version (guarded by mu).
 	behindSince map[string]time.Time
-	since       time.Time // when this term last established itself: its start or the end of a stall (liveness.go)
-	beat        time.Time // the pulse's last run (liveness.go)
-	// unverified: since a stall this leader answers no TM until a quorum confirmed it still
-	// leads; verifying: that confirmation is under way (both guarded by mu; liveness.go).
-	unverified, verifying bool
+
+	watch *tmWatch // liveness, isolation and pool bookkeeping of the TMs (tmwatch.go)
 }
 
 func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
@@ -78,22 +62,17 @@ func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
 		driven:      map[string]uint64{},
 		retryCancel: map[string]bool{},
 		acked:       map[string]time.Time{},
-		pool:        newPoolKeeper(),
-		streaks:     map[string]streak{},
-		answered:    map[string]time.Time{},
-		begun:       time.Now(),
 		holding:     map[string]string{},
 		behindSince: map[string]time.Time{},
 	}
-	t.since = time.Now()
-	t.beat = t.since
+	t.watch = newTMWatch(t)
 	t.batch = newBatcher(t)
 	t.ckpt = newCoordinator(t)
 	// The batcher serves reconciliation too, so it runs from the start of the term; so does
 	// the pulse, whose probes let reconciliation stop waiting for a TM proven dead.
 	t.wg.Add(2)
 	go func() { defer t.wg.Done(); t.batch.run() }()
-	go func() { defer t.wg.Done(); t.pulse() }()
+	go func() { defer t.wg.Done(); t.watch.pulse() }()
 	return t
 }
 
@@ -187,7 +166,7 @@ func (t *term) loop() {
 		case <-tick.C:
 			t.checkTaskManagers()
 			t.prune(time.Now())
-			t.flushPoolAcks()
+			t.watch.flushPoolAcks()
 			ticks++
 			t.driveStale(ticks%fullPassTicks == 0)
 		}
@@ -297,10 +276,10 @@ func (t *term) driveAll() {
 // (gossip marks a live but busy member dead now and then); a gossip leave counts at once.
 func (t *term) checkTaskManagers() {
 	now := time.Now()
-	if !t.awake(now) {
+	if !t.watch.awake(now) {
 		return
 	}
-	since := t.liveSince()
+	since := t.watch.liveSince()
 	for _, tm := range t.jm.tms.List() {
 		if tm.Lost {
 			continue
@@ -314,7 +293,7 @@ func (t *term) checkTaskManagers() {
 			gossipAt = since
 		}
 		dead := tm.GoneByGossip() && (tm.Gossip == "left" || now.Sub(gossipAt) > 2*t.jm.cfg.HeartbeatInterval)
-		silent := !tm.LastSeen.IsZero() && now.Sub(t.lastContact(tm)) > t.jm.cfg.HeartbeatTimeout
+		silent := !tm.LastSeen.IsZero() && now.Sub(t.watch.lastContact(tm)) > t.jm.cfg.HeartbeatTimeout
 		if dead || silent {
 			cause := "TaskManager " + tm.ID + " lost: no heartbeat for " + t.jm.cfg.HeartbeatTimeout.String()
 			if dead {

@@ -39,7 +39,7 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 	if err := CheckTMProtocol(req.ProtocolVersion, MinTMProtocol, MaxTMProtocol); err != nil {
 		return nil, jm.refuseRegistration(req, "protocol", fmt.Errorf("register %s: %w", req.TmId, err))
 	}
-	if err := t.answersTaskManagers(time.Now()); err != nil {
+	if err := t.watch.answersTaskManagers(time.Now()); err != nil {
 		return nil, err
 	}
 	if req.EpochSeen > t.epoch {
@@ -58,7 +58,7 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 	if err := jm.tms.CheckReplaced(req.TmId, req.Incarnation); err != nil {
 		return nil, jm.refuseReplaced(err)
 	}
-	if err := t.poolOnRegister(ctx, req.TmId, req.GrpcAddress, req.Incarnation); err != nil {
+	if err := t.watch.poolOnRegister(ctx, req.TmId, req.GrpcAddress, req.Incarnation); err != nil {
 		return nil, fmt.Errorf("register %s: add it to the pool: %w", req.TmId, err)
 	}
 	previous, err := jm.tms.Register(req.TmId, req.Incarnation, req.GrpcAddress, req.DataAddress, req.Slots)
@@ -70,7 +70,7 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 	if previous != "" {
 		t.failAttempts(old)
 	}
-	t.streakOf(req.TmId)
+	t.watch.streakOf(req.TmId)
 	t.kick("")
 	resp := &pb.RegisterTaskManagerResponse{
 		Epoch: t.epoch, LeaderId: jm.raft.ID(), HeartbeatIntervalMs: jm.cfg.HeartbeatInterval.Milliseconds(),
@@ -78,7 +78,7 @@ func (jm *JobMaster) RegisterTaskManager(ctx context.Context, req *pb.RegisterTa
 		PoolQueryTimeoutMs: jm.cfg.PoolQueryTimeout.Milliseconds(), LeaderGraceMs: jm.cfg.TMLeaderGrace.Milliseconds(),
 	}
 	if _, _, rev, member := jm.state.PoolMember(req.TmId); member {
-		resp.Pool = t.poolView(rev)
+		resp.Pool = t.watch.poolView(rev)
 	}
 	return resp, nil
 }
@@ -126,7 +126,7 @@ func (jm *JobMaster) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*
 	if req.TmId == "" {
 		return nil, errorf(ErrInvalidRequest, "heartbeat: tm_id is required")
 	}
-	if err := t.answersTaskManagers(time.Now()); err != nil {
+	if err := t.watch.answersTaskManagers(time.Now()); err != nil {
 		return nil, err
 	}
 	if req.EpochSeen > t.epoch {
@@ -136,14 +136,14 @@ func (jm *JobMaster) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*
 		return nil, &StaleEpochError{Current: t.epoch, Seen: req.EpochSeen}
 	}
 	if !jm.tms.TouchOf(req.TmId, req.Incarnation) {
-		t.noteAnswer(req.TmId) // an answer is contact for the TM's fence, even this one
+		t.watch.noteAnswer(req.TmId) // an answer is contact for the TM's fence, even this one
 		return &pb.HeartbeatResponse{Epoch: t.epoch, UnknownTaskManager: true}, nil
 	}
 	if jm.gateOpen.Load() {
 		t.checkDeployment(req)
 	}
-	t.streakOf(req.TmId)
-	return &pb.HeartbeatResponse{Epoch: t.epoch, Pool: t.poolOnHeartbeat(req.TmId, req.PoolVersion, req.PoolRevision)}, nil
+	t.watch.streakOf(req.TmId)
+	return &pb.HeartbeatResponse{Epoch: t.epoch, Pool: t.watch.poolOnHeartbeat(req.TmId, req.PoolVersion, req.PoolRevision)}, nil
 }
 
 // lookup validates that an attempt is the current attempt of a job's ExecutionVertex on the
