@@ -31,7 +31,7 @@ const (
 
 // JobView answers GetJob from this node's state (the REST view shares it): the summary by
 // default, the whole record (FULL) when it fits in one message, or a page of executions.
-// The summary's vertices carry the leader's measure of their data flow (withFlow).
+// The summary view's vertices carry the leader's measure of their data flow (withFlow).
 func JobView(ctx context.Context, d Deps, req *pb.GetJobRequest) (*pb.GetJobResponse, error) {
 	if req.GetJobId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "job_id is required")
@@ -74,7 +74,9 @@ func JobView(ctx context.Context, d Deps, req *pb.GetJobRequest) (*pb.GetJobResp
 		}
 	}
 	resp.AppliedIndex = d.State.AppliedIndex()
-	withFlow(ctx, d, resp)
+	if v := req.GetView(); v == pb.JobView_JOB_VIEW_UNSPECIFIED || v == pb.JobView_JOB_VIEW_SUMMARY {
+		withFlow(ctx, d, resp) // not on every page of executions: a follower asks the leader for it
+	}
 	if d.JM != nil && d.JM.Active() {
 		if why, since := d.JM.Waiting(req.GetJobId()); why != "" {
 			resp.Waiting, resp.WaitingSince = why, since.UnixMilli()
