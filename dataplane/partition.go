@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -66,6 +67,7 @@ type Partition struct {
 	// bytesOut counts the encoded record batches sent from this partition over Exchange
 	// streams: the producer task's (nil: not counted).
 	bytesOut *atomic.Int64
+	blocked  *BlockedTime // the producer task's wait for space (nil: not counted)
 	once     sync.Once
 	finOnce  sync.Once
 }
@@ -223,13 +225,56 @@ func (p *Partition) addTo(ctx context.Context, i int, r operator.Record) error {
 		}
 		space := sp.space
 		sp.mu.Unlock()
+		p.blocked.begin()
 		select {
 		case <-space:
 		case <-ctx.Done():
-			return ctx.Err()
 		case <-p.released:
 		}
+		p.blocked.end()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 	}
+}
+
+// CountBlocked makes the producer's waits for space in a full subpartition count in b (the
+// task's backpressure). Call it before the first Add.
+func (p *Partition) CountBlocked(b *BlockedTime) { p.blocked = b }
+
+// BlockedTime is the time a producer waited for space in full PIPELINED subpartitions: the
+// clock is read only when an add blocks, never per record.
+type BlockedTime struct {
+	mu    sync.Mutex
+	total time.Duration
+	since time.Time // the current wait's start; zero when not waiting
+}
+
+func (b *BlockedTime) begin() {
+	if b != nil {
+		b.mu.Lock()
+		b.since = time.Now()
+		b.mu.Unlock()
+	}
+}
+
+func (b *BlockedTime) end() {
+	if b != nil {
+		b.mu.Lock()
+		b.total += time.Since(b.since)
+		b.since = time.Time{}
+		b.mu.Unlock()
+	}
+}
+
+// Total is the time waited so far, the current wait included.
+func (b *BlockedTime) Total() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.since.IsZero() {
+		return b.total
+	}
+	return b.total + time.Since(b.since)
 }
 
 // Broadcast appends a checkpoint barrier to every subpartition, behind the records already in

@@ -104,7 +104,7 @@ func (s *ClientService) GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.
 	if req.JobId == "" {
 		return nil, status.Error(codes.InvalidArgument, "job_id is required")
 	}
-	return JobView(s.d, req)
+	return JobView(ctx, s.d, req)
 }
 
 func (s *ClientService) ListJobs(ctx context.Context, req *pb.ListJobsRequest) (*pb.ListJobsResponse, error) {
@@ -139,7 +139,7 @@ func (s *ClientService) WatchJob(req *pb.WatchJobRequest, stream pb.ClientServic
 		if first || index != last {
 			first = false
 			last = index
-			resp, err := JobView(s.d, &pb.GetJobRequest{JobId: req.JobId, View: req.GetView()})
+			resp, err := JobView(stream.Context(), s.d, &pb.GetJobRequest{JobId: req.JobId, View: req.GetView()})
 			if err != nil {
 				return err
 			}

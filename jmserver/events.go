@@ -52,7 +52,7 @@ func serveEvents(w http.ResponseWriter, r *http.Request, d Deps) {
 		changed := d.State.Changed()
 		sent := send("cluster", ClusterView(r.Context(), d), &lastCluster)
 		if jobID != "" {
-			if resp, err := JobView(d, &pb.GetJobRequest{JobId: jobID}); err == nil {
+			if resp, err := JobView(r.Context(), d, &pb.GetJobRequest{JobId: jobID}); err == nil {
 				resp.AppliedIndex = 0 // changes with every entry, the job's view does not
 				sent = send("job", resp, &lastJob) || sent
 			} else {

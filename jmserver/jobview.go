@@ -2,6 +2,7 @@ package jmserver
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -30,7 +31,8 @@ const (
 
 // JobView answers GetJob from this node's state (the REST view shares it): the summary by
 // default, the whole record (FULL) when it fits in one message, or a page of executions.
-func JobView(d Deps, req *pb.GetJobRequest) (*pb.GetJobResponse, error) {
+// The summary view's vertices carry the leader's measure of their data flow (withFlow).
+func JobView(ctx context.Context, d Deps, req *pb.GetJobRequest) (*pb.GetJobResponse, error) {
 	if req.GetJobId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "job_id is required")
 	}
@@ -72,6 +74,9 @@ func JobView(d Deps, req *pb.GetJobRequest) (*pb.GetJobResponse, error) {
 		}
 	}
 	resp.AppliedIndex = d.State.AppliedIndex()
+	if v := req.GetView(); v == pb.JobView_JOB_VIEW_UNSPECIFIED || v == pb.JobView_JOB_VIEW_SUMMARY {
+		withFlow(ctx, d, resp) // not on every page of executions: a follower asks the leader for it
+	}
 	if d.JM != nil && d.JM.Active() {
 		if why, since := d.JM.Waiting(req.GetJobId()); why != "" {
 			resp.Waiting, resp.WaitingSince = why, since.UnixMilli()
@@ -357,7 +362,7 @@ func serveJobView(w http.ResponseWriter, r *http.Request, d Deps) {
 		http.Error(w, fmt.Sprintf("omit_inputs %q: want true or false", s), http.StatusBadRequest)
 		return
 	}
-	resp, err := JobView(d, req)
+	resp, err := JobView(r.Context(), d, req)
 	if err != nil {
 		st := status.Convert(err)
 		code := http.StatusInternalServerError

@@ -33,6 +33,10 @@ func (t *term) checkDeployment(req *pb.HeartbeatRequest) {
 	type placed struct{ jobID, attemptID string }
 	owned := map[string]bool{}
 	var running []placed
+	var where map[string]flowPlace // the RUNNING attempts, for the flow samples (flow.go)
+	if req.FlowClockNs != 0 {
+		where = map[string]flowPlace{}
+	}
 	t.jm.state.OnTaskManager(req.TmId, func(jobID string, ev *pb.ExecutionVertex) {
 		e := ev.GetCurrent()
 		owned[e.AttemptId] = true
@@ -40,7 +44,11 @@ func (t *term) checkDeployment(req *pb.HeartbeatRequest) {
 		case stDeploying, pb.ExecutionState_EXECUTION_STATE_INITIALIZING, stRunning:
 			running = append(running, placed{jobID, e.AttemptId})
 		}
+		if where != nil && e.State == stRunning {
+			where[e.AttemptId] = flowPlace{job: jobID, key: flowKey{vertex: ev.VertexId, subtask: ev.SubtaskIndex}}
+		}
 	})
+	t.flow.observe(req.TmId, req.FlowClockNs, arrived, req.Deployed, where)
 	for _, d := range req.Deployed {
 		if !owned[d.AttemptId] && !isTerminal(d.State) {
 			t.jm.log.Info("cancelling attempt the graph does not own", "tm", req.TmId, "job", d.JobId, "attempt", d.AttemptId)

@@ -43,7 +43,8 @@ type term struct {
 	// behindSince: when a usable TM was first seen behind the pool version (guarded by mu).
 	behindSince map[string]time.Time
 
-	watch *tmWatch // liveness, isolation and pool bookkeeping of the TMs (tmwatch.go)
+	watch *tmWatch   // liveness, isolation and pool bookkeeping of the TMs (tmwatch.go)
+	flow  *flowStore // the running subtasks' last two flow samples (flow.go)
 }
 
 func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
@@ -66,6 +67,7 @@ func newTerm(parent context.Context, jm *JobMaster, epoch uint64) *term {
 		behindSince: map[string]time.Time{},
 	}
 	t.watch = newTMWatch(t)
+	t.flow = newFlowStore(3 * jm.cfg.HeartbeatInterval)
 	t.batch = newBatcher(t)
 	t.ckpt = newCoordinator(t)
 	// The batcher serves reconciliation too, so it runs from the start of the term; so does

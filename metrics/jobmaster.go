@@ -77,7 +77,7 @@ func NewJobMaster(st JobMasterState) *JobMaster {
 			Help: "TaskManager registrations this leader refused, by kind: invalid_argument (slots, addresses), protocol (an unsupported protocol version), replaced_incarnation (an earlier process of a TaskManager id registered since). A refused TaskManager gets no work; jmnode tm list shows why."}, []string{"kind"}),
 	}
 	m.reg.MustRegister(m.ReconcileDuration, m.ReconcilePhase, m.ReportLatency, m.CommitLatency, m.RPCDuration, m.RPCRefused,
-		m.Reconciliations, m.Reconciled, m.RegionRestarts, m.RegistrationsRefused, &jobMasterGauges{st: st})
+		m.Reconciliations, m.Reconciled, m.RegionRestarts, m.RegistrationsRefused, &jobMasterGauges{st: st}, &flowGauges{st: st})
 	return m
 }
 

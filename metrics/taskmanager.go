@@ -80,12 +80,13 @@ var (
 	descTMRecordsOut = prometheus.NewDesc(Namespace+"_tm_task_records_out_total", "Records a task emitted to its outputs.", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMBytesIn    = prometheus.NewDesc(Namespace+"_tm_task_bytes_in_total", "Encoded record batches a task received from other TaskManagers (Exchange streams; local channels carry none).", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMBytesOut   = prometheus.NewDesc(Namespace+"_tm_task_bytes_out_total", "Encoded record batches a task's partitions sent to other TaskManagers (Exchange streams).", []string{"job", "vertex", "subtask", "attempt"}, nil)
+	descTMBlocked    = prometheus.NewDesc(Namespace+"_tm_task_backpressure_seconds_total", "Time a task waited for space in a full subpartition of its output (backpressure: its consumers are slower).", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMRefusals   = prometheus.NewDesc(Namespace+"_tm_leader_refusals_total", "Calls of this TaskManager the leader refused for a reason other than no leader yet, by call (register, heartbeat, report) and gRPC code: a refused registration means the TaskManager gets no work (its log has the reason at ERROR).", []string{"call", "code"}, nil)
 	descTMFreeSlots  = prometheus.NewDesc(Namespace+"_tm_free_slots", "Slots holding no task.", nil, nil)
 )
 
 func (g *taskManagerGauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTMTasks, descTMRecordsIn, descTMRecordsOut, descTMBytesIn, descTMBytesOut, descTMOutbox, descTMRetries, descTMContact, descTMEpoch, descTMHeartbeats, descTMFreeSlots, descTMRefusals} {
+	for _, d := range []*prometheus.Desc{descTMTasks, descTMRecordsIn, descTMRecordsOut, descTMBytesIn, descTMBytesOut, descTMBlocked, descTMOutbox, descTMRetries, descTMContact, descTMEpoch, descTMHeartbeats, descTMFreeSlots, descTMRefusals} {
 		ch <- d
 	}
 }
@@ -100,6 +101,7 @@ func (g *taskManagerGauges) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTMRecordsOut, prometheus.CounterValue, float64(io.RecordsOut), io.JobID, io.VertexID, sub, att)
 		ch <- prometheus.MustNewConstMetric(descTMBytesIn, prometheus.CounterValue, float64(io.BytesIn), io.JobID, io.VertexID, sub, att)
 		ch <- prometheus.MustNewConstMetric(descTMBytesOut, prometheus.CounterValue, float64(io.BytesOut), io.JobID, io.VertexID, sub, att)
+		ch <- prometheus.MustNewConstMetric(descTMBlocked, prometheus.CounterValue, io.Blocked.Seconds(), io.JobID, io.VertexID, sub, att)
 	}
 	ch <- prometheus.MustNewConstMetric(descTMOutbox, prometheus.GaugeValue, float64(g.st.OutboxLen()))
 	ch <- prometheus.MustNewConstMetric(descTMRetries, prometheus.CounterValue, float64(g.st.OutboxRetries()))

@@ -211,6 +211,7 @@ func (l *leaderLink) heartbeat(ctx context.Context) error {
 	// calls change them: the epoch is the one every listed task was accepted under, or later.
 	l.table.mu.Lock()
 	req.FreeSlots, req.Deployed = int32(l.table.freeLocked()), l.table.deployedLocked()
+	req.FlowClockNs = l.table.flowLocked(req.Deployed)
 	req.EpochSeen = l.fence.current()
 	req.PoolVersion, req.PoolRevision = l.fence.poolVersion()
 	l.table.mu.Unlock()

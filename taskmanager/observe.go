@@ -6,6 +6,29 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
+// flowClock is the time base of the flow counters the heartbeats carry: the leader divides
+// their deltas by the deltas of this clock, the TM's own, so that neither clocks' offset nor a
+// heartbeat's delay on the way distorts a rate.
+var flowClock = time.Now()
+
+// flowLocked fills the flow counters of the RUNNING attempts among deployed (every heartbeat,
+// every running attempt, cumulative: a new leader has its rates after two heartbeats, and an
+// idle task's zero rate needs its samples as much as a busy one's) and returns the clock
+// reading they go with. The table's mutex is held.
+func (s *slotTable) flowLocked(deployed []*pb.DeployedExecution) int64 {
+	now := int64(time.Since(flowClock)) + 1
+	for _, d := range deployed {
+		t := s.tasks[d.AttemptId]
+		if t == nil || d.State != pb.ExecutionState_EXECUTION_STATE_RUNNING {
+			continue
+		}
+		d.RecordsIn, d.RecordsOut = t.recordsIn.Load(), t.recordsOut.Load()
+		d.BlockedNs = int64(t.blocked.Total())
+		d.WatermarkMs, d.DeadLetters = t.watermarkMs.Load(), t.deadLetters.Load()
+	}
+	return now
+}
+
 // What the TaskManager's metrics read (metrics.TaskManager, served on its --http-addr).
 
 // LastContact is when this TaskManager last heard from a leader it accepted (a heartbeat or
@@ -21,6 +44,8 @@ type TaskIO struct {
 	Subtask, AttemptNumber int32
 	RecordsIn, RecordsOut  int64
 	BytesIn, BytesOut      int64 // over Exchange streams
+	// Blocked is the time the task waited for space downstream (backpressure).
+	Blocked time.Duration
 }
 
 // TaskIOs returns the record counts of this TaskManager's tasks (retained terminal ones too).
@@ -33,7 +58,8 @@ func (s *slotTable) ios() []TaskIO {
 	for _, t := range s.tasks {
 		d := t.tdd
 		out = append(out, TaskIO{JobID: d.GetJobId(), VertexID: d.GetVertexId(), Subtask: d.GetSubtaskIndex(), AttemptNumber: d.GetAttemptNumber(),
-			RecordsIn: t.recordsIn.Load(), RecordsOut: t.recordsOut.Load(), BytesIn: t.bytesIn.Load(), BytesOut: t.bytesOut.Load()})
+			RecordsIn: t.recordsIn.Load(), RecordsOut: t.recordsOut.Load(), BytesIn: t.bytesIn.Load(), BytesOut: t.bytesOut.Load(),
+			Blocked: t.blocked.Total()})
 	}
 	return out
 }

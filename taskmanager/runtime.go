@@ -93,6 +93,9 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	// The task's result partitions, served from here on; answer (idempotent) answers the
 	// consumers already waiting for them.
 	parts, keys, answer := tm.dp.Produce(d.GetJobId(), d.GetAttemptId(), d.GetProduced(), &t.bytesOut)
+	for _, p := range parts {
+		p.CountBlocked(&t.blocked)
+	}
 	tm.mu.Lock()
 	t.produced = keys
 	tm.mu.Unlock()

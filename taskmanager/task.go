@@ -49,6 +49,10 @@ type task struct {
 	recordsIn, recordsOut atomic.Int64
 	// encoded record batches received and sent over Exchange streams (local channels carry none)
 	bytesIn, bytesOut atomic.Int64
+	// the time the task waited for space downstream (backpressure), its watermark (unix ms, 0:
+	// none) and the records it sent to the dead-letter output: heartbeats carry them (observe.go)
+	blocked                  dataplane.BlockedTime
+	watermarkMs, deadLetters atomic.Int64
 }
 
 func (t *task) attempt() string { return t.tdd.GetAttemptId() }

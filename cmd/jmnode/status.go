@@ -232,11 +232,39 @@ func printSummary(out io.Writer, resp *pb.GetJobResponse) {
 		fmt.Fprintln(out, line)
 	}
 	w := tabwriter.NewWriter(out, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(w, "VERTEX\tNAME\tPARALLELISM\tSTATES\tATTEMPTS CHANGED\tMAX ATTEMPT")
+	fmt.Fprintln(w, "VERTEX\tNAME\tPARALLELISM\tSTATES\tATTEMPTS CHANGED\tMAX ATTEMPT\tIN/S\tOUT/S\tBACKPRESSURE\tWATERMARK (LAG)\tDEAD LETTERS")
 	for _, v := range s.Vertices {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%d\n", v.VertexId, orDash(v.Name), v.Parallelism, stateList(v.States), v.AttemptsChanged, v.MaxAttemptNumber)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", v.VertexId, orDash(v.Name), v.Parallelism, stateList(v.States), v.AttemptsChanged, v.MaxAttemptNumber, flowColumns(v))
 	}
 	_ = w.Flush()
+}
+
+// flowColumns is a vertex's data flow as the leader measures it: records in and out per
+// second, backpressure (the busiest subtask's share of time waiting for space downstream), the
+// watermark with its lag behind the wall clock, and the dead letters; "-" where the leader has
+// no measure (fewer than two heartbeats of a running subtask, a follower that could not ask it)
+// or no watermark (before event time).
+func flowColumns(v *pb.VertexSummary) string {
+	if v.FlowSubtasks == nil {
+		return "-\t-\t-\t-\t-"
+	}
+	wm := "-"
+	if v.Watermark != nil {
+		wm = fmt.Sprintf("%s (%s)", time.UnixMilli(v.GetWatermark()).UTC().Format("15:04:05.000"), time.Duration(v.GetWatermarkLagMs())*time.Millisecond)
+	}
+	return fmt.Sprintf("%s\t%s\t%.0f%%\t%s\t%d", perSecond(v.GetRecordsInPerS()), perSecond(v.GetRecordsOutPerS()), v.GetBackpressure()*100, wm, v.GetDeadLetters())
+}
+
+// perSecond prints a rate with a precision that suits its size.
+func perSecond(r float64) string {
+	switch {
+	case r >= 100:
+		return fmt.Sprintf("%.0f", r)
+	case r >= 1:
+		return fmt.Sprintf("%.1f", r)
+	default:
+		return fmt.Sprintf("%.2f", r)
+	}
 }
 
 func stateList(cs []*pb.StateCount) string {

@@ -108,6 +108,7 @@ func TestWebUIShowsAFailover(t *testing.T) {
 		`document.querySelectorAll('#dag g.vertex').length === 3 && document.querySelectorAll('#dag path.edge').length === 2 && `+
 			`[...document.querySelectorAll('#dag g.vertex')].every(g => g.textContent.includes('3 RUNNING'))`, 30*time.Second)
 	waitJS("FORWARD · PIPELINED on the edges", `document.querySelector('#dag').textContent.includes('FORWARD · PIPELINED')`, 5*time.Second)
+	waitJS("records per second and backpressure of every vertex (the follower asks the leader)", flowShown, 30*time.Second)
 	waitJS("the checkpoints section: two completed, the last one's id, rows of 9/9 acknowledged with their alignment",
 		`!document.querySelector('#checkpoints').hidden && Number(document.querySelector('#checkpoints').dataset.completed) >= 2 && `+
 			`!!document.querySelector('#ck-last') && !!document.querySelector('#ck-table tr[data-status="COMPLETED"]') && `+
@@ -153,6 +154,17 @@ func TestWebUIShowsAFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitJS("the job RUNNING again", `document.querySelector('#job-title').textContent.includes('RUNNING') && document.querySelector('#job-info').textContent.includes('9 RUNNING')`, 30*time.Second)
+	waitJS("records per second and backpressure again, measured by the new leader", flowShown, 30*time.Second)
 	waitJS(fmt.Sprintf("checkpoints completed after the kill (the last completed before it: %d)", lastBefore),
 		fmt.Sprintf(`Number(document.querySelector('#checkpoints').dataset.lastCompleted) >= %d`, lastBefore+2), 30*time.Second)
 }
+
+// flowShown: the job page's data-flow table has a measured row per vertex of the chain with
+// records per second flowing (out of the source, in and out of the map, into the sink) and a
+// backpressure share, no watermark (no event time yet), and each graph box shows its rates.
+const flowShown = `(() => { const rows = Object.fromEntries([...document.querySelectorAll('#flow-table tr[data-vertex]')].map(r => [r.dataset.vertex, r]));
+  const ok = id => rows[id] && rows[id].dataset.measured === 'true' && rows[id].dataset.bp !== '' && rows[id].querySelector('.flow-bp').textContent.endsWith('%');
+  return ['source', 'map', 'sink'].every(ok) && Number(rows.source.dataset.out) > 0 && Number(rows.map.dataset.in) > 0 &&
+    Number(rows.map.dataset.out) > 0 && Number(rows.sink.dataset.in) > 0 &&
+    [...document.querySelectorAll('#flow-table tr[data-vertex]')].every(r => r.cells[4].textContent === '-') &&
+    [...document.querySelectorAll('#dag g.vertex')].every(g => /in\/s · .* out\/s · bp \d+%/.test(g.textContent)); })()`

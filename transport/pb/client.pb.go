@@ -1021,8 +1021,22 @@ type VertexSummary struct {
 	AttemptsChanged int32 `protobuf:"varint,5,opt,name=attempts_changed,json=attemptsChanged,proto3" json:"attempts_changed,omitempty"`
 	// The highest current attempt number of the vertex's subtasks.
 	MaxAttemptNumber int32 `protobuf:"varint,6,opt,name=max_attempt_number,json=maxAttemptNumber,proto3" json:"max_attempt_number,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The data flow the leader measures from its TaskManagers' heartbeats (kept in its memory
+	// only: absent until two heartbeats of a running subtask arrived, on a new leader too, and
+	// on a follower that could not ask the leader). Rates are summed over the subtasks measured;
+	// backpressure is the highest share of time a subtask waited for space downstream (0..1);
+	// the watermark (unix ms) is the lowest of the subtasks', absent until event time exists;
+	// dead letters are the records the current attempts sent to the dead-letter output.
+	RecordsInPerS  *float64 `protobuf:"fixed64,7,opt,name=records_in_per_s,json=recordsInPerS,proto3,oneof" json:"records_in_per_s,omitempty"`
+	RecordsOutPerS *float64 `protobuf:"fixed64,8,opt,name=records_out_per_s,json=recordsOutPerS,proto3,oneof" json:"records_out_per_s,omitempty"`
+	Backpressure   *float64 `protobuf:"fixed64,9,opt,name=backpressure,proto3,oneof" json:"backpressure,omitempty"`
+	Watermark      *int64   `protobuf:"varint,10,opt,name=watermark,proto3,oneof" json:"watermark,omitempty"`
+	WatermarkLagMs *int64   `protobuf:"varint,11,opt,name=watermark_lag_ms,json=watermarkLagMs,proto3,oneof" json:"watermark_lag_ms,omitempty"`
+	DeadLetters    *int64   `protobuf:"varint,12,opt,name=dead_letters,json=deadLetters,proto3,oneof" json:"dead_letters,omitempty"`
+	// The subtasks the figures above cover (of parallelism).
+	FlowSubtasks  *int32 `protobuf:"varint,13,opt,name=flow_subtasks,json=flowSubtasks,proto3,oneof" json:"flow_subtasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VertexSummary) Reset() {
@@ -1093,6 +1107,55 @@ func (x *VertexSummary) GetAttemptsChanged() int32 {
 func (x *VertexSummary) GetMaxAttemptNumber() int32 {
 	if x != nil {
 		return x.MaxAttemptNumber
+	}
+	return 0
+}
+
+func (x *VertexSummary) GetRecordsInPerS() float64 {
+	if x != nil && x.RecordsInPerS != nil {
+		return *x.RecordsInPerS
+	}
+	return 0
+}
+
+func (x *VertexSummary) GetRecordsOutPerS() float64 {
+	if x != nil && x.RecordsOutPerS != nil {
+		return *x.RecordsOutPerS
+	}
+	return 0
+}
+
+func (x *VertexSummary) GetBackpressure() float64 {
+	if x != nil && x.Backpressure != nil {
+		return *x.Backpressure
+	}
+	return 0
+}
+
+func (x *VertexSummary) GetWatermark() int64 {
+	if x != nil && x.Watermark != nil {
+		return *x.Watermark
+	}
+	return 0
+}
+
+func (x *VertexSummary) GetWatermarkLagMs() int64 {
+	if x != nil && x.WatermarkLagMs != nil {
+		return *x.WatermarkLagMs
+	}
+	return 0
+}
+
+func (x *VertexSummary) GetDeadLetters() int64 {
+	if x != nil && x.DeadLetters != nil {
+		return *x.DeadLetters
+	}
+	return 0
+}
+
+func (x *VertexSummary) GetFlowSubtasks() int32 {
+	if x != nil && x.FlowSubtasks != nil {
+		return *x.FlowSubtasks
 	}
 	return 0
 }
@@ -1659,14 +1722,30 @@ const file_jmcluster_v1_client_proto_rawDesc = "" +
 	"\n" +
 	"StateCount\x122\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x1c.jmcluster.v1.ExecutionStateR\x05state\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x05R\x05count\"\xed\x01\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\"\x9a\x05\n" +
 	"\rVertexSummary\x12\x1b\n" +
 	"\tvertex_id\x18\x01 \x01(\tR\bvertexId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
 	"\vparallelism\x18\x03 \x01(\x05R\vparallelism\x120\n" +
 	"\x06states\x18\x04 \x03(\v2\x18.jmcluster.v1.StateCountR\x06states\x12)\n" +
 	"\x10attempts_changed\x18\x05 \x01(\x05R\x0fattemptsChanged\x12,\n" +
-	"\x12max_attempt_number\x18\x06 \x01(\x05R\x10maxAttemptNumber\"\x80\x01\n" +
+	"\x12max_attempt_number\x18\x06 \x01(\x05R\x10maxAttemptNumber\x12,\n" +
+	"\x10records_in_per_s\x18\a \x01(\x01H\x00R\rrecordsInPerS\x88\x01\x01\x12.\n" +
+	"\x11records_out_per_s\x18\b \x01(\x01H\x01R\x0erecordsOutPerS\x88\x01\x01\x12'\n" +
+	"\fbackpressure\x18\t \x01(\x01H\x02R\fbackpressure\x88\x01\x01\x12!\n" +
+	"\twatermark\x18\n" +
+	" \x01(\x03H\x03R\twatermark\x88\x01\x01\x12-\n" +
+	"\x10watermark_lag_ms\x18\v \x01(\x03H\x04R\x0ewatermarkLagMs\x88\x01\x01\x12&\n" +
+	"\fdead_letters\x18\f \x01(\x03H\x05R\vdeadLetters\x88\x01\x01\x12(\n" +
+	"\rflow_subtasks\x18\r \x01(\x05H\x06R\fflowSubtasks\x88\x01\x01B\x13\n" +
+	"\x11_records_in_per_sB\x14\n" +
+	"\x12_records_out_per_sB\x0f\n" +
+	"\r_backpressureB\f\n" +
+	"\n" +
+	"_watermarkB\x13\n" +
+	"\x11_watermark_lag_msB\x0f\n" +
+	"\r_dead_lettersB\x10\n" +
+	"\x0e_flow_subtasks\"\x80\x01\n" +
 	"\x10ListJobsResponse\x12,\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x18.jmcluster.v1.JobSummaryR\x04jobs\x12\x1b\n" +
 	"\tserved_by\x18\x02 \x01(\tR\bservedBy\x12!\n" +
@@ -1816,6 +1895,7 @@ func file_jmcluster_v1_client_proto_init() {
 	file_jmcluster_v1_graph_proto_init()
 	file_jmcluster_v1_checkpoint_proto_init()
 	file_jmcluster_v1_fsm_proto_init()
+	file_jmcluster_v1_client_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

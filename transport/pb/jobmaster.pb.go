@@ -342,10 +342,21 @@ func (x *PoolPeer) GetGrpcAddress() string {
 
 // Like Flink's ExecutionDeploymentReport: the attempts the TM currently hosts.
 type DeployedExecution struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	AttemptId     string                 `protobuf:"bytes,2,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
-	State         ExecutionState         `protobuf:"varint,3,opt,name=state,proto3,enum=jmcluster.v1.ExecutionState" json:"state,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	JobId     string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	AttemptId string                 `protobuf:"bytes,2,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
+	State     ExecutionState         `protobuf:"varint,3,opt,name=state,proto3,enum=jmcluster.v1.ExecutionState" json:"state,omitempty"`
+	// The data flow of a RUNNING attempt, cumulative since it started (0 for the others, and
+	// from a build before the fields): the records it read from its inputs and emitted, the time
+	// its producer waited for space in a full PIPELINED subpartition (backpressure, ns on the
+	// TM's clock, the current wait included), its watermark (unix ms; 0: none yet) and the
+	// records it sent to the job's dead-letter output. The leader keeps the last two samples in
+	// memory and derives per-vertex rates (jobmaster/flow.go).
+	RecordsIn     int64 `protobuf:"varint,4,opt,name=records_in,json=recordsIn,proto3" json:"records_in,omitempty"`
+	RecordsOut    int64 `protobuf:"varint,5,opt,name=records_out,json=recordsOut,proto3" json:"records_out,omitempty"`
+	BlockedNs     int64 `protobuf:"varint,6,opt,name=blocked_ns,json=blockedNs,proto3" json:"blocked_ns,omitempty"`
+	WatermarkMs   int64 `protobuf:"varint,7,opt,name=watermark_ms,json=watermarkMs,proto3" json:"watermark_ms,omitempty"`
+	DeadLetters   int64 `protobuf:"varint,8,opt,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -401,6 +412,41 @@ func (x *DeployedExecution) GetState() ExecutionState {
 	return ExecutionState_EXECUTION_STATE_UNSPECIFIED
 }
 
+func (x *DeployedExecution) GetRecordsIn() int64 {
+	if x != nil {
+		return x.RecordsIn
+	}
+	return 0
+}
+
+func (x *DeployedExecution) GetRecordsOut() int64 {
+	if x != nil {
+		return x.RecordsOut
+	}
+	return 0
+}
+
+func (x *DeployedExecution) GetBlockedNs() int64 {
+	if x != nil {
+		return x.BlockedNs
+	}
+	return 0
+}
+
+func (x *DeployedExecution) GetWatermarkMs() int64 {
+	if x != nil {
+		return x.WatermarkMs
+	}
+	return 0
+}
+
+func (x *DeployedExecution) GetDeadLetters() int64 {
+	if x != nil {
+		return x.DeadLetters
+	}
+	return 0
+}
+
 type HeartbeatRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	TmId      string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
@@ -410,8 +456,11 @@ type HeartbeatRequest struct {
 	// The TM process's incarnation (as registered).
 	Incarnation string `protobuf:"bytes,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	// The pool version and revision the TM knows (0: none).
-	PoolVersion   uint64 `protobuf:"varint,6,opt,name=pool_version,json=poolVersion,proto3" json:"pool_version,omitempty"`
-	PoolRevision  uint64 `protobuf:"varint,7,opt,name=pool_revision,json=poolRevision,proto3" json:"pool_revision,omitempty"`
+	PoolVersion  uint64 `protobuf:"varint,6,opt,name=pool_version,json=poolVersion,proto3" json:"pool_version,omitempty"`
+	PoolRevision uint64 `protobuf:"varint,7,opt,name=pool_revision,json=poolRevision,proto3" json:"pool_revision,omitempty"`
+	// When the deployed attempts' flow counters were read: ns on the TM's monotonic clock (since
+	// its process started), the time base of their rates (0: no counters, a build before them).
+	FlowClockNs   int64 `protobuf:"varint,8,opt,name=flow_clock_ns,json=flowClockNs,proto3" json:"flow_clock_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -491,6 +540,13 @@ func (x *HeartbeatRequest) GetPoolVersion() uint64 {
 func (x *HeartbeatRequest) GetPoolRevision() uint64 {
 	if x != nil {
 		return x.PoolRevision
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetFlowClockNs() int64 {
+	if x != nil {
+		return x.FlowClockNs
 	}
 	return 0
 }
@@ -1266,12 +1322,20 @@ const file_jmcluster_v1_jobmaster_proto_rawDesc = "" +
 	"\brevision\x18\x03 \x01(\x04R\brevision\"B\n" +
 	"\bPoolPeer\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12!\n" +
-	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\"}\n" +
+	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\"\xa2\x02\n" +
 	"\x11DeployedExecution\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x02 \x01(\tR\tattemptId\x122\n" +
-	"\x05state\x18\x03 \x01(\x0e2\x1c.jmcluster.v1.ExecutionStateR\x05state\"\x8c\x02\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x1c.jmcluster.v1.ExecutionStateR\x05state\x12\x1d\n" +
+	"\n" +
+	"records_in\x18\x04 \x01(\x03R\trecordsIn\x12\x1f\n" +
+	"\vrecords_out\x18\x05 \x01(\x03R\n" +
+	"recordsOut\x12\x1d\n" +
+	"\n" +
+	"blocked_ns\x18\x06 \x01(\x03R\tblockedNs\x12!\n" +
+	"\fwatermark_ms\x18\a \x01(\x03R\vwatermarkMs\x12!\n" +
+	"\fdead_letters\x18\b \x01(\x03R\vdeadLetters\"\xb0\x02\n" +
 	"\x10HeartbeatRequest\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12;\n" +
 	"\bdeployed\x18\x02 \x03(\v2\x1f.jmcluster.v1.DeployedExecutionR\bdeployed\x12\x1d\n" +
@@ -1281,7 +1345,8 @@ const file_jmcluster_v1_jobmaster_proto_rawDesc = "" +
 	"free_slots\x18\x04 \x01(\x05R\tfreeSlots\x12 \n" +
 	"\vincarnation\x18\x05 \x01(\tR\vincarnation\x12!\n" +
 	"\fpool_version\x18\x06 \x01(\x04R\vpoolVersion\x12#\n" +
-	"\rpool_revision\x18\a \x01(\x04R\fpoolRevision\"\x87\x01\n" +
+	"\rpool_revision\x18\a \x01(\x04R\fpoolRevision\x12\"\n" +
+	"\rflow_clock_ns\x18\b \x01(\x03R\vflowClockNs\"\x87\x01\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x120\n" +
 	"\x14unknown_task_manager\x18\x02 \x01(\bR\x12unknownTaskManager\x12*\n" +
