@@ -101,9 +101,9 @@ func (dp *Plane) legacyStream(ctx context.Context, addr string, req *pb.ReadPart
 	if err != nil {
 		return nil, err
 	}
-	if req.GetRecordFormat() != RecordFormat {
+	if f := dp.recordFormat(); req.GetRecordFormat() != f {
 		req = proto.Clone(req).(*pb.ReadPartitionRequest)
-		req.RecordFormat = RecordFormat
+		req.RecordFormat = f
 	}
 	stream, err := pb.NewDataServiceClient(conn).ReadPartition(ctx, req)
 	if err != nil {

@@ -194,7 +194,7 @@ func (sp *subpartition) take(dst []operator.Record, max int) ([]operator.Record,
 	head := int(sp.head)
 	n := min(len(sp.queue)-head, max)
 	if sp.size > batchBytes {
-		n = batchOf(sp.queue[head:head+n])
+		n = batchOf(sp.queue[head : head+n])
 	}
 	for i := head; i < head+n; i++ {
 		sp.size -= int64(sp.queue[i].Size())

@@ -16,6 +16,14 @@ import (
 // that sends none reads the int64 format only (a build before bytes records).
 const RecordFormat = uint32(pb.RecordFormat_RECORD_FORMAT_BYTES)
 
+// recordFormat is the record format this plane's consumers ask for.
+func (dp *Plane) recordFormat() uint32 {
+	if dp.cfg.Int64Records {
+		return uint32(pb.RecordFormat_RECORD_FORMAT_INT64)
+	}
+	return RecordFormat
+}
+
 // emptyBytes is the value of an empty key or value on the wire: set (non-nil), so that it is
 // not read as the int64 0.
 var emptyBytes = []byte{}

@@ -238,7 +238,9 @@ func TestOlderConsumerGetsNumericRecordsOrARefusal(t *testing.T) {
 	if err := x.Send(&pb.ExchangeRequest{Controls: []*pb.ChannelControl{{Channel: 1, Open: readReq("olderx", "a"), Credit: channelCredit}}}); err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = p.Add(ctx, operator.Record{Key: []byte("user"), Value: operator.Int64Bytes(1), Time: operator.NoTimestamp}) }()
+	go func() {
+		_ = p.Add(ctx, operator.Record{Key: []byte("user"), Value: operator.Int64Bytes(1), Time: operator.NoTimestamp})
+	}()
 	for {
 		msg, err := x.Recv()
 		if err != nil {
@@ -257,4 +259,3 @@ func TestOlderConsumerGetsNumericRecordsOrARefusal(t *testing.T) {
 		}
 	}
 }
-
