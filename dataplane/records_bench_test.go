@@ -19,7 +19,11 @@ func BenchmarkBytesRecords(b *testing.B) {
 		b.Run(fmt.Sprintf("value-%d", size), func(b *testing.B) {
 			rate := muxThroughputOf(b, prod, cons, 1, 1, max(b.N, 1000), size)
 			b.ReportMetric(rate, "records/s")
-			b.ReportMetric(rate*float64(size+11)/1e6, "MB/s")
+			kv := size + 11
+			if size == 0 {
+				kv = 16
+			}
+			b.ReportMetric(rate*float64(kv)/1e6, "MB/s")
 		})
 	}
 }

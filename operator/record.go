@@ -20,16 +20,20 @@ type Record struct {
 	Value []byte
 	// Time is the record's event time in milliseconds since the Unix epoch, NoTimestamp when
 	// it has none; a watermark's time.
-	Time   int64
-	Origin int32 // source subtask index
-	Seq    int64 // sequence number at the source subtask
+	Time int64
+	Seq  int64 // sequence number at the source subtask
 	// Barrier, when non-zero, makes the record the barrier of that checkpoint instead of data
 	// (docs/checkpoints.md).
 	Barrier uint64
+	Origin  int32 // source subtask index
 	// Watermark makes the record a watermark at Time instead of data: no record of an event
 	// time at or before it is to follow on its channel.
 	Watermark bool
 }
+
+// RecordOverhead is the bytes of a Record besides its key's and value's: two slice headers,
+// time, seq, barrier, origin and the watermark flag (TestRecordOverhead).
+const RecordOverhead = 80
 
 // NoTimestamp is the Time of a record without event time.
 const NoTimestamp int64 = math.MinInt64
@@ -37,8 +41,8 @@ const NoTimestamp int64 = math.MinInt64
 // Control reports whether r is a control element (a barrier or a watermark), not data.
 func (r *Record) Control() bool { return r.Barrier != 0 || r.Watermark }
 
-// Size is what a record's key and value hold, the size MaxRecordSize limits (a record's other
-// fields are a fixed 40 bytes in memory and at most 40 on the wire).
+// Size is what a record's key and value hold, the size MaxRecordSize limits (a Record itself
+// is RecordOverhead bytes in memory).
 func (r *Record) Size() int { return len(r.Key) + len(r.Value) }
 
 // The built-in numeric operators' records: a number is 8 bytes, big endian (two's

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -99,5 +100,12 @@ func TestFileSinkLines(t *testing.T) {
 	got := string(appendLine(nil, &Record{Key: []byte("a b"), Value: Int64Bytes(-3)}))
 	if got != "\"a b\" -3\n" {
 		t.Fatalf("line %q", got)
+	}
+}
+
+// TestRecordOverhead: a record costs RecordOverhead bytes besides its key and value.
+func TestRecordOverhead(t *testing.T) {
+	if n := unsafe.Sizeof(Record{}); n != RecordOverhead {
+		t.Fatalf("a Record is %d bytes, RecordOverhead says %d", n, RecordOverhead)
 	}
 }
