@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -257,5 +258,50 @@ func TestOlderConsumerGetsNumericRecordsOrARefusal(t *testing.T) {
 				return
 			}
 		}
+	}
+}
+
+// TestSubpartitionBoundsBytes: a PIPELINED subpartition takes records until its keys and
+// values reach capacity x bufferedRecordBytes (then the producer waits), a poll takes at most
+// batchBytes of them, and an empty subpartition takes one record larger than either.
+func TestSubpartitionBoundsBytes(t *testing.T) {
+	p := newPartition(PartitionKey{job: "j", result: "r", attempt: "a"}, produces("r", 0, 1, forward, pipelined))
+	sp := p.subs[0]
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	value := make([]byte, 100<<10)
+	added := 0
+	for ; added < 100; added++ {
+		if err := p.Add(cancelled, operator.Record{Key: []byte("k"), Value: value}); err != nil {
+			if !errors.Is(err, context.Canceled) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	budget := int(sp.capacity) * bufferedRecordBytes
+	if want := budget/(len(value)+1) + 1; added != want {
+		t.Fatalf("took %d records of %d bytes before it was full, want %d (a budget of %d bytes)", added, len(value)+1, want, budget)
+	}
+	sp.mu.Lock()
+	rs, _ := sp.take(nil, batchRecords)
+	sp.mu.Unlock()
+	if n := len(rs) * (len(value) + 1); len(rs) != batchBytes/(len(value)+1) || n > batchBytes {
+		t.Fatalf("a poll took %d records (%d bytes), want at most %d bytes", len(rs), n, batchBytes)
+	}
+	if err := p.Add(cancelled, operator.Record{Value: value}); err != nil {
+		t.Fatalf("a poll made no room: %v", err)
+	}
+
+	q := newPartition(PartitionKey{job: "j", result: "q", attempt: "a"}, produces("q", 0, 1, forward, pipelined))
+	huge := make([]byte, 2*budget)
+	if err := q.Add(cancelled, operator.Record{Value: huge}); err != nil {
+		t.Fatalf("an empty subpartition refused a record over its byte budget: %v", err)
+	}
+	q.subs[0].mu.Lock()
+	rs, _ = q.subs[0].take(nil, batchRecords)
+	q.subs[0].mu.Unlock()
+	if len(rs) != 1 {
+		t.Fatalf("a poll of one record larger than a batch took %d", len(rs))
 	}
 }
