@@ -26,8 +26,13 @@ type dataService struct {
 // first message is an empty batch confirming the subscription, so a consumer can tell "not
 // there yet" (retry) from "broke after connecting" (fail).
 func (s *dataService) ReadPartition(req *pb.ReadPartitionRequest, stream pb.DataService_ReadPartitionServer) error {
+	format := req.GetRecordFormat()
 	return s.dp.serveSubpartition(stream.Context(), req, func(rs []operator.Record, eop bool) error {
-		return stream.Send(&pb.RecordBatch{Records: toPB(rs), EndOfPartition: eop})
+		records, err := toPB(rs, format)
+		if err != nil {
+			return err
+		}
+		return stream.Send(&pb.RecordBatch{Records: records, EndOfPartition: eop})
 	})
 }
 
@@ -64,27 +69,4 @@ func (dp *Plane) serveSubpartition(ctx context.Context, req *pb.ReadPartitionReq
 			return nil
 		}
 	}
-}
-
-// toPB converts records for the wire, with one allocation per batch.
-func toPB(rs []operator.Record) []*pb.Record {
-	if len(rs) == 0 {
-		return nil
-	}
-	buf := make([]pb.Record, len(rs))
-	out := make([]*pb.Record, len(rs))
-	for i, r := range rs {
-		buf[i].Key, buf[i].Value, buf[i].Origin, buf[i].Seq, buf[i].Barrier = r.Key, r.Value, r.Origin, r.Seq, r.Barrier
-		out[i] = &buf[i]
-	}
-	return out
-}
-
-// fromPB converts received records.
-func fromPB(rs []*pb.Record) []operator.Record {
-	out := make([]operator.Record, len(rs))
-	for i, r := range rs {
-		out[i] = operator.Record{Key: r.GetKey(), Value: r.GetValue(), Origin: r.GetOrigin(), Seq: r.GetSeq(), Barrier: r.GetBarrier()}
-	}
-	return out
 }

@@ -214,7 +214,7 @@ func (x *exchangeClient) write(stream pb.DataService_ExchangeClient) {
 			clear(flat)
 		}
 		for len(pending) > 0 {
-			msg := &pb.ExchangeRequest{}
+			msg := &pb.ExchangeRequest{RecordFormat: x.dp.recordFormat()}
 			size := 0
 			for len(pending) > 0 && size < maxControlBytes {
 				size += proto.Size(pending[0]) + 4

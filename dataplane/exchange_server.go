@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -68,6 +69,8 @@ type exchangeServer struct {
 	ctx    context.Context
 	signal chan struct{} // capacity 1: the ready list is not empty
 	limit  int           // bytes per message
+	// format is the record format the consumer reads (its requests say; RecordFormat).
+	format atomic.Uint32
 
 	mu     sync.Mutex
 	chans  map[uint64]*serverChannel
@@ -97,6 +100,7 @@ func (x *exchangeServer) receive(stream pb.DataService_ExchangeServer) error {
 		if err != nil {
 			return err
 		}
+		x.format.Store(req.GetRecordFormat()) // before the controls: an open's records are in it
 		for _, c := range req.GetControls() {
 			if err := x.control(c); err != nil {
 				return err
@@ -328,9 +332,19 @@ func (x *exchangeServer) write(stream pb.DataService_ExchangeServer) error {
 	}
 }
 
-// recordWireMax bounds one record's encoded size (four varint fields with their tags and the
-// length prefix), so that a message's size is known without encoding it twice.
-const recordWireMax = 48
+// recordWireMax bounds one record's encoded size apart from its key's and value's bytes (the
+// varint fields with their tags, the bytes fields' tags and lengths, the length prefix), so
+// that a message's size is known without encoding it twice (recordsSize adds the bytes).
+const recordWireMax = 80
+
+// recordsSize is the bytes of the keys and values of rs.
+func recordsSize(rs []operator.Record) int {
+	n := 0
+	for i := range rs {
+		n += rs[i].Size()
+	}
+	return n
+}
 
 // collect takes one batch from each ready channel with credit, in turn, until the message is
 // full; a channel that gave records goes to the back of the list (it may have more). A channel
@@ -395,12 +409,19 @@ func (x *exchangeServer) collect() *pb.ExchangeResponse {
 		if len(rs) == 0 && !eop {
 			continue // armed: its subpartition wakes it
 		}
+		records, err := toPB(rs, x.format.Load())
+		if err != nil { // a record the consumer cannot read: its channel fails
+			st := status.Convert(err)
+			add(&pb.ChannelBatch{Channel: ch.id, Code: int32(st.Code()), Error: st.Message()}, 0, 16+len(st.Message()))
+			x.finishLocked(ch)
+			continue
+		}
 		ch.credit--
-		cb := &pb.ChannelBatch{Channel: ch.id, Batch: &pb.RecordBatch{Records: toPB(rs), EndOfPartition: eop}}
+		cb := &pb.ChannelBatch{Channel: ch.id, Batch: &pb.RecordBatch{Records: records, EndOfPartition: eop}}
 		if c := ch.r.partition().bytesOut; c != nil {
 			c.Add(int64(proto.Size(cb)))
 		}
-		add(cb, len(rs), 16+len(rs)*recordWireMax)
+		add(cb, len(rs), 16+len(rs)*recordWireMax+recordsSize(rs))
 		if eop {
 			x.finishLocked(ch)
 		} else {

@@ -33,7 +33,7 @@ func produce(p *Partition, n int) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		for i := range n {
-			if err := p.Add(context.Background(), operator.Record{Key: int64(i), Value: 1, Seq: int64(i)}); err != nil {
+			if err := p.Add(context.Background(), operator.NumericRecord(int64(i), 1, 0, int64(i))); err != nil {
 				done <- err
 				return
 			}
@@ -342,13 +342,13 @@ func groupedProducer(prod *node, r string, n int, subs, sub int32) ([]*Partition
 func produceTo(t *testing.T, ps []*Partition, subs, sub int32, n int) {
 	t.Helper()
 	var key int64
-	for RouteKey(key, int(subs)) != int(sub) {
+	for RouteKey(operator.Int64Bytes(key), int(subs)) != int(sub) {
 		key++
 	}
 	for _, p := range ps {
 		go func() {
 			for i := range n {
-				if err := p.Add(context.Background(), operator.Record{Key: key, Value: 1, Seq: int64(i)}); err != nil {
+				if err := p.Add(context.Background(), operator.NumericRecord(key, 1, 0, int64(i))); err != nil {
 					return
 				}
 			}

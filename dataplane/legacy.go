@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -99,6 +100,10 @@ func (dp *Plane) legacyStream(ctx context.Context, addr string, req *pb.ReadPart
 	conn, err := dp.cfg.Dial(addr)
 	if err != nil {
 		return nil, err
+	}
+	if f := dp.recordFormat(); req.GetRecordFormat() != f {
+		req = proto.Clone(req).(*pb.ReadPartitionRequest)
+		req.RecordFormat = f
 	}
 	stream, err := pb.NewDataServiceClient(conn).ReadPartition(ctx, req)
 	if err != nil {

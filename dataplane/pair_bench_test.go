@@ -31,6 +31,31 @@ var pairRun atomic.Int64
 // read by its own reader) and returns records/s, from the producers' start to the last
 // channel's end of partition. Channels are opened before the clock starts.
 func muxThroughput(tb testing.TB, prod, cons *node, parts, subs, records int) float64 {
+	return muxThroughputOf(tb, prod, cons, parts, subs, records, 0)
+}
+
+// benchRecords are a producer's records, made before the clock starts (a source's cost is not
+// the data plane's): numeric ones (8-byte key and value, as every record was before bytes)
+// when valueSize is 0, else records of an 11-byte key ("user-NNNNNN"), a value of valueSize
+// bytes and an event time.
+func benchRecords(origin, valueSize int) []operator.Record {
+	rs := make([]operator.Record, 1024)
+	for i := range rs {
+		if valueSize == 0 {
+			rs[i] = operator.NumericRecord(int64(i), 1, int32(origin), 0)
+			continue
+		}
+		v := make([]byte, valueSize)
+		for j := range v {
+			v[j] = byte('a' + (i+j)%26)
+		}
+		rs[i] = operator.Record{Key: fmt.Appendf(nil, "user-%06d", i), Value: v, Time: 1_700_000_000_000 + int64(i), Origin: int32(origin)}
+	}
+	return rs
+}
+
+// muxThroughputOf is muxThroughput of records of valueSize-byte values (benchRecords).
+func muxThroughputOf(tb testing.TB, prod, cons *node, parts, subs, records, valueSize int) float64 {
 	run := pairRun.Add(1)
 	dist := allToAll
 	if subs == 1 {
@@ -75,7 +100,6 @@ func muxThroughput(tb testing.TB, prod, cons *node, parts, subs, records int) fl
 	}
 	var got atomic.Int64
 	var done sync.WaitGroup
-	start := time.Now()
 	for _, set := range sets {
 		done.Add(1)
 		go func() {
@@ -102,10 +126,18 @@ func muxThroughput(tb testing.TB, prod, cons *node, parts, subs, records int) fl
 		}()
 	}
 	per := records / parts
+	recs := make([][]operator.Record, parts)
+	for i := range recs {
+		recs[i] = benchRecords(i, valueSize)
+	}
+	start := time.Now()
 	for i, p := range ps {
 		go func() {
+			rs := recs[i]
 			for k := range per {
-				if err := p.Add(ctx, operator.Record{Key: int64(k), Value: 1, Origin: int32(i), Seq: int64(k)}); err != nil {
+				r := rs[k&1023]
+				r.Seq = int64(k)
+				if err := p.Add(ctx, r); err != nil {
 					return
 				}
 			}
@@ -141,7 +173,7 @@ func grpcStreamThroughput(tb testing.TB, prod, cons *node, records int) float64 
 	start := time.Now()
 	go func() {
 		for i := range records {
-			if err := p.Add(context.Background(), operator.Record{Key: int64(i), Value: 1, Seq: int64(i)}); err != nil {
+			if err := p.Add(context.Background(), operator.NumericRecord(int64(i), 1, 0, int64(i))); err != nil {
 				return
 			}
 		}
@@ -173,7 +205,7 @@ func goChannelThroughput(records int) float64 {
 	start := time.Now()
 	go func() {
 		for i := range records {
-			ch <- operator.Record{Key: int64(i), Value: 1, Seq: int64(i)}
+			ch <- operator.NumericRecord(int64(i), 1, 0, int64(i))
 		}
 		close(ch)
 	}()

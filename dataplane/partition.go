@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,27 @@ const (
 	minSubpartitionBuffer    = 16
 )
 
+// bufferedRecordBytes is the bytes of keys and values a PIPELINED subpartition holds per
+// record of its capacity: a subpartition of 1024 records holds at most 1 MiB of them, plus one
+// record (an empty one takes a record of any size up to the TaskManager's maximum).
+const bufferedRecordBytes = 1024
+
+// batchBytes bounds the keys' and values' bytes one poll takes (a batch of one record when
+// that record is larger), as batchRecords bounds its records.
+const batchBytes = 256 << 10
+
+// batchOf is how many of rs one batch takes: up to batchBytes of keys and values, at least one
+// record.
+func batchOf(rs []operator.Record) int {
+	bytes := 0
+	for i := range rs {
+		if bytes += rs[i].Size(); bytes > batchBytes && i > 0 {
+			return i
+		}
+	}
+	return len(rs)
+}
+
 // subpartitionBuffer is the capacity of each of n PIPELINED subpartitions.
 func subpartitionBuffer(n int) int {
 	if n <= 0 {
@@ -34,12 +56,23 @@ func subpartitionBuffer(n int) int {
 }
 
 // RouteKey returns the subpartition of key among n: Fibonacci hashing, the high 32 bits of
-// uint64(key) * 0x9E3779B97F4A7C15, modulo n. It is part of the data-exchange contract.
-func RouteKey(key int64, n int) int {
+// h * 0x9E3779B97F4A7C15, modulo n, where h is the number of a numeric key (8 bytes, big
+// endian: the int64 keys of the format before bytes, routed as they were) and the FNV-1a hash
+// of another. It is part of the data-exchange contract.
+func RouteKey(key []byte, n int) int {
 	if n <= 1 {
 		return 0
 	}
-	h := uint64(key) * 0x9E3779B97F4A7C15
+	var h uint64
+	if len(key) == operator.Int64Size {
+		h = binary.BigEndian.Uint64(key)
+	} else {
+		h = 14695981039346656037 // FNV-1a, 64 bits
+		for _, c := range key {
+			h = (h ^ uint64(c)) * 1099511628211
+		}
+	}
+	h *= 0x9E3779B97F4A7C15
 	return int((h >> 32) % uint64(n))
 }
 
@@ -79,11 +112,12 @@ type Partition struct {
 // channel's sender is the stream's writer, woken per ready channel; a local channel's reader
 // is its task's loop. A wide partition's subpartitions are many (a 512-wide ALL_TO_ALL
 // producer has 512), so the queue is allocated when the first record arrives, and the struct
-// is kept small (88 bytes: 262,144 of them in a 512 x 512 job).
+// is kept small (96 bytes: 262,144 of them in a 512 x 512 job).
 type subpartition struct {
 	mu       sync.Mutex
-	capacity int32 // PIPELINED: the queue's bound
+	capacity int32 // PIPELINED: the queue's bound in records (and capacity x bufferedRecordBytes in bytes)
 	head     int32 // PIPELINED: the first record not taken
+	size     int64 // PIPELINED: the bytes of the keys and values from head on
 	// queue: PIPELINED, written and not taken from head on; BLOCKING, all the data (append-free
 	// once the producer finished).
 	queue   []operator.Record
@@ -145,6 +179,14 @@ func (sp *subpartition) push(r operator.Record) {
 		sp.queue = make([]operator.Record, 0, min(int(sp.capacity), batchRecords))
 	}
 	sp.queue = append(sp.queue, r)
+	sp.size += int64(r.Size())
+}
+
+// full reports whether a PIPELINED subpartition takes no more records: its records or bytes are
+// at capacity. sp.mu is held.
+func (sp *subpartition) full() bool {
+	n := len(sp.queue) - int(sp.head)
+	return n >= int(sp.capacity) || (n > 0 && sp.size >= int64(sp.capacity)*bufferedRecordBytes)
 }
 
 // take appends up to max records to dst; eop is true when the producer finished and the
@@ -153,10 +195,17 @@ func (sp *subpartition) push(r operator.Record) {
 func (sp *subpartition) take(dst []operator.Record, max int) ([]operator.Record, bool) {
 	head := int(sp.head)
 	n := min(len(sp.queue)-head, max)
+	if sp.size > batchBytes {
+		n = batchOf(sp.queue[head : head+n])
+	}
+	for i := head; i < head+n; i++ {
+		sp.size -= int64(sp.queue[i].Size())
+	}
 	dst = append(dst, sp.queue[head:head+n]...)
+	clear(sp.queue[head : head+n]) // the records' bytes are the reader's now
 	sp.head += int32(n)
 	if int(sp.head) == len(sp.queue) {
-		sp.queue, sp.head = sp.queue[:0], 0
+		sp.queue, sp.head, sp.size = sp.queue[:0], 0, 0
 	}
 	if n > 0 && sp.space != nil {
 		close(sp.space)
@@ -211,7 +260,7 @@ func (p *Partition) addTo(ctx context.Context, i int, r operator.Record) error {
 			sp.mu.Unlock()
 			return nil
 		}
-		if len(sp.queue)-int(sp.head) < int(sp.capacity) {
+		if !sp.full() {
 			sp.push(r)
 			wake := sp.wakeLocked()
 			sp.mu.Unlock()
@@ -282,6 +331,17 @@ func (b *BlockedTime) Total() time.Duration {
 func (p *Partition) Broadcast(ctx context.Context, id uint64) error {
 	for i := range p.subs {
 		if err := p.addTo(ctx, i, operator.Record{Barrier: id}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BroadcastWatermark appends a watermark at time t to every subpartition, behind the records
+// already in it, as Broadcast does a barrier. Only the producer goroutine calls it.
+func (p *Partition) BroadcastWatermark(ctx context.Context, t int64) error {
+	for i := range p.subs {
+		if err := p.addTo(ctx, i, operator.Record{Watermark: true, Time: t}); err != nil {
 			return err
 		}
 	}

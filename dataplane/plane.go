@@ -40,6 +40,9 @@ type Config struct {
 	InputConnectTimeout time.Duration
 	// ExchangeWithoutGroups serves Exchange as a build before channel groups did (tests).
 	ExchangeWithoutGroups bool
+	// Int64Records consumes as a build before bytes records did (tests): its requests carry
+	// no record format, so its producers send it numeric records or refuse the channel.
+	Int64Records bool
 	// Logger is the owner's logger.
 	Logger hclog.Logger
 	// Dial is the shared client connection to the DataService of the TaskManager at addr.

@@ -108,7 +108,7 @@ func (r *blockingReader) poll(dst []operator.Record, max int) ([]operator.Record
 	if r.p.isReleased() {
 		return nil, false, status.Errorf(codes.Aborted, "partition %s released", r.p.key)
 	}
-	n := min(len(r.data), max)
+	n := batchOf(r.data[:min(len(r.data), max)])
 	dst = append(dst, r.data[:n]...)
 	r.data = r.data[n:]
 	return dst, len(r.data) == 0, nil

@@ -6,11 +6,18 @@ import "fmt"
 // version was sent (their registrations carry none); 2: TaskManagers with the Exchange data
 // plane, which also read producers of protocol 1 (a stream per channel), so a cluster can run
 // TaskManagers of both while they are upgraded one at a time; 3: TaskManagers that take shared
-// channel lists in SubmitTasks (SharedChannelsProtocol). docs/operations.md#upgrades.
+// channel lists in SubmitTasks (SharedChannelsProtocol); 4: TaskManagers whose records are
+// bytes with event time and watermarks (BytesRecordsProtocol), which send a TaskManager of an
+// earlier protocol the numeric records it reads and refuse it others, channel by channel
+// (dataplane.RecordFormat). docs/operations.md#upgrades.
 const (
 	MinTMProtocol = 1
-	MaxTMProtocol = 3
+	MaxTMProtocol = 4
 )
+
+// BytesRecordsProtocol is the first protocol whose TaskManagers carry records of bytes, event
+// time and watermarks (docs/task-runtime.md#records).
+const BytesRecordsProtocol = 4
 
 // SharedChannelsProtocol is the first protocol whose TaskManagers read the gates of a
 // SubmitTasks batch from its shared channel lists; an older one is sent every channel inline.

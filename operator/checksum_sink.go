@@ -81,14 +81,19 @@ func parseChecksum(path string, b []byte) (Checksum, error) {
 	return c, nil
 }
 
-// add accounts one record.
-func (c *Checksum) add(r Record) {
+// add accounts one record of numeric value (8 bytes, big endian). Keys are their number when
+// numeric, else their quoted string.
+func (c *Checksum) add(r Record) error {
+	v, err := numericValue("checksum_sink", &r)
+	if err != nil {
+		return err
+	}
 	c.Count++
-	c.Sum += r.Value
-	k := strconv.FormatInt(r.Key, 10)
+	c.Sum += v
+	k := FormatKey(r.Key)
 	ks := c.Keys[k]
 	ks.Count++
-	ks.Sum += r.Value
+	ks.Sum += v
 	c.Keys[k] = ks
 	o := strconv.FormatInt(int64(r.Origin), 10)
 	st, seen := c.Origins[o]
@@ -105,6 +110,7 @@ func (c *Checksum) add(r Record) {
 	}
 	st.Count++
 	c.Origins[o] = st
+	return nil
 }
 
 // clone copies the document so it can be written outside the lock.
@@ -225,10 +231,10 @@ func (s *checksumSink) flusher() {
 
 func (s *checksumSink) Write(r Record) error {
 	s.mu.Lock()
-	s.sum.add(r)
+	err := s.sum.add(r)
 	s.dirty = true
 	s.mu.Unlock()
-	return nil
+	return err
 }
 
 func (s *checksumSink) Finish() error {

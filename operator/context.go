@@ -1,6 +1,8 @@
 package operator
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -16,19 +18,21 @@ import (
 type Context struct {
 	info Info
 	out  Emit
-	key  int64
+	key  []byte
+	nums slab // the 8-byte values of Int64Bytes
 
-	values map[int64][]byte
+	values map[string][]byte
 	timers map[timer]struct{}
 }
 
 // timer is a registered timer: fire at time at for key.
 type timer struct {
-	key, at int64
+	key string
+	at  int64
 }
 
 func newContext(info Info) *Context {
-	return &Context{info: info, values: map[int64][]byte{}, timers: map[timer]struct{}{}}
+	return &Context{info: info, values: map[string][]byte{}, timers: map[timer]struct{}{}}
 }
 
 // Info describes the task the transform runs in.
@@ -37,45 +41,51 @@ func (c *Context) Info() Info { return c.info }
 // Emit hands r to the downstream partitions (Emit).
 func (c *Context) Emit(r Record) error { return c.out(r) }
 
-// Key is the current key.
-func (c *Context) Key() int64 { return c.key }
+// Key is the current key. The bytes are the record's or the timer's: not to be changed.
+func (c *Context) Key() []byte { return c.key }
+
+// Int64Bytes returns n as a numeric value (8 bytes, big endian) for a record to emit: a new
+// slice, carved from a larger allocation shared by the next ones.
+func (c *Context) Int64Bytes(n int64) []byte { return c.nums.int64Bytes(n) }
 
 // Value returns the current key's value, and false when it has none. The bytes stay valid
 // until the next SetValue or ClearValue of that key.
 func (c *Context) Value() ([]byte, bool) {
-	v, ok := c.values[c.key]
+	v, ok := c.values[string(c.key)]
 	return v, ok
 }
 
 // SetValue makes a copy of v the current key's value.
 func (c *Context) SetValue(v []byte) {
-	c.values[c.key] = append(c.values[c.key][:0], v...)
+	if old, ok := c.values[string(c.key)]; ok {
+		c.values[string(c.key)] = append(old[:0], v...)
+		return
+	}
+	c.values[string(c.key)] = append([]byte(nil), v...)
 }
 
 // ClearValue removes the current key's value.
-func (c *Context) ClearValue() { delete(c.values, c.key) }
+func (c *Context) ClearValue() { delete(c.values, string(c.key)) }
 
 // Int64 returns the current key's value read as an int64 (SetInt64), and false when it has
 // none.
-func (c *Context) Int64() (int64, bool) {
-	v, ok := c.values[c.key]
-	if !ok || len(v) != 8 {
-		return 0, false
-	}
-	return int64(binary.BigEndian.Uint64(v)), true
-}
+func (c *Context) Int64() (int64, bool) { return Int64Of(c.values[string(c.key)]) }
 
 // SetInt64 makes n the current key's value (8 bytes, big endian).
 func (c *Context) SetInt64(n int64) {
-	c.values[c.key] = binary.BigEndian.AppendUint64(c.values[c.key][:0], uint64(n))
+	if old, ok := c.values[string(c.key)]; ok && len(old) == Int64Size {
+		binary.BigEndian.PutUint64(old, uint64(n))
+		return
+	}
+	c.values[string(c.key)] = Int64Bytes(n)
 }
 
 // RegisterTimer registers a timer for the current key at time at; registering it again
 // changes nothing.
-func (c *Context) RegisterTimer(at int64) { c.timers[timer{c.key, at}] = struct{}{} }
+func (c *Context) RegisterTimer(at int64) { c.timers[timer{string(c.key), at}] = struct{}{} }
 
 // DeleteTimer removes the current key's timer at time at, if it is registered.
-func (c *Context) DeleteTimer(at int64) { delete(c.timers, timer{c.key, at}) }
+func (c *Context) DeleteTimer(at int64) { delete(c.timers, timer{string(c.key), at}) }
 
 // advance fires every timer at or before t in order of time then key, and those the handler
 // registers at or before t meanwhile; a timer is removed before it fires.
@@ -99,9 +109,9 @@ func (c *Context) advance(t int64, h TimerHandler) error {
 			if h == nil {
 				continue
 			}
-			c.key = tm.key
+			c.key = []byte(tm.key)
 			if err := h.OnTimer(c, tm.at); err != nil {
-				return fmt.Errorf("timer at %d for key %d: %w", tm.at, tm.key, err)
+				return fmt.Errorf("timer at %d for key %s: %w", tm.at, FormatKey(c.key), err)
 			}
 		}
 	}
@@ -112,42 +122,67 @@ const endOfTime = math.MaxInt64
 
 func compareTimers(a, b timer) int {
 	if a.at != b.at {
-		if a.at < b.at {
-			return -1
-		}
-		return 1
+		return cmp.Compare(a.at, b.at)
 	}
+	return compareKeys(a.key, b.key)
+}
+
+// compareKeys orders keys: numeric keys (8 bytes) first, by their number, then the others by
+// their bytes.
+func compareKeys(a, b string) int {
+	an, bn := len(a) == Int64Size, len(b) == Int64Size
 	switch {
-	case a.key < b.key:
+	case an && bn:
+		return cmp.Compare(int64(binary.BigEndian.Uint64([]byte(a))), int64(binary.BigEndian.Uint64([]byte(b))))
+	case an:
 		return -1
-	case a.key > b.key:
+	case bn:
 		return 1
 	}
-	return 0
+	return bytes.Compare([]byte(a), []byte(b))
+}
+
+// FormatKey shows a key: a numeric key as its number, another as a quoted string.
+func FormatKey(k []byte) string {
+	if n, ok := Int64Of(k); ok {
+		return fmt.Sprint(n)
+	}
+	return fmt.Sprintf("%q", k)
 }
 
 // keyedState is the checkpointed state of a keyed transform: every key's value, in key order,
 // and every pending timer, in firing order. A JSON document, like every operator's state.
+// Numeric keys (8 bytes) are numbers in keys and a timer's key (the format of every state
+// before keys were bytes); the others are base64 in bkeys (with their values in bvalues) and
+// a timer's bkey.
 type keyedState struct {
-	Keys   []int64     `json:"keys"`
-	Values [][]byte    `json:"values"`
-	Timers []timerJSON `json:"timers"`
+	Keys    []int64     `json:"keys"`
+	Values  [][]byte    `json:"values"`
+	BKeys   [][]byte    `json:"bkeys,omitempty"`
+	BValues [][]byte    `json:"bvalues,omitempty"`
+	Timers  []timerJSON `json:"timers"`
 }
 
 type timerJSON struct {
-	Key int64 `json:"key"`
-	At  int64 `json:"at"`
+	Key  int64   `json:"key"`
+	BKey *[]byte `json:"bkey,omitempty"`
+	At   int64   `json:"at"`
 }
 
 // snapshot encodes the values and timers.
 func (c *Context) snapshot() ([]byte, error) {
-	st := keyedState{Keys: make([]int64, 0, len(c.values)), Values: make([][]byte, 0, len(c.values)), Timers: []timerJSON{}}
+	keys := make([]string, 0, len(c.values))
 	for k := range c.values {
-		st.Keys = append(st.Keys, k)
+		keys = append(keys, k)
 	}
-	slices.Sort(st.Keys)
-	for _, k := range st.Keys {
-		st.Values = append(st.Values, c.values[k])
+	slices.SortFunc(keys, compareKeys)
+	st := keyedState{Keys: []int64{}, Values: [][]byte{}, Timers: []timerJSON{}}
+	for _, k := range keys {
+		if n, ok := Int64Of([]byte(k)); ok {
+			st.Keys, st.Values = append(st.Keys, n), append(st.Values, c.values[k])
+		} else {
+			st.BKeys, st.BValues = append(st.BKeys, []byte(k)), append(st.BValues, c.values[k])
+		}
 	}
 	ts := make([]timer, 0, len(c.timers))
 	for tm := range c.timers {
@@ -155,55 +190,77 @@ func (c *Context) snapshot() ([]byte, error) {
 	}
 	slices.SortFunc(ts, compareTimers)
 	for _, tm := range ts {
-		st.Timers = append(st.Timers, timerJSON{Key: tm.key, At: tm.at})
+		if n, ok := Int64Of([]byte(tm.key)); ok {
+			st.Timers = append(st.Timers, timerJSON{Key: n, At: tm.at})
+		} else {
+			k := []byte(tm.key)
+			st.Timers = append(st.Timers, timerJSON{BKey: &k, At: tm.at})
+		}
 	}
 	return json.Marshal(st)
 }
 
 // restore makes the values and timers those of a snapshot.
 func (c *Context) restore(b []byte) error {
-	var st keyedState
-	if err := json.Unmarshal(b, &st); err != nil {
+	values, st, err := readKeyedState(b)
+	if err != nil {
 		return err
 	}
-	if len(st.Keys) != len(st.Values) {
-		return fmt.Errorf("%d keys but %d values", len(st.Keys), len(st.Values))
-	}
-	c.values = make(map[int64][]byte, len(st.Keys))
-	for i, k := range st.Keys {
-		c.values[k] = st.Values[i]
-	}
+	c.values = values
 	c.timers = make(map[timer]struct{}, len(st.Timers))
 	for _, tm := range st.Timers {
-		c.timers[timer{tm.Key, tm.At}] = struct{}{}
+		k := string(Int64Bytes(tm.Key))
+		if tm.BKey != nil {
+			k = string(*tm.BKey)
+		}
+		c.timers[timer{k, tm.At}] = struct{}{}
 	}
 	return nil
+}
+
+// readKeyedState reads a keyedState and its values by key.
+func readKeyedState(b []byte) (map[string][]byte, keyedState, error) {
+	var st keyedState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, st, err
+	}
+	if len(st.Keys) != len(st.Values) {
+		return nil, st, fmt.Errorf("%d keys but %d values", len(st.Keys), len(st.Values))
+	}
+	if len(st.BKeys) != len(st.BValues) {
+		return nil, st, fmt.Errorf("%d bytes keys but %d values", len(st.BKeys), len(st.BValues))
+	}
+	m := make(map[string][]byte, len(st.Keys)+len(st.BKeys))
+	for i, k := range st.Keys {
+		m[string(Int64Bytes(k))] = st.Values[i]
+	}
+	for i, k := range st.BKeys {
+		m[string(k)] = st.BValues[i]
+	}
+	return m, st, nil
 }
 
 // empty reports whether the context holds no value and no timer.
 func (c *Context) empty() bool { return len(c.values) == 0 && len(c.timers) == 0 }
 
-// KeyedValues reads the values of a keyed transform's checkpointed state, by key (for
-// checkers that look into a checkpoint; Context.Int64 reads one value).
+// KeyedValues reads the values of a keyed transform's checkpointed state whose keys are
+// numeric, by key (for checkers that look into a checkpoint; Context.Int64 reads one value).
+// A state with a key that is not numeric is an error.
 func KeyedValues(b []byte) (map[int64][]byte, error) {
-	var st keyedState
-	if err := json.Unmarshal(b, &st); err != nil {
+	values, _, err := readKeyedState(b)
+	if err != nil {
 		return nil, err
 	}
-	if len(st.Keys) != len(st.Values) {
-		return nil, fmt.Errorf("%d keys but %d values", len(st.Keys), len(st.Values))
-	}
-	m := make(map[int64][]byte, len(st.Keys))
-	for i, k := range st.Keys {
-		m[k] = st.Values[i]
+	m := make(map[int64][]byte, len(values))
+	for k, v := range values {
+		n, ok := Int64Of([]byte(k))
+		if !ok {
+			return nil, fmt.Errorf("key %q: %w", k, ErrNotNumeric)
+		}
+		m[n] = v
 	}
 	return m, nil
 }
 
 // Int64Value reads a value SetInt64 wrote, and false for one of another length.
-func Int64Value(v []byte) (int64, bool) {
-	if len(v) != 8 {
-		return 0, false
-	}
-	return int64(binary.BigEndian.Uint64(v)), true
-}
+func Int64Value(v []byte) (int64, bool) { return Int64Of(v) }

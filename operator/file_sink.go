@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,6 +32,7 @@ type fileSink struct {
 	f         *os.File
 	w         *bufio.Writer
 	lastFlush time.Time
+	line      []byte // the line being written, reused
 
 	// Two-phase commit (a checkpointed job; filecommit.go): lines are kept in pending until a
 	// barrier stages them as the segment of its checkpoint, and a segment is written as a part
@@ -77,10 +79,11 @@ func mkdirParent(root *os.Root, path string) error {
 
 func (s *fileSink) Write(r Record) error {
 	if s.checkpointed {
-		s.pending = fmt.Appendf(s.pending, "%d %d\n", r.Key, r.Value)
+		s.pending = appendLine(s.pending, &r)
 		return nil
 	}
-	if _, err := fmt.Fprintf(s.w, "%d %d\n", r.Key, r.Value); err != nil {
+	s.line = appendLine(s.line[:0], &r)
+	if _, err := s.w.Write(s.line); err != nil {
 		return fmt.Errorf("file sink: %w", err)
 	}
 	if time.Since(s.lastFlush) >= fileFlushEvery {
@@ -114,4 +117,20 @@ func (s *fileSink) Close() error {
 	err := s.f.Close()
 	s.f = nil
 	return err
+}
+
+// appendLine appends r's line: "key value", each a number when numeric (8 bytes) and a quoted
+// string otherwise.
+func appendLine(b []byte, r *Record) []byte {
+	b = appendField(b, r.Key)
+	b = append(b, ' ')
+	b = appendField(b, r.Value)
+	return append(b, '\n')
+}
+
+func appendField(b, f []byte) []byte {
+	if n, ok := Int64Of(f); ok {
+		return strconv.AppendInt(b, n, 10)
+	}
+	return strconv.AppendQuote(b, string(f))
 }

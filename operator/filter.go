@@ -8,13 +8,18 @@ func init() {
 	}})
 }
 
-// filterOp keeps records with value % modulus == remainder.
+// filterOp keeps records with value % modulus == remainder, of a numeric value (8 bytes, big
+// endian).
 type filterOp struct {
 	modulus, remainder int64
 }
 
 func (f *filterOp) Process(ctx *Context, r Record) error {
-	if r.Value%f.modulus != f.remainder {
+	v, err := numericValue("filter", &r)
+	if err != nil {
+		return err
+	}
+	if v%f.modulus != f.remainder {
 		return nil
 	}
 	return ctx.Emit(r)

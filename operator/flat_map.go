@@ -7,7 +7,7 @@ func init() {
 }
 
 // flatMap emits one record per decimal digit of the value, most significant first, with the
-// record's key, origin and seq: 0 gives one 0; a negative value gives the negated digits of
+// record's key, origin and seq, of a numeric value (8 bytes, big endian): 0 gives one 0; a negative value gives the negated digits of
 // its absolute value (-305 gives -3, 0, -5), math.MinInt64 included.
 type flatMap struct{}
 
@@ -15,8 +15,12 @@ type flatMap struct{}
 const maxDigits = 19
 
 func (flatMap) Process(ctx *Context, r Record) error {
-	u, sign := uint64(r.Value), int64(1)
-	if r.Value < 0 {
+	v, err := numericValue("flat_map", &r)
+	if err != nil {
+		return err
+	}
+	u, sign := uint64(v), int64(1)
+	if v < 0 {
 		u, sign = -u, -1 // two's complement: right for math.MinInt64 as well
 	}
 	var digits [maxDigits]int64
@@ -29,7 +33,7 @@ func (flatMap) Process(ctx *Context, r Record) error {
 		}
 	}
 	for i := n - 1; i >= 0; i-- {
-		r.Value = sign * digits[i]
+		r.Value = ctx.Int64Bytes(sign * digits[i])
 		if err := ctx.Emit(r); err != nil {
 			return err
 		}

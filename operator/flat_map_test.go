@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"testing"
@@ -26,15 +27,15 @@ func TestFlatMapSplitsDigits(t *testing.T) {
 	}
 	for _, c := range cases {
 		h := newHarness(t, op, nil)
-		in := Record{Key: 4, Value: c.in, Origin: 2, Seq: 9}
+		in := NumericRecord(4, c.in, 2, 9)
 		h.process(in)
 		h.finish()
 		var vals []int64
 		for _, r := range h.out {
-			if r.Key != in.Key || r.Origin != in.Origin || r.Seq != in.Seq {
+			if !bytes.Equal(r.Key, in.Key) || r.Origin != in.Origin || r.Seq != in.Seq {
 				t.Fatalf("%d: %+v does not keep the key, origin and seq of %+v", c.in, r, in)
 			}
-			vals = append(vals, r.Value)
+			vals = append(vals, num(r.Value))
 		}
 		if got := fmt.Sprint(vals); got != c.want {
 			t.Errorf("flat_map of %d: %s, want %s", c.in, got, c.want)

@@ -96,9 +96,18 @@ func (h *harness) take() string {
 func keyValues(rs []Record) []string {
 	out := make([]string, len(rs))
 	for i, r := range rs {
-		out[i] = fmt.Sprintf("%d:%d", r.Key, r.Value)
+		out[i] = fmt.Sprintf("%d:%d", num(r.Key), num(r.Value))
 	}
 	return out
+}
+
+// num reads a numeric key or value; -999999 for one that is not.
+func num(b []byte) int64 {
+	n, ok := Int64Of(b)
+	if !ok {
+		return -999999
+	}
+	return n
 }
 
 // countThenEmit counts each key's records in its keyed value and registers a timer for the
@@ -108,9 +117,9 @@ func keyValues(rs []Record) []string {
 type countThenEmit struct{}
 
 func (countThenEmit) Process(ctx *Context, r Record) error {
-	switch r.Value {
+	switch num(r.Value) {
 	case -1:
-		ctx.DeleteTimer(10 * ctx.Key())
+		ctx.DeleteTimer(10 * num(ctx.Key()))
 		return nil
 	case -2:
 		ctx.RegisterTimer(0)
@@ -118,18 +127,18 @@ func (countThenEmit) Process(ctx *Context, r Record) error {
 	}
 	n, _ := ctx.Int64()
 	ctx.SetInt64(n + 1)
-	ctx.RegisterTimer(10 * ctx.Key())
+	ctx.RegisterTimer(10 * num(ctx.Key()))
 	return nil
 }
 
 func (countThenEmit) OnTimer(ctx *Context, at int64) error {
 	if at == 0 {
 		ctx.RegisterTimer(1)
-		return ctx.Emit(Record{Key: ctx.Key(), Value: -100})
+		return ctx.Emit(NumericRecord(num(ctx.Key()), -100, 0, 0))
 	}
 	n, _ := ctx.Int64()
 	ctx.ClearValue()
-	return ctx.Emit(Record{Key: ctx.Key(), Value: n})
+	return ctx.Emit(NumericRecord(num(ctx.Key()), n, 0, 0))
 }
 
 // TestTimersAndKeyedStateThroughTheHarness: a transform's keyed values and timers are the
@@ -138,12 +147,12 @@ func (countThenEmit) OnTimer(ctx *Context, at int64) error {
 // every pending one, and a snapshot carries values and timers into a restored transform.
 func TestTimersAndKeyedStateThroughTheHarness(t *testing.T) {
 	h := newTransformHarness(t, countThenEmit{}, true, nil)
-	h.process(Record{Key: 3}, Record{Key: 1}, Record{Key: 3}, Record{Key: 2}, Record{Key: 1}, Record{Key: 3})
+	h.process(NumericRecord(3, 0, 0, 0), NumericRecord(1, 0, 0, 0), NumericRecord(3, 0, 0, 0), NumericRecord(2, 0, 0, 0), NumericRecord(1, 0, 0, 0), NumericRecord(3, 0, 0, 0))
 	h.advance(15) // fires key 1's timer at 10
 	if got := h.take(); got != "[1:2]" {
 		t.Fatalf("advanced to 15: %s, want [1:2]", got)
 	}
-	h.process(Record{Key: 2, Value: -1}, Record{Key: 4}, Record{Key: 5, Value: -2})
+	h.process(NumericRecord(2, -1, 0, 0), NumericRecord(4, 0, 0, 0), NumericRecord(5, -2, 0, 0))
 	h.advance(0) // key 5's timer at 0; the one its handler registers at 1 is not due
 	if got := h.take(); got != "[5:-100]" {
 		t.Fatalf("advanced to 0: %s", got)
@@ -153,7 +162,7 @@ func TestTimersAndKeyedStateThroughTheHarness(t *testing.T) {
 	// Restored elsewhere from the snapshot: key 3's count and timer, key 4's, key 5's at 1;
 	// key 2's timer was deleted (its count stays, without a timer).
 	again := newTransformHarness(t, countThenEmit{}, true, state)
-	again.process(Record{Key: 3})
+	again.process(NumericRecord(3, 0, 0, 0))
 	again.finish()
 	if got := again.take(); got != "[5:0 3:4 4:1]" {
 		t.Fatalf("restored, then the end of input: %s, want [5:0 3:4 4:1]", got)
@@ -168,7 +177,7 @@ func TestTimersAndKeyedStateThroughTheHarness(t *testing.T) {
 
 	// A transform that is not keyed keeps nothing: a snapshot with values is an error.
 	plain := newTransformHarness(t, countThenEmit{}, false, nil)
-	plain.process(Record{Key: 1})
+	plain.process(NumericRecord(1, 0, 0, 0))
 	if _, err := plain.op.SnapshotState(); err == nil {
 		t.Fatal("a transform not registered as keyed snapshotted its values")
 	}
@@ -178,12 +187,12 @@ func TestTimersAndKeyedStateThroughTheHarness(t *testing.T) {
 func TestKeyBySumThroughTheHarness(t *testing.T) {
 	op := &pb.Operator{Kind: &pb.Operator_KeyBySum{KeyBySum: &pb.KeyBySumOperator{}}}
 	h := newHarness(t, op, nil)
-	h.process(Record{Key: 1, Value: 5}, Record{Key: 2, Value: 1}, Record{Key: 1, Value: 2})
+	h.process(NumericRecord(1, 5, 0, 0), NumericRecord(2, 1, 0, 0), NumericRecord(1, 2, 0, 0))
 	if got := h.take(); got != "[1:5 2:1 1:7]" {
 		t.Fatalf("sums %s", got)
 	}
 	again := newHarness(t, op, h.snapshot())
-	again.process(Record{Key: 2, Value: 10}, Record{Key: 1, Value: 1})
+	again.process(NumericRecord(2, 10, 0, 0), NumericRecord(1, 1, 0, 0))
 	again.finish()
 	if got := again.take(); got != "[2:11 1:8]" {
 		t.Fatalf("restored sums %s", got)

@@ -11,15 +11,19 @@ func init() {
 	register("key_by_sum", runtime{transform: func(*pb.Operator, Info) Transform { return keyBySum{} }, keyed: true})
 }
 
-// keyBySum emits (key, running sum of the key's values); origin and seq pass through. The sum
-// is the key's value in the Context.
+// keyBySum emits (key, running sum of the key's values), of numeric values (8 bytes, big
+// endian); origin and seq pass through. The sum is the key's value in the Context.
 type keyBySum struct{}
 
 func (keyBySum) Process(ctx *Context, r Record) error {
+	v, err := numericValue("key_by_sum", &r)
+	if err != nil {
+		return err
+	}
 	sum, _ := ctx.Int64()
-	sum += r.Value
+	sum += v
 	ctx.SetInt64(sum)
-	r.Value = sum
+	r.Value = ctx.Int64Bytes(sum)
 	return ctx.Emit(r)
 }
 
@@ -40,7 +44,7 @@ func (keyBySum) restoreLegacy(b []byte, c *Context) (bool, error) {
 		return true, fmt.Errorf("%d keys but %d sums", len(st.Keys), len(*st.Sums))
 	}
 	for i, key := range st.Keys {
-		c.key = key
+		c.key = Int64Bytes(key)
 		c.SetInt64((*st.Sums)[i])
 	}
 	return true, nil

@@ -20,7 +20,7 @@ type logSink struct {
 func (s *logSink) Open(context.Context) error { return nil }
 
 func (s *logSink) Write(r Record) error {
-	s.log.Debug("record", "key", r.Key, "value", r.Value, "origin", r.Origin, "seq", r.Seq)
+	s.log.Debug("record", "key", FormatKey(r.Key), "value", FormatKey(r.Value), "time", r.Time, "origin", r.Origin, "seq", r.Seq)
 	return nil
 }
 

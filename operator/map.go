@@ -12,12 +12,16 @@ func init() {
 	}})
 }
 
-// mapOp: value = value*multiply + add.
+// mapOp: value = value*multiply + add, of a numeric value (8 bytes, big endian).
 type mapOp struct {
 	multiply, add int64
 }
 
 func (m *mapOp) Process(ctx *Context, r Record) error {
-	r.Value = r.Value*m.multiply + m.add
+	v, err := numericValue("map", &r)
+	if err != nil {
+		return err
+	}
+	r.Value = ctx.Int64Bytes(v*m.multiply + m.add)
 	return ctx.Emit(r)
 }

@@ -22,17 +22,6 @@ var (
 	ErrBadConfig = errors.New("bad operator config")
 )
 
-// Record is the unit of data flowing between operators.
-type Record struct {
-	Key    int64
-	Value  int64
-	Origin int32 // source subtask index
-	Seq    int64 // sequence number at the source subtask
-	// Barrier, when non-zero, makes the record the barrier of that checkpoint instead of data
-	// (docs/checkpoints.md). The TaskManager handles barriers; operators never see one.
-	Barrier uint64
-}
-
 // Emit hands a record to the downstream partitions. It blocks under backpressure and returns an
 // error when the task is cancelled or its partitions were released.
 type Emit func(Record) error
@@ -110,7 +99,7 @@ type (
 	// Opener prepares the transform before its first record.
 	Opener interface{ Open(ctx *Context) error }
 	// TimerHandler is called for each timer the transform registered (Context.RegisterTimer)
-	// once time passes it, with the timer's key as ctx.Key(). Until records carry event time,
+	// once time passes it, with the timer's key as ctx.Key(). Until watermarks advance time,
 	// every pending timer fires when the input ends, in order of time then key.
 	TimerHandler interface {
 		OnTimer(ctx *Context, at int64) error

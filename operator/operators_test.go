@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -35,7 +36,7 @@ func collect(t *testing.T, op Operator, in []Record) []Record {
 }
 
 func TestTransforms(t *testing.T) {
-	in := []Record{{Key: 1, Value: 1}, {Key: 2, Value: 2}, {Key: 1, Value: 3}, {Key: 2, Value: 4}}
+	in := []Record{NumericRecord(1, 1, 0, 0), NumericRecord(2, 2, 0, 0), NumericRecord(1, 3, 0, 0), NumericRecord(2, 4, 0, 0)}
 	cases := []struct {
 		name string
 		op   *pb.Operator
@@ -57,7 +58,7 @@ func TestTransforms(t *testing.T) {
 				t.Fatalf("got %v", out)
 			}
 			for i, r := range out {
-				if r.Value != c.want[i] {
+				if num(r.Value) != c.want[i] {
 					t.Fatalf("got %v, want values %v", out, c.want)
 				}
 			}
@@ -159,7 +160,7 @@ func TestSequenceSource(t *testing.T) {
 	}
 	for i, r := range out {
 		v := int64(5 + i)
-		if r != (Record{Key: v % 3, Value: v, Origin: 2, Seq: int64(i)}) {
+		if want := NumericRecord(v%3, v, 2, int64(i)); !reflect.DeepEqual(r, want) {
 			t.Fatalf("record %d: %+v", i, r)
 		}
 	}
@@ -187,7 +188,7 @@ func TestChecksumSink(t *testing.T) {
 		t.Fatal(err)
 	}
 	// seq 0,1,3 (a gap), 3 (a duplicate) from origin 0; 0 from origin 1.
-	collect(t, s, []Record{{Key: 1, Value: 10, Seq: 0}, {Key: 2, Value: 20, Seq: 1}, {Key: 1, Value: 30, Seq: 3}, {Key: 1, Value: 30, Seq: 3}, {Key: 2, Value: 5, Origin: 1}})
+	collect(t, s, []Record{NumericRecord(1, 10, 0, 0), NumericRecord(2, 20, 0, 1), NumericRecord(1, 30, 0, 3), NumericRecord(1, 30, 0, 3), NumericRecord(2, 5, 1, 0)})
 	path := filepath.Join(dir, "j-1.json")
 	c, err := ReadChecksum(path)
 	if err != nil {
@@ -201,7 +202,7 @@ func TestChecksumSink(t *testing.T) {
 	// A restarted attempt continues the file: a source restarting at seq 0 shows as duplicates.
 	info.AttemptID = "a2"
 	s, _ = New(op, info)
-	collect(t, s, []Record{{Key: 1, Value: 10, Seq: 0}})
+	collect(t, s, []Record{NumericRecord(1, 10, 0, 0)})
 	c, _ = ReadChecksum(path)
 	if c.Count != 6 || c.Origins["0"].Duplicates != 2 || c.AttemptID != "a2" || strings.Join(c.Attempts, ",") != "a1,a2" {
 		t.Fatalf("restarted checksum: %+v", c)
@@ -218,7 +219,7 @@ func TestFileSink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	collect(t, s, []Record{{Key: 1, Value: 2}, {Key: 3, Value: 4}})
+	collect(t, s, []Record{NumericRecord(1, 2, 0, 0), NumericRecord(3, 4, 0, 0)})
 	b, err := os.ReadFile(filepath.Join(dir, "out", "3-x.txt"))
 	if err != nil || string(b) != "1 2\n3 4\n" {
 		t.Fatalf("file sink wrote %q (%v)", b, err)

@@ -15,7 +15,7 @@ func init() {
 const maxBurst = time.Second
 
 // sequenceSource has one split per subtask, split i the sequence of origin i: it emits
-// value = start + seq, key = value % keys, for seq in [0, count) or forever when count is 0,
+// value = start + seq, key = value % keys (numeric: 8 bytes each, big endian), for seq in [0, count) or forever when count is 0,
 // paced to rate records per second. A split's position is the seq of its next record.
 type sequenceSource struct {
 	start, count, keys int64
@@ -58,6 +58,7 @@ func (s *sequenceSource) read(sc *SourceContext, split int, sp Split) error {
 		interval = time.Duration(float64(time.Second) / s.rate)
 	}
 	next := time.Now()
+	var nums slab // the records' keys and values: an allocation per 256 records
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -90,7 +91,8 @@ func (s *sequenceSource) read(sc *SourceContext, split int, sp Split) error {
 		if key < 0 {
 			key += s.keys
 		}
-		if err := sc.Emit(split, i, Record{Key: key, Value: v, Origin: sp.ID, Seq: i}); err != nil {
+		r := Record{Key: nums.int64Bytes(key), Value: nums.int64Bytes(v), Time: NoTimestamp, Origin: sp.ID, Seq: i}
+		if err := sc.Emit(split, i, r); err != nil {
 			return err
 		}
 	}

@@ -61,7 +61,7 @@ func TestKeyBySumContinuesItsSums(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	collect(t, first, []Record{{Key: 2, Value: 5}, {Key: 1, Value: 1}, {Key: 2, Value: 7}})
+	collect(t, first, []Record{NumericRecord(2, 5, 0, 0), NumericRecord(1, 1, 0, 0), NumericRecord(2, 7, 0, 0)})
 	state, err := first.(Stateful).SnapshotState()
 	if err != nil {
 		t.Fatal(err)
@@ -79,8 +79,8 @@ func TestKeyBySumContinuesItsSums(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := collect(t, again, []Record{{Key: 2, Value: 1}, {Key: 3, Value: 4}})
-	if out[0].Value != 13 || out[1].Value != 4 {
+	out := collect(t, again, []Record{NumericRecord(2, 1, 0, 0), NumericRecord(3, 4, 0, 0)})
+	if num(out[0].Value) != 13 || num(out[1].Value) != 4 {
 		t.Fatalf("restored sums emitted %v, want 13 and 4", out)
 	}
 	if _, err := New(op, Info{Restored: []byte(`{"keys":[1],"sums":[]}`)}); err == nil {
@@ -100,8 +100,8 @@ func TestKeyBySumReadsTheSumsFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := collect(t, o, []Record{{Key: 2, Value: 1}, {Key: 1, Value: 4}, {Key: 3, Value: 5}})
-	if out[0].Value != 13 || out[1].Value != 5 || out[2].Value != 5 {
+	out := collect(t, o, []Record{NumericRecord(2, 1, 0, 0), NumericRecord(1, 4, 0, 0), NumericRecord(3, 5, 0, 0)})
+	if num(out[0].Value) != 13 || num(out[1].Value) != 5 || num(out[2].Value) != 5 {
 		t.Fatalf("restored from the sums format, emitted %v; want 13, 5, 5", out)
 	}
 	state, err := o.SnapshotState()
@@ -159,7 +159,7 @@ func TestChecksumSinkContinuesTheCheckpointedDocument(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := first.Process(Record{Key: 0, Value: i, Origin: 0, Seq: i}, nil); err != nil {
+		if err := first.Process(NumericRecord(0, i, 0, i), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -175,7 +175,7 @@ func TestChecksumSinkContinuesTheCheckpointedDocument(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := int64(3); i < 8; i++ { // the source replays from its checkpointed position
-		if err := again.Process(Record{Key: 0, Value: i, Origin: 0, Seq: i}, nil); err != nil {
+		if err := again.Process(NumericRecord(0, i, 0, i), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -229,7 +229,7 @@ func TestChecksumSinkCommitsOnlyCompletedCheckpoints(t *testing.T) {
 	c := sink.(Committer)
 	feed := func(from, to int64) {
 		for i := from; i < to; i++ {
-			if err := sink.Process(Record{Key: i % 2, Value: i, Seq: i}, nil); err != nil {
+			if err := sink.Process(NumericRecord(i%2, i, 0, i), nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -317,7 +317,7 @@ func TestFileSinkCommitsPartsOfCompletedCheckpoints(t *testing.T) {
 	}
 	feed := func(from, to int64) {
 		for i := from; i < to; i++ {
-			if err := sink.Process(Record{Key: 1, Value: i}, nil); err != nil {
+			if err := sink.Process(NumericRecord(1, i, 0, 0), nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -378,7 +378,7 @@ func TestFileSinkCommitsPartsOfCompletedCheckpoints(t *testing.T) {
 	if got := parts(dir2); got != want12 {
 		t.Fatalf("restored from 2:\n got %s\nwant %s", got, want12)
 	}
-	if err := again.Process(Record{Key: 1, Value: 3}, nil); err != nil {
+	if err := again.Process(NumericRecord(1, 3, 0, 0), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := again.Finish(nil); err != nil {
@@ -408,7 +408,7 @@ func TestCommitBeforeCompleteIsCaught(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sink.Close()
-	if err := sink.Process(Record{Seq: 0}, nil); err != nil {
+	if err := sink.Process(NumericRecord(0, 0, 0, 0), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := sink.(Committer).PrepareCommit(1); err != nil {

@@ -67,6 +67,11 @@ func (a *aligner) feed(ch int, rs []operator.Record) error {
 			a.nheld += len(rs) - i
 			return nil
 		}
+		if r.Watermark {
+			// Carried, not used yet: a task's watermark (the minimum over its channels) and its
+			// timers are another step; a watermark never reaches an operator.
+			continue
+		}
 		if r.Barrier == 0 {
 			if err := a.process(r); err != nil {
 				return err

@@ -121,7 +121,7 @@ func TestCheckpointAlignsAcrossTwoTMsAndRestores(t *testing.T) {
 		want := map[int64]int64{}
 		for src := range 2 {
 			for v := int64(0); v < pos[src]; v++ {
-				if dataplane.RouteKey(v%keys, 2) == i {
+				if dataplane.RouteKey(operator.Int64Bytes(v%keys), 2) == i {
 					want[v%keys] += v
 				}
 			}
@@ -145,7 +145,7 @@ func TestCheckpointAlignsAcrossTwoTMsAndRestores(t *testing.T) {
 	var want int64
 	for src := range 2 {
 		for v := int64(0); v < pos[src]; v++ {
-			if dataplane.RouteKey(v%keys, 2) == 0 {
+			if dataplane.RouteKey(operator.Int64Bytes(v%keys), 2) == 0 {
 				want++
 			}
 		}

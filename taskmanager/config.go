@@ -59,6 +59,9 @@ type Config struct {
 	// ExchangeWithoutGroups serves Exchange as a build before channel groups did: no hello, and
 	// a ChannelControl's open_group ignored. Tests set it to stand for an older producer.
 	ExchangeWithoutGroups bool
+	// Int64Records consumes records as a build before bytes records did (tests of mixed
+	// clusters): its channels ask for the int64 record format.
+	Int64Records bool
 	// HeartbeatInterval (default 1s); the leader's RegisterTaskManagerResponse may override it.
 	HeartbeatInterval time.Duration
 	// LeaderGrace: tasks keep running while no leader is reachable for this long, then all are
@@ -88,6 +91,12 @@ type Config struct {
 	// every client connection (default transport.DefaultMaxMessageSize, 4 MiB;
 	// --max-message-size).
 	MaxMessageSize int
+	// MaxRecordSize bounds a record's key and value bytes (0: DefaultMaxRecordSize, 1 MiB,
+	// or a quarter of MaxMessageSize when that is less; --max-record-size): a task that emits a larger one fails with an error naming the
+	// limit and the record's size. At most a quarter of MaxMessageSize (the default is that
+	// when a quarter is less than 1 MiB), so that a record always fits in a message to
+	// another TaskManager.
+	MaxRecordSize int
 	// TLS: mutual TLS on both servers and every connection; nil for plaintext. The gRPC server
 	// admits the jobmaster and taskmanager roles (the policy table checks each method), the
 	// data server the taskmanager role only; connections to JobMasters want a jobmaster
@@ -118,10 +127,18 @@ type Config struct {
 // ErrInvalidConfig is returned by Validate.
 var ErrInvalidConfig = errors.New("invalid taskmanager config")
 
-// ProtocolVersion is the JobMaster-TaskManager protocol this build speaks: 3, shared channel
-// lists in SubmitTasks (2 was the Exchange data plane; jobmaster.MinTMProtocol and
-// MaxTMProtocol are what a leader accepts, jobmaster.SharedChannelsProtocol when it shares).
-const ProtocolVersion = 3
+// ProtocolVersion is the JobMaster-TaskManager protocol this build speaks: 4, records of bytes
+// with event time and watermarks (3 was shared channel lists in SubmitTasks, 2 the Exchange
+// data plane; jobmaster.MinTMProtocol and MaxTMProtocol are what a leader accepts).
+const ProtocolVersion = 4
+
+// DefaultMaxRecordSize is the largest record (key and value bytes) a task emits by default,
+// and at most a quarter of MaxMessageSize (maxRecordShare).
+const DefaultMaxRecordSize = 1 << 20
+
+// maxRecordShare: MaxRecordSize is at most MaxMessageSize / maxRecordShare, so that a message
+// to another TaskManager holds a record besides the other channels' batches it carries.
+const maxRecordShare = 4
 
 // DefaultConfig returns a Config with every default filled in (ID and addresses excepted).
 func DefaultConfig() Config {
@@ -203,6 +220,16 @@ func (c *Config) Validate() error {
 	}
 	if gap := 2 * c.HeartbeatInterval; c.LeaderGrace <= gap {
 		return setting.New(ErrInvalidConfig, "LeaderGrace", c.LeaderGrace, "must be above two heartbeat intervals (%v): a TaskManager in contact goes that long without leader contact between two heartbeats", gap)
+	}
+	limit := c.MaxMessageSize / maxRecordShare
+	if c.MaxRecordSize < 0 {
+		return setting.New(ErrInvalidConfig, "MaxRecordSize", c.MaxRecordSize, "must not be negative")
+	}
+	if c.MaxRecordSize == 0 {
+		c.MaxRecordSize = min(DefaultMaxRecordSize, limit)
+	}
+	if c.MaxRecordSize > limit {
+		return setting.New(ErrInvalidConfig, "MaxRecordSize", c.MaxRecordSize, "must be at most a quarter of MaxMessageSize %d (%d): a record must fit in a message to another TaskManager", c.MaxMessageSize, limit)
 	}
 	if c.OutboxBackoffMax < c.OutboxBackoffMin {
 		return setting.New(ErrInvalidConfig, "OutboxBackoffMax", c.OutboxBackoffMax, "must not be below OutboxBackoffMin %v", c.OutboxBackoffMin)

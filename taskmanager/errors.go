@@ -28,6 +28,8 @@ var (
 	ErrPartitionReleased = dataplane.ErrPartitionReleased
 	// ErrStopped: the TaskManager is stopping.
 	ErrStopped = errors.New("taskmanager stopped")
+	// ErrRecordTooLarge: a task emitted a record over Config.MaxRecordSize (the task fails).
+	ErrRecordTooLarge = errors.New("record too large")
 
 	// ErrInvalidRequest: a leader's call fails validation (a required field missing, an index
 	// out of range, a batch over its limits).
@@ -72,6 +74,7 @@ var errorTable = []errorRow{
 	{ErrNoCheckpointStorage, codes.FailedPrecondition, ""},
 	{ErrStaleAttempt, codes.FailedPrecondition, ""},
 	{ErrSlotBusy, codes.ResourceExhausted, ""},
+	{ErrRecordTooLarge, codes.InvalidArgument, ""},
 	{ErrStopped, codes.Unavailable, ""},
 	{ErrNoLeader, codes.Unavailable, transport.ReasonNoLeader},
 	{ErrStaleLeader, codes.Unavailable, ""},

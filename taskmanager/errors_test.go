@@ -30,7 +30,7 @@ func TestErrorTableCoversSentinels(t *testing.T) {
 		"ErrNoLeader": ErrNoLeader, "ErrStaleLeader": ErrStaleLeader, "ErrInvalidTask": ErrInvalidTask,
 		"ErrPartitionReleased": ErrPartitionReleased, "ErrStopped": ErrStopped, "ErrInvalidRequest": ErrInvalidRequest,
 		"ErrUnknownAttempt": ErrUnknownAttempt, "ErrCancelledUnseen": ErrCancelledUnseen,
-		"ErrNoCheckpointStorage": ErrNoCheckpointStorage, "ErrStaleAttempt": ErrStaleAttempt, "ErrSlotBusy": ErrSlotBusy,
+		"ErrNoCheckpointStorage": ErrNoCheckpointStorage, "ErrStaleAttempt": ErrStaleAttempt, "ErrSlotBusy": ErrSlotBusy, "ErrRecordTooLarge": ErrRecordTooLarge,
 		"ErrStaleEpoch": ErrStaleEpoch, "ErrUnannouncedEpoch": ErrUnannouncedEpoch,
 	}
 	declared := 0

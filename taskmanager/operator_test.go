@@ -17,13 +17,14 @@ type countAtEnd struct{}
 func (countAtEnd) Process(ctx *operator.Context, r operator.Record) error {
 	n, _ := ctx.Int64()
 	ctx.SetInt64(n + 1)
-	ctx.RegisterTimer(ctx.Key())
+	k, _ := operator.Int64Of(ctx.Key())
+	ctx.RegisterTimer(k)
 	return nil
 }
 
 func (countAtEnd) OnTimer(ctx *operator.Context, _ int64) error {
 	n, _ := ctx.Int64()
-	return ctx.Emit(operator.Record{Key: ctx.Key(), Value: n})
+	return ctx.Emit(operator.Record{Key: ctx.Key(), Value: ctx.Int64Bytes(n), Time: operator.NoTimestamp})
 }
 
 // TestTransformTimersAndKeyedStateInATask: a transform's keyed values and timers work through

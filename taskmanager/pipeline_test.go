@@ -107,9 +107,9 @@ func TestPipelineAcrossTwoTMs(t *testing.T) {
 		total += cs.Count
 		for k := int64(0); k < keys; k++ {
 			got, ok := cs.Keys[strconv.FormatInt(k, 10)]
-			if dataplane.RouteKey(k, 2) != i {
+			if dataplane.RouteKey(operator.Int64Bytes(k), 2) != i {
 				if ok {
-					t.Fatalf("sink %d got key %d routed to %d", i, k, dataplane.RouteKey(k, 2))
+					t.Fatalf("sink %d got key %d routed to %d", i, k, dataplane.RouteKey(operator.Int64Bytes(k), 2))
 				}
 				continue
 			}

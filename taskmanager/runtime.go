@@ -110,6 +110,10 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 				return err
 			}
 		}
+		if n := r.Size(); n > tm.cfg.MaxRecordSize {
+			return fmt.Errorf("%w: record %d/%d of %d bytes (key %d, value %d) is over the TaskManager's maximum record size %d bytes (MaxRecordSize, --max-record-size)",
+				ErrRecordTooLarge, r.Origin, r.Seq, n, len(r.Key), len(r.Value), tm.cfg.MaxRecordSize)
+		}
 		t.recordsOut.Add(1)
 		for _, p := range parts {
 			if err := p.Add(t.ctx, r); err != nil {

@@ -68,8 +68,8 @@ func TestSharedChannelListDeploysAWideGate(t *testing.T) {
 		for k := range cs.Keys {
 			var key int64
 			fmt.Sscan(k, &key)
-			if dataplane.RouteKey(key, 2) != i {
-				t.Fatalf("sink %d got key %d, routed to %d", i, key, dataplane.RouteKey(key, 2))
+			if dataplane.RouteKey(operator.Int64Bytes(key), 2) != i {
+				t.Fatalf("sink %d got key %d, routed to %d", i, key, dataplane.RouteKey(operator.Int64Bytes(key), 2))
 			}
 		}
 		for o, st := range cs.Origins {

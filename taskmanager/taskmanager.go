@@ -120,7 +120,8 @@ func New(cfg Config) (*TaskManager, error) {
 	}
 	tm.opLog = tm.log.Named("operator")
 	tm.dp = dataplane.New(ctx, dataplane.Config{ID: cfg.ID, DataAddr: cfg.AdvertiseData, MaxMessageSize: cfg.MaxMessageSize,
-		InputConnectTimeout: cfg.InputConnectTimeout, ExchangeWithoutGroups: cfg.ExchangeWithoutGroups, Logger: tm.log, Dial: tm.conns.peer})
+		InputConnectTimeout: cfg.InputConnectTimeout, ExchangeWithoutGroups: cfg.ExchangeWithoutGroups,
+		Int64Records: cfg.Int64Records, Logger: tm.log, Dial: tm.conns.peer})
 	tm.table = newSlotTable(&tm.mu, cfg.ID, cfg.Slots, ckpt != nil)
 	tm.fence = &fence{cfg: cfg, log: tm.log, jms: &jobMasters{cfg: cfg, conns: tm.conns}, conns: tm.conns,
 		stop: func(why string) int { return len(tm.table.cancelAll(why)) }}

@@ -141,3 +141,25 @@ func TestFlagNamesAreConfigFields(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxRecordSizeFlag: --max-record-size sets the TaskManager's maximum record size, and one
+// over a quarter of --max-message-size is refused naming the flag.
+func TestMaxRecordSizeFlag(t *testing.T) {
+	for _, tc := range []struct {
+		size, want string
+	}{{"65536", ""}, {"2000000", "--max-record-size 2000000: must be at most a quarter of MaxMessageSize"}} {
+		fs := flag.NewFlagSet("taskmanager", flag.ContinueOnError)
+		c := newTaskManagerConfig(fs)
+		if err := parseFlags(fs, []string{"--id", "tm1", "--jm", "127.0.0.1:7100", "--work-dir", t.TempDir(), "--max-record-size", tc.size}); err != nil {
+			t.Fatal(err)
+		}
+		c.build()
+		err := c.check()
+		switch {
+		case tc.want == "" && (err != nil || c.agent.TM.MaxRecordSize != 65536):
+			t.Fatalf("--max-record-size %s: %v, MaxRecordSize %d", tc.size, err, c.agent.TM.MaxRecordSize)
+		case tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.want)):
+			t.Fatalf("--max-record-size %s: %v, want %q...", tc.size, err, tc.want)
+		}
+	}
+}

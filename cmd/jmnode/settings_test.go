@@ -230,6 +230,8 @@ func misconfigurations(file string) []badValue {
 
 		tm("slots", "above the leader's limit", "--slots", "1025"),
 		tm("slots", "zero", "--slots", "0"),
+		tm("max-record-size", "negative", "--max-record-size", "-1"),
+		tm("max-record-size", "above a quarter of --max-message-size", "--max-record-size", "1048577"),
 		tm("data-addr", "unparsable", "--data-addr", "nowhere"),
 		tm("data-advertise", "port 0", "--data-advertise", "127.0.0.1:0"),
 		tm("jm", "unparsable", "--jm", "a:b:c"),
@@ -392,7 +394,7 @@ func TestMisconfigurationMatrix(t *testing.T) {
 				"--max-message-size", fmt.Sprint(transport.MinMaxMessageSize), "--client-write-rate", "1e-9", "--client-write-burst", "1",
 				"--slot-timeout", (2*hb + time.Nanosecond).String(), "--cleanup-dead-servers", "0s", "--min-quorum", "1", "--bootstrap-expect", "1"},
 			tmFlag: []string{"--heartbeat-interval", hb.String(), "--fence-timeout", "0s", "--leader-grace", (2*hb + time.Nanosecond).String(),
-				"--retain-terminal", "1ns", "--max-message-size", fmt.Sprint(transport.MinMaxMessageSize)}},
+				"--retain-terminal", "1ns", "--max-message-size", fmt.Sprint(transport.MinMaxMessageSize), "--max-record-size", "16"}}, // 16: a numeric record, the job's
 		{name: "highest", slots: transport.MaxSlots,
 			jmFlags: []string{"--report-deadline", "10m", "--tm-heartbeat-interval", "5s", "--pool-query-interval", "1m",
 				"--pool-query-timeout", "1m", "--fence-timeout", "10m", "--tm-leader-grace", "8760h", "--heartbeat-timeout", "8760h",
@@ -402,7 +404,8 @@ func TestMisconfigurationMatrix(t *testing.T) {
 				"--max-message-size", fmt.Sprint(transport.MaxMaxMessageSize), "--client-write-rate", "1e9", "--client-write-burst", "1000000",
 				"--slot-timeout", "-1ns", "--cleanup-dead-servers", "8760h", "--min-quorum", "1000"},
 			tmFlag: []string{"--heartbeat-interval", "1m", "--fence-timeout", "10m", "--leader-grace", "8760h",
-				"--retain-terminal", "8760h", "--max-message-size", fmt.Sprint(transport.MaxMaxMessageSize)}},
+				"--retain-terminal", "8760h", "--max-message-size", fmt.Sprint(transport.MaxMaxMessageSize),
+				"--max-record-size", fmt.Sprint(transport.MaxMaxMessageSize / 4)}},
 	}
 	t.Run("boundaries", func(t *testing.T) {
 		for _, b := range boundaries {

@@ -32,6 +32,7 @@ func newTaskManagerConfig(fs *flag.FlagSet) *taskManagerConfig {
 	fs.StringVar(&tm.AdvertiseGRPC, "grpc-advertise", "", "TaskManagerService address others dial (default: bound address)")
 	fs.StringVar(&tm.AdvertiseData, "data-advertise", "", "DataService address others dial (default: bound address)")
 	fs.IntVar(&tm.MaxMessageSize, "max-message-size", def.MaxMessageSize, "bound in bytes on every gRPC message this TaskManager receives or sends (both servers, its connections to JobMasters and TaskManagers)")
+	fs.IntVar(&tm.MaxRecordSize, "max-record-size", def.MaxRecordSize, "bound in bytes on a record's key and value: a task that emits a larger record fails, naming the limit (0: 1 MiB, or a quarter of --max-message-size when that is less; at most that quarter)")
 	fs.StringVar(&c.jms, "jm", "", "comma-separated JobMaster gRPC addresses (asked for the leader when gossip does not know it)")
 	c.proc.register(fs, "this TaskManager's taskmanager", "<work-dir>/gossip.keyring when --work-dir is set, else none")
 	fs.StringVar(&tm.WorkDir, "work-dir", "", "working directory: relative sink paths are written here")

@@ -23,10 +23,65 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// The record formats (ExchangeRequest.record_format). 0 and 1: key and value are int64
+// (fields 1 and 2), no event time, no watermark. 2: key and value are bytes (an 8-byte one
+// still travels as the int64 of its big-endian bytes, fields 1 and 2; another in key_bytes
+// and value_bytes), event time, watermarks.
+type RecordFormat int32
+
+const (
+	RecordFormat_RECORD_FORMAT_INT64 RecordFormat = 0
+	RecordFormat_RECORD_FORMAT_BYTES RecordFormat = 2
+)
+
+// Enum value maps for RecordFormat.
+var (
+	RecordFormat_name = map[int32]string{
+		0: "RECORD_FORMAT_INT64",
+		2: "RECORD_FORMAT_BYTES",
+	}
+	RecordFormat_value = map[string]int32{
+		"RECORD_FORMAT_INT64": 0,
+		"RECORD_FORMAT_BYTES": 2,
+	}
+)
+
+func (x RecordFormat) Enum() *RecordFormat {
+	p := new(RecordFormat)
+	*p = x
+	return p
+}
+
+func (x RecordFormat) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RecordFormat) Descriptor() protoreflect.EnumDescriptor {
+	return file_jmcluster_v1_data_proto_enumTypes[0].Descriptor()
+}
+
+func (RecordFormat) Type() protoreflect.EnumType {
+	return &file_jmcluster_v1_data_proto_enumTypes[0]
+}
+
+func (x RecordFormat) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RecordFormat.Descriptor instead.
+func (RecordFormat) EnumDescriptor() ([]byte, []int) {
+	return file_jmcluster_v1_data_proto_rawDescGZIP(), []int{0}
+}
+
 // What a consumer sends on an Exchange: any number of channel controls.
 type ExchangeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Controls      []*ChannelControl      `protobuf:"bytes,1,rep,name=controls,proto3" json:"controls,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Controls []*ChannelControl      `protobuf:"bytes,1,rep,name=controls,proto3" json:"controls,omitempty"`
+	// The record format the consumer reads (RECORD_FORMAT_*; unset: the int64 format of a build
+	// before bytes records). Sent on every request; a producer sends a consumer of the int64
+	// format only records that format carries whole, and fails a channel with one that it
+	// does not (docs/task-runtime.md#records).
+	RecordFormat  uint32 `protobuf:"varint,2,opt,name=record_format,json=recordFormat,proto3" json:"record_format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -66,6 +121,13 @@ func (x *ExchangeRequest) GetControls() []*ChannelControl {
 		return x.Controls
 	}
 	return nil
+}
+
+func (x *ExchangeRequest) GetRecordFormat() uint32 {
+	if x != nil {
+		return x.RecordFormat
+	}
+	return 0
 }
 
 type ChannelControl struct {
@@ -429,8 +491,10 @@ type ReadPartitionRequest struct {
 	SubpartitionIndex int32                  `protobuf:"varint,4,opt,name=subpartition_index,json=subpartitionIndex,proto3" json:"subpartition_index,omitempty"`
 	ProducerAttemptId string                 `protobuf:"bytes,5,opt,name=producer_attempt_id,json=producerAttemptId,proto3" json:"producer_attempt_id,omitempty"`
 	ConsumerAttemptId string                 `protobuf:"bytes,6,opt,name=consumer_attempt_id,json=consumerAttemptId,proto3" json:"consumer_attempt_id,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The record format the consumer reads, as ExchangeRequest.record_format.
+	RecordFormat  uint32 `protobuf:"varint,7,opt,name=record_format,json=recordFormat,proto3" json:"record_format,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadPartitionRequest) Reset() {
@@ -505,6 +569,13 @@ func (x *ReadPartitionRequest) GetConsumerAttemptId() string {
 	return ""
 }
 
+func (x *ReadPartitionRequest) GetRecordFormat() uint32 {
+	if x != nil {
+		return x.RecordFormat
+	}
+	return 0
+}
+
 type Record struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   int64                  `protobuf:"varint,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -515,7 +586,17 @@ type Record struct {
 	// Non-zero: not data but the barrier of this checkpoint id (docs/checkpoints.md): every
 	// record before it on the channel belongs to the checkpoint, none after it. Key, value,
 	// origin and seq are unset. Only jobs with checkpointing on send barriers.
-	Barrier       uint64 `protobuf:"varint,5,opt,name=barrier,proto3" json:"barrier,omitempty"`
+	Barrier uint64 `protobuf:"varint,5,opt,name=barrier,proto3" json:"barrier,omitempty"`
+	// RECORD_FORMAT_BYTES only. Set: the key (value) is these bytes, and key (value) above is
+	// unset; unset: the key (value) is the 8 big-endian bytes of key (value) above.
+	KeyBytes   []byte `protobuf:"bytes,6,opt,name=key_bytes,json=keyBytes,proto3,oneof" json:"key_bytes,omitempty"`
+	ValueBytes []byte `protobuf:"bytes,7,opt,name=value_bytes,json=valueBytes,proto3,oneof" json:"value_bytes,omitempty"`
+	// The event time (ms since the Unix epoch) when has_time; none otherwise.
+	Time    int64 `protobuf:"varint,8,opt,name=time,proto3" json:"time,omitempty"`
+	HasTime bool  `protobuf:"varint,9,opt,name=has_time,json=hasTime,proto3" json:"has_time,omitempty"`
+	// Not data but a watermark at time: no record of an event time at or before it follows on
+	// the channel. Key, value, origin and seq are unset.
+	Watermark     bool `protobuf:"varint,10,opt,name=watermark,proto3" json:"watermark,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -585,6 +666,41 @@ func (x *Record) GetBarrier() uint64 {
 	return 0
 }
 
+func (x *Record) GetKeyBytes() []byte {
+	if x != nil {
+		return x.KeyBytes
+	}
+	return nil
+}
+
+func (x *Record) GetValueBytes() []byte {
+	if x != nil {
+		return x.ValueBytes
+	}
+	return nil
+}
+
+func (x *Record) GetTime() int64 {
+	if x != nil {
+		return x.Time
+	}
+	return 0
+}
+
+func (x *Record) GetHasTime() bool {
+	if x != nil {
+		return x.HasTime
+	}
+	return false
+}
+
+func (x *Record) GetWatermark() bool {
+	if x != nil {
+		return x.Watermark
+	}
+	return false
+}
+
 type RecordBatch struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Records []*Record              `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
@@ -642,9 +758,10 @@ var File_jmcluster_v1_data_proto protoreflect.FileDescriptor
 
 const file_jmcluster_v1_data_proto_rawDesc = "" +
 	"\n" +
-	"\x17jmcluster/v1/data.proto\x12\fjmcluster.v1\"K\n" +
+	"\x17jmcluster/v1/data.proto\x12\fjmcluster.v1\"p\n" +
 	"\x0fExchangeRequest\x128\n" +
-	"\bcontrols\x18\x01 \x03(\v2\x1c.jmcluster.v1.ChannelControlR\bcontrols\"\xcb\x01\n" +
+	"\bcontrols\x18\x01 \x03(\v2\x1c.jmcluster.v1.ChannelControlR\bcontrols\x12#\n" +
+	"\rrecord_format\x18\x02 \x01(\rR\frecordFormat\"\xcb\x01\n" +
 	"\x0eChannelControl\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\x04R\achannel\x126\n" +
 	"\x04open\x18\x02 \x01(\v2\".jmcluster.v1.ReadPartitionRequestR\x04open\x12\x16\n" +
@@ -669,23 +786,37 @@ const file_jmcluster_v1_data_proto_rawDesc = "" +
 	"\achannel\x18\x01 \x01(\x04R\achannel\x12/\n" +
 	"\x05batch\x18\x02 \x01(\v2\x19.jmcluster.v1.RecordBatchR\x05batch\x12\x12\n" +
 	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\x82\x02\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xa7\x02\n" +
 	"\x14ReadPartitionRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\tresult_id\x18\x02 \x01(\tR\bresultId\x12'\n" +
 	"\x0fpartition_index\x18\x03 \x01(\x05R\x0epartitionIndex\x12-\n" +
 	"\x12subpartition_index\x18\x04 \x01(\x05R\x11subpartitionIndex\x12.\n" +
 	"\x13producer_attempt_id\x18\x05 \x01(\tR\x11producerAttemptId\x12.\n" +
-	"\x13consumer_attempt_id\x18\x06 \x01(\tR\x11consumerAttemptId\"t\n" +
+	"\x13consumer_attempt_id\x18\x06 \x01(\tR\x11consumerAttemptId\x12#\n" +
+	"\rrecord_format\x18\a \x01(\rR\frecordFormat\"\xa7\x02\n" +
 	"\x06Record\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x03R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value\x12\x16\n" +
 	"\x06origin\x18\x03 \x01(\x05R\x06origin\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x03R\x03seq\x12\x18\n" +
-	"\abarrier\x18\x05 \x01(\x04R\abarrier\"g\n" +
+	"\abarrier\x18\x05 \x01(\x04R\abarrier\x12 \n" +
+	"\tkey_bytes\x18\x06 \x01(\fH\x00R\bkeyBytes\x88\x01\x01\x12$\n" +
+	"\vvalue_bytes\x18\a \x01(\fH\x01R\n" +
+	"valueBytes\x88\x01\x01\x12\x12\n" +
+	"\x04time\x18\b \x01(\x03R\x04time\x12\x19\n" +
+	"\bhas_time\x18\t \x01(\bR\ahasTime\x12\x1c\n" +
+	"\twatermark\x18\n" +
+	" \x01(\bR\twatermarkB\f\n" +
+	"\n" +
+	"_key_bytesB\x0e\n" +
+	"\f_value_bytes\"g\n" +
 	"\vRecordBatch\x12.\n" +
 	"\arecords\x18\x01 \x03(\v2\x14.jmcluster.v1.RecordR\arecords\x12(\n" +
-	"\x10end_of_partition\x18\x02 \x01(\bR\x0eendOfPartition2\xae\x01\n" +
+	"\x10end_of_partition\x18\x02 \x01(\bR\x0eendOfPartition*@\n" +
+	"\fRecordFormat\x12\x17\n" +
+	"\x13RECORD_FORMAT_INT64\x10\x00\x12\x17\n" +
+	"\x13RECORD_FORMAT_BYTES\x10\x022\xae\x01\n" +
 	"\vDataService\x12P\n" +
 	"\rReadPartition\x12\".jmcluster.v1.ReadPartitionRequest\x1a\x19.jmcluster.v1.RecordBatch0\x01\x12M\n" +
 	"\bExchange\x12\x1d.jmcluster.v1.ExchangeRequest\x1a\x1e.jmcluster.v1.ExchangeResponse(\x010\x01B-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
@@ -702,30 +833,32 @@ func file_jmcluster_v1_data_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_data_proto_rawDescData
 }
 
+var file_jmcluster_v1_data_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_jmcluster_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_jmcluster_v1_data_proto_goTypes = []any{
-	(*ExchangeRequest)(nil),      // 0: jmcluster.v1.ExchangeRequest
-	(*ChannelControl)(nil),       // 1: jmcluster.v1.ChannelControl
-	(*ChannelGroup)(nil),         // 2: jmcluster.v1.ChannelGroup
-	(*ExchangeResponse)(nil),     // 3: jmcluster.v1.ExchangeResponse
-	(*ExchangeHello)(nil),        // 4: jmcluster.v1.ExchangeHello
-	(*ChannelBatch)(nil),         // 5: jmcluster.v1.ChannelBatch
-	(*ReadPartitionRequest)(nil), // 6: jmcluster.v1.ReadPartitionRequest
-	(*Record)(nil),               // 7: jmcluster.v1.Record
-	(*RecordBatch)(nil),          // 8: jmcluster.v1.RecordBatch
+	(RecordFormat)(0),            // 0: jmcluster.v1.RecordFormat
+	(*ExchangeRequest)(nil),      // 1: jmcluster.v1.ExchangeRequest
+	(*ChannelControl)(nil),       // 2: jmcluster.v1.ChannelControl
+	(*ChannelGroup)(nil),         // 3: jmcluster.v1.ChannelGroup
+	(*ExchangeResponse)(nil),     // 4: jmcluster.v1.ExchangeResponse
+	(*ExchangeHello)(nil),        // 5: jmcluster.v1.ExchangeHello
+	(*ChannelBatch)(nil),         // 6: jmcluster.v1.ChannelBatch
+	(*ReadPartitionRequest)(nil), // 7: jmcluster.v1.ReadPartitionRequest
+	(*Record)(nil),               // 8: jmcluster.v1.Record
+	(*RecordBatch)(nil),          // 9: jmcluster.v1.RecordBatch
 }
 var file_jmcluster_v1_data_proto_depIdxs = []int32{
-	1, // 0: jmcluster.v1.ExchangeRequest.controls:type_name -> jmcluster.v1.ChannelControl
-	6, // 1: jmcluster.v1.ChannelControl.open:type_name -> jmcluster.v1.ReadPartitionRequest
-	2, // 2: jmcluster.v1.ChannelControl.open_group:type_name -> jmcluster.v1.ChannelGroup
-	5, // 3: jmcluster.v1.ExchangeResponse.batches:type_name -> jmcluster.v1.ChannelBatch
-	4, // 4: jmcluster.v1.ExchangeResponse.hello:type_name -> jmcluster.v1.ExchangeHello
-	8, // 5: jmcluster.v1.ChannelBatch.batch:type_name -> jmcluster.v1.RecordBatch
-	7, // 6: jmcluster.v1.RecordBatch.records:type_name -> jmcluster.v1.Record
-	6, // 7: jmcluster.v1.DataService.ReadPartition:input_type -> jmcluster.v1.ReadPartitionRequest
-	0, // 8: jmcluster.v1.DataService.Exchange:input_type -> jmcluster.v1.ExchangeRequest
-	8, // 9: jmcluster.v1.DataService.ReadPartition:output_type -> jmcluster.v1.RecordBatch
-	3, // 10: jmcluster.v1.DataService.Exchange:output_type -> jmcluster.v1.ExchangeResponse
+	2, // 0: jmcluster.v1.ExchangeRequest.controls:type_name -> jmcluster.v1.ChannelControl
+	7, // 1: jmcluster.v1.ChannelControl.open:type_name -> jmcluster.v1.ReadPartitionRequest
+	3, // 2: jmcluster.v1.ChannelControl.open_group:type_name -> jmcluster.v1.ChannelGroup
+	6, // 3: jmcluster.v1.ExchangeResponse.batches:type_name -> jmcluster.v1.ChannelBatch
+	5, // 4: jmcluster.v1.ExchangeResponse.hello:type_name -> jmcluster.v1.ExchangeHello
+	9, // 5: jmcluster.v1.ChannelBatch.batch:type_name -> jmcluster.v1.RecordBatch
+	8, // 6: jmcluster.v1.RecordBatch.records:type_name -> jmcluster.v1.Record
+	7, // 7: jmcluster.v1.DataService.ReadPartition:input_type -> jmcluster.v1.ReadPartitionRequest
+	1, // 8: jmcluster.v1.DataService.Exchange:input_type -> jmcluster.v1.ExchangeRequest
+	9, // 9: jmcluster.v1.DataService.ReadPartition:output_type -> jmcluster.v1.RecordBatch
+	4, // 10: jmcluster.v1.DataService.Exchange:output_type -> jmcluster.v1.ExchangeResponse
 	9, // [9:11] is the sub-list for method output_type
 	7, // [7:9] is the sub-list for method input_type
 	7, // [7:7] is the sub-list for extension type_name
@@ -738,18 +871,20 @@ func file_jmcluster_v1_data_proto_init() {
 	if File_jmcluster_v1_data_proto != nil {
 		return
 	}
+	file_jmcluster_v1_data_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_data_proto_rawDesc), len(file_jmcluster_v1_data_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_jmcluster_v1_data_proto_goTypes,
 		DependencyIndexes: file_jmcluster_v1_data_proto_depIdxs,
+		EnumInfos:         file_jmcluster_v1_data_proto_enumTypes,
 		MessageInfos:      file_jmcluster_v1_data_proto_msgTypes,
 	}.Build()
 	File_jmcluster_v1_data_proto = out.File
