@@ -17,7 +17,7 @@ func TestBlockedTimeCountsTheWaitForSpace(t *testing.T) {
 	p.CountBlocked(&b)
 	ctx := context.Background()
 	for i := range pipelinedBuffer {
-		if err := p.Add(ctx, operator.Record{Value: int64(i)}); err != nil {
+		if err := p.Add(ctx, operator.Record{Value: operator.Int64Bytes(int64(i))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -25,7 +25,7 @@ func TestBlockedTimeCountsTheWaitForSpace(t *testing.T) {
 		t.Fatalf("blocked %s before any add waited", b.Total())
 	}
 	done := make(chan error, 1)
-	go func() { done <- p.Add(ctx, operator.Record{Value: -1}) }()
+	go func() { done <- p.Add(ctx, operator.Record{Value: operator.Int64Bytes(-1)}) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for b.Total() < 10*time.Millisecond {
 		if time.Now().After(deadline) {
