@@ -58,6 +58,9 @@ type SimTM struct {
 	hb             time.Duration
 	poolV, poolRev uint64
 	tasks          map[string]*simTask // by attempt id
+	// report is the tasks' reports in report order, built once per change of the tasks (a
+	// TM of 10,000 executions answers each RequestReport without sorting them again).
+	report []*pb.ExecutionReport
 	kick           chan struct{}
 
 	shards []*simShard // the outbox senders (none without JobMasters)
@@ -173,6 +176,7 @@ func (s *SimTM) hold(execs ...*pb.ExecutionReport) {
 	for _, r := range execs {
 		s.tasks[r.AttemptId] = &simTask{jobID: r.JobId, rep: r}
 	}
+	s.report = nil
 }
 
 func terminal(st pb.ExecutionState) bool {
@@ -254,6 +258,7 @@ func (s *SimTM) startLocked(d *pb.TaskDeploymentDescriptor, shared []*pb.SharedC
 		}
 	}
 	s.tasks[d.GetAttemptId()] = &simTask{jobID: d.GetJobId(), rep: rep}
+	s.report = nil
 	return &pb.UpdateTaskExecutionStateRequest{TmId: s.ID, JobId: d.GetJobId(), AttemptId: d.GetAttemptId(), State: pb.ExecutionState_EXECUTION_STATE_RUNNING}
 }
 
@@ -270,15 +275,18 @@ func (s *SimTM) RequestReport(req *pb.RequestReportRequest, stream pb.TaskManage
 	if addr := req.GetLeaderGrpcAddress(); s.live() && addr != "" && (newer || addr != s.leader) {
 		s.followLocked(addr, req.GetLeaderId())
 	}
-	execs := make([]*pb.ExecutionReport, 0, len(s.tasks))
-	for _, t := range s.tasks {
-		execs = append(execs, t.rep)
+	if s.report == nil {
+		s.report = make([]*pb.ExecutionReport, 0, len(s.tasks))
+		for _, t := range s.tasks {
+			s.report = append(s.report, t.rep)
+		}
+		slices.SortFunc(s.report, func(a, b *pb.ExecutionReport) int {
+			return cmp.Or(cmp.Compare(a.JobId, b.JobId), cmp.Compare(a.VertexId, b.VertexId), cmp.Compare(a.SubtaskIndex, b.SubtaskIndex))
+		})
 	}
+	execs := s.report
 	s.mu.Unlock()
 	s.Reports.Add(1)
-	slices.SortFunc(execs, func(a, b *pb.ExecutionReport) int {
-		return cmp.Or(cmp.Compare(a.JobId, b.JobId), cmp.Compare(a.VertexId, b.VertexId), cmp.Compare(a.SubtaskIndex, b.SubtaskIndex))
-	})
 	slots := s.Slots
 	if slots == 0 {
 		slots = int32(len(execs))
@@ -324,6 +332,7 @@ func (s *SimTM) CancelTask(_ context.Context, req *pb.CancelTaskRequest) (*pb.Ca
 		p.Consumable = false
 	}
 	t.rep = rep
+	s.report = nil
 	s.mu.Unlock()
 	s.enqueue(&pb.UpdateTaskExecutionStateRequest{TmId: s.ID, JobId: t.jobID, AttemptId: req.GetAttemptId(), State: pb.ExecutionState_EXECUTION_STATE_CANCELED})
 	return &pb.CancelTaskResponse{State: pb.ExecutionState_EXECUTION_STATE_CANCELED}, nil
@@ -339,6 +348,7 @@ func (s *SimTM) AcknowledgeTerminal(_ context.Context, req *pb.AcknowledgeTermin
 	for _, id := range req.GetAttemptIds() {
 		if t := s.tasks[id]; t != nil && terminal(t.rep.State) {
 			delete(s.tasks, id)
+			s.report = nil
 		}
 	}
 	return &pb.AcknowledgeTerminalResponse{}, nil
