@@ -61,7 +61,7 @@ type SimTM struct {
 	// report is the tasks' reports in report order, built once per change of the tasks (a
 	// TM of 10,000 executions answers each RequestReport without sorting them again).
 	report []*pb.ExecutionReport
-	kick           chan struct{}
+	kick   chan struct{}
 
 	shards []*simShard // the outbox senders (none without JobMasters)
 
