@@ -78,9 +78,18 @@ func below(x uint64, n uint64) uint64 {
 	return hi
 }
 
-// UserName is the user id of key index k: "user-0042".
+// UserName is the user id of key index k: "user-" and k in decimal, at least 4 digits
+// ("user-0042").
 func UserName(k int64) string {
-	return "user-" + fmt.Sprintf("%04d", k)
+	return string(appendUser(make([]byte, 0, 16), k))
+}
+
+func appendUser(b []byte, k int64) []byte {
+	b = append(b, "user-"...)
+	for p := int64(1000); p > 1 && k < p; p /= 10 {
+		b = append(b, '0')
+	}
+	return strconv.AppendInt(b, k, 10)
 }
 
 // Event returns event i of split s: its hash h = mix64(mix64(seed ^ mix64(s)) + i) draws the

@@ -129,6 +129,11 @@ func TestEventGeneratorKeys(t *testing.T) {
 		}
 		return m
 	}
+	for k, want := range map[int64]string{0: "user-0000", 42: "user-0042", 999: "user-0999", 1000: "user-1000", 123456: "user-123456"} {
+		if got := UserName(k); got != want {
+			t.Fatalf("UserName(%d) = %q, want %q", k, got, want)
+		}
+	}
 	u := count(&pb.EventGenerator{Seed: 1, Keys: 10})
 	if len(u) != 10 || u["user-0000"] > 2*u["user-0009"] {
 		t.Fatalf("uniform: %v", u)
