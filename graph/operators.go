@@ -71,6 +71,7 @@ var operatorKinds = []OperatorKind{
 	{Name: "checksum_sink", Role: RoleSink, validate: validateChecksumSink,
 		sinkPath: func(op *pb.Operator) string { return op.GetChecksumSink().GetPath() }},
 	{Name: "flat_map", Role: RoleTransform, validate: noConfig},
+	{Name: "event_generator", Role: RoleSource, validate: validateEventGenerator},
 }
 
 var (
@@ -184,6 +185,48 @@ func validateSequenceSource(op *pb.Operator, env OperatorEnv, add addFunc) {
 	}
 }
 
+// The event generator's bounds.
+const (
+	// MaxGeneratorKeys bounds event_generator.keys (the skewed distribution keeps a table of
+	// this many weights).
+	MaxGeneratorKeys = 1 << 20
+	// MaxGeneratorKeySkew bounds event_generator.key_skew, the Zipf exponent.
+	MaxGeneratorKeySkew = 10.0
+	// MaxGeneratorMs bounds event_generator.start_ms (ms since the epoch, year 10000 and more),
+	// step_ms and max_disorder_ms.
+	MaxGeneratorMs = 1 << 48
+)
+
+func validateEventGenerator(op *pb.Operator, env OperatorEnv, add addFunc) {
+	g := op.GetEventGenerator()
+	if g.GetCount() < 0 {
+		add("event_generator.count", "%d is negative", g.GetCount())
+	}
+	if k := g.GetKeys(); k < 0 || k > MaxGeneratorKeys {
+		add("event_generator.keys", "%d is out of range [0, MaxGeneratorKeys %d]", k, MaxGeneratorKeys)
+	}
+	if s := g.GetKeySkew(); !(s >= 0 && s <= MaxGeneratorKeySkew) {
+		add("event_generator.key_skew", "%v is out of range [0, MaxGeneratorKeySkew %v]", s, MaxGeneratorKeySkew)
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"start_ms", g.GetStartMs()}, {"step_ms", g.GetStepMs()}, {"max_disorder_ms", g.GetMaxDisorderMs()}} {
+		if f.v < 0 || f.v > MaxGeneratorMs {
+			add("event_generator."+f.name, "%d is out of range [0, MaxGeneratorMs %d]", f.v, int64(MaxGeneratorMs))
+		}
+	}
+	if r := g.GetRatePerSecond(); r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
+		add("event_generator.rate_per_second", "%v must be a finite number >= 0", r)
+	}
+	if g.GetMaxAmount() < 0 {
+		add("event_generator.max_amount", "%d is negative", g.GetMaxAmount())
+	}
+	if env.JobType == pb.JobType_JOB_TYPE_BATCH && g.GetCount() <= 0 {
+		add("event_generator.count", "a BATCH job needs bounded sources (count > 0)")
+	}
+}
+
 func validateFilter(op *pb.Operator, _ OperatorEnv, add addFunc) {
 	m := op.GetFilter()
 	if m.GetModulus() <= 0 {
@@ -195,6 +238,9 @@ func validateFilter(op *pb.Operator, _ OperatorEnv, add addFunc) {
 
 func validateFileSink(op *pb.Operator, env OperatorEnv, add addFunc) {
 	checkSinkField(add, "file_sink.path", op.GetFileSink().GetPath(), env)
+	if f := op.GetFileSink().GetFormat(); pb.FileSinkFormat_name[int32(f)] == "" {
+		add("file_sink.format", "%d is not a FileSinkFormat", int32(f))
+	}
 }
 
 func validateChecksumSink(op *pb.Operator, env OperatorEnv, add addFunc) {

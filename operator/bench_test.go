@@ -38,3 +38,24 @@ func BenchmarkTransform(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEventGenerator: the cost of one generated event as its source emits it (hash,
+// user, JSON record), uniform and skewed.
+func BenchmarkEventGenerator(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		skew float64
+	}{{"uniform", 0}, {"zipf", 1.1}} {
+		b.Run(c.name, func(b *testing.B) {
+			g := NewGenerator(&pb.EventGenerator{Seed: 1, Keys: 10000, KeySkew: c.skew, StartMs: 1_700_000_000_000, StepMs: 1, MaxDisorderMs: 100})
+			b.ReportAllocs()
+			i := int64(0)
+			for b.Loop() {
+				if r := g.Event(0, i).Record(0, i); len(r.Value) == 0 {
+					b.Fatal("empty record")
+				}
+				i++
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -15,8 +16,9 @@ import (
 
 func init() {
 	register("file_sink", runtime{
-		sink: func(_ *pb.Operator, info Info, p string) Sink {
-			return &fileSink{dir: info.workDir(), path: p, checkpointed: info.Checkpointed, restoredID: info.RestoredCheckpoint}
+		sink: func(op *pb.Operator, info Info, p string) Sink {
+			return &fileSink{dir: info.workDir(), path: p, format: op.GetFileSink().GetFormat(),
+				checkpointed: info.Checkpointed, restoredID: info.RestoredCheckpoint}
 		},
 		files: func(p string) []string { return []string{p} },
 	})
@@ -25,10 +27,11 @@ func init() {
 // fileFlushEvery bounds how long appended lines stay in the file sink's buffer.
 const fileFlushEvery = 200 * time.Millisecond
 
-// fileSink appends "key value" lines to a file inside dir.
+// fileSink appends a line per record to a file inside dir (appendLine).
 type fileSink struct {
 	dir       string // the work directory
 	path      string // relative to dir, checked by SinkPath
+	format    pb.FileSinkFormat
 	f         *os.File
 	w         *bufio.Writer
 	lastFlush time.Time
@@ -78,11 +81,14 @@ func mkdirParent(root *os.Root, path string) error {
 }
 
 func (s *fileSink) Write(r Record) error {
+	var err error
 	if s.checkpointed {
-		s.pending = appendLine(s.pending, &r)
-		return nil
+		s.pending, err = appendLine(s.pending, &r, s.format)
+		return err
 	}
-	s.line = appendLine(s.line[:0], &r)
+	if s.line, err = appendLine(s.line[:0], &r, s.format); err != nil {
+		return err
+	}
 	if _, err := s.w.Write(s.line); err != nil {
 		return fmt.Errorf("file sink: %w", err)
 	}
@@ -119,13 +125,31 @@ func (s *fileSink) Close() error {
 	return err
 }
 
-// appendLine appends r's line: "key value", each a number when numeric (8 bytes) and a quoted
-// string otherwise.
-func appendLine(b []byte, r *Record) []byte {
-	b = appendField(b, r.Key)
-	b = append(b, ' ')
-	b = appendField(b, r.Value)
-	return append(b, '\n')
+// appendLine appends r's line in format f: by default "key value", each a number when numeric
+// (8 bytes) and a quoted string otherwise; FILE_SINK_FORMAT_VALUE the value's bytes;
+// FILE_SINK_FORMAT_KEY_TAB_VALUE the key's bytes, a tab and the value's bytes. Raw bytes that
+// would break the line (a newline or carriage return, and a tab in a key before a tab) are
+// refused with an error naming the record; b is then unchanged.
+func appendLine(b []byte, r *Record, f pb.FileSinkFormat) ([]byte, error) {
+	switch f {
+	case pb.FileSinkFormat_FILE_SINK_FORMAT_VALUE:
+		if bytes.ContainsAny(r.Value, "\n\r") {
+			return b, fmt.Errorf("file sink: record (origin %d, seq %d): its value holds a newline or carriage return, which format VALUE cannot write on one line", r.Origin, r.Seq)
+		}
+		b = append(b, r.Value...)
+	case pb.FileSinkFormat_FILE_SINK_FORMAT_KEY_TAB_VALUE:
+		if bytes.ContainsAny(r.Key, "\t\n\r") || bytes.ContainsAny(r.Value, "\n\r") {
+			return b, fmt.Errorf("file sink: record (origin %d, seq %d): its key holds a tab, newline or carriage return, or its value a newline or carriage return, which format KEY_TAB_VALUE cannot write on one line", r.Origin, r.Seq)
+		}
+		b = append(b, r.Key...)
+		b = append(b, '\t')
+		b = append(b, r.Value...)
+	default:
+		b = appendField(b, r.Key)
+		b = append(b, ' ')
+		b = appendField(b, r.Value)
+	}
+	return append(b, '\n'), nil
 }
 
 func appendField(b, f []byte) []byte {

@@ -97,9 +97,9 @@ func (f timerFunc) OnTimer(ctx *Context, at int64) error { return f(ctx, at) }
 
 // TestFileSinkLines: a numeric key or value is written as its number, another quoted.
 func TestFileSinkLines(t *testing.T) {
-	got := string(appendLine(nil, &Record{Key: []byte("a b"), Value: Int64Bytes(-3)}))
-	if got != "\"a b\" -3\n" {
-		t.Fatalf("line %q", got)
+	got, err := appendLine(nil, &Record{Key: []byte("a b"), Value: Int64Bytes(-3)}, pb.FileSinkFormat_FILE_SINK_FORMAT_UNSPECIFIED)
+	if err != nil || string(got) != "\"a b\" -3\n" {
+		t.Fatalf("line %q, %v", got, err)
 	}
 }
 

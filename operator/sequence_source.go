@@ -1,18 +1,12 @@
 package operator
 
 import (
-	"time"
-
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
 func init() {
 	register("sequence_source", runtime{source: func(op *pb.Operator, _ Info) Source { return newSequenceSource(op.GetSequenceSource()) }})
 }
-
-// maxBurst bounds how far behind its schedule a rate-limited source may fall before it forgets
-// the debt: after a stall it catches up by at most this many seconds of records.
-const maxBurst = time.Second
 
 // sequenceSource has one split per subtask, split i the sequence of origin i: it emits
 // value = start + seq, key = value % keys (numeric: 8 bytes each, big endian), for seq in [0, count) or forever when count is 0,
@@ -39,9 +33,7 @@ func (s *sequenceSource) Splits(parallelism int32) []Split {
 	return out
 }
 
-// Read emits the sequence of each split in turn. Pacing is a token bucket: record i is due at
-// begin + i/rate; records already due are emitted without sleeping, so coarse timers do not
-// lower the rate.
+// Read emits the sequence of each split in turn, paced by a pacer.
 func (s *sequenceSource) Read(sc *SourceContext, splits []Split) error {
 	for i, sp := range splits {
 		if err := s.read(sc, i, sp); err != nil {
@@ -52,39 +44,12 @@ func (s *sequenceSource) Read(sc *SourceContext, splits []Split) error {
 }
 
 func (s *sequenceSource) read(sc *SourceContext, split int, sp Split) error {
-	ctx := sc.Context()
-	var interval time.Duration
-	if s.rate > 0 {
-		interval = time.Duration(float64(time.Second) / s.rate)
-	}
-	next := time.Now()
+	p := newPacer(s.rate)
+	defer p.stop()
 	var nums slab // the records' keys and values: an allocation per 256 records
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
 	for i := sp.Next; s.count == 0 || i < s.count; i++ {
-		if interval > 0 {
-			now := time.Now()
-			if wait := next.Sub(now); wait > 0 {
-				if timer == nil {
-					timer = time.NewTimer(wait)
-				} else {
-					timer.Reset(wait)
-				}
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-timer.C:
-				}
-			} else if -wait > maxBurst {
-				next = now.Add(-maxBurst)
-			}
-			next = next.Add(interval)
-		} else if i&1023 == 0 && ctx.Err() != nil {
-			return ctx.Err()
+		if err := p.wait(sc.Context(), i); err != nil {
+			return err
 		}
 		v := s.start + i
 		key := v % s.keys

@@ -119,6 +119,10 @@ func seq(s *pb.SequenceSource) *pb.Operator {
 	return &pb.Operator{Kind: &pb.Operator_SequenceSource{SequenceSource: s}}
 }
 
+func gen(g *pb.EventGenerator) *pb.Operator {
+	return &pb.Operator{Kind: &pb.Operator_EventGenerator{EventGenerator: g}}
+}
+
 func filter(modulus, remainder int64) *pb.Operator {
 	return &pb.Operator{Kind: &pb.Operator_Filter{Filter: &pb.FilterOperator{Modulus: modulus, Remainder: remainder}}}
 }
@@ -197,6 +201,9 @@ func All() []Case {
 		{Name: "file sink path of the work dir", Kind: "file_sink", Op: fileSink("."), Wiring: Fed, Field: fpath, Msg: "names the work dir itself"},
 		{Name: "file sink path with NUL", Kind: "file_sink", Op: fileSink("a\x00b"), Wiring: Fed, Field: fpath, Msg: "contains a NUL byte"},
 		{Name: "file sink escaping through the vertex id", Kind: "file_sink", Op: fileSink("{vertex}/x.txt"), Vertex: "..", Wiring: Fed, Field: fpath, Msg: `"{vertex}/x.txt" expands to "../x.txt"`},
+		{Name: "file sink of values", Kind: "file_sink", Op: &pb.Operator{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: "v.txt", Format: pb.FileSinkFormat_FILE_SINK_FORMAT_VALUE}}}, Wiring: Fed},
+		{Name: "file sink of key-tab-value lines", Kind: "file_sink", Op: &pb.Operator{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: "kv.txt", Format: pb.FileSinkFormat_FILE_SINK_FORMAT_KEY_TAB_VALUE}}}, Wiring: Fed},
+		{Name: "file sink of an unknown format", Kind: "file_sink", Op: &pb.Operator{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: "x.txt", Format: 7}}}, Wiring: Fed, Field: "operator.file_sink.format", Msg: "7 is not a FileSinkFormat"},
 		{Name: "file sink with an output", Kind: "file_sink", Op: fileSink("x.txt"), Wiring: Between, Msg: `sink vertex "v" must have no outgoing edges`},
 
 		{Name: "log sink", Kind: "log_sink", Op: logSinkOp, Wiring: Fed},
@@ -214,6 +221,24 @@ func All() []Case {
 
 		{Name: "flat_map", Kind: "flat_map", Op: flatMapOp, Wiring: Between},
 		{Name: "flat_map without input", Kind: "flat_map", Op: flatMapOp, Wiring: Feeds, Msg: noInputs},
+
+		{Name: "event generator", Kind: "event_generator", Op: gen(&pb.EventGenerator{Seed: 7, Count: 100, Keys: 50, KeySkew: 1.2, StartMs: 1_700_000_000_000, StepMs: 10, MaxDisorderMs: 500, RatePerSecond: 1000, MaxAmount: 50}), Wiring: Feeds},
+		{Name: "event generator of defaults", Kind: "event_generator", Op: gen(&pb.EventGenerator{}), Wiring: Feeds},
+		{Name: "bounded event generator in a batch job", Kind: "event_generator", Op: gen(&pb.EventGenerator{Count: 5, Keys: 1 << 20, KeySkew: 10, StartMs: 1 << 48}), JobType: batch, Wiring: Feeds},
+		{Name: "negative generator count", Kind: "event_generator", Op: gen(&pb.EventGenerator{Count: -1}), Wiring: Feeds, Field: "operator.event_generator.count", Msg: "-1 is negative"},
+		{Name: "unbounded event generator in a batch job", Kind: "event_generator", Op: gen(&pb.EventGenerator{}), JobType: batch, Wiring: Feeds, Field: "operator.event_generator.count", Msg: "a BATCH job needs bounded sources"},
+		{Name: "negative generator keys", Kind: "event_generator", Op: gen(&pb.EventGenerator{Keys: -1}), Wiring: Feeds, Field: "operator.event_generator.keys", Msg: "-1 is out of range [0, MaxGeneratorKeys 1048576]"},
+		{Name: "too many generator keys", Kind: "event_generator", Op: gen(&pb.EventGenerator{Keys: 1<<20 + 1}), Wiring: Feeds, Field: "operator.event_generator.keys", Msg: "1048577 is out of range [0, MaxGeneratorKeys 1048576]"},
+		{Name: "negative key skew", Kind: "event_generator", Op: gen(&pb.EventGenerator{KeySkew: -0.5}), Wiring: Feeds, Field: "operator.event_generator.key_skew", Msg: "-0.5 is out of range [0, MaxGeneratorKeySkew 10]"},
+		{Name: "NaN key skew", Kind: "event_generator", Op: gen(&pb.EventGenerator{KeySkew: math.NaN()}), Wiring: Feeds, Field: "operator.event_generator.key_skew", Msg: "NaN is out of range [0, MaxGeneratorKeySkew 10]"},
+		{Name: "too large key skew", Kind: "event_generator", Op: gen(&pb.EventGenerator{KeySkew: 11}), Wiring: Feeds, Field: "operator.event_generator.key_skew", Msg: "11 is out of range [0, MaxGeneratorKeySkew 10]"},
+		{Name: "negative generator start", Kind: "event_generator", Op: gen(&pb.EventGenerator{StartMs: -1}), Wiring: Feeds, Field: "operator.event_generator.start_ms", Msg: "-1 is out of range [0, MaxGeneratorMs 281474976710656]"},
+		{Name: "negative generator step", Kind: "event_generator", Op: gen(&pb.EventGenerator{StepMs: -2}), Wiring: Feeds, Field: "operator.event_generator.step_ms", Msg: "-2 is out of range [0, MaxGeneratorMs"},
+		{Name: "too large generator disorder", Kind: "event_generator", Op: gen(&pb.EventGenerator{MaxDisorderMs: 1<<48 + 1}), Wiring: Feeds, Field: "operator.event_generator.max_disorder_ms", Msg: "281474976710657 is out of range [0, MaxGeneratorMs"},
+		{Name: "negative generator rate", Kind: "event_generator", Op: gen(&pb.EventGenerator{RatePerSecond: -1}), Wiring: Feeds, Field: "operator.event_generator.rate_per_second", Msg: "-1 must be a finite number >= 0"},
+		{Name: "infinite generator rate", Kind: "event_generator", Op: gen(&pb.EventGenerator{RatePerSecond: math.Inf(1)}), Wiring: Feeds, Field: "operator.event_generator.rate_per_second", Msg: "+Inf must be a finite number >= 0"},
+		{Name: "negative generator max amount", Kind: "event_generator", Op: gen(&pb.EventGenerator{MaxAmount: -3}), Wiring: Feeds, Field: "operator.event_generator.max_amount", Msg: "-3 is negative"},
+		{Name: "event generator with an input", Kind: "event_generator", Op: gen(&pb.EventGenerator{Count: 3}), Wiring: Between, Msg: `source vertex "v" must have no inputs`},
 	}
 }
 

@@ -273,6 +273,60 @@ func (FailoverStrategy) EnumDescriptor() ([]byte, []int) {
 	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{4}
 }
 
+// The lines of a file sink. VALUE and KEY_TAB_VALUE write the bytes raw, one record per line:
+// a record whose value holds a newline or carriage return (or, for KEY_TAB_VALUE, whose key
+// holds a tab, newline or carriage return) fails the task with an error naming the record.
+type FileSinkFormat int32
+
+const (
+	FileSinkFormat_FILE_SINK_FORMAT_UNSPECIFIED FileSinkFormat = 0
+	// The value's bytes, one per line.
+	FileSinkFormat_FILE_SINK_FORMAT_VALUE FileSinkFormat = 1
+	// The key's bytes, a tab, the value's bytes, one per line.
+	FileSinkFormat_FILE_SINK_FORMAT_KEY_TAB_VALUE FileSinkFormat = 2
+)
+
+// Enum value maps for FileSinkFormat.
+var (
+	FileSinkFormat_name = map[int32]string{
+		0: "FILE_SINK_FORMAT_UNSPECIFIED",
+		1: "FILE_SINK_FORMAT_VALUE",
+		2: "FILE_SINK_FORMAT_KEY_TAB_VALUE",
+	}
+	FileSinkFormat_value = map[string]int32{
+		"FILE_SINK_FORMAT_UNSPECIFIED":   0,
+		"FILE_SINK_FORMAT_VALUE":         1,
+		"FILE_SINK_FORMAT_KEY_TAB_VALUE": 2,
+	}
+)
+
+func (x FileSinkFormat) Enum() *FileSinkFormat {
+	p := new(FileSinkFormat)
+	*p = x
+	return p
+}
+
+func (x FileSinkFormat) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FileSinkFormat) Descriptor() protoreflect.EnumDescriptor {
+	return file_jmcluster_v1_graph_proto_enumTypes[5].Descriptor()
+}
+
+func (FileSinkFormat) Type() protoreflect.EnumType {
+	return &file_jmcluster_v1_graph_proto_enumTypes[5]
+}
+
+func (x FileSinkFormat) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FileSinkFormat.Descriptor instead.
+func (FileSinkFormat) EnumDescriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{5}
+}
+
 type ExecutionState int32
 
 const (
@@ -330,11 +384,11 @@ func (x ExecutionState) String() string {
 }
 
 func (ExecutionState) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[5].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[6].Descriptor()
 }
 
 func (ExecutionState) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[5]
+	return &file_jmcluster_v1_graph_proto_enumTypes[6]
 }
 
 func (x ExecutionState) Number() protoreflect.EnumNumber {
@@ -343,7 +397,7 @@ func (x ExecutionState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExecutionState.Descriptor instead.
 func (ExecutionState) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{5}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{6}
 }
 
 type JobStatus int32
@@ -406,11 +460,11 @@ func (x JobStatus) String() string {
 }
 
 func (JobStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[6].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[7].Descriptor()
 }
 
 func (JobStatus) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[6]
+	return &file_jmcluster_v1_graph_proto_enumTypes[7]
 }
 
 func (x JobStatus) Number() protoreflect.EnumNumber {
@@ -419,7 +473,7 @@ func (x JobStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobStatus.Descriptor instead.
 func (JobStatus) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{6}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{7}
 }
 
 type RestartStrategy struct {
@@ -701,8 +755,11 @@ func (*KeyBySumOperator) Descriptor() ([]byte, []int) {
 
 // Appends "key value" lines to a file (path may contain {subtask} and {attempt}).
 type FileSink struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// What a line holds; FILE_SINK_FORMAT_UNSPECIFIED means "key value" with numbers (8 bytes)
+	// in decimal and other bytes quoted (Go syntax).
+	Format        FileSinkFormat `protobuf:"varint,2,opt,name=format,proto3,enum=jmcluster.v1.FileSinkFormat" json:"format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -742,6 +799,13 @@ func (x *FileSink) GetPath() string {
 		return x.Path
 	}
 	return ""
+}
+
+func (x *FileSink) GetFormat() FileSinkFormat {
+	if x != nil {
+		return x.Format
+	}
+	return FileSinkFormat_FILE_SINK_FORMAT_UNSPECIFIED
 }
 
 // Logs every record at debug level.
@@ -820,6 +884,128 @@ func (*FlatMapOperator) Descriptor() ([]byte, []int) {
 	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{7}
 }
 
+// A source of JSON events with event time, for tests and demos: split s (one per subtask) emits
+// events i = 0, 1, ... of value {"user":"user-0042","amount":17,"ts":1700000000123}, key the
+// user ("user-0042"), event time ts = start_ms + i*step_ms - jitter, jitter in
+// [0, max_disorder_ms]. Every event is a pure function of (seed, split, i)
+// (operator.GeneratedEvent), so a restored source repeats exactly what it emitted before.
+type EventGenerator struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The seed of users, amounts and jitter; any value (0 too) is a seed.
+	Seed uint64 `protobuf:"varint,1,opt,name=seed,proto3" json:"seed,omitempty"`
+	// Events per split; 0 means unbounded.
+	Count int64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// Number of distinct users; 0 means 1.
+	Keys int64 `protobuf:"varint,3,opt,name=keys,proto3" json:"keys,omitempty"`
+	// Zipf exponent of the users' distribution (user-0000 the most frequent); 0 means uniform.
+	KeySkew float64 `protobuf:"fixed64,4,opt,name=key_skew,json=keySkew,proto3" json:"key_skew,omitempty"`
+	// Event time of event 0 in ms since the Unix epoch; 0 means 0.
+	StartMs int64 `protobuf:"varint,5,opt,name=start_ms,json=startMs,proto3" json:"start_ms,omitempty"`
+	// Event time between consecutive events of a split in ms; 0 means all at start_ms.
+	StepMs int64 `protobuf:"varint,6,opt,name=step_ms,json=stepMs,proto3" json:"step_ms,omitempty"`
+	// Bound of the disorder: an event's time is up to this many ms before its place; 0 means in order.
+	MaxDisorderMs int64 `protobuf:"varint,7,opt,name=max_disorder_ms,json=maxDisorderMs,proto3" json:"max_disorder_ms,omitempty"`
+	// Events per second per split; 0 means as fast as possible.
+	RatePerSecond float64 `protobuf:"fixed64,8,opt,name=rate_per_second,json=ratePerSecond,proto3" json:"rate_per_second,omitempty"`
+	// Amounts are in [1, max_amount]; 0 means 100.
+	MaxAmount     int64 `protobuf:"varint,9,opt,name=max_amount,json=maxAmount,proto3" json:"max_amount,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventGenerator) Reset() {
+	*x = EventGenerator{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventGenerator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventGenerator) ProtoMessage() {}
+
+func (x *EventGenerator) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventGenerator.ProtoReflect.Descriptor instead.
+func (*EventGenerator) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *EventGenerator) GetSeed() uint64 {
+	if x != nil {
+		return x.Seed
+	}
+	return 0
+}
+
+func (x *EventGenerator) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *EventGenerator) GetKeys() int64 {
+	if x != nil {
+		return x.Keys
+	}
+	return 0
+}
+
+func (x *EventGenerator) GetKeySkew() float64 {
+	if x != nil {
+		return x.KeySkew
+	}
+	return 0
+}
+
+func (x *EventGenerator) GetStartMs() int64 {
+	if x != nil {
+		return x.StartMs
+	}
+	return 0
+}
+
+func (x *EventGenerator) GetStepMs() int64 {
+	if x != nil {
+		return x.StepMs
+	}
+	return 0
+}
+
+func (x *EventGenerator) GetMaxDisorderMs() int64 {
+	if x != nil {
+		return x.MaxDisorderMs
+	}
+	return 0
+}
+
+func (x *EventGenerator) GetRatePerSecond() float64 {
+	if x != nil {
+		return x.RatePerSecond
+	}
+	return 0
+}
+
+func (x *EventGenerator) GetMaxAmount() int64 {
+	if x != nil {
+		return x.MaxAmount
+	}
+	return 0
+}
+
 // Records count and sum per key, and per origin (source subtask) the sequence numbers seen,
 // so a test can prove no gap and no duplicate. Written as JSON to path ({subtask} expands).
 type ChecksumSink struct {
@@ -833,7 +1019,7 @@ type ChecksumSink struct {
 
 func (x *ChecksumSink) Reset() {
 	*x = ChecksumSink{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +1031,7 @@ func (x *ChecksumSink) String() string {
 func (*ChecksumSink) ProtoMessage() {}
 
 func (x *ChecksumSink) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[8]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +1044,7 @@ func (x *ChecksumSink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksumSink.ProtoReflect.Descriptor instead.
 func (*ChecksumSink) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{8}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ChecksumSink) GetPath() string {
@@ -887,6 +1073,7 @@ type Operator struct {
 	//	*Operator_LogSink
 	//	*Operator_ChecksumSink
 	//	*Operator_FlatMap
+	//	*Operator_EventGenerator
 	Kind          isOperator_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -894,7 +1081,7 @@ type Operator struct {
 
 func (x *Operator) Reset() {
 	*x = Operator{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1093,7 @@ func (x *Operator) String() string {
 func (*Operator) ProtoMessage() {}
 
 func (x *Operator) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[9]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1106,7 @@ func (x *Operator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operator.ProtoReflect.Descriptor instead.
 func (*Operator) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{9}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Operator) GetKind() isOperator_Kind {
@@ -1001,6 +1188,15 @@ func (x *Operator) GetFlatMap() *FlatMapOperator {
 	return nil
 }
 
+func (x *Operator) GetEventGenerator() *EventGenerator {
+	if x != nil {
+		if x, ok := x.Kind.(*Operator_EventGenerator); ok {
+			return x.EventGenerator
+		}
+	}
+	return nil
+}
+
 type isOperator_Kind interface {
 	isOperator_Kind()
 }
@@ -1037,6 +1233,10 @@ type Operator_FlatMap struct {
 	FlatMap *FlatMapOperator `protobuf:"bytes,8,opt,name=flat_map,json=flatMap,proto3,oneof"`
 }
 
+type Operator_EventGenerator struct {
+	EventGenerator *EventGenerator `protobuf:"bytes,9,opt,name=event_generator,json=eventGenerator,proto3,oneof"`
+}
+
 func (*Operator_SequenceSource) isOperator_Kind() {}
 
 func (*Operator_Map) isOperator_Kind() {}
@@ -1053,6 +1253,8 @@ func (*Operator_ChecksumSink) isOperator_Kind() {}
 
 func (*Operator_FlatMap) isOperator_Kind() {}
 
+func (*Operator_EventGenerator) isOperator_Kind() {}
+
 type JobVertex struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1065,7 +1267,7 @@ type JobVertex struct {
 
 func (x *JobVertex) Reset() {
 	*x = JobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1279,7 @@ func (x *JobVertex) String() string {
 func (*JobVertex) ProtoMessage() {}
 
 func (x *JobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1292,7 @@ func (x *JobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobVertex.ProtoReflect.Descriptor instead.
 func (*JobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JobVertex) GetId() string {
@@ -1133,7 +1335,7 @@ type JobEdge struct {
 
 func (x *JobEdge) Reset() {
 	*x = JobEdge{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1347,7 @@ func (x *JobEdge) String() string {
 func (*JobEdge) ProtoMessage() {}
 
 func (x *JobEdge) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1360,7 @@ func (x *JobEdge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEdge.ProtoReflect.Descriptor instead.
 func (*JobEdge) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JobEdge) GetSource() string {
@@ -1207,7 +1409,7 @@ type JobGraph struct {
 
 func (x *JobGraph) Reset() {
 	*x = JobGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1421,7 @@ func (x *JobGraph) String() string {
 func (*JobGraph) ProtoMessage() {}
 
 func (x *JobGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1434,7 @@ func (x *JobGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobGraph.ProtoReflect.Descriptor instead.
 func (*JobGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JobGraph) GetJobId() string {
@@ -1301,7 +1503,7 @@ type SlotID struct {
 
 func (x *SlotID) Reset() {
 	*x = SlotID{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1515,7 @@ func (x *SlotID) String() string {
 func (*SlotID) ProtoMessage() {}
 
 func (x *SlotID) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1528,7 @@ func (x *SlotID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotID.ProtoReflect.Descriptor instead.
 func (*SlotID) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{13}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SlotID) GetTmId() string {
@@ -1353,7 +1555,7 @@ type StateTimestamp struct {
 
 func (x *StateTimestamp) Reset() {
 	*x = StateTimestamp{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1567,7 @@ func (x *StateTimestamp) String() string {
 func (*StateTimestamp) ProtoMessage() {}
 
 func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1580,7 @@ func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTimestamp.ProtoReflect.Descriptor instead.
 func (*StateTimestamp) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{14}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StateTimestamp) GetState() ExecutionState {
@@ -1413,7 +1615,7 @@ type Execution struct {
 
 func (x *Execution) Reset() {
 	*x = Execution{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1627,7 @@ func (x *Execution) String() string {
 func (*Execution) ProtoMessage() {}
 
 func (x *Execution) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1640,7 @@ func (x *Execution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Execution.ProtoReflect.Descriptor instead.
 func (*Execution) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{15}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Execution) GetAttemptId() string {
@@ -1518,7 +1720,7 @@ type InputChannelDescriptor struct {
 
 func (x *InputChannelDescriptor) Reset() {
 	*x = InputChannelDescriptor{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1732,7 @@ func (x *InputChannelDescriptor) String() string {
 func (*InputChannelDescriptor) ProtoMessage() {}
 
 func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1745,7 @@ func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputChannelDescriptor.ProtoReflect.Descriptor instead.
 func (*InputChannelDescriptor) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{16}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *InputChannelDescriptor) GetResultId() string {
@@ -1595,7 +1797,7 @@ type ExecutionVertex struct {
 
 func (x *ExecutionVertex) Reset() {
 	*x = ExecutionVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1809,7 @@ func (x *ExecutionVertex) String() string {
 func (*ExecutionVertex) ProtoMessage() {}
 
 func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1822,7 @@ func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExecutionVertex) GetVertexId() string {
@@ -1669,7 +1871,7 @@ type ExecutionJobVertex struct {
 
 func (x *ExecutionJobVertex) Reset() {
 	*x = ExecutionJobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1883,7 @@ func (x *ExecutionJobVertex) String() string {
 func (*ExecutionJobVertex) ProtoMessage() {}
 
 func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1896,7 @@ func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionJobVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionJobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExecutionJobVertex) GetVertexId() string {
@@ -1731,7 +1933,7 @@ type IntermediateResultPartition struct {
 
 func (x *IntermediateResultPartition) Reset() {
 	*x = IntermediateResultPartition{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +1945,7 @@ func (x *IntermediateResultPartition) String() string {
 func (*IntermediateResultPartition) ProtoMessage() {}
 
 func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +1958,7 @@ func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResultPartition.ProtoReflect.Descriptor instead.
 func (*IntermediateResultPartition) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *IntermediateResultPartition) GetPartitionIndex() int32 {
@@ -1808,7 +2010,7 @@ type IntermediateResult struct {
 
 func (x *IntermediateResult) Reset() {
 	*x = IntermediateResult{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +2022,7 @@ func (x *IntermediateResult) String() string {
 func (*IntermediateResult) ProtoMessage() {}
 
 func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +2035,7 @@ func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResult.ProtoReflect.Descriptor instead.
 func (*IntermediateResult) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *IntermediateResult) GetResultId() string {
@@ -1890,7 +2092,7 @@ type ExecutionGraph struct {
 
 func (x *ExecutionGraph) Reset() {
 	*x = ExecutionGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +2104,7 @@ func (x *ExecutionGraph) String() string {
 func (*ExecutionGraph) ProtoMessage() {}
 
 func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +2117,7 @@ func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionGraph.ProtoReflect.Descriptor instead.
 func (*ExecutionGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecutionGraph) GetJobId() string {
@@ -1950,7 +2152,7 @@ type JobStatusChange struct {
 
 func (x *JobStatusChange) Reset() {
 	*x = JobStatusChange{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2164,7 @@ func (x *JobStatusChange) String() string {
 func (*JobStatusChange) ProtoMessage() {}
 
 func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2177,7 @@ func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatusChange.ProtoReflect.Descriptor instead.
 func (*JobStatusChange) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *JobStatusChange) GetStatus() JobStatus {
@@ -2022,7 +2224,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2236,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2249,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{23}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *JobRecord) GetJobGraph() *JobGraph {
@@ -2140,14 +2342,26 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x0eFilterOperator\x12\x18\n" +
 	"\amodulus\x18\x01 \x01(\x03R\amodulus\x12\x1c\n" +
 	"\tremainder\x18\x02 \x01(\x03R\tremainder\"\x12\n" +
-	"\x10KeyBySumOperator\"\x1e\n" +
+	"\x10KeyBySumOperator\"T\n" +
 	"\bFileSink\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"\t\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x124\n" +
+	"\x06format\x18\x02 \x01(\x0e2\x1c.jmcluster.v1.FileSinkFormatR\x06format\"\t\n" +
 	"\aLogSink\"\x11\n" +
-	"\x0fFlatMapOperator\"N\n" +
+	"\x0fFlatMapOperator\"\x8c\x02\n" +
+	"\x0eEventGenerator\x12\x12\n" +
+	"\x04seed\x18\x01 \x01(\x04R\x04seed\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x12\n" +
+	"\x04keys\x18\x03 \x01(\x03R\x04keys\x12\x19\n" +
+	"\bkey_skew\x18\x04 \x01(\x01R\akeySkew\x12\x19\n" +
+	"\bstart_ms\x18\x05 \x01(\x03R\astartMs\x12\x17\n" +
+	"\astep_ms\x18\x06 \x01(\x03R\x06stepMs\x12&\n" +
+	"\x0fmax_disorder_ms\x18\a \x01(\x03R\rmaxDisorderMs\x12&\n" +
+	"\x0frate_per_second\x18\b \x01(\x01R\rratePerSecond\x12\x1d\n" +
+	"\n" +
+	"max_amount\x18\t \x01(\x03R\tmaxAmount\"N\n" +
 	"\fChecksumSink\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12*\n" +
-	"\x11flush_interval_ms\x18\x02 \x01(\x03R\x0fflushIntervalMs\"\xec\x03\n" +
+	"\x11flush_interval_ms\x18\x02 \x01(\x03R\x0fflushIntervalMs\"\xb5\x04\n" +
 	"\bOperator\x12G\n" +
 	"\x0fsequence_source\x18\x01 \x01(\v2\x1c.jmcluster.v1.SequenceSourceH\x00R\x0esequenceSource\x12-\n" +
 	"\x03map\x18\x02 \x01(\v2\x19.jmcluster.v1.MapOperatorH\x00R\x03map\x126\n" +
@@ -2157,7 +2371,8 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\tfile_sink\x18\x05 \x01(\v2\x16.jmcluster.v1.FileSinkH\x00R\bfileSink\x122\n" +
 	"\blog_sink\x18\x06 \x01(\v2\x15.jmcluster.v1.LogSinkH\x00R\alogSink\x12A\n" +
 	"\rchecksum_sink\x18\a \x01(\v2\x1a.jmcluster.v1.ChecksumSinkH\x00R\fchecksumSink\x12:\n" +
-	"\bflat_map\x18\b \x01(\v2\x1d.jmcluster.v1.FlatMapOperatorH\x00R\aflatMapB\x06\n" +
+	"\bflat_map\x18\b \x01(\v2\x1d.jmcluster.v1.FlatMapOperatorH\x00R\aflatMap\x12G\n" +
+	"\x0fevent_generator\x18\t \x01(\v2\x1c.jmcluster.v1.EventGeneratorH\x00R\x0eeventGeneratorB\x06\n" +
 	"\x04kind\"\x85\x01\n" +
 	"\tJobVertex\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -2270,7 +2485,11 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x10FailoverStrategy\x12!\n" +
 	"\x1dFAILOVER_STRATEGY_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18FAILOVER_STRATEGY_REGION\x10\x01\x12\x1a\n" +
-	"\x16FAILOVER_STRATEGY_FULL\x10\x02*\xe3\x02\n" +
+	"\x16FAILOVER_STRATEGY_FULL\x10\x02*r\n" +
+	"\x0eFileSinkFormat\x12 \n" +
+	"\x1cFILE_SINK_FORMAT_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16FILE_SINK_FORMAT_VALUE\x10\x01\x12\"\n" +
+	"\x1eFILE_SINK_FORMAT_KEY_TAB_VALUE\x10\x02*\xe3\x02\n" +
 	"\x0eExecutionState\x12\x1f\n" +
 	"\x1bEXECUTION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17EXECUTION_STATE_CREATED\x10\x01\x12\x1d\n" +
@@ -2311,86 +2530,90 @@ func file_jmcluster_v1_graph_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_graph_proto_rawDescData
 }
 
-var file_jmcluster_v1_graph_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_jmcluster_v1_graph_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(JobType)(0),                        // 0: jmcluster.v1.JobType
 	(Distribution)(0),                   // 1: jmcluster.v1.Distribution
 	(ResultType)(0),                     // 2: jmcluster.v1.ResultType
 	(RestartKind)(0),                    // 3: jmcluster.v1.RestartKind
 	(FailoverStrategy)(0),               // 4: jmcluster.v1.FailoverStrategy
-	(ExecutionState)(0),                 // 5: jmcluster.v1.ExecutionState
-	(JobStatus)(0),                      // 6: jmcluster.v1.JobStatus
-	(*RestartStrategy)(nil),             // 7: jmcluster.v1.RestartStrategy
-	(*SequenceSource)(nil),              // 8: jmcluster.v1.SequenceSource
-	(*MapOperator)(nil),                 // 9: jmcluster.v1.MapOperator
-	(*FilterOperator)(nil),              // 10: jmcluster.v1.FilterOperator
-	(*KeyBySumOperator)(nil),            // 11: jmcluster.v1.KeyBySumOperator
-	(*FileSink)(nil),                    // 12: jmcluster.v1.FileSink
-	(*LogSink)(nil),                     // 13: jmcluster.v1.LogSink
-	(*FlatMapOperator)(nil),             // 14: jmcluster.v1.FlatMapOperator
-	(*ChecksumSink)(nil),                // 15: jmcluster.v1.ChecksumSink
-	(*Operator)(nil),                    // 16: jmcluster.v1.Operator
-	(*JobVertex)(nil),                   // 17: jmcluster.v1.JobVertex
-	(*JobEdge)(nil),                     // 18: jmcluster.v1.JobEdge
-	(*JobGraph)(nil),                    // 19: jmcluster.v1.JobGraph
-	(*SlotID)(nil),                      // 20: jmcluster.v1.SlotID
-	(*StateTimestamp)(nil),              // 21: jmcluster.v1.StateTimestamp
-	(*Execution)(nil),                   // 22: jmcluster.v1.Execution
-	(*InputChannelDescriptor)(nil),      // 23: jmcluster.v1.InputChannelDescriptor
-	(*ExecutionVertex)(nil),             // 24: jmcluster.v1.ExecutionVertex
-	(*ExecutionJobVertex)(nil),          // 25: jmcluster.v1.ExecutionJobVertex
-	(*IntermediateResultPartition)(nil), // 26: jmcluster.v1.IntermediateResultPartition
-	(*IntermediateResult)(nil),          // 27: jmcluster.v1.IntermediateResult
-	(*ExecutionGraph)(nil),              // 28: jmcluster.v1.ExecutionGraph
-	(*JobStatusChange)(nil),             // 29: jmcluster.v1.JobStatusChange
-	(*JobRecord)(nil),                   // 30: jmcluster.v1.JobRecord
-	(*CheckpointConfig)(nil),            // 31: jmcluster.v1.CheckpointConfig
-	(*JobCheckpoints)(nil),              // 32: jmcluster.v1.JobCheckpoints
+	(FileSinkFormat)(0),                 // 5: jmcluster.v1.FileSinkFormat
+	(ExecutionState)(0),                 // 6: jmcluster.v1.ExecutionState
+	(JobStatus)(0),                      // 7: jmcluster.v1.JobStatus
+	(*RestartStrategy)(nil),             // 8: jmcluster.v1.RestartStrategy
+	(*SequenceSource)(nil),              // 9: jmcluster.v1.SequenceSource
+	(*MapOperator)(nil),                 // 10: jmcluster.v1.MapOperator
+	(*FilterOperator)(nil),              // 11: jmcluster.v1.FilterOperator
+	(*KeyBySumOperator)(nil),            // 12: jmcluster.v1.KeyBySumOperator
+	(*FileSink)(nil),                    // 13: jmcluster.v1.FileSink
+	(*LogSink)(nil),                     // 14: jmcluster.v1.LogSink
+	(*FlatMapOperator)(nil),             // 15: jmcluster.v1.FlatMapOperator
+	(*EventGenerator)(nil),              // 16: jmcluster.v1.EventGenerator
+	(*ChecksumSink)(nil),                // 17: jmcluster.v1.ChecksumSink
+	(*Operator)(nil),                    // 18: jmcluster.v1.Operator
+	(*JobVertex)(nil),                   // 19: jmcluster.v1.JobVertex
+	(*JobEdge)(nil),                     // 20: jmcluster.v1.JobEdge
+	(*JobGraph)(nil),                    // 21: jmcluster.v1.JobGraph
+	(*SlotID)(nil),                      // 22: jmcluster.v1.SlotID
+	(*StateTimestamp)(nil),              // 23: jmcluster.v1.StateTimestamp
+	(*Execution)(nil),                   // 24: jmcluster.v1.Execution
+	(*InputChannelDescriptor)(nil),      // 25: jmcluster.v1.InputChannelDescriptor
+	(*ExecutionVertex)(nil),             // 26: jmcluster.v1.ExecutionVertex
+	(*ExecutionJobVertex)(nil),          // 27: jmcluster.v1.ExecutionJobVertex
+	(*IntermediateResultPartition)(nil), // 28: jmcluster.v1.IntermediateResultPartition
+	(*IntermediateResult)(nil),          // 29: jmcluster.v1.IntermediateResult
+	(*ExecutionGraph)(nil),              // 30: jmcluster.v1.ExecutionGraph
+	(*JobStatusChange)(nil),             // 31: jmcluster.v1.JobStatusChange
+	(*JobRecord)(nil),                   // 32: jmcluster.v1.JobRecord
+	(*CheckpointConfig)(nil),            // 33: jmcluster.v1.CheckpointConfig
+	(*JobCheckpoints)(nil),              // 34: jmcluster.v1.JobCheckpoints
 }
 var file_jmcluster_v1_graph_proto_depIdxs = []int32{
 	3,  // 0: jmcluster.v1.RestartStrategy.kind:type_name -> jmcluster.v1.RestartKind
-	8,  // 1: jmcluster.v1.Operator.sequence_source:type_name -> jmcluster.v1.SequenceSource
-	9,  // 2: jmcluster.v1.Operator.map:type_name -> jmcluster.v1.MapOperator
-	10, // 3: jmcluster.v1.Operator.filter:type_name -> jmcluster.v1.FilterOperator
-	11, // 4: jmcluster.v1.Operator.key_by_sum:type_name -> jmcluster.v1.KeyBySumOperator
-	12, // 5: jmcluster.v1.Operator.file_sink:type_name -> jmcluster.v1.FileSink
-	13, // 6: jmcluster.v1.Operator.log_sink:type_name -> jmcluster.v1.LogSink
-	15, // 7: jmcluster.v1.Operator.checksum_sink:type_name -> jmcluster.v1.ChecksumSink
-	14, // 8: jmcluster.v1.Operator.flat_map:type_name -> jmcluster.v1.FlatMapOperator
-	16, // 9: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
-	1,  // 10: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
-	2,  // 11: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
-	0,  // 12: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
-	17, // 13: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
-	18, // 14: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
-	7,  // 15: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
-	4,  // 16: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
-	31, // 17: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
-	5,  // 18: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
-	5,  // 19: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
-	21, // 20: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
-	20, // 21: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
-	22, // 22: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
-	22, // 23: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
-	23, // 24: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
-	24, // 25: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
-	2,  // 26: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
-	1,  // 27: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
-	26, // 28: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
-	25, // 29: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
-	27, // 30: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
-	6,  // 31: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
-	19, // 32: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
-	6,  // 33: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
-	29, // 34: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
-	28, // 35: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
-	32, // 36: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	5,  // 1: jmcluster.v1.FileSink.format:type_name -> jmcluster.v1.FileSinkFormat
+	9,  // 2: jmcluster.v1.Operator.sequence_source:type_name -> jmcluster.v1.SequenceSource
+	10, // 3: jmcluster.v1.Operator.map:type_name -> jmcluster.v1.MapOperator
+	11, // 4: jmcluster.v1.Operator.filter:type_name -> jmcluster.v1.FilterOperator
+	12, // 5: jmcluster.v1.Operator.key_by_sum:type_name -> jmcluster.v1.KeyBySumOperator
+	13, // 6: jmcluster.v1.Operator.file_sink:type_name -> jmcluster.v1.FileSink
+	14, // 7: jmcluster.v1.Operator.log_sink:type_name -> jmcluster.v1.LogSink
+	17, // 8: jmcluster.v1.Operator.checksum_sink:type_name -> jmcluster.v1.ChecksumSink
+	15, // 9: jmcluster.v1.Operator.flat_map:type_name -> jmcluster.v1.FlatMapOperator
+	16, // 10: jmcluster.v1.Operator.event_generator:type_name -> jmcluster.v1.EventGenerator
+	18, // 11: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
+	1,  // 12: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
+	2,  // 13: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
+	0,  // 14: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
+	19, // 15: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
+	20, // 16: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
+	8,  // 17: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
+	4,  // 18: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
+	33, // 19: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
+	6,  // 20: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
+	6,  // 21: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
+	23, // 22: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
+	22, // 23: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
+	24, // 24: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
+	24, // 25: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
+	25, // 26: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
+	26, // 27: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
+	2,  // 28: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
+	1,  // 29: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
+	28, // 30: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
+	27, // 31: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
+	29, // 32: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
+	7,  // 33: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
+	21, // 34: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
+	7,  // 35: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
+	31, // 36: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
+	30, // 37: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
+	34, // 38: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
+	39, // [39:39] is the sub-list for method output_type
+	39, // [39:39] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_graph_proto_init() }
@@ -2399,7 +2622,7 @@ func file_jmcluster_v1_graph_proto_init() {
 		return
 	}
 	file_jmcluster_v1_checkpoint_proto_init()
-	file_jmcluster_v1_graph_proto_msgTypes[9].OneofWrappers = []any{
+	file_jmcluster_v1_graph_proto_msgTypes[10].OneofWrappers = []any{
 		(*Operator_SequenceSource)(nil),
 		(*Operator_Map)(nil),
 		(*Operator_Filter)(nil),
@@ -2408,14 +2631,15 @@ func file_jmcluster_v1_graph_proto_init() {
 		(*Operator_LogSink)(nil),
 		(*Operator_ChecksumSink)(nil),
 		(*Operator_FlatMap)(nil),
+		(*Operator_EventGenerator)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_graph_proto_rawDesc), len(file_jmcluster_v1_graph_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   24,
+			NumEnums:      8,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
