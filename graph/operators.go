@@ -54,6 +54,15 @@ type OperatorKind struct {
 
 	sinkPath func(*pb.Operator) string
 	validate func(op *pb.Operator, env OperatorEnv, add addFunc)
+	// deadLetters: the kind can send records to the job's dead-letter output (a source can
+	// too when its event_time reads a path: OperatorKind.DeadLetters).
+	deadLetters bool
+}
+
+// DeadLetters reports whether op, of this kind, can send records to the job's dead-letter
+// output.
+func (k OperatorKind) DeadLetters(op *pb.Operator) bool {
+	return k.deadLetters || (k.Role == RoleSource && op.GetEventTime().GetTimePath() != "")
 }
 
 type addFunc func(field, format string, args ...any)
@@ -72,6 +81,10 @@ var operatorKinds = []OperatorKind{
 		sinkPath: func(op *pb.Operator) string { return op.GetChecksumSink().GetPath() }},
 	{Name: "flat_map", Role: RoleTransform, validate: noConfig},
 	{Name: "event_generator", Role: RoleSource, validate: validateEventGenerator},
+	{Name: "json_key_by", Role: RoleTransform, validate: validateJSONKeyBy, deadLetters: true},
+	{Name: "json_filter", Role: RoleTransform, validate: validateJSONFilter, deadLetters: true},
+	{Name: "json_project", Role: RoleTransform, validate: validateJSONProject, deadLetters: true},
+	{Name: "window", Role: RoleTransform, validate: validateWindow, deadLetters: true},
 }
 
 var (
@@ -157,6 +170,7 @@ func ValidateOperator(op *pb.Operator, env OperatorEnv) []Problem {
 	switch {
 	case ok:
 		k.validate(op, env, add)
+		validateEventTime(op, k, add)
 	case name != "":
 		add("", "operator kind %q has no catalogue entry", name)
 	case len(op.ProtoReflect().GetUnknown()) > 0:

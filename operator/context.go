@@ -23,6 +23,9 @@ type Context struct {
 
 	values map[string][]byte
 	timers map[timer]struct{}
+	// watermark is the task's event-time clock: the watermark its inputs passed, NoTimestamp
+	// before the first.
+	watermark int64
 }
 
 // timer is a registered timer: fire at time at for key.
@@ -32,7 +35,17 @@ type timer struct {
 }
 
 func newContext(info Info) *Context {
-	return &Context{info: info, values: map[string][]byte{}, timers: map[timer]struct{}{}}
+	return &Context{info: info, values: map[string][]byte{}, timers: map[timer]struct{}{}, watermark: NoTimestamp}
+}
+
+// Watermark is the task's current watermark: no record at or before it is to come, except
+// late ones (NoTimestamp before the first watermark).
+func (c *Context) Watermark() int64 { return c.watermark }
+
+// DeadLetter sends r to the job's dead-letter output with the reason it could not be handled
+// (DeadLetterRecord), and counts it.
+func (c *Context) DeadLetter(r Record, reason string) error {
+	return sendDeadLetter(c.info, r, reason)
 }
 
 // Info describes the task the transform runs in.
@@ -87,9 +100,11 @@ func (c *Context) RegisterTimer(at int64) { c.timers[timer{string(c.key), at}] =
 // DeleteTimer removes the current key's timer at time at, if it is registered.
 func (c *Context) DeleteTimer(at int64) { delete(c.timers, timer{string(c.key), at}) }
 
-// advance fires every timer at or before t in order of time then key, and those the handler
-// registers at or before t meanwhile; a timer is removed before it fires.
+// advance moves the watermark to t (never back) and fires every timer at or before t in order
+// of time then key, and those the handler registers at or before t meanwhile; a timer is
+// removed before it fires.
 func (c *Context) advance(t int64, h TimerHandler) error {
+	c.watermark = max(c.watermark, t)
 	for {
 		var due []timer
 		for tm := range c.timers {

@@ -48,6 +48,10 @@ type Info struct {
 	// Checkpointed: the job is checkpointed, so a Committer sink commits its output only with
 	// completed checkpoints.
 	Checkpointed bool
+	// DeadLetters hands a dead letter (DeadLetterRecord) to the task's dead-letter partitions;
+	// nil when the job has no dead-letter output (a kind that can send dead letters then
+	// fails the task: the JobGraph's validation requires one).
+	DeadLetters Emit
 }
 
 // The interfaces an operator implements: one of Source, Transform or Sink, as its catalogue

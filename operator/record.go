@@ -29,10 +29,13 @@ type Record struct {
 	// Watermark makes the record a watermark at Time instead of data: no record of an event
 	// time at or before it is to follow on its channel.
 	Watermark bool
+	// Idle, with Watermark, tells the consumer the channel is idle (Time unset): it holds
+	// back no watermark until its next record or watermark.
+	Idle bool
 }
 
 // RecordOverhead is the bytes of a Record besides its key's and value's: two slice headers,
-// time, seq, barrier, origin and the watermark flag (TestRecordOverhead).
+// time, seq, barrier, origin and the watermark and idle flags (TestRecordOverhead).
 const RecordOverhead = 80
 
 // NoTimestamp is the Time of a record without event time.

@@ -34,6 +34,18 @@ func (c *SourceContext) Emit(split int, pos int64, r Record) error {
 	return nil
 }
 
+// DeadLetter sends r, read at position pos of the split at index split, to the job's
+// dead-letter output with the reason it could not be emitted (DeadLetterRecord); the split's
+// position moves past it as Emit's does.
+func (c *SourceContext) DeadLetter(split int, pos int64, r Record, reason string) error {
+	c.splits[split].Next = pos
+	if err := sendDeadLetter(c.info, r, reason); err != nil {
+		return err
+	}
+	c.splits[split].Next = pos + 1
+	return nil
+}
+
 // sourceOperator runs a Source on a task: it assigns the task its splits, keeps their
 // positions (sourceState) and restores them.
 type sourceOperator struct {

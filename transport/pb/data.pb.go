@@ -596,7 +596,10 @@ type Record struct {
 	HasTime bool  `protobuf:"varint,9,opt,name=has_time,json=hasTime,proto3" json:"has_time,omitempty"`
 	// Not data but a watermark at time: no record of an event time at or before it follows on
 	// the channel. Key, value, origin and seq are unset.
-	Watermark     bool `protobuf:"varint,10,opt,name=watermark,proto3" json:"watermark,omitempty"`
+	Watermark bool `protobuf:"varint,10,opt,name=watermark,proto3" json:"watermark,omitempty"`
+	// With watermark: the channel is idle (time unset): it holds back no watermark of its
+	// consumer until its next record or watermark.
+	Idle          bool `protobuf:"varint,11,opt,name=idle,proto3" json:"idle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -701,6 +704,13 @@ func (x *Record) GetWatermark() bool {
 	return false
 }
 
+func (x *Record) GetIdle() bool {
+	if x != nil {
+		return x.Idle
+	}
+	return false
+}
+
 type RecordBatch struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Records []*Record              `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
@@ -794,7 +804,7 @@ const file_jmcluster_v1_data_proto_rawDesc = "" +
 	"\x12subpartition_index\x18\x04 \x01(\x05R\x11subpartitionIndex\x12.\n" +
 	"\x13producer_attempt_id\x18\x05 \x01(\tR\x11producerAttemptId\x12.\n" +
 	"\x13consumer_attempt_id\x18\x06 \x01(\tR\x11consumerAttemptId\x12#\n" +
-	"\rrecord_format\x18\a \x01(\rR\frecordFormat\"\xa7\x02\n" +
+	"\rrecord_format\x18\a \x01(\rR\frecordFormat\"\xbb\x02\n" +
 	"\x06Record\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x03R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value\x12\x16\n" +
@@ -807,7 +817,8 @@ const file_jmcluster_v1_data_proto_rawDesc = "" +
 	"\x04time\x18\b \x01(\x03R\x04time\x12\x19\n" +
 	"\bhas_time\x18\t \x01(\bR\ahasTime\x12\x1c\n" +
 	"\twatermark\x18\n" +
-	" \x01(\bR\twatermarkB\f\n" +
+	" \x01(\bR\twatermark\x12\x12\n" +
+	"\x04idle\x18\v \x01(\bR\x04idleB\f\n" +
 	"\n" +
 	"_key_bytesB\x0e\n" +
 	"\f_value_bytes\"g\n" +

@@ -327,6 +327,177 @@ func (FileSinkFormat) EnumDescriptor() ([]byte, []int) {
 	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{5}
 }
 
+type TimeFormat int32
+
+const (
+	TimeFormat_TIME_FORMAT_UNSPECIFIED TimeFormat = 0
+	// A JSON number of milliseconds since the Unix epoch.
+	TimeFormat_TIME_FORMAT_UNIX_MS TimeFormat = 1
+	// A JSON number of seconds since the Unix epoch (a fraction is kept to the millisecond).
+	TimeFormat_TIME_FORMAT_UNIX_SECONDS TimeFormat = 2
+	// A JSON string in RFC 3339 ("2026-12-06T10:00:00.250Z").
+	TimeFormat_TIME_FORMAT_RFC3339 TimeFormat = 3
+)
+
+// Enum value maps for TimeFormat.
+var (
+	TimeFormat_name = map[int32]string{
+		0: "TIME_FORMAT_UNSPECIFIED",
+		1: "TIME_FORMAT_UNIX_MS",
+		2: "TIME_FORMAT_UNIX_SECONDS",
+		3: "TIME_FORMAT_RFC3339",
+	}
+	TimeFormat_value = map[string]int32{
+		"TIME_FORMAT_UNSPECIFIED":  0,
+		"TIME_FORMAT_UNIX_MS":      1,
+		"TIME_FORMAT_UNIX_SECONDS": 2,
+		"TIME_FORMAT_RFC3339":      3,
+	}
+)
+
+func (x TimeFormat) Enum() *TimeFormat {
+	p := new(TimeFormat)
+	*p = x
+	return p
+}
+
+func (x TimeFormat) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TimeFormat) Descriptor() protoreflect.EnumDescriptor {
+	return file_jmcluster_v1_graph_proto_enumTypes[6].Descriptor()
+}
+
+func (TimeFormat) Type() protoreflect.EnumType {
+	return &file_jmcluster_v1_graph_proto_enumTypes[6]
+}
+
+func (x TimeFormat) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TimeFormat.Descriptor instead.
+func (TimeFormat) EnumDescriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{6}
+}
+
+type CompareOp int32
+
+const (
+	CompareOp_COMPARE_OP_UNSPECIFIED      CompareOp = 0
+	CompareOp_COMPARE_OP_EQUAL            CompareOp = 1
+	CompareOp_COMPARE_OP_NOT_EQUAL        CompareOp = 2
+	CompareOp_COMPARE_OP_LESS             CompareOp = 3
+	CompareOp_COMPARE_OP_LESS_OR_EQUAL    CompareOp = 4
+	CompareOp_COMPARE_OP_GREATER          CompareOp = 5
+	CompareOp_COMPARE_OP_GREATER_OR_EQUAL CompareOp = 6
+)
+
+// Enum value maps for CompareOp.
+var (
+	CompareOp_name = map[int32]string{
+		0: "COMPARE_OP_UNSPECIFIED",
+		1: "COMPARE_OP_EQUAL",
+		2: "COMPARE_OP_NOT_EQUAL",
+		3: "COMPARE_OP_LESS",
+		4: "COMPARE_OP_LESS_OR_EQUAL",
+		5: "COMPARE_OP_GREATER",
+		6: "COMPARE_OP_GREATER_OR_EQUAL",
+	}
+	CompareOp_value = map[string]int32{
+		"COMPARE_OP_UNSPECIFIED":      0,
+		"COMPARE_OP_EQUAL":            1,
+		"COMPARE_OP_NOT_EQUAL":        2,
+		"COMPARE_OP_LESS":             3,
+		"COMPARE_OP_LESS_OR_EQUAL":    4,
+		"COMPARE_OP_GREATER":          5,
+		"COMPARE_OP_GREATER_OR_EQUAL": 6,
+	}
+)
+
+func (x CompareOp) Enum() *CompareOp {
+	p := new(CompareOp)
+	*p = x
+	return p
+}
+
+func (x CompareOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CompareOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_jmcluster_v1_graph_proto_enumTypes[7].Descriptor()
+}
+
+func (CompareOp) Type() protoreflect.EnumType {
+	return &file_jmcluster_v1_graph_proto_enumTypes[7]
+}
+
+func (x CompareOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CompareOp.Descriptor instead.
+func (CompareOp) EnumDescriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{7}
+}
+
+type WindowKind int32
+
+const (
+	WindowKind_WINDOW_KIND_UNSPECIFIED WindowKind = 0
+	// Fixed windows [k*size, (k+1)*size) (epoch aligned).
+	WindowKind_WINDOW_KIND_TUMBLING WindowKind = 1
+	// Windows of size_ms starting every slide_ms: a record is in size_ms/slide_ms of them.
+	WindowKind_WINDOW_KIND_SLIDING WindowKind = 2
+	// Per key, the records less than gap_ms apart form one window [first, last + gap).
+	WindowKind_WINDOW_KIND_SESSION WindowKind = 3
+)
+
+// Enum value maps for WindowKind.
+var (
+	WindowKind_name = map[int32]string{
+		0: "WINDOW_KIND_UNSPECIFIED",
+		1: "WINDOW_KIND_TUMBLING",
+		2: "WINDOW_KIND_SLIDING",
+		3: "WINDOW_KIND_SESSION",
+	}
+	WindowKind_value = map[string]int32{
+		"WINDOW_KIND_UNSPECIFIED": 0,
+		"WINDOW_KIND_TUMBLING":    1,
+		"WINDOW_KIND_SLIDING":     2,
+		"WINDOW_KIND_SESSION":     3,
+	}
+)
+
+func (x WindowKind) Enum() *WindowKind {
+	p := new(WindowKind)
+	*p = x
+	return p
+}
+
+func (x WindowKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WindowKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_jmcluster_v1_graph_proto_enumTypes[8].Descriptor()
+}
+
+func (WindowKind) Type() protoreflect.EnumType {
+	return &file_jmcluster_v1_graph_proto_enumTypes[8]
+}
+
+func (x WindowKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WindowKind.Descriptor instead.
+func (WindowKind) EnumDescriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{8}
+}
+
 type ExecutionState int32
 
 const (
@@ -384,11 +555,11 @@ func (x ExecutionState) String() string {
 }
 
 func (ExecutionState) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[6].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[9].Descriptor()
 }
 
 func (ExecutionState) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[6]
+	return &file_jmcluster_v1_graph_proto_enumTypes[9]
 }
 
 func (x ExecutionState) Number() protoreflect.EnumNumber {
@@ -397,7 +568,7 @@ func (x ExecutionState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExecutionState.Descriptor instead.
 func (ExecutionState) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{6}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{9}
 }
 
 type JobStatus int32
@@ -460,11 +631,11 @@ func (x JobStatus) String() string {
 }
 
 func (JobStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[7].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[10].Descriptor()
 }
 
 func (JobStatus) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[7]
+	return &file_jmcluster_v1_graph_proto_enumTypes[10]
 }
 
 func (x JobStatus) Number() protoreflect.EnumNumber {
@@ -473,7 +644,7 @@ func (x JobStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobStatus.Descriptor instead.
 func (JobStatus) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{7}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
 }
 
 type RestartStrategy struct {
@@ -908,7 +1079,10 @@ type EventGenerator struct {
 	// Events per second per split; 0 means as fast as possible.
 	RatePerSecond float64 `protobuf:"fixed64,8,opt,name=rate_per_second,json=ratePerSecond,proto3" json:"rate_per_second,omitempty"`
 	// Amounts are in [1, max_amount]; 0 means 100.
-	MaxAmount     int64 `protobuf:"varint,9,opt,name=max_amount,json=maxAmount,proto3" json:"max_amount,omitempty"`
+	MaxAmount int64 `protobuf:"varint,9,opt,name=max_amount,json=maxAmount,proto3" json:"max_amount,omitempty"`
+	// The last idle_splits splits emit no event and never end: partitions without data (a
+	// source whose partitions do not all carry data); 0 means none.
+	IdleSplits    int32 `protobuf:"varint,10,opt,name=idle_splits,json=idleSplits,proto3" json:"idle_splits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1006,6 +1180,13 @@ func (x *EventGenerator) GetMaxAmount() int64 {
 	return 0
 }
 
+func (x *EventGenerator) GetIdleSplits() int32 {
+	if x != nil {
+		return x.IdleSplits
+	}
+	return 0
+}
+
 // Records count and sum per key, and per origin (source subtask) the sequence numbers seen,
 // so a test can prove no gap and no duplicate. Written as JSON to path ({subtask} expands).
 type ChecksumSink struct {
@@ -1074,7 +1255,14 @@ type Operator struct {
 	//	*Operator_ChecksumSink
 	//	*Operator_FlatMap
 	//	*Operator_EventGenerator
-	Kind          isOperator_Kind `protobuf_oneof:"kind"`
+	//	*Operator_JsonKeyBy
+	//	*Operator_JsonFilter
+	//	*Operator_JsonProject
+	//	*Operator_Window
+	Kind isOperator_Kind `protobuf_oneof:"kind"`
+	// Sources only: how the source's records get their event time and its watermarks. Absent:
+	// the source emits no watermarks (event-time timers fire when the input ends).
+	EventTime     *EventTime `protobuf:"bytes,20,opt,name=event_time,json=eventTime,proto3" json:"event_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1197,6 +1385,49 @@ func (x *Operator) GetEventGenerator() *EventGenerator {
 	return nil
 }
 
+func (x *Operator) GetJsonKeyBy() *JsonKeyBy {
+	if x != nil {
+		if x, ok := x.Kind.(*Operator_JsonKeyBy); ok {
+			return x.JsonKeyBy
+		}
+	}
+	return nil
+}
+
+func (x *Operator) GetJsonFilter() *JsonFilter {
+	if x != nil {
+		if x, ok := x.Kind.(*Operator_JsonFilter); ok {
+			return x.JsonFilter
+		}
+	}
+	return nil
+}
+
+func (x *Operator) GetJsonProject() *JsonProject {
+	if x != nil {
+		if x, ok := x.Kind.(*Operator_JsonProject); ok {
+			return x.JsonProject
+		}
+	}
+	return nil
+}
+
+func (x *Operator) GetWindow() *WindowOperator {
+	if x != nil {
+		if x, ok := x.Kind.(*Operator_Window); ok {
+			return x.Window
+		}
+	}
+	return nil
+}
+
+func (x *Operator) GetEventTime() *EventTime {
+	if x != nil {
+		return x.EventTime
+	}
+	return nil
+}
+
 type isOperator_Kind interface {
 	isOperator_Kind()
 }
@@ -1237,6 +1468,22 @@ type Operator_EventGenerator struct {
 	EventGenerator *EventGenerator `protobuf:"bytes,9,opt,name=event_generator,json=eventGenerator,proto3,oneof"`
 }
 
+type Operator_JsonKeyBy struct {
+	JsonKeyBy *JsonKeyBy `protobuf:"bytes,10,opt,name=json_key_by,json=jsonKeyBy,proto3,oneof"`
+}
+
+type Operator_JsonFilter struct {
+	JsonFilter *JsonFilter `protobuf:"bytes,11,opt,name=json_filter,json=jsonFilter,proto3,oneof"`
+}
+
+type Operator_JsonProject struct {
+	JsonProject *JsonProject `protobuf:"bytes,12,opt,name=json_project,json=jsonProject,proto3,oneof"`
+}
+
+type Operator_Window struct {
+	Window *WindowOperator `protobuf:"bytes,13,opt,name=window,proto3,oneof"`
+}
+
 func (*Operator_SequenceSource) isOperator_Kind() {}
 
 func (*Operator_Map) isOperator_Kind() {}
@@ -1255,6 +1502,417 @@ func (*Operator_FlatMap) isOperator_Kind() {}
 
 func (*Operator_EventGenerator) isOperator_Kind() {}
 
+func (*Operator_JsonKeyBy) isOperator_Kind() {}
+
+func (*Operator_JsonFilter) isOperator_Kind() {}
+
+func (*Operator_JsonProject) isOperator_Kind() {}
+
+func (*Operator_Window) isOperator_Kind() {}
+
+// Event time at a source (docs/task-runtime.md#event-time-and-watermarks): each split's
+// watermark is the highest event time it emitted minus max_out_of_orderness_ms, minus 1; the
+// source task's is the lowest of its splits' that are not idle, emitted every
+// watermark_interval_ms when it advanced. A task's watermark is the lowest of its input
+// channels' that are not idle. Watermarks are in the checkpointed state of the source.
+type EventTime struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Path of the event time in a record's JSON value ("ts", "event.time"); empty: the time the
+	// source itself gives (event_generator sets it). A record whose value lacks it, or holds it
+	// in another format, goes to the job's dead-letter output.
+	TimePath string `protobuf:"bytes,1,opt,name=time_path,json=timePath,proto3" json:"time_path,omitempty"`
+	// How the field at time_path is written; UNSPECIFIED means TIME_FORMAT_UNIX_MS.
+	TimeFormat TimeFormat `protobuf:"varint,2,opt,name=time_format,json=timeFormat,proto3,enum=jmcluster.v1.TimeFormat" json:"time_format,omitempty"`
+	// How far behind the highest event time seen a record may still come; 0 means in order.
+	MaxOutOfOrdernessMs int64 `protobuf:"varint,3,opt,name=max_out_of_orderness_ms,json=maxOutOfOrdernessMs,proto3" json:"max_out_of_orderness_ms,omitempty"`
+	// A split without a record for this long is idle: it stops holding the watermark back until
+	// its next record; a source task whose splits are all idle tells its consumers it is idle.
+	// 0 means never idle.
+	IdleTimeoutMs int64 `protobuf:"varint,4,opt,name=idle_timeout_ms,json=idleTimeoutMs,proto3" json:"idle_timeout_ms,omitempty"`
+	// How often the source emits its watermark when it advanced; 0 means 200.
+	WatermarkIntervalMs int64 `protobuf:"varint,5,opt,name=watermark_interval_ms,json=watermarkIntervalMs,proto3" json:"watermark_interval_ms,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *EventTime) Reset() {
+	*x = EventTime{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventTime) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventTime) ProtoMessage() {}
+
+func (x *EventTime) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventTime.ProtoReflect.Descriptor instead.
+func (*EventTime) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *EventTime) GetTimePath() string {
+	if x != nil {
+		return x.TimePath
+	}
+	return ""
+}
+
+func (x *EventTime) GetTimeFormat() TimeFormat {
+	if x != nil {
+		return x.TimeFormat
+	}
+	return TimeFormat_TIME_FORMAT_UNSPECIFIED
+}
+
+func (x *EventTime) GetMaxOutOfOrdernessMs() int64 {
+	if x != nil {
+		return x.MaxOutOfOrdernessMs
+	}
+	return 0
+}
+
+func (x *EventTime) GetIdleTimeoutMs() int64 {
+	if x != nil {
+		return x.IdleTimeoutMs
+	}
+	return 0
+}
+
+func (x *EventTime) GetWatermarkIntervalMs() int64 {
+	if x != nil {
+		return x.WatermarkIntervalMs
+	}
+	return 0
+}
+
+// The key of each record becomes a field of its JSON value: a string's characters, another
+// value's JSON text ("42", "true"). A record whose value is not valid JSON or lacks the field
+// goes to the job's dead-letter output.
+type JsonKeyBy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A path of object fields separated by dots ("user.id"); an array element by its index
+	// ("items.0").
+	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JsonKeyBy) Reset() {
+	*x = JsonKeyBy{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JsonKeyBy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JsonKeyBy) ProtoMessage() {}
+
+func (x *JsonKeyBy) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JsonKeyBy.ProtoReflect.Descriptor instead.
+func (*JsonKeyBy) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *JsonKeyBy) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+// Keeps the records whose JSON field at path compares as asked with value. A record whose
+// value is not valid JSON or lacks the field, or whose field is of another JSON type than value,
+// goes to the job's dead-letter output.
+type JsonFilter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Op    CompareOp              `protobuf:"varint,2,opt,name=op,proto3,enum=jmcluster.v1.CompareOp" json:"op,omitempty"`
+	// A JSON literal: a number ("100"), a string ("\"gold\""), true, false or null.
+	// EQUAL and NOT_EQUAL compare any of them; the others numbers or strings only.
+	Value         string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JsonFilter) Reset() {
+	*x = JsonFilter{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JsonFilter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JsonFilter) ProtoMessage() {}
+
+func (x *JsonFilter) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JsonFilter.ProtoReflect.Descriptor instead.
+func (*JsonFilter) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *JsonFilter) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *JsonFilter) GetOp() CompareOp {
+	if x != nil {
+		return x.Op
+	}
+	return CompareOp_COMPARE_OP_UNSPECIFIED
+}
+
+func (x *JsonFilter) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+// The value of each record becomes a JSON object of the listed fields, in their order. A
+// record whose value is not valid JSON or lacks one of them goes to the job's dead-letter
+// output.
+type JsonProject struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fields        []*ProjectField        `protobuf:"bytes,1,rep,name=fields,proto3" json:"fields,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JsonProject) Reset() {
+	*x = JsonProject{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JsonProject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JsonProject) ProtoMessage() {}
+
+func (x *JsonProject) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JsonProject.ProtoReflect.Descriptor instead.
+func (*JsonProject) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *JsonProject) GetFields() []*ProjectField {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+type ProjectField struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The path of the field in the record's value (JsonKeyBy.path).
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Its name in the output object; empty means the path.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProjectField) Reset() {
+	*x = ProjectField{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectField) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectField) ProtoMessage() {}
+
+func (x *ProjectField) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectField.ProtoReflect.Descriptor instead.
+func (*ProjectField) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ProjectField) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ProjectField) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// Keyed windows over event time (docs/task-runtime.md#windows): per record key, the records of
+// each window are counted and their field summed, with its lowest, highest and average. A
+// window's result is emitted when the watermark passes its end: key the record key, event
+// time the window's end - 1, value
+// {"key":"user-0042","start":1700000000000,"end":1700000060000,"count":3,"sum":51,"min":2,"max":40,"avg":17}
+// (sum, min, max and avg only with field). A record that comes after its window fired, but
+// within allowed_lateness_ms, updates it: the window's result is emitted again, with
+// "update":N. A record later than that, or whose field is missing or not a number, goes to the
+// job's dead-letter output.
+type WindowOperator struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  WindowKind             `protobuf:"varint,1,opt,name=kind,proto3,enum=jmcluster.v1.WindowKind" json:"kind,omitempty"`
+	// The window's length (TUMBLING, SLIDING).
+	SizeMs int64 `protobuf:"varint,2,opt,name=size_ms,json=sizeMs,proto3" json:"size_ms,omitempty"`
+	// How far apart sliding windows start (SLIDING); size_ms must be a multiple of it.
+	SlideMs int64 `protobuf:"varint,3,opt,name=slide_ms,json=slideMs,proto3" json:"slide_ms,omitempty"`
+	// A session ends after this long without a record of its key (SESSION).
+	GapMs int64 `protobuf:"varint,4,opt,name=gap_ms,json=gapMs,proto3" json:"gap_ms,omitempty"`
+	// The path of the JSON number the window sums (JsonKeyBy.path); empty: count only.
+	Field string `protobuf:"bytes,5,opt,name=field,proto3" json:"field,omitempty"`
+	// How long after a window fired a late record still updates it; 0 means not at all.
+	AllowedLatenessMs int64 `protobuf:"varint,6,opt,name=allowed_lateness_ms,json=allowedLatenessMs,proto3" json:"allowed_lateness_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *WindowOperator) Reset() {
+	*x = WindowOperator{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowOperator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowOperator) ProtoMessage() {}
+
+func (x *WindowOperator) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowOperator.ProtoReflect.Descriptor instead.
+func (*WindowOperator) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *WindowOperator) GetKind() WindowKind {
+	if x != nil {
+		return x.Kind
+	}
+	return WindowKind_WINDOW_KIND_UNSPECIFIED
+}
+
+func (x *WindowOperator) GetSizeMs() int64 {
+	if x != nil {
+		return x.SizeMs
+	}
+	return 0
+}
+
+func (x *WindowOperator) GetSlideMs() int64 {
+	if x != nil {
+		return x.SlideMs
+	}
+	return 0
+}
+
+func (x *WindowOperator) GetGapMs() int64 {
+	if x != nil {
+		return x.GapMs
+	}
+	return 0
+}
+
+func (x *WindowOperator) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *WindowOperator) GetAllowedLatenessMs() int64 {
+	if x != nil {
+		return x.AllowedLatenessMs
+	}
+	return 0
+}
+
 type JobVertex struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1267,7 +1925,7 @@ type JobVertex struct {
 
 func (x *JobVertex) Reset() {
 	*x = JobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1937,7 @@ func (x *JobVertex) String() string {
 func (*JobVertex) ProtoMessage() {}
 
 func (x *JobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1950,7 @@ func (x *JobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobVertex.ProtoReflect.Descriptor instead.
 func (*JobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JobVertex) GetId() string {
@@ -1324,18 +1982,21 @@ func (x *JobVertex) GetParallelism() int32 {
 }
 
 type JobEdge struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Source        string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
-	Target        string                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
-	Distribution  Distribution           `protobuf:"varint,3,opt,name=distribution,proto3,enum=jmcluster.v1.Distribution" json:"distribution,omitempty"`
-	ResultType    ResultType             `protobuf:"varint,4,opt,name=result_type,json=resultType,proto3,enum=jmcluster.v1.ResultType" json:"result_type,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Source       string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Target       string                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	Distribution Distribution           `protobuf:"varint,3,opt,name=distribution,proto3,enum=jmcluster.v1.Distribution" json:"distribution,omitempty"`
+	ResultType   ResultType             `protobuf:"varint,4,opt,name=result_type,json=resultType,proto3,enum=jmcluster.v1.ResultType" json:"result_type,omitempty"`
+	// The edge carries the source's dead letters, not its records: the edges to the job's
+	// dead-letter vertex (JobGraph.dead_letters), which the JobMaster adds.
+	DeadLetters   bool `protobuf:"varint,5,opt,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobEdge) Reset() {
 	*x = JobEdge{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +2008,7 @@ func (x *JobEdge) String() string {
 func (*JobEdge) ProtoMessage() {}
 
 func (x *JobEdge) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +2021,7 @@ func (x *JobEdge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEdge.ProtoReflect.Descriptor instead.
 func (*JobEdge) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JobEdge) GetSource() string {
@@ -1391,6 +2052,13 @@ func (x *JobEdge) GetResultType() ResultType {
 	return ResultType_RESULT_TYPE_UNSPECIFIED
 }
 
+func (x *JobEdge) GetDeadLetters() bool {
+	if x != nil {
+		return x.DeadLetters
+	}
+	return false
+}
+
 type JobGraph struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 32 lower-case hex characters; assigned by the leader when empty.
@@ -1403,13 +2071,19 @@ type JobGraph struct {
 	FailoverStrategy FailoverStrategy `protobuf:"varint,7,opt,name=failover_strategy,json=failoverStrategy,proto3,enum=jmcluster.v1.FailoverStrategy" json:"failover_strategy,omitempty"`
 	// Absent (or interval_ms 0): the job is not checkpointed.
 	CheckpointConfig *CheckpointConfig `protobuf:"bytes,8,opt,name=checkpoint_config,json=checkpointConfig,proto3" json:"checkpoint_config,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The job's dead-letter output: the sink that gets every record an operator could not handle
+	// (a value that is not valid JSON, a missing field, a record too late for its window), as a
+	// JSON object with the reason (docs/task-runtime.md#the-dead-letter-output). The JobMaster
+	// adds it as the vertex "dead-letters", with an edge from every vertex that can send dead
+	// letters. Required when the job has such a vertex.
+	DeadLetters   *DeadLetters `protobuf:"bytes,9,opt,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobGraph) Reset() {
 	*x = JobGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +2095,7 @@ func (x *JobGraph) String() string {
 func (*JobGraph) ProtoMessage() {}
 
 func (x *JobGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +2108,7 @@ func (x *JobGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobGraph.ProtoReflect.Descriptor instead.
 func (*JobGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{13}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JobGraph) GetJobId() string {
@@ -1493,6 +2167,67 @@ func (x *JobGraph) GetCheckpointConfig() *CheckpointConfig {
 	return nil
 }
 
+func (x *JobGraph) GetDeadLetters() *DeadLetters {
+	if x != nil {
+		return x.DeadLetters
+	}
+	return nil
+}
+
+type DeadLetters struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A sink kind (file_sink, log_sink, checksum_sink).
+	Operator *Operator `protobuf:"bytes,1,opt,name=operator,proto3" json:"operator,omitempty"`
+	// 0 means 1.
+	Parallelism   int32 `protobuf:"varint,2,opt,name=parallelism,proto3" json:"parallelism,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadLetters) Reset() {
+	*x = DeadLetters{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadLetters) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadLetters) ProtoMessage() {}
+
+func (x *DeadLetters) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadLetters.ProtoReflect.Descriptor instead.
+func (*DeadLetters) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DeadLetters) GetOperator() *Operator {
+	if x != nil {
+		return x.Operator
+	}
+	return nil
+}
+
+func (x *DeadLetters) GetParallelism() int32 {
+	if x != nil {
+		return x.Parallelism
+	}
+	return 0
+}
+
 type SlotID struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TmId          string                 `protobuf:"bytes,1,opt,name=tm_id,json=tmId,proto3" json:"tm_id,omitempty"`
@@ -1503,7 +2238,7 @@ type SlotID struct {
 
 func (x *SlotID) Reset() {
 	*x = SlotID{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +2250,7 @@ func (x *SlotID) String() string {
 func (*SlotID) ProtoMessage() {}
 
 func (x *SlotID) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +2263,7 @@ func (x *SlotID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotID.ProtoReflect.Descriptor instead.
 func (*SlotID) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{14}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SlotID) GetTmId() string {
@@ -1555,7 +2290,7 @@ type StateTimestamp struct {
 
 func (x *StateTimestamp) Reset() {
 	*x = StateTimestamp{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +2302,7 @@ func (x *StateTimestamp) String() string {
 func (*StateTimestamp) ProtoMessage() {}
 
 func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +2315,7 @@ func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTimestamp.ProtoReflect.Descriptor instead.
 func (*StateTimestamp) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{15}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StateTimestamp) GetState() ExecutionState {
@@ -1615,7 +2350,7 @@ type Execution struct {
 
 func (x *Execution) Reset() {
 	*x = Execution{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +2362,7 @@ func (x *Execution) String() string {
 func (*Execution) ProtoMessage() {}
 
 func (x *Execution) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +2375,7 @@ func (x *Execution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Execution.ProtoReflect.Descriptor instead.
 func (*Execution) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{16}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Execution) GetAttemptId() string {
@@ -1720,7 +2455,7 @@ type InputChannelDescriptor struct {
 
 func (x *InputChannelDescriptor) Reset() {
 	*x = InputChannelDescriptor{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +2467,7 @@ func (x *InputChannelDescriptor) String() string {
 func (*InputChannelDescriptor) ProtoMessage() {}
 
 func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +2480,7 @@ func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputChannelDescriptor.ProtoReflect.Descriptor instead.
 func (*InputChannelDescriptor) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *InputChannelDescriptor) GetResultId() string {
@@ -1797,7 +2532,7 @@ type ExecutionVertex struct {
 
 func (x *ExecutionVertex) Reset() {
 	*x = ExecutionVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +2544,7 @@ func (x *ExecutionVertex) String() string {
 func (*ExecutionVertex) ProtoMessage() {}
 
 func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +2557,7 @@ func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExecutionVertex) GetVertexId() string {
@@ -1871,7 +2606,7 @@ type ExecutionJobVertex struct {
 
 func (x *ExecutionJobVertex) Reset() {
 	*x = ExecutionJobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2618,7 @@ func (x *ExecutionJobVertex) String() string {
 func (*ExecutionJobVertex) ProtoMessage() {}
 
 func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2631,7 @@ func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionJobVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionJobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExecutionJobVertex) GetVertexId() string {
@@ -1933,7 +2668,7 @@ type IntermediateResultPartition struct {
 
 func (x *IntermediateResultPartition) Reset() {
 	*x = IntermediateResultPartition{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2680,7 @@ func (x *IntermediateResultPartition) String() string {
 func (*IntermediateResultPartition) ProtoMessage() {}
 
 func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2693,7 @@ func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResultPartition.ProtoReflect.Descriptor instead.
 func (*IntermediateResultPartition) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *IntermediateResultPartition) GetPartitionIndex() int32 {
@@ -2010,7 +2745,7 @@ type IntermediateResult struct {
 
 func (x *IntermediateResult) Reset() {
 	*x = IntermediateResult{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2757,7 @@ func (x *IntermediateResult) String() string {
 func (*IntermediateResult) ProtoMessage() {}
 
 func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2770,7 @@ func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResult.ProtoReflect.Descriptor instead.
 func (*IntermediateResult) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *IntermediateResult) GetResultId() string {
@@ -2092,7 +2827,7 @@ type ExecutionGraph struct {
 
 func (x *ExecutionGraph) Reset() {
 	*x = ExecutionGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2104,7 +2839,7 @@ func (x *ExecutionGraph) String() string {
 func (*ExecutionGraph) ProtoMessage() {}
 
 func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2117,7 +2852,7 @@ func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionGraph.ProtoReflect.Descriptor instead.
 func (*ExecutionGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ExecutionGraph) GetJobId() string {
@@ -2152,7 +2887,7 @@ type JobStatusChange struct {
 
 func (x *JobStatusChange) Reset() {
 	*x = JobStatusChange{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2899,7 @@ func (x *JobStatusChange) String() string {
 func (*JobStatusChange) ProtoMessage() {}
 
 func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2912,7 @@ func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatusChange.ProtoReflect.Descriptor instead.
 func (*JobStatusChange) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{23}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *JobStatusChange) GetStatus() JobStatus {
@@ -2224,7 +2959,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2971,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2984,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{24}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *JobRecord) GetJobGraph() *JobGraph {
@@ -2347,7 +3082,7 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x124\n" +
 	"\x06format\x18\x02 \x01(\x0e2\x1c.jmcluster.v1.FileSinkFormatR\x06format\"\t\n" +
 	"\aLogSink\"\x11\n" +
-	"\x0fFlatMapOperator\"\x8c\x02\n" +
+	"\x0fFlatMapOperator\"\xad\x02\n" +
 	"\x0eEventGenerator\x12\x12\n" +
 	"\x04seed\x18\x01 \x01(\x04R\x04seed\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x12\n" +
@@ -2358,10 +3093,13 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x0fmax_disorder_ms\x18\a \x01(\x03R\rmaxDisorderMs\x12&\n" +
 	"\x0frate_per_second\x18\b \x01(\x01R\rratePerSecond\x12\x1d\n" +
 	"\n" +
-	"max_amount\x18\t \x01(\x03R\tmaxAmount\"N\n" +
+	"max_amount\x18\t \x01(\x03R\tmaxAmount\x12\x1f\n" +
+	"\vidle_splits\x18\n" +
+	" \x01(\x05R\n" +
+	"idleSplits\"N\n" +
 	"\fChecksumSink\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12*\n" +
-	"\x11flush_interval_ms\x18\x02 \x01(\x03R\x0fflushIntervalMs\"\xb5\x04\n" +
+	"\x11flush_interval_ms\x18\x02 \x01(\x03R\x0fflushIntervalMs\"\xdd\x06\n" +
 	"\bOperator\x12G\n" +
 	"\x0fsequence_source\x18\x01 \x01(\v2\x1c.jmcluster.v1.SequenceSourceH\x00R\x0esequenceSource\x12-\n" +
 	"\x03map\x18\x02 \x01(\v2\x19.jmcluster.v1.MapOperatorH\x00R\x03map\x126\n" +
@@ -2372,19 +3110,54 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\blog_sink\x18\x06 \x01(\v2\x15.jmcluster.v1.LogSinkH\x00R\alogSink\x12A\n" +
 	"\rchecksum_sink\x18\a \x01(\v2\x1a.jmcluster.v1.ChecksumSinkH\x00R\fchecksumSink\x12:\n" +
 	"\bflat_map\x18\b \x01(\v2\x1d.jmcluster.v1.FlatMapOperatorH\x00R\aflatMap\x12G\n" +
-	"\x0fevent_generator\x18\t \x01(\v2\x1c.jmcluster.v1.EventGeneratorH\x00R\x0eeventGeneratorB\x06\n" +
-	"\x04kind\"\x85\x01\n" +
+	"\x0fevent_generator\x18\t \x01(\v2\x1c.jmcluster.v1.EventGeneratorH\x00R\x0eeventGenerator\x129\n" +
+	"\vjson_key_by\x18\n" +
+	" \x01(\v2\x17.jmcluster.v1.JsonKeyByH\x00R\tjsonKeyBy\x12;\n" +
+	"\vjson_filter\x18\v \x01(\v2\x18.jmcluster.v1.JsonFilterH\x00R\n" +
+	"jsonFilter\x12>\n" +
+	"\fjson_project\x18\f \x01(\v2\x19.jmcluster.v1.JsonProjectH\x00R\vjsonProject\x126\n" +
+	"\x06window\x18\r \x01(\v2\x1c.jmcluster.v1.WindowOperatorH\x00R\x06window\x126\n" +
+	"\n" +
+	"event_time\x18\x14 \x01(\v2\x17.jmcluster.v1.EventTimeR\teventTimeB\x06\n" +
+	"\x04kind\"\xf5\x01\n" +
+	"\tEventTime\x12\x1b\n" +
+	"\ttime_path\x18\x01 \x01(\tR\btimePath\x129\n" +
+	"\vtime_format\x18\x02 \x01(\x0e2\x18.jmcluster.v1.TimeFormatR\n" +
+	"timeFormat\x124\n" +
+	"\x17max_out_of_orderness_ms\x18\x03 \x01(\x03R\x13maxOutOfOrdernessMs\x12&\n" +
+	"\x0fidle_timeout_ms\x18\x04 \x01(\x03R\ridleTimeoutMs\x122\n" +
+	"\x15watermark_interval_ms\x18\x05 \x01(\x03R\x13watermarkIntervalMs\"\x1f\n" +
+	"\tJsonKeyBy\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"_\n" +
+	"\n" +
+	"JsonFilter\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12'\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x17.jmcluster.v1.CompareOpR\x02op\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\"A\n" +
+	"\vJsonProject\x122\n" +
+	"\x06fields\x18\x01 \x03(\v2\x1a.jmcluster.v1.ProjectFieldR\x06fields\"6\n" +
+	"\fProjectField\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xcf\x01\n" +
+	"\x0eWindowOperator\x12,\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x18.jmcluster.v1.WindowKindR\x04kind\x12\x17\n" +
+	"\asize_ms\x18\x02 \x01(\x03R\x06sizeMs\x12\x19\n" +
+	"\bslide_ms\x18\x03 \x01(\x03R\aslideMs\x12\x15\n" +
+	"\x06gap_ms\x18\x04 \x01(\x03R\x05gapMs\x12\x14\n" +
+	"\x05field\x18\x05 \x01(\tR\x05field\x12.\n" +
+	"\x13allowed_lateness_ms\x18\x06 \x01(\x03R\x11allowedLatenessMs\"\x85\x01\n" +
 	"\tJobVertex\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x122\n" +
 	"\boperator\x18\x03 \x01(\v2\x16.jmcluster.v1.OperatorR\boperator\x12 \n" +
-	"\vparallelism\x18\x04 \x01(\x05R\vparallelism\"\xb4\x01\n" +
+	"\vparallelism\x18\x04 \x01(\x05R\vparallelism\"\xd7\x01\n" +
 	"\aJobEdge\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12>\n" +
 	"\fdistribution\x18\x03 \x01(\x0e2\x1a.jmcluster.v1.DistributionR\fdistribution\x129\n" +
 	"\vresult_type\x18\x04 \x01(\x0e2\x18.jmcluster.v1.ResultTypeR\n" +
-	"resultType\"\xa6\x03\n" +
+	"resultType\x12!\n" +
+	"\fdead_letters\x18\x05 \x01(\bR\vdeadLetters\"\xe4\x03\n" +
 	"\bJobGraph\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12)\n" +
@@ -2393,7 +3166,11 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x05edges\x18\x05 \x03(\v2\x15.jmcluster.v1.JobEdgeR\x05edges\x12H\n" +
 	"\x10restart_strategy\x18\x06 \x01(\v2\x1d.jmcluster.v1.RestartStrategyR\x0frestartStrategy\x12K\n" +
 	"\x11failover_strategy\x18\a \x01(\x0e2\x1e.jmcluster.v1.FailoverStrategyR\x10failoverStrategy\x12K\n" +
-	"\x11checkpoint_config\x18\b \x01(\v2\x1e.jmcluster.v1.CheckpointConfigR\x10checkpointConfig\"3\n" +
+	"\x11checkpoint_config\x18\b \x01(\v2\x1e.jmcluster.v1.CheckpointConfigR\x10checkpointConfig\x12<\n" +
+	"\fdead_letters\x18\t \x01(\v2\x19.jmcluster.v1.DeadLettersR\vdeadLetters\"c\n" +
+	"\vDeadLetters\x122\n" +
+	"\boperator\x18\x01 \x01(\v2\x16.jmcluster.v1.OperatorR\boperator\x12 \n" +
+	"\vparallelism\x18\x02 \x01(\x05R\vparallelism\"3\n" +
 	"\x06SlotID\x12\x13\n" +
 	"\x05tm_id\x18\x01 \x01(\tR\x04tmId\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x05R\x05index\"b\n" +
@@ -2489,7 +3266,27 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x0eFileSinkFormat\x12 \n" +
 	"\x1cFILE_SINK_FORMAT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16FILE_SINK_FORMAT_VALUE\x10\x01\x12\"\n" +
-	"\x1eFILE_SINK_FORMAT_KEY_TAB_VALUE\x10\x02*\xe3\x02\n" +
+	"\x1eFILE_SINK_FORMAT_KEY_TAB_VALUE\x10\x02*y\n" +
+	"\n" +
+	"TimeFormat\x12\x1b\n" +
+	"\x17TIME_FORMAT_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13TIME_FORMAT_UNIX_MS\x10\x01\x12\x1c\n" +
+	"\x18TIME_FORMAT_UNIX_SECONDS\x10\x02\x12\x17\n" +
+	"\x13TIME_FORMAT_RFC3339\x10\x03*\xc3\x01\n" +
+	"\tCompareOp\x12\x1a\n" +
+	"\x16COMPARE_OP_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10COMPARE_OP_EQUAL\x10\x01\x12\x18\n" +
+	"\x14COMPARE_OP_NOT_EQUAL\x10\x02\x12\x13\n" +
+	"\x0fCOMPARE_OP_LESS\x10\x03\x12\x1c\n" +
+	"\x18COMPARE_OP_LESS_OR_EQUAL\x10\x04\x12\x16\n" +
+	"\x12COMPARE_OP_GREATER\x10\x05\x12\x1f\n" +
+	"\x1bCOMPARE_OP_GREATER_OR_EQUAL\x10\x06*u\n" +
+	"\n" +
+	"WindowKind\x12\x1b\n" +
+	"\x17WINDOW_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14WINDOW_KIND_TUMBLING\x10\x01\x12\x17\n" +
+	"\x13WINDOW_KIND_SLIDING\x10\x02\x12\x17\n" +
+	"\x13WINDOW_KIND_SESSION\x10\x03*\xe3\x02\n" +
 	"\x0eExecutionState\x12\x1f\n" +
 	"\x1bEXECUTION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17EXECUTION_STATE_CREATED\x10\x01\x12\x1d\n" +
@@ -2530,8 +3327,8 @@ func file_jmcluster_v1_graph_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_graph_proto_rawDescData
 }
 
-var file_jmcluster_v1_graph_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_jmcluster_v1_graph_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(JobType)(0),                        // 0: jmcluster.v1.JobType
 	(Distribution)(0),                   // 1: jmcluster.v1.Distribution
@@ -2539,81 +3336,102 @@ var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(RestartKind)(0),                    // 3: jmcluster.v1.RestartKind
 	(FailoverStrategy)(0),               // 4: jmcluster.v1.FailoverStrategy
 	(FileSinkFormat)(0),                 // 5: jmcluster.v1.FileSinkFormat
-	(ExecutionState)(0),                 // 6: jmcluster.v1.ExecutionState
-	(JobStatus)(0),                      // 7: jmcluster.v1.JobStatus
-	(*RestartStrategy)(nil),             // 8: jmcluster.v1.RestartStrategy
-	(*SequenceSource)(nil),              // 9: jmcluster.v1.SequenceSource
-	(*MapOperator)(nil),                 // 10: jmcluster.v1.MapOperator
-	(*FilterOperator)(nil),              // 11: jmcluster.v1.FilterOperator
-	(*KeyBySumOperator)(nil),            // 12: jmcluster.v1.KeyBySumOperator
-	(*FileSink)(nil),                    // 13: jmcluster.v1.FileSink
-	(*LogSink)(nil),                     // 14: jmcluster.v1.LogSink
-	(*FlatMapOperator)(nil),             // 15: jmcluster.v1.FlatMapOperator
-	(*EventGenerator)(nil),              // 16: jmcluster.v1.EventGenerator
-	(*ChecksumSink)(nil),                // 17: jmcluster.v1.ChecksumSink
-	(*Operator)(nil),                    // 18: jmcluster.v1.Operator
-	(*JobVertex)(nil),                   // 19: jmcluster.v1.JobVertex
-	(*JobEdge)(nil),                     // 20: jmcluster.v1.JobEdge
-	(*JobGraph)(nil),                    // 21: jmcluster.v1.JobGraph
-	(*SlotID)(nil),                      // 22: jmcluster.v1.SlotID
-	(*StateTimestamp)(nil),              // 23: jmcluster.v1.StateTimestamp
-	(*Execution)(nil),                   // 24: jmcluster.v1.Execution
-	(*InputChannelDescriptor)(nil),      // 25: jmcluster.v1.InputChannelDescriptor
-	(*ExecutionVertex)(nil),             // 26: jmcluster.v1.ExecutionVertex
-	(*ExecutionJobVertex)(nil),          // 27: jmcluster.v1.ExecutionJobVertex
-	(*IntermediateResultPartition)(nil), // 28: jmcluster.v1.IntermediateResultPartition
-	(*IntermediateResult)(nil),          // 29: jmcluster.v1.IntermediateResult
-	(*ExecutionGraph)(nil),              // 30: jmcluster.v1.ExecutionGraph
-	(*JobStatusChange)(nil),             // 31: jmcluster.v1.JobStatusChange
-	(*JobRecord)(nil),                   // 32: jmcluster.v1.JobRecord
-	(*CheckpointConfig)(nil),            // 33: jmcluster.v1.CheckpointConfig
-	(*JobCheckpoints)(nil),              // 34: jmcluster.v1.JobCheckpoints
+	(TimeFormat)(0),                     // 6: jmcluster.v1.TimeFormat
+	(CompareOp)(0),                      // 7: jmcluster.v1.CompareOp
+	(WindowKind)(0),                     // 8: jmcluster.v1.WindowKind
+	(ExecutionState)(0),                 // 9: jmcluster.v1.ExecutionState
+	(JobStatus)(0),                      // 10: jmcluster.v1.JobStatus
+	(*RestartStrategy)(nil),             // 11: jmcluster.v1.RestartStrategy
+	(*SequenceSource)(nil),              // 12: jmcluster.v1.SequenceSource
+	(*MapOperator)(nil),                 // 13: jmcluster.v1.MapOperator
+	(*FilterOperator)(nil),              // 14: jmcluster.v1.FilterOperator
+	(*KeyBySumOperator)(nil),            // 15: jmcluster.v1.KeyBySumOperator
+	(*FileSink)(nil),                    // 16: jmcluster.v1.FileSink
+	(*LogSink)(nil),                     // 17: jmcluster.v1.LogSink
+	(*FlatMapOperator)(nil),             // 18: jmcluster.v1.FlatMapOperator
+	(*EventGenerator)(nil),              // 19: jmcluster.v1.EventGenerator
+	(*ChecksumSink)(nil),                // 20: jmcluster.v1.ChecksumSink
+	(*Operator)(nil),                    // 21: jmcluster.v1.Operator
+	(*EventTime)(nil),                   // 22: jmcluster.v1.EventTime
+	(*JsonKeyBy)(nil),                   // 23: jmcluster.v1.JsonKeyBy
+	(*JsonFilter)(nil),                  // 24: jmcluster.v1.JsonFilter
+	(*JsonProject)(nil),                 // 25: jmcluster.v1.JsonProject
+	(*ProjectField)(nil),                // 26: jmcluster.v1.ProjectField
+	(*WindowOperator)(nil),              // 27: jmcluster.v1.WindowOperator
+	(*JobVertex)(nil),                   // 28: jmcluster.v1.JobVertex
+	(*JobEdge)(nil),                     // 29: jmcluster.v1.JobEdge
+	(*JobGraph)(nil),                    // 30: jmcluster.v1.JobGraph
+	(*DeadLetters)(nil),                 // 31: jmcluster.v1.DeadLetters
+	(*SlotID)(nil),                      // 32: jmcluster.v1.SlotID
+	(*StateTimestamp)(nil),              // 33: jmcluster.v1.StateTimestamp
+	(*Execution)(nil),                   // 34: jmcluster.v1.Execution
+	(*InputChannelDescriptor)(nil),      // 35: jmcluster.v1.InputChannelDescriptor
+	(*ExecutionVertex)(nil),             // 36: jmcluster.v1.ExecutionVertex
+	(*ExecutionJobVertex)(nil),          // 37: jmcluster.v1.ExecutionJobVertex
+	(*IntermediateResultPartition)(nil), // 38: jmcluster.v1.IntermediateResultPartition
+	(*IntermediateResult)(nil),          // 39: jmcluster.v1.IntermediateResult
+	(*ExecutionGraph)(nil),              // 40: jmcluster.v1.ExecutionGraph
+	(*JobStatusChange)(nil),             // 41: jmcluster.v1.JobStatusChange
+	(*JobRecord)(nil),                   // 42: jmcluster.v1.JobRecord
+	(*CheckpointConfig)(nil),            // 43: jmcluster.v1.CheckpointConfig
+	(*JobCheckpoints)(nil),              // 44: jmcluster.v1.JobCheckpoints
 }
 var file_jmcluster_v1_graph_proto_depIdxs = []int32{
 	3,  // 0: jmcluster.v1.RestartStrategy.kind:type_name -> jmcluster.v1.RestartKind
 	5,  // 1: jmcluster.v1.FileSink.format:type_name -> jmcluster.v1.FileSinkFormat
-	9,  // 2: jmcluster.v1.Operator.sequence_source:type_name -> jmcluster.v1.SequenceSource
-	10, // 3: jmcluster.v1.Operator.map:type_name -> jmcluster.v1.MapOperator
-	11, // 4: jmcluster.v1.Operator.filter:type_name -> jmcluster.v1.FilterOperator
-	12, // 5: jmcluster.v1.Operator.key_by_sum:type_name -> jmcluster.v1.KeyBySumOperator
-	13, // 6: jmcluster.v1.Operator.file_sink:type_name -> jmcluster.v1.FileSink
-	14, // 7: jmcluster.v1.Operator.log_sink:type_name -> jmcluster.v1.LogSink
-	17, // 8: jmcluster.v1.Operator.checksum_sink:type_name -> jmcluster.v1.ChecksumSink
-	15, // 9: jmcluster.v1.Operator.flat_map:type_name -> jmcluster.v1.FlatMapOperator
-	16, // 10: jmcluster.v1.Operator.event_generator:type_name -> jmcluster.v1.EventGenerator
-	18, // 11: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
-	1,  // 12: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
-	2,  // 13: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
-	0,  // 14: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
-	19, // 15: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
-	20, // 16: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
-	8,  // 17: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
-	4,  // 18: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
-	33, // 19: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
-	6,  // 20: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
-	6,  // 21: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
-	23, // 22: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
-	22, // 23: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
-	24, // 24: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
-	24, // 25: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
-	25, // 26: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
-	26, // 27: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
-	2,  // 28: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
-	1,  // 29: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
-	28, // 30: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
-	27, // 31: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
-	29, // 32: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
-	7,  // 33: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
-	21, // 34: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
-	7,  // 35: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
-	31, // 36: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
-	30, // 37: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
-	34, // 38: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
-	39, // [39:39] is the sub-list for method output_type
-	39, // [39:39] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	12, // 2: jmcluster.v1.Operator.sequence_source:type_name -> jmcluster.v1.SequenceSource
+	13, // 3: jmcluster.v1.Operator.map:type_name -> jmcluster.v1.MapOperator
+	14, // 4: jmcluster.v1.Operator.filter:type_name -> jmcluster.v1.FilterOperator
+	15, // 5: jmcluster.v1.Operator.key_by_sum:type_name -> jmcluster.v1.KeyBySumOperator
+	16, // 6: jmcluster.v1.Operator.file_sink:type_name -> jmcluster.v1.FileSink
+	17, // 7: jmcluster.v1.Operator.log_sink:type_name -> jmcluster.v1.LogSink
+	20, // 8: jmcluster.v1.Operator.checksum_sink:type_name -> jmcluster.v1.ChecksumSink
+	18, // 9: jmcluster.v1.Operator.flat_map:type_name -> jmcluster.v1.FlatMapOperator
+	19, // 10: jmcluster.v1.Operator.event_generator:type_name -> jmcluster.v1.EventGenerator
+	23, // 11: jmcluster.v1.Operator.json_key_by:type_name -> jmcluster.v1.JsonKeyBy
+	24, // 12: jmcluster.v1.Operator.json_filter:type_name -> jmcluster.v1.JsonFilter
+	25, // 13: jmcluster.v1.Operator.json_project:type_name -> jmcluster.v1.JsonProject
+	27, // 14: jmcluster.v1.Operator.window:type_name -> jmcluster.v1.WindowOperator
+	22, // 15: jmcluster.v1.Operator.event_time:type_name -> jmcluster.v1.EventTime
+	6,  // 16: jmcluster.v1.EventTime.time_format:type_name -> jmcluster.v1.TimeFormat
+	7,  // 17: jmcluster.v1.JsonFilter.op:type_name -> jmcluster.v1.CompareOp
+	26, // 18: jmcluster.v1.JsonProject.fields:type_name -> jmcluster.v1.ProjectField
+	8,  // 19: jmcluster.v1.WindowOperator.kind:type_name -> jmcluster.v1.WindowKind
+	21, // 20: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
+	1,  // 21: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
+	2,  // 22: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
+	0,  // 23: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
+	28, // 24: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
+	29, // 25: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
+	11, // 26: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
+	4,  // 27: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
+	43, // 28: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
+	31, // 29: jmcluster.v1.JobGraph.dead_letters:type_name -> jmcluster.v1.DeadLetters
+	21, // 30: jmcluster.v1.DeadLetters.operator:type_name -> jmcluster.v1.Operator
+	9,  // 31: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
+	9,  // 32: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
+	33, // 33: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
+	32, // 34: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
+	34, // 35: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
+	34, // 36: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
+	35, // 37: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
+	36, // 38: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
+	2,  // 39: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
+	1,  // 40: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
+	38, // 41: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
+	37, // 42: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
+	39, // 43: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
+	10, // 44: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
+	30, // 45: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
+	10, // 46: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
+	41, // 47: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
+	40, // 48: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
+	44, // 49: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
+	50, // [50:50] is the sub-list for method output_type
+	50, // [50:50] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_graph_proto_init() }
@@ -2632,14 +3450,18 @@ func file_jmcluster_v1_graph_proto_init() {
 		(*Operator_ChecksumSink)(nil),
 		(*Operator_FlatMap)(nil),
 		(*Operator_EventGenerator)(nil),
+		(*Operator_JsonKeyBy)(nil),
+		(*Operator_JsonFilter)(nil),
+		(*Operator_JsonProject)(nil),
+		(*Operator_Window)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_graph_proto_rawDesc), len(file_jmcluster_v1_graph_proto_rawDesc)),
-			NumEnums:      8,
-			NumMessages:   25,
+			NumEnums:      11,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

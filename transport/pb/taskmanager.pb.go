@@ -32,8 +32,10 @@ type ResultPartitionDeploymentDescriptor struct {
 	NumSubpartitions int32                  `protobuf:"varint,3,opt,name=num_subpartitions,json=numSubpartitions,proto3" json:"num_subpartitions,omitempty"`
 	Distribution     Distribution           `protobuf:"varint,4,opt,name=distribution,proto3,enum=jmcluster.v1.Distribution" json:"distribution,omitempty"`
 	ResultType       ResultType             `protobuf:"varint,5,opt,name=result_type,json=resultType,proto3,enum=jmcluster.v1.ResultType" json:"result_type,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The partition carries the task's dead letters, not its records (JobEdge.dead_letters).
+	DeadLetters   bool `protobuf:"varint,6,opt,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResultPartitionDeploymentDescriptor) Reset() {
@@ -99,6 +101,13 @@ func (x *ResultPartitionDeploymentDescriptor) GetResultType() ResultType {
 		return x.ResultType
 	}
 	return ResultType_RESULT_TYPE_UNSPECIFIED
+}
+
+func (x *ResultPartitionDeploymentDescriptor) GetDeadLetters() bool {
+	if x != nil {
+		return x.DeadLetters
+	}
+	return false
 }
 
 type InputGateDeploymentDescriptor struct {
@@ -1971,14 +1980,15 @@ var File_jmcluster_v1_taskmanager_proto protoreflect.FileDescriptor
 
 const file_jmcluster_v1_taskmanager_proto_rawDesc = "" +
 	"\n" +
-	"\x1ejmcluster/v1/taskmanager.proto\x12\fjmcluster.v1\x1a\x1djmcluster/v1/checkpoint.proto\x1a\x18jmcluster/v1/graph.proto\"\x93\x02\n" +
+	"\x1ejmcluster/v1/taskmanager.proto\x12\fjmcluster.v1\x1a\x1djmcluster/v1/checkpoint.proto\x1a\x18jmcluster/v1/graph.proto\"\xb6\x02\n" +
 	"#ResultPartitionDeploymentDescriptor\x12\x1b\n" +
 	"\tresult_id\x18\x01 \x01(\tR\bresultId\x12'\n" +
 	"\x0fpartition_index\x18\x02 \x01(\x05R\x0epartitionIndex\x12+\n" +
 	"\x11num_subpartitions\x18\x03 \x01(\x05R\x10numSubpartitions\x12>\n" +
 	"\fdistribution\x18\x04 \x01(\x0e2\x1a.jmcluster.v1.DistributionR\fdistribution\x129\n" +
 	"\vresult_type\x18\x05 \x01(\x0e2\x18.jmcluster.v1.ResultTypeR\n" +
-	"resultType\"\xd1\x02\n" +
+	"resultType\x12!\n" +
+	"\fdead_letters\x18\x06 \x01(\bR\vdeadLetters\"\xd1\x02\n" +
 	"\x1dInputGateDeploymentDescriptor\x12\x1b\n" +
 	"\tresult_id\x18\x01 \x01(\tR\bresultId\x12>\n" +
 	"\fdistribution\x18\x02 \x01(\x0e2\x1a.jmcluster.v1.DistributionR\fdistribution\x129\n" +
