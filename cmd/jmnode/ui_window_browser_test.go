@@ -108,4 +108,3 @@ func windowFlowShown(vertices []string) string {
     Number(rows.window.dataset.wm) > 0 && rows.window.cells[4].textContent !== '-' && rows.window.cells[5].textContent.endsWith(' ms') &&
     (!rows['dead-letters'] || rows['dead-letters'].cells[6].textContent === '0'); })()`, strings.Join(vertices, ","))
 }
-
