@@ -33,3 +33,84 @@ func TestExamplesValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestExamplesMeetTheRecordRules: the rules graph.proto's comments give the records operators
+// hold for each example, whatever graph.Validate checks of them yet: a job with a vertex that
+// can send dead letters has a dead-letter sink; JSON paths are not empty; a window has a kind
+// and the lengths its kind uses (size_ms a multiple of slide_ms); and in a STREAMING job with
+// a window every source has event_time, so that windows fire before the input ends.
+func TestExamplesMeetTheRecordRules(t *testing.T) {
+	names, err := fs.Glob(Specs, "*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	windows := 0
+	for _, name := range names {
+		if name == "invalid.json" {
+			continue
+		}
+		b, err := Specs.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var jg pb.JobGraph
+		if err := protojson.Unmarshal(b, &jg); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		hasWindow, sourcesWithoutTime := false, []string{}
+		for _, v := range jg.Vertices {
+			op := v.Operator
+			k, _ := graph.OperatorKindOf(op)
+			if k.DeadLetters(op) && jg.DeadLetters == nil {
+				t.Errorf("%s: vertex %s (%s) can send dead letters: the job needs dead_letters", name, v.Id, k.Name)
+			}
+			if k.Role == graph.RoleSource && op.GetEventTime() == nil {
+				sourcesWithoutTime = append(sourcesWithoutTime, v.Id)
+			}
+			paths := map[string]string{"json_key_by": op.GetJsonKeyBy().GetPath(), "json_filter": op.GetJsonFilter().GetPath()}
+			if p, ok := paths[k.Name]; ok && p == "" {
+				t.Errorf("%s: vertex %s: %s.path is empty", name, v.Id, k.Name)
+			}
+			for i, f := range op.GetJsonProject().GetFields() {
+				if f.GetPath() == "" {
+					t.Errorf("%s: vertex %s: json_project.fields[%d].path is empty", name, v.Id, i)
+				}
+			}
+			w := op.GetWindow()
+			if w == nil {
+				continue
+			}
+			hasWindow = true
+			switch w.Kind {
+			case pb.WindowKind_WINDOW_KIND_TUMBLING:
+				if w.SizeMs <= 0 {
+					t.Errorf("%s: vertex %s: a TUMBLING window needs size_ms > 0, got %d", name, v.Id, w.SizeMs)
+				}
+			case pb.WindowKind_WINDOW_KIND_SLIDING:
+				if w.SizeMs <= 0 || w.SlideMs <= 0 || w.SizeMs%w.SlideMs != 0 {
+					t.Errorf("%s: vertex %s: a SLIDING window needs size_ms a multiple of slide_ms > 0, got %d and %d", name, v.Id, w.SizeMs, w.SlideMs)
+				}
+			case pb.WindowKind_WINDOW_KIND_SESSION:
+				if w.GapMs <= 0 {
+					t.Errorf("%s: vertex %s: a SESSION window needs gap_ms > 0, got %d", name, v.Id, w.GapMs)
+				}
+			default:
+				t.Errorf("%s: vertex %s: window.kind %v", name, v.Id, w.Kind)
+			}
+		}
+		if jg.DeadLetters != nil {
+			if k, ok := graph.OperatorKindOf(jg.DeadLetters.Operator); !ok || k.Role != graph.RoleSink {
+				t.Errorf("%s: dead_letters.operator is not a sink", name)
+			}
+		}
+		if hasWindow {
+			windows++
+			if jg.Type == pb.JobType_JOB_TYPE_STREAMING && len(sourcesWithoutTime) > 0 {
+				t.Errorf("%s: a STREAMING job with a window, and sources without event_time: %v", name, sourcesWithoutTime)
+			}
+		}
+	}
+	if windows == 0 {
+		t.Errorf("no example has a window")
+	}
+}
