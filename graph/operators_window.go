@@ -3,7 +3,6 @@ package graph
 import (
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -80,17 +79,15 @@ func checkSlide(add addFunc, size, slide int64) {
 
 // CheckWindowField checks the path of a window's field (JsonKeyBy.path's form): empty (count
 // only), or object fields (an array element by its index) separated by dots, none of them
-// empty, at most MaxWindowFieldBytes of valid UTF-8 without control characters. It returns
-// what is wrong, or "". Every other character is taken literally (the operator escapes the
-// path language's special characters).
+// empty, at most MaxWindowFieldBytes without control characters (a protobuf string is valid
+// UTF-8). It returns what is wrong, or "". Every other character is taken literally (the
+// operator escapes the path language's special characters).
 func CheckWindowField(p string) string {
 	switch {
 	case p == "":
 		return ""
 	case len(p) > MaxWindowFieldBytes:
 		return fmt.Sprintf("is %d bytes, more than MaxWindowFieldBytes %d", len(p), MaxWindowFieldBytes)
-	case !utf8.ValidString(p):
-		return "is not valid UTF-8"
 	case strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		return "contains a control character"
 	}
