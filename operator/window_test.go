@@ -345,3 +345,47 @@ func firstDiff(got, want string) string {
 	}
 	return fmt.Sprintf("%d lines, want %d", len(g), len(w))
 }
+
+// TestWindowStateFormat: a key's windows read back as written, integers and floats alike; a
+// value of another format fails the task with what it is, never read as windows.
+func TestWindowStateFormat(t *testing.T) {
+	ws := []window{
+		{start: -20, end: 10, count: 3, emitted: 2, flags: winDirty, sumI: -9, minI: -5, maxI: 1},
+		{start: 10, end: 40, count: 1, flags: winFloat, sumF: 1.25, minF: 1.25, maxF: 1.25},
+		{start: 1 << 62, end: 1<<62 + 60_000, count: 7},
+	}
+	b := encodeWindows(nil, ws)
+	if len(b) != 1+3*windowBytes {
+		t.Fatalf("%d bytes for 3 windows, want %d", len(b), 1+3*windowBytes)
+	}
+	back, err := decodeWindows(nil, b)
+	if err != nil || fmt.Sprint(back) != fmt.Sprint(ws) {
+		t.Fatalf("read back %v (%v), want %v", back, err, ws)
+	}
+	for _, bad := range [][]byte{{2}, b[:len(b)-1]} {
+		if _, err := decodeWindows(nil, bad); err == nil || !strings.Contains(err.Error(), "not the format of this build") {
+			t.Fatalf("%d bytes of version %d: %v", len(bad), bad[0], err)
+		}
+	}
+
+	// Floats and sessions through a snapshot.
+	op := windowSpec(&pb.WindowOperator{Kind: pb.WindowKind_WINDOW_KIND_SESSION, GapMs: 10, Field: "v"})
+	h := newHarness(t, op, nil)
+	h.process(ev("a", 0, 0.5), ev("a", 4, 2), ev("b", 3, 7))
+	again := newHarness(t, op, h.snapshot())
+	again.process(ev("a", 12, 1))
+	again.finish()
+	wantLines(t, "restored", again.results(),
+		`{"key":"b","start":3,"end":13,"count":1,"sum":7,"min":7,"max":7,"avg":7} @12`,
+		`{"key":"a","start":0,"end":22,"count":3,"sum":3.5,"min":0.5,"max":2,"avg":1.1666666666666667} @21`)
+}
+
+// TestWindowFloatsAsEncodingJSON: a float64 of a result is the text encoding/json writes.
+func TestWindowFloatsAsEncodingJSON(t *testing.T) {
+	for _, f := range []float64{0, -0.5, 1, 17, 14.333333333333334, 1e-7, 1.5e-9, 123456789.125, 1e20, 1e21, -2.5e300, 5e-324} {
+		want, _ := json.Marshal(f)
+		if got := appendFloat(nil, f); string(got) != string(want) {
+			t.Errorf("%v: %s, encoding/json %s", f, got, want)
+		}
+	}
+}
