@@ -10,41 +10,50 @@ import (
 
 // harness drives one transform as a task does, without a TaskManager (Flink's
 // OneInputStreamOperatorTestHarness): records in, timers advanced, snapshots taken and
-// restored, the emitted records collected.
+// restored, the emitted records and the dead letters collected.
 type harness struct {
-	t   *testing.T
-	op  *transformOperator
-	out []Record
+	t    *testing.T
+	op   *transformOperator
+	out  []Record
+	dead []Record // the dead letters (DeadLetterRecord), in order
 }
 
 // newHarness opens the transform of kind (its catalogue runtime) restored from state.
 func newHarness(t *testing.T, op *pb.Operator, state []byte) *harness {
 	t.Helper()
-	o, err := New(op, Info{Restored: state})
+	h := &harness{t: t}
+	o, err := New(op, h.info(state))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return openHarness(t, o.(*transformOperator))
+	return h.open(o.(*transformOperator))
 }
 
 // newTransformHarness opens tr as a transform (keyed: its Context is checkpointed), restored
 // from state.
 func newTransformHarness(t *testing.T, tr Transform, keyed bool, state []byte) *harness {
 	t.Helper()
-	o, err := newTransformOperator("test", tr, keyed, Info{Restored: state})
+	h := &harness{t: t}
+	o, err := newTransformOperator("test", tr, keyed, h.info(state))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return openHarness(t, o)
+	return h.open(o)
 }
 
-func openHarness(t *testing.T, o *transformOperator) *harness {
-	t.Helper()
+// info is the task's Info: restored from state, its dead letters collected in h.dead.
+func (h *harness) info(state []byte) Info {
+	return Info{Vertex: "v", Restored: state, DeadLetters: func(r Record) error { h.dead = append(h.dead, r); return nil }}
+}
+
+func (h *harness) open(o *transformOperator) *harness {
+	h.t.Helper()
 	if err := o.Open(context.Background()); err != nil {
-		t.Fatal(err)
+		h.t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = o.Close() })
-	return &harness{t: t, op: o}
+	h.t.Cleanup(func() { _ = o.Close() })
+	h.op = o
+	return h
 }
 
 func (h *harness) emit(r Record) error { h.out = append(h.out, r); return nil }

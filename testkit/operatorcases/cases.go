@@ -7,6 +7,7 @@ package operatorcases
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -160,7 +161,7 @@ func All() []Case {
 		cpath    = "operator.checksum_sink.path"
 		noInputs = `vertex "v" has no inputs`
 	)
-	return []Case{
+	cases := []Case{
 		{Name: "no operator", Op: nil, Wiring: Between, Field: "operator", Msg: "is missing"},
 		{Name: "no kind", Op: &pb.Operator{}, Wiring: Between, Field: "operator", Msg: "is missing"},
 		{Name: "unknown kind", Op: unknownKind(), Wiring: Between, Field: "operator", Msg: "unknown operator kind"},
@@ -239,6 +240,62 @@ func All() []Case {
 		{Name: "infinite generator rate", Kind: "event_generator", Op: gen(&pb.EventGenerator{RatePerSecond: math.Inf(1)}), Wiring: Feeds, Field: "operator.event_generator.rate_per_second", Msg: "+Inf must be a finite number >= 0"},
 		{Name: "negative generator max amount", Kind: "event_generator", Op: gen(&pb.EventGenerator{MaxAmount: -3}), Wiring: Feeds, Field: "operator.event_generator.max_amount", Msg: "-3 is negative"},
 		{Name: "event generator with an input", Kind: "event_generator", Op: gen(&pb.EventGenerator{Count: 3}), Wiring: Between, Msg: `source vertex "v" must have no inputs`},
+	}
+	cases = append(cases, windowCases()...)
+	return cases
+}
+
+func window(w *pb.WindowOperator) *pb.Operator {
+	return &pb.Operator{Kind: &pb.Operator_Window{Window: w}}
+}
+
+// windowCases are the cases of the window kind: one bad case per rule of
+// graph/operators_window.go.
+func windowCases() []Case {
+	const (
+		tumbling = pb.WindowKind_WINDOW_KIND_TUMBLING
+		sliding  = pb.WindowKind_WINDOW_KIND_SLIDING
+		session  = pb.WindowKind_WINDOW_KIND_SESSION
+		maxMs    = 366 * 24 * 3600 * 1000 // graph.MaxWindowMs
+	)
+	bad := func(name string, w *pb.WindowOperator, field, msg string) Case {
+		return Case{Name: name, Kind: "window", Op: window(w), Wiring: Between, Field: "operator.window." + field, Msg: msg}
+	}
+	good := func(name string, w *pb.WindowOperator) Case {
+		return Case{Name: name, Kind: "window", Op: window(w), Wiring: Between}
+	}
+	return []Case{
+		good("tumbling window", &pb.WindowOperator{Kind: tumbling, SizeMs: 60_000, Field: "amount"}),
+		good("tumbling window of the largest size and lateness", &pb.WindowOperator{Kind: tumbling, SizeMs: maxMs, AllowedLatenessMs: maxMs}),
+		good("sliding window", &pb.WindowOperator{Kind: sliding, SizeMs: 60_000, SlideMs: 10_000, Field: "order.total", AllowedLatenessMs: 5000}),
+		good("sliding window of 100 windows", &pb.WindowOperator{Kind: sliding, SizeMs: 100, SlideMs: 1}),
+		good("session window", &pb.WindowOperator{Kind: session, GapMs: 30_000, Field: "items.0"}),
+		good("window on a field of special characters", &pb.WindowOperator{Kind: tumbling, SizeMs: 10, Field: "a*b.#.@this|x"}),
+		{Name: "window without input", Kind: "window", Op: window(&pb.WindowOperator{Kind: tumbling, SizeMs: 10}), Wiring: Feeds, Msg: `vertex "v" has no inputs`},
+		bad("window of no kind", &pb.WindowOperator{SizeMs: 10}, "kind", "is unset: TUMBLING, SLIDING or SESSION"),
+		bad("window of an unknown kind", &pb.WindowOperator{Kind: 9, SizeMs: 10}, "kind", "9 is not a WindowKind"),
+		bad("tumbling window of size 0", &pb.WindowOperator{Kind: tumbling}, "size_ms", "0 is out of range [1, MaxWindowMs 31622400000]"),
+		bad("tumbling window of a negative size", &pb.WindowOperator{Kind: tumbling, SizeMs: -5}, "size_ms", "-5 is out of range [1, MaxWindowMs 31622400000]"),
+		bad("tumbling window too large", &pb.WindowOperator{Kind: tumbling, SizeMs: maxMs + 1}, "size_ms", "31622400001 is out of range [1, MaxWindowMs 31622400000]"),
+		bad("sliding window too large", &pb.WindowOperator{Kind: sliding, SizeMs: maxMs + 1, SlideMs: 1000}, "size_ms", "31622400001 is out of range [1, MaxWindowMs"),
+		bad("tumbling window with a slide", &pb.WindowOperator{Kind: tumbling, SizeMs: 10, SlideMs: 5}, "slide_ms", "5 must be 0 for a TUMBLING window (slide_ms is for SLIDING)"),
+		bad("tumbling window with a gap", &pb.WindowOperator{Kind: tumbling, SizeMs: 10, GapMs: 5}, "gap_ms", "5 must be 0 for a TUMBLING window (gap_ms is for SESSION)"),
+		bad("sliding window without a slide", &pb.WindowOperator{Kind: sliding, SizeMs: 10}, "slide_ms", "0 is out of range [1, MaxWindowMs 31622400000]"),
+		bad("sliding window of a negative slide", &pb.WindowOperator{Kind: sliding, SizeMs: 10, SlideMs: -1}, "slide_ms", "-1 is out of range [1, MaxWindowMs"),
+		bad("slide longer than the size", &pb.WindowOperator{Kind: sliding, SizeMs: 10, SlideMs: 20}, "slide_ms", "20 is more than size_ms 10"),
+		bad("slide not dividing the size", &pb.WindowOperator{Kind: sliding, SizeMs: 10, SlideMs: 3}, "slide_ms", "3 does not divide size_ms 10"),
+		bad("too many sliding windows", &pb.WindowOperator{Kind: sliding, SizeMs: 101, SlideMs: 1}, "slide_ms", "1 makes size_ms/slide_ms 101 windows per record, more than MaxSlidingWindows 100"),
+		bad("sliding window with a gap", &pb.WindowOperator{Kind: sliding, SizeMs: 10, SlideMs: 5, GapMs: 1}, "gap_ms", "1 must be 0 for a SLIDING window"),
+		bad("session window without a gap", &pb.WindowOperator{Kind: session}, "gap_ms", "0 is out of range [1, MaxWindowMs 31622400000]"),
+		bad("session window gap too large", &pb.WindowOperator{Kind: session, GapMs: maxMs + 1}, "gap_ms", "31622400001 is out of range [1, MaxWindowMs"),
+		bad("session window with a size", &pb.WindowOperator{Kind: session, GapMs: 10, SizeMs: 10}, "size_ms", "10 must be 0 for a SESSION window (size_ms is for TUMBLING and SLIDING)"),
+		bad("session window with a slide", &pb.WindowOperator{Kind: session, GapMs: 10, SlideMs: 10}, "slide_ms", "10 must be 0 for a SESSION window (slide_ms is for SLIDING)"),
+		bad("negative allowed lateness", &pb.WindowOperator{Kind: tumbling, SizeMs: 10, AllowedLatenessMs: -1}, "allowed_lateness_ms", "-1 is out of range [0, MaxWindowMs 31622400000]"),
+		bad("allowed lateness too large", &pb.WindowOperator{Kind: session, GapMs: 10, AllowedLatenessMs: maxMs + 1}, "allowed_lateness_ms", "31622400001 is out of range [0, MaxWindowMs"),
+		bad("window field with an empty element", &pb.WindowOperator{Kind: tumbling, SizeMs: 10, Field: "a..b"}, "field", `"a..b" has an empty element`),
+		bad("window field ending in a dot", &pb.WindowOperator{Kind: tumbling, SizeMs: 10, Field: "amount."}, "field", `"amount." has an empty element`),
+		bad("window field with a control character", &pb.WindowOperator{Kind: tumbling, SizeMs: 10, Field: "a\nb"}, "field", `"a\nb" contains a control character`),
+		bad("window field too long", &pb.WindowOperator{Kind: tumbling, SizeMs: 10, Field: strings.Repeat("x", 257)}, "field", "is 257 bytes, more than MaxWindowFieldBytes 256"),
 	}
 }
 
