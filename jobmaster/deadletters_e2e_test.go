@@ -103,8 +103,8 @@ func TestInvalidRecordsLandInTheDeadLetterOutput(t *testing.T) {
 			{Id: "coupons", Parallelism: 2, Operator: &pb.Operator{Kind: &pb.Operator_JsonFilter{JsonFilter: &pb.JsonFilter{Path: "coupon", Op: pb.CompareOp_COMPARE_OP_EQUAL, Value: `"SPRING"`}}}},
 			{Id: "kept", Parallelism: 1, Operator: &pb.Operator{Kind: &pb.Operator_LogSink{LogSink: &pb.LogSink{}}}},
 		},
-		Edges: []*pb.JobEdge{edge("numbers", "key", all), edge("events", "key", fwd), edge("key", "out", fwd), edge("key", "coupons", fwd), edge("coupons", "kept", all)},
-		DeadLetters: &pb.DeadLetters{Operator: fileSink("dead-{subtask}.jsonl", pb.FileSinkFormat_FILE_SINK_FORMAT_VALUE)},
+		Edges:            []*pb.JobEdge{edge("numbers", "key", all), edge("events", "key", fwd), edge("key", "out", fwd), edge("key", "coupons", fwd), edge("coupons", "kept", all)},
+		DeadLetters:      &pb.DeadLetters{Operator: fileSink("dead-{subtask}.jsonl", pb.FileSinkFormat_FILE_SINK_FORMAT_VALUE)},
 		CheckpointConfig: &pb.CheckpointConfig{IntervalMs: 200},
 		RestartStrategy:  &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_FIXED_DELAY, Attempts: 3, DelayMs: 100},
 	}
