@@ -36,6 +36,19 @@ func newOutputs(t *task, produced []*pb.ResultPartitionDeploymentDescriptor, par
 	return o
 }
 
+// deadLetterEmit is the task's operator.Info.DeadLetters, set before its operator is built:
+// the dead letters go to *out once the partitions are produced. nil when the descriptor has
+// no dead_letters partition (the operator then fails on a dead letter, naming the record and
+// its reason: operator.ErrNoDeadLetterOutput).
+func deadLetterEmit(d *pb.TaskDeploymentDescriptor, out **outputs) operator.Emit {
+	for _, pd := range d.GetProduced() {
+		if pd.GetDeadLetters() {
+			return func(r operator.Record) error { return (*out).deadLetter(r) }
+		}
+	}
+	return nil
+}
+
 // add sends a record to every partition of records.
 func (o *outputs) add(ctx context.Context, r operator.Record) error {
 	for _, p := range o.records {
@@ -47,14 +60,12 @@ func (o *outputs) add(ctx context.Context, r operator.Record) error {
 }
 
 // deadLetter sends a dead letter (operator.DeadLetterRecord) to every dead_letters partition
-// and counts it in the task's dead letters (its heartbeat reports them). A task without such
-// a partition fails: its job has no dead-letter output (JobGraph validation refuses that
-// job). A dead letter over the TaskManager's MaxRecordSize is sent without the record's key
+// and counts it in the task's dead letters (its heartbeat reports them). A dead letter over the TaskManager's MaxRecordSize is sent without the record's key
 // and value, saying so, rather than failing the task: the record would fail it again on every
 // restart.
 func (o *outputs) deadLetter(r operator.Record) error {
-	if o == nil || len(o.dead) == 0 {
-		return fmt.Errorf("%w: the task has no dead-letter partition", operator.ErrNoDeadLetterOutput)
+	if o == nil || len(o.dead) == 0 { // deadLetterEmit hands out no Emit then
+		return fmt.Errorf("%w: the task has no dead-letter partition (record %d/%d)", operator.ErrNoDeadLetterOutput, r.Origin, r.Seq)
 	}
 	if o.beforeDead != nil {
 		if err := o.beforeDead(); err != nil {

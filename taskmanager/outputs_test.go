@@ -108,3 +108,20 @@ func TestDeadLetterOverTheMaximumRecordSize(t *testing.T) {
 		t.Fatalf("trim to 40 bytes: %v", err)
 	}
 }
+
+// TestDeadLetterWithoutADeadLetterPartitionFailsTheTask: a json_key_by task deployed without
+// a dead_letters partition (a descriptor the JobMaster never makes) fails on its first dead
+// letter, naming the record and its reason.
+func TestDeadLetterWithoutADeadLetterPartitionFailsTheTask(t *testing.T) {
+	jm := startJM(t)
+	tm := newTM(t, "tm1", jm, func(c *Config) { c.WorkDir = t.TempDir() })
+	c := client(t, tm)
+	keyBy := &pb.Operator{Kind: &pb.Operator_JsonKeyBy{JsonKeyBy: &pb.JsonKeyBy{Path: "user"}}}
+	submit(t, c, 1, deploy("nodl", "key", 0, 1, "key-0", 0, keyBy,
+		gate("seq->key", pipelined, channel("seq->key", 0, 0, "seq-0", tm.DataAddr()))))
+	submit(t, c, 1, source("nodl", "seq", 0, 1, "seq-0", 1, &pb.SequenceSource{Count: 3}, produces("seq->key", 0, 1, forward, pipelined)))
+	cause := jm.waitState(t, "key-0", failed)
+	if !strings.Contains(cause, "the job has no dead-letter output (dead_letters in the job spec); the record 0/0: not valid JSON") {
+		t.Fatalf("cause %q", cause)
+	}
+}

@@ -56,7 +56,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	}
 	info.Checkpointed, info.RestoredCheckpoint = d.GetCheckpointed(), d.GetRestoreCheckpointId()
 	var out *outputs // the partitions by what they carry (outputs.go), once produced
-	info.DeadLetters = func(r operator.Record) error { return out.deadLetter(r) }
+	info.DeadLetters = deadLetterEmit(d, &out)
 	if id := d.GetRestoreCheckpointId(); id != 0 {
 		tm.log.Info("task restored from a checkpoint", "job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex(),
 			"attempt", d.GetAttemptId(), "checkpoint", id, "state_bytes", len(info.Restored))
