@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -36,9 +37,9 @@ func CanSendDeadLetters(jv *pb.JobVertex) bool {
 // {source: v, target: DeadLetterVertexID, ALL_TO_ALL, PIPELINED, dead_letters: true} for every
 // such vertex v, in vertex order. It is idempotent: the vertex is not added when one of that
 // id exists (Validate refuses it unless it is the expansion's), nor an edge from a vertex that
-// already has one to it. jg is returned itself when nothing is to be added, otherwise a copy:
-// jg is never changed. A pure function of jg; it tolerates a malformed graph (Validate says
-// what is wrong).
+// already has one to it. jg is returned itself when nothing is to be added, otherwise a copy
+// that shares jg's vertices and edges: jg is never changed. A pure function of jg; it
+// tolerates a malformed graph (Validate says what is wrong).
 func ExpandDeadLetters(jg *pb.JobGraph) *pb.JobGraph {
 	dl := jg.GetDeadLetters()
 	if dl == nil {
@@ -73,6 +74,8 @@ func ExpandDeadLetters(jg *pb.JobGraph) *pb.JobGraph {
 		return jg
 	}
 	out := proto.CloneOf(jg)
+	// jg's own vertices and edges, not copies: a missing (nil) one stays missing for Validate.
+	out.Vertices, out.Edges = slices.Clone(jg.Vertices), slices.Clone(jg.Edges)
 	if !hasVertex {
 		out.Vertices = append(out.Vertices, deadLetterVertex(dl))
 	}
