@@ -127,6 +127,7 @@ func taskDescriptor(rec *pb.JobRecord, vertexID string, subtask int32,
 			tdd.Produced = append(tdd.Produced, &pb.ResultPartitionDeploymentDescriptor{
 				ResultId: res.ResultId, PartitionIndex: subtask, NumSubpartitions: p.NumSubpartitions,
 				Distribution: res.Distribution, ResultType: res.ResultType,
+				DeadLetters: carriesDeadLetters(jg, res),
 			})
 		}
 	}
@@ -156,6 +157,18 @@ func taskDescriptor(rec *pb.JobRecord, vertexID string, subtask int32,
 		}
 	}
 	return tdd, nil
+}
+
+// carriesDeadLetters reports whether result r is made by an edge that carries its producer's
+// dead letters (JobEdge.dead_letters): one result per edge (BuildExecutionGraph), named by
+// its producer and consumer.
+func carriesDeadLetters(jg *pb.JobGraph, r *pb.IntermediateResult) bool {
+	for _, e := range jg.GetEdges() {
+		if e.GetSource() == r.ProducerVertexId && e.GetTarget() == r.ConsumerVertexId {
+			return e.GetDeadLetters()
+		}
+	}
+	return false
 }
 
 // RestoreFrom returns the job's latest completed checkpoint and the acknowledgement of the

@@ -89,16 +89,21 @@ func (v *validator) add(field, format string, args ...any) {
 }
 
 // Validate checks a JobGraph and returns nil or a *ValidationError holding every problem found,
-// in a deterministic order.
+// in a deterministic order. It checks the graph as ExpandDeadLetters makes it (the JobMaster
+// commits that one), so a job with dead_letters gets the same answer before and after the
+// expansion; the added vertex and edges come last, so the fields of the others keep their
+// indexes, and dead_letters' problems are reported at dead_letters.
 func Validate(jg *pb.JobGraph, lim Limits) error {
 	v := &validator{lim: lim.withDefaults()}
 	if jg == nil {
 		v.add("", "job graph is missing")
 		return &ValidationError{Problems: v.problems}
 	}
+	jg = ExpandDeadLetters(jg)
 	v.header(jg)
 	ids := v.vertices(jg)
 	v.edges(jg, ids)
+	v.deadLetters(jg, ids)
 	v.restart(jg)
 	if len(v.problems) == 0 {
 		return nil
@@ -159,6 +164,9 @@ func (v *validator) vertices(jg *pb.JobGraph) map[string]int {
 		}
 		if len(jv.Name) > v.lim.MaxNameLen {
 			v.add(f+".name", "is %d characters long, the limit is %d", len(jv.Name), v.lim.MaxNameLen)
+		}
+		if isDeadLetterVertex(jv, jg.DeadLetters) {
+			continue // its operator and parallelism are dead_letters' (deadLetterOutput)
 		}
 		if jv.Parallelism < 1 || jv.Parallelism > v.lim.MaxParallelism {
 			v.add(f+".parallelism", "%d is out of range [1, %d]", jv.Parallelism, v.lim.MaxParallelism)
@@ -245,7 +253,11 @@ func (v *validator) edges(jg *pb.JobGraph, ids map[string]int) {
 			continue
 		}
 		f := fmt.Sprintf("vertices[%d]", i)
-		for _, p := range WiringProblems(jv.Id, OperatorRoleOf(jv.Operator), inputs[i], outputs[i]) {
+		role := OperatorRoleOf(jv.Operator)
+		if role != RoleSink && isDeadLetterVertex(jv, jg.DeadLetters) {
+			continue // dead_letters.operator is refused for not being a sink
+		}
+		for _, p := range WiringProblems(jv.Id, role, inputs[i], outputs[i]) {
 			v.add(f, "%s", p)
 		}
 	}

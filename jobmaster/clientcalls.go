@@ -12,7 +12,8 @@ import (
 // handlers are in jmserver, whose policy table forwards them to the established
 // leader and refuses them while the gate is closed.
 
-// SubmitJob validates and commits a job on the established leader; the scheduler deploys it.
+// SubmitJob validates and commits a job on the established leader, its dead-letter output
+// expanded into a vertex (graph.ExpandDeadLetters); the scheduler deploys it.
 // A job whose expanded size is over the configured limits, or whose checkpoint config is out
 // of range, is refused before anything is committed (a *graph.SizeError naming each limit, a
 // *graph.ValidationError naming each checkpoint_config field).
@@ -24,6 +25,9 @@ func (jm *JobMaster) SubmitJob(ctx context.Context, jg *pb.JobGraph) (string, ui
 	if jg != nil && jg.JobId == "" {
 		jg.JobId = NewJobID()
 	}
+	// The dead-letter output becomes an ordinary vertex before anything else sees the job:
+	// the committed graph, the ExecutionGraph, its regions and every view have it.
+	jg = graph.ExpandDeadLetters(jg)
 	if err := graph.Validate(jg, graph.DefaultLimits()); err != nil {
 		return "", 0, err
 	}

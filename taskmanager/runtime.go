@@ -55,6 +55,8 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 		return false, err
 	}
 	info.Checkpointed, info.RestoredCheckpoint = d.GetCheckpointed(), d.GetRestoreCheckpointId()
+	var out *outputs // the partitions by what they carry (outputs.go), once produced
+	info.DeadLetters = deadLetterEmit(d, &out)
 	if id := d.GetRestoreCheckpointId(); id != 0 {
 		tm.log.Info("task restored from a checkpoint", "job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex(),
 			"attempt", d.GetAttemptId(), "checkpoint", id, "state_bytes", len(info.Restored))
@@ -101,6 +103,12 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	tm.mu.Unlock()
 	defer answer()                         // also when the task ends before RUNNING: the waiters learn it is gone
 	injected := d.GetRestoreCheckpointId() // a source's newest injected barrier
+	out = newOutputs(t, d.GetProduced(), parts, tm.cfg.MaxRecordSize)
+	if src != nil { // a source's dead letter, as its record, goes after a triggered barrier
+		out.beforeDead = func() error {
+			return tm.injectBarrier(t, &injected, func(id uint64) error { return tm.checkpointReached(t.ctx, t, id, 0, src, parts) })
+		}
+	}
 	emit := func(r operator.Record) error {
 		if src != nil {
 			// A triggered checkpoint's barrier goes in front of the source's next record.
@@ -115,12 +123,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 				ErrRecordTooLarge, r.Origin, r.Seq, n, len(r.Key), len(r.Value), tm.cfg.MaxRecordSize)
 		}
 		t.recordsOut.Add(1)
-		for _, p := range parts {
-			if err := p.Add(t.ctx, r); err != nil {
-				return err
-			}
-		}
-		return nil
+		return out.add(t.ctx, r)
 	}
 
 	if !tm.setRunning(t) {

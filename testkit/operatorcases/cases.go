@@ -59,7 +59,8 @@ func (c Case) VertexID() string {
 // VertexIndex is the index of the case's vertex in JobGraph().Vertices.
 const VertexIndex = 1
 
-// JobGraph returns the job the case's vertex is tried in, wired as c.Wiring says. Everything
+// JobGraph returns the job the case's vertex is tried in, wired as c.Wiring says, with a
+// dead-letter output (a log sink) when the case's operator can send dead letters. Everything
 // but the case's vertex is valid.
 func (c Case) JobGraph() *pb.JobGraph {
 	jt := c.JobType
@@ -81,7 +82,7 @@ func (c Case) JobGraph() *pb.JobGraph {
 	case Alone:
 		edges = []*pb.JobEdge{edge("src", "out")}
 	}
-	return &pb.JobGraph{
+	jg := &pb.JobGraph{
 		JobId: JobID, Name: c.Name, Type: jt,
 		Vertices: []*pb.JobVertex{
 			{Id: "src", Parallelism: 1, Operator: &pb.Operator{Kind: &pb.Operator_SequenceSource{SequenceSource: &pb.SequenceSource{Count: 10}}}},
@@ -90,13 +91,36 @@ func (c Case) JobGraph() *pb.JobGraph {
 		},
 		Edges: edges,
 	}
+	if sendsDeadLetters(c.Op) {
+		jg.DeadLetters = &pb.DeadLetters{Operator: &pb.Operator{Kind: &pb.Operator_LogSink{LogSink: &pb.LogSink{}}}}
+	}
+	return jg
+}
+
+// deadLetterKinds are the kinds whose catalogue entry can send dead letters (graph's
+// OperatorKind.DeadLetters; graph's own tests import this package, so it cannot ask graph).
+var deadLetterKinds = map[string]bool{"json_key_by": true, "json_filter": true, "json_project": true, "window": true}
+
+// sendsDeadLetters is graph.CanSendDeadLetters of a vertex of op.
+func sendsDeadLetters(op *pb.Operator) bool {
+	if op == nil {
+		return false
+	}
+	fd := op.ProtoReflect().WhichOneof(op.ProtoReflect().Descriptor().Oneofs().ByName("kind"))
+	return fd != nil && deadLetterKinds[string(fd.Name())] || op.GetEventTime().GetTimePath() != ""
 }
 
 // Descriptor returns the descriptor the JobMaster deploys for subtask 0 of the case's vertex
-// in JobGraph(): its operator, the job's type and ids, one input gate per edge into the vertex
-// (its one channel not yet told its producer) and one produced partition per edge out of it.
+// in JobGraph() as the JobMaster expands it (graph.ExpandDeadLetters): its operator, the
+// job's type and ids, one input gate per edge into the vertex (its one channel not yet told
+// its producer) and one produced partition per edge out of it, and a dead_letters partition
+// to the vertex "dead-letters" when the job has dead_letters.
 func (c Case) Descriptor(attemptID string, slot int32) *pb.TaskDeploymentDescriptor {
 	jg := c.JobGraph()
+	if jg.DeadLetters != nil {
+		jg.Edges = append(jg.Edges, &pb.JobEdge{Source: c.VertexID(), Target: "dead-letters",
+			Distribution: pb.Distribution_DISTRIBUTION_ALL_TO_ALL, ResultType: pb.ResultType_RESULT_TYPE_PIPELINED, DeadLetters: true})
+	}
 	v := c.VertexID()
 	d := &pb.TaskDeploymentDescriptor{
 		JobId: jg.JobId, VertexId: v, SubtaskIndex: 0, Parallelism: 1, AttemptId: attemptID,
@@ -110,7 +134,7 @@ func (c Case) Descriptor(attemptID string, slot int32) *pb.TaskDeploymentDescrip
 		}
 		if e.Source == v {
 			d.Produced = append(d.Produced, &pb.ResultPartitionDeploymentDescriptor{ResultId: rid, NumSubpartitions: 1,
-				Distribution: e.Distribution, ResultType: e.ResultType})
+				Distribution: e.Distribution, ResultType: e.ResultType, DeadLetters: e.DeadLetters})
 		}
 	}
 	return d
@@ -130,6 +154,23 @@ func filter(modulus, remainder int64) *pb.Operator {
 
 func fileSink(p string) *pb.Operator {
 	return &pb.Operator{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{Path: p}}}
+}
+
+func jsonKeyBy(path string) *pb.Operator {
+	return &pb.Operator{Kind: &pb.Operator_JsonKeyBy{JsonKeyBy: &pb.JsonKeyBy{Path: path}}}
+}
+
+func jsonFilter(path string, op pb.CompareOp, value string) *pb.Operator {
+	return &pb.Operator{Kind: &pb.Operator_JsonFilter{JsonFilter: &pb.JsonFilter{Path: path, Op: op, Value: value}}}
+}
+
+// jsonProject of path, name pairs.
+func jsonProject(pathNames ...string) *pb.Operator {
+	p := &pb.JsonProject{}
+	for i := 0; i+1 < len(pathNames); i += 2 {
+		p.Fields = append(p.Fields, &pb.ProjectField{Path: pathNames[i], Name: pathNames[i+1]})
+	}
+	return &pb.Operator{Kind: &pb.Operator_JsonProject{JsonProject: p}}
 }
 
 func checksumSink(p string, flushMs int64) *pb.Operator {
@@ -160,6 +201,9 @@ func All() []Case {
 		fpath    = "operator.file_sink.path"
 		cpath    = "operator.checksum_sink.path"
 		noInputs = `vertex "v" has no inputs`
+		kpath    = "operator.json_key_by.path"
+		fop      = "operator.json_filter.op"
+		fvalue   = "operator.json_filter.value"
 	)
 	cases := []Case{
 		{Name: "no operator", Op: nil, Wiring: Between, Field: "operator", Msg: "is missing"},
@@ -240,6 +284,44 @@ func All() []Case {
 		{Name: "infinite generator rate", Kind: "event_generator", Op: gen(&pb.EventGenerator{RatePerSecond: math.Inf(1)}), Wiring: Feeds, Field: "operator.event_generator.rate_per_second", Msg: "+Inf must be a finite number >= 0"},
 		{Name: "negative generator max amount", Kind: "event_generator", Op: gen(&pb.EventGenerator{MaxAmount: -3}), Wiring: Feeds, Field: "operator.event_generator.max_amount", Msg: "-3 is negative"},
 		{Name: "event generator with an input", Kind: "event_generator", Op: gen(&pb.EventGenerator{Count: 3}), Wiring: Between, Msg: `source vertex "v" must have no inputs`},
+
+		{Name: "json_key_by", Kind: "json_key_by", Op: jsonKeyBy("user.id"), Wiring: Between},
+		{Name: "json_key_by of an array element", Kind: "json_key_by", Op: jsonKeyBy("items.0.sku"), Wiring: Between},
+		{Name: "json_key_by of gjson's special characters", Kind: "json_key_by", Op: jsonKeyBy(`a*b.c?.#.@this.x|y.\.!z`), Wiring: Between},
+		{Name: "json_key_by of the longest path", Kind: "json_key_by", Op: jsonKeyBy(strings.Repeat("a", 256)), Wiring: Between},
+		{Name: "json_key_by of no path", Kind: "json_key_by", Op: jsonKeyBy(""), Wiring: Between, Field: kpath, Msg: "is empty"},
+		{Name: "json_key_by of an empty field name", Kind: "json_key_by", Op: jsonKeyBy("user..id"), Wiring: Between, Field: kpath, Msg: `"user..id" has an empty field name`},
+		{Name: "json_key_by of a leading dot", Kind: "json_key_by", Op: jsonKeyBy(".user"), Wiring: Between, Field: kpath, Msg: `".user" has an empty field name`},
+		{Name: "json_key_by of a trailing dot", Kind: "json_key_by", Op: jsonKeyBy("user."), Wiring: Between, Field: kpath, Msg: `"user." has an empty field name`},
+		{Name: "json_key_by of a too long path", Kind: "json_key_by", Op: jsonKeyBy(strings.Repeat("a", 257)), Wiring: Between, Field: kpath, Msg: "is 257 bytes long, over MaxJSONPathLen 256"},
+		{Name: "json_key_by of a control character", Kind: "json_key_by", Op: jsonKeyBy("us\ter"), Wiring: Between, Field: kpath, Msg: "holds a control character"},
+		{Name: "json_key_by without input", Kind: "json_key_by", Op: jsonKeyBy("user"), Wiring: Feeds, Msg: noInputs},
+
+		{Name: "json_filter of a number", Kind: "json_filter", Op: jsonFilter("amount", pb.CompareOp_COMPARE_OP_GREATER_OR_EQUAL, "100.5"), Wiring: Between},
+		{Name: "json_filter of a string", Kind: "json_filter", Op: jsonFilter("user.tier", pb.CompareOp_COMPARE_OP_LESS, `"gold"`), Wiring: Between},
+		{Name: "json_filter of true", Kind: "json_filter", Op: jsonFilter("vip", pb.CompareOp_COMPARE_OP_EQUAL, "true"), Wiring: Between},
+		{Name: "json_filter of null", Kind: "json_filter", Op: jsonFilter("coupon", pb.CompareOp_COMPARE_OP_NOT_EQUAL, "null"), Wiring: Between},
+		{Name: "json_filter of no path", Kind: "json_filter", Op: jsonFilter("", pb.CompareOp_COMPARE_OP_EQUAL, "1"), Wiring: Between, Field: "operator.json_filter.path", Msg: "is empty"},
+		{Name: "json_filter of no op", Kind: "json_filter", Op: jsonFilter("a", 0, "1"), Wiring: Between, Field: fop, Msg: "is unspecified (COMPARE_OP_EQUAL, COMPARE_OP_NOT_EQUAL, COMPARE_OP_LESS"},
+		{Name: "json_filter of an unknown op", Kind: "json_filter", Op: jsonFilter("a", 9, "1"), Wiring: Between, Field: fop, Msg: "9 is not a CompareOp"},
+		{Name: "json_filter of no value", Kind: "json_filter", Op: jsonFilter("a", pb.CompareOp_COMPARE_OP_EQUAL, ""), Wiring: Between, Field: fvalue, Msg: "is empty: a JSON number"},
+		{Name: "json_filter of a bare word", Kind: "json_filter", Op: jsonFilter("a", pb.CompareOp_COMPARE_OP_EQUAL, "gold"), Wiring: Between, Field: fvalue, Msg: "gold is not a JSON literal"},
+		{Name: "json_filter of a padded literal", Kind: "json_filter", Op: jsonFilter("a", pb.CompareOp_COMPARE_OP_EQUAL, " 1"), Wiring: Between, Field: fvalue, Msg: "is not a JSON literal"},
+		{Name: "json_filter of an object", Kind: "json_filter", Op: jsonFilter("a", pb.CompareOp_COMPARE_OP_EQUAL, `{"b":1}`), Wiring: Between, Field: fvalue, Msg: "is an object or array"},
+		{Name: "json_filter of a too long literal", Kind: "json_filter", Op: jsonFilter("a", pb.CompareOp_COMPARE_OP_EQUAL, `"`+strings.Repeat("x", 1023)+`"`), Wiring: Between, Field: fvalue, Msg: "is 1025 bytes long, over MaxJSONLiteralLen 1024"},
+		{Name: "json_filter ordering a boolean", Kind: "json_filter", Op: jsonFilter("a", pb.CompareOp_COMPARE_OP_LESS, "true"), Wiring: Between, Field: fvalue, Msg: "true is not a number or a string: COMPARE_OP_LESS compares numbers or strings only"},
+		{Name: "json_filter ordering null", Kind: "json_filter", Op: jsonFilter("a", pb.CompareOp_COMPARE_OP_GREATER_OR_EQUAL, "null"), Wiring: Between, Field: fvalue, Msg: "null is not a number or a string"},
+		{Name: "json_filter without input", Kind: "json_filter", Op: jsonFilter("a", pb.CompareOp_COMPARE_OP_EQUAL, "1"), Wiring: Alone, Msg: noInputs},
+
+		{Name: "json_project", Kind: "json_project", Op: jsonProject("user.id", "user", "amount", "", "items.0", "first"), Wiring: Between},
+		{Name: "json_project of the most fields", Kind: "json_project", Op: jsonProject(manyFields(64)...), Wiring: Between},
+		{Name: "json_project of no fields", Kind: "json_project", Op: jsonProject(), Wiring: Between, Field: "operator.json_project.fields", Msg: "is empty"},
+		{Name: "json_project of too many fields", Kind: "json_project", Op: jsonProject(manyFields(65)...), Wiring: Between, Field: "operator.json_project.fields", Msg: "65 fields, over MaxProjectFields 64"},
+		{Name: "json_project of a bad path", Kind: "json_project", Op: jsonProject("a", "", "b.", "c"), Wiring: Between, Field: "operator.json_project.fields[1].path", Msg: `"b." has an empty field name`},
+		{Name: "json_project of a duplicate name", Kind: "json_project", Op: jsonProject("a", "x", "b", "x"), Wiring: Between, Field: "operator.json_project.fields[1].name", Msg: `the output name "x" is also fields[0]'s`},
+		{Name: "json_project of a name that is another's path", Kind: "json_project", Op: jsonProject("a", "", "b", "a"), Wiring: Between, Field: "operator.json_project.fields[1].name", Msg: `the output name "a" is also fields[0]'s`},
+		{Name: "json_project of a too long name", Kind: "json_project", Op: jsonProject("a", strings.Repeat("n", 257)), Wiring: Between, Field: "operator.json_project.fields[0].name", Msg: "over MaxJSONPathLen 256"},
+		{Name: "json_project without input", Kind: "json_project", Op: jsonProject("a", ""), Wiring: Feeds, Msg: noInputs},
 	}
 	cases = append(cases, windowCases()...)
 	return cases
@@ -297,6 +379,15 @@ func windowCases() []Case {
 		bad("window field with a control character", &pb.WindowOperator{Kind: tumbling, SizeMs: 10, Field: "a\nb"}, "field", `"a\nb" contains a control character`),
 		bad("window field too long", &pb.WindowOperator{Kind: tumbling, SizeMs: 10, Field: strings.Repeat("x", 257)}, "field", "is 257 bytes, more than MaxWindowFieldBytes 256"),
 	}
+}
+
+// manyFields is n json_project fields f0..f(n-1), as path, name pairs.
+func manyFields(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("f%d", i), "")
+	}
+	return out
 }
 
 // Want is the problem a bad case must produce, in the "field: message" form of graph.Problem
