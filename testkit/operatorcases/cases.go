@@ -119,6 +119,12 @@ func seq(s *pb.SequenceSource) *pb.Operator {
 	return &pb.Operator{Kind: &pb.Operator_SequenceSource{SequenceSource: s}}
 }
 
+// withEventTime is op with event_time et.
+func withEventTime(op *pb.Operator, et *pb.EventTime) *pb.Operator {
+	op.EventTime = et
+	return op
+}
+
 func gen(g *pb.EventGenerator) *pb.Operator {
 	return &pb.Operator{Kind: &pb.Operator_EventGenerator{EventGenerator: g}}
 }
@@ -239,6 +245,16 @@ func All() []Case {
 		{Name: "infinite generator rate", Kind: "event_generator", Op: gen(&pb.EventGenerator{RatePerSecond: math.Inf(1)}), Wiring: Feeds, Field: "operator.event_generator.rate_per_second", Msg: "+Inf must be a finite number >= 0"},
 		{Name: "negative generator max amount", Kind: "event_generator", Op: gen(&pb.EventGenerator{MaxAmount: -3}), Wiring: Feeds, Field: "operator.event_generator.max_amount", Msg: "-3 is negative"},
 		{Name: "event generator with an input", Kind: "event_generator", Op: gen(&pb.EventGenerator{Count: 3}), Wiring: Between, Msg: `source vertex "v" must have no inputs`},
+		{Name: "event generator with an idle split", Kind: "event_generator", Op: gen(&pb.EventGenerator{IdleSplits: 1}), Wiring: Feeds},
+		{Name: "negative idle splits", Kind: "event_generator", Op: gen(&pb.EventGenerator{IdleSplits: -1}), Wiring: Feeds, Field: "operator.event_generator.idle_splits", Msg: "-1 is out of range [0, MaxGeneratorIdleSplits 65536]"},
+		{Name: "idle splits in a batch job", Kind: "event_generator", Op: gen(&pb.EventGenerator{Count: 5, IdleSplits: 1}), JobType: batch, Wiring: Feeds, Field: "operator.event_generator.idle_splits", Msg: "an idle split never ends"},
+		{Name: "event generator with event time", Kind: "event_generator", Op: withEventTime(gen(&pb.EventGenerator{}), &pb.EventTime{MaxOutOfOrdernessMs: 500, IdleTimeoutMs: 1000, WatermarkIntervalMs: 50}), Wiring: Feeds},
+		{Name: "negative out-of-orderness", Kind: "event_generator", Op: withEventTime(gen(&pb.EventGenerator{}), &pb.EventTime{MaxOutOfOrdernessMs: -1}), Wiring: Feeds, Field: "operator.event_time.max_out_of_orderness_ms", Msg: "-1 is out of range [0, MaxOutOfOrdernessMs 604800000]"},
+		{Name: "too long idle timeout", Kind: "event_generator", Op: withEventTime(gen(&pb.EventGenerator{}), &pb.EventTime{IdleTimeoutMs: 86400001}), Wiring: Feeds, Field: "operator.event_time.idle_timeout_ms", Msg: "86400001 is out of range [0, MaxIdleTimeoutMs 86400000]"},
+		{Name: "negative watermark interval", Kind: "event_generator", Op: withEventTime(gen(&pb.EventGenerator{}), &pb.EventTime{WatermarkIntervalMs: -5}), Wiring: Feeds, Field: "operator.event_time.watermark_interval_ms", Msg: "-5 is out of range [0, MaxWatermarkIntervalMs 3600000]"},
+		{Name: "unknown time format", Kind: "event_generator", Op: withEventTime(gen(&pb.EventGenerator{}), &pb.EventTime{TimeFormat: 9}), Wiring: Feeds, Field: "operator.event_time.time_format", Msg: "9 is not a TimeFormat"},
+		{Name: "event time of a sequence source", Kind: "sequence_source", Op: withEventTime(&pb.Operator{Kind: &pb.Operator_SequenceSource{SequenceSource: &pb.SequenceSource{Count: 3}}}, &pb.EventTime{}), Wiring: Feeds, Field: "operator.event_time", Msg: "sequence_source's records are numbers without event time"},
+		{Name: "event time of a transform", Kind: "map", Op: withEventTime(&pb.Operator{Kind: &pb.Operator_Map{Map: &pb.MapOperator{}}}, &pb.EventTime{}), Wiring: Between, Field: "operator.event_time", Msg: "is for sources only (map is a transform)"},
 	}
 }
 
