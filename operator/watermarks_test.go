@@ -85,9 +85,9 @@ func TestSourceClockIdleness(t *testing.T) {
 		{299, nil, "-"},
 		{300, map[int]int64{0: 1200}, "wm 1199"}, // split 1 idle at 300 ms: split 0 alone
 		{500, map[int]int64{0: 1300}, "wm 1299"},
-		{700, nil, "-"},       // split 0's last record was seen at 500
-		{800, nil, "idle"},    // both idle
-		{900, nil, "-"},       // said once
+		{700, nil, "-"},                          // split 0's last record was seen at 500
+		{800, nil, "idle"},                       // both idle
+		{900, nil, "-"},                          // said once
 		{950, map[int]int64{0: 1250}, "wm 1299"}, // active again: said again, not lower
 		{1000, map[int]int64{1: 5000}, "-"},      // split 1 active again: holds at min(1299, 4999)
 		{1100, map[int]int64{0: 1400, 1: 5100}, "wm 1399"},
