@@ -255,7 +255,7 @@ func TestSourceWatermarkSurvivesARestore(t *testing.T) {
 	}
 }
 
-// TestSourceIdleSplitEndsNothing: a generator whose last split is idle runs its other split,
+// TestSourceIdleSplitTicks: a generator whose last split is idle runs its other split,
 // then waits; its task says it is idle once the idle timeout passes and the watermark does
 // not fall back.
 func TestSourceIdleSplitTicks(t *testing.T) {
