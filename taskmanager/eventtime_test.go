@@ -123,16 +123,20 @@ func idleJob(t *testing.T, idleMs int64) (*testJM, *probeStats) {
 	return jm, stats
 }
 
+// idleBound is how many idle timeouts the tests give an idle split to stop holding the
+// watermark back (it takes one, plus a watermark interval and a tick).
+const idleBound = 20
+
 // TestIdleSplitDoesNotHoldBackTheWatermark: an idle source partition does not hold back the
 // watermark past the idle timeout. The generator's split 1 emits nothing; once it is idle
 // (300 ms without a record), the probe's watermark follows split 0 alone: it passes the
-// event time of the first record the probe saw within a few idle timeouts, and the timers
+// event time of the first record the probe saw within idleBound idle timeouts, and the timers
 // at the records' times fire.
 func TestIdleSplitDoesNotHoldBackTheWatermark(t *testing.T) {
 	const idleMs = 300
 	_, stats := idleJob(t, idleMs)
 	_, _, _, first, _ := stats.get(0)
-	waitFor(t, 10*idleMs*time.Millisecond, fmt.Sprintf("the probe's watermark to pass %d, the time of its first record", first), func() (bool, string) {
+	waitFor(t, idleBound*idleMs*time.Millisecond, fmt.Sprintf("the probe's watermark to pass %d, the time of its first record", first), func() (bool, string) {
 		_, _, high, _, _ := stats.get(0)
 		return high > first && stats.fired.Load() > 0, fmt.Sprintf("watermark %d, %d timers fired", high, stats.fired.Load())
 	})
@@ -145,10 +149,11 @@ func TestWithoutIdlenessAnIdleSplitHoldsBackTheWatermark(t *testing.T) {
 	const idleMs = 300
 	jm, stats := idleJob(t, 0)
 	_, _, _, first, _ := stats.get(0)
-	// The generator's event time runs at the wall clock's pace: 10 idle timeouts of it.
-	waitFor(t, 30*time.Second, "split 0's task to report a watermark 10 idle timeouts past the probe's first record", func() (bool, string) {
+	// The generator's event time runs at the wall clock's pace: idleBound idle timeouts of it,
+	// the time the test above gives the watermark to pass the first record.
+	waitFor(t, 60*time.Second, fmt.Sprintf("split 0's task to report a watermark %d idle timeouts past the probe's first record", idleBound), func() (bool, string) {
 		w := jm.reportedWatermark("gen-0")
-		return w > first+10*idleMs, fmt.Sprintf("gen-0 at %d, the first record at %d", w, first)
+		return w > first+idleBound*idleMs, fmt.Sprintf("gen-0 at %d, the first record at %d", w, first)
 	})
 	if _, low, high, _, _ := stats.get(0); low != operator.NoTimestamp || high != operator.NoTimestamp || stats.fired.Load() != 0 {
 		t.Fatalf("the probe's watermark moved to %d (%d timers fired), want none: split 1 holds it back", high, stats.fired.Load())
