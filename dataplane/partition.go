@@ -348,6 +348,18 @@ func (p *Partition) BroadcastWatermark(ctx context.Context, t int64) error {
 	return nil
 }
 
+// BroadcastIdle appends the idle marker (a watermark record with Idle) to every subpartition:
+// the consumers' watermarks are not held back by this producer until its next record or
+// watermark. Only the producer goroutine calls it.
+func (p *Partition) BroadcastIdle(ctx context.Context) error {
+	for i := range p.subs {
+		if err := p.addTo(ctx, i, operator.Record{Watermark: true, Idle: true, Time: operator.NoTimestamp}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Finish marks the end of the data: PIPELINED readers get end_of_partition once they took
 // the rest, a BLOCKING partition becomes readable. Only the producer goroutine calls it.
 func (p *Partition) Finish() {

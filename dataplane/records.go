@@ -35,7 +35,7 @@ var ErrOlderConsumer = fmt.Errorf("the consumer reads records of the int64 forma
 // toPB converts records for the wire of a consumer that reads format, with one allocation per
 // batch. A numeric key or value (8 bytes) travels as the int64 of its big-endian bytes,
 // another as bytes. A consumer of the int64 format is sent the records it reads whole
-// (numeric key and value, no event time, no watermark); for another the channel fails with
+// (numeric key and value, no event time, no watermark, no idle marker); for another the channel fails with
 // FAILED_PRECONDITION naming the record and what the consumer would lose.
 func toPB(rs []operator.Record, format uint32) ([]*pb.Record, error) {
 	if len(rs) == 0 {
@@ -53,7 +53,9 @@ func toPB(rs []operator.Record, format uint32) ([]*pb.Record, error) {
 			}
 		}
 		if r.Watermark {
-			w.Watermark, w.Time, w.HasTime = true, r.Time, true
+			if w.Watermark, w.Idle = true, r.Idle; !r.Idle {
+				w.Time, w.HasTime = r.Time, true
+			}
 			out[i] = w
 			continue
 		}
@@ -73,6 +75,8 @@ func toPB(rs []operator.Record, format uint32) ([]*pb.Record, error) {
 func int64Format(r *operator.Record) error {
 	var lost string
 	switch {
+	case r.Watermark && r.Idle:
+		lost = "an idle marker (a watermark), which it would read as a record"
 	case r.Watermark:
 		lost = "a watermark, which it would read as a record"
 	case r.Barrier != 0:
@@ -106,6 +110,7 @@ func fromPB(rs []*pb.Record) []operator.Record {
 	for i, r := range rs {
 		o := &out[i]
 		o.Origin, o.Seq, o.Barrier, o.Watermark, o.Time = r.GetOrigin(), r.GetSeq(), r.GetBarrier(), r.GetWatermark(), operator.NoTimestamp
+		o.Idle = o.Watermark && r.GetIdle()
 		if r.GetHasTime() {
 			o.Time = r.GetTime()
 		}

@@ -33,7 +33,7 @@ func readAll(ctx context.Context, r channelReader) ([]operator.Record, error) {
 
 // bytesRecords are records of every shape the wire tells apart: numeric, bytes, empty and nil
 // keys and values (an empty one arrives empty, not as the number 0), an event time of 0 and
-// none, a value of 300 KiB (a batch of its own), a barrier and watermarks.
+// none, a value of 300 KiB (a batch of its own), a barrier, watermarks and an idle marker.
 func bytesRecords() []operator.Record {
 	big := make([]byte, 300<<10)
 	for i := range big {
@@ -48,6 +48,7 @@ func bytesRecords() []operator.Record {
 		{Barrier: 5, Time: operator.NoTimestamp},
 		{Key: []byte("user-2"), Value: big, Time: -5, Origin: 2, Seq: 4},
 		{Watermark: true, Time: -1},
+		{Watermark: true, Idle: true, Time: operator.NoTimestamp},
 		{Key: []byte("k"), Value: []byte("v"), Time: operator.NoTimestamp, Origin: 2, Seq: 5},
 	}
 }
@@ -93,6 +94,8 @@ func TestBytesRecordsAndWatermarksCrossATaskManagerPair(t *testing.T) {
 			for _, r := range want {
 				var err error
 				switch {
+				case r.Idle:
+					err = p.BroadcastIdle(ctx)
 				case r.Watermark:
 					err = p.BroadcastWatermark(ctx, r.Time)
 				case r.Barrier != 0:
@@ -161,6 +164,9 @@ func short(rs []operator.Record) []string {
 		if r.Watermark {
 			out[i] = "watermark"
 		}
+		if r.Idle {
+			out[i] = "idle"
+		}
 		if r.Barrier != 0 {
 			out[i] = "barrier"
 		}
@@ -180,7 +186,7 @@ func dialT(t *testing.T, from, to *node) *grpc.ClientConn {
 // TestOlderConsumerGetsNumericRecordsOrARefusal: a consumer of the int64 record format (a
 // ReadPartition or Exchange of a TaskManager before bytes records: no record_format) reads
 // numeric records as the int64 fields it knows; a record it would read wrong (a key or value
-// that is not 8 bytes, an event time, a watermark) fails its channel with FAILED_PRECONDITION
+// that is not 8 bytes, an event time, a watermark, an idle marker) fails its channel with FAILED_PRECONDITION
 // naming the format and what it would lose, never reaches it.
 func TestOlderConsumerGetsNumericRecordsOrARefusal(t *testing.T) {
 	prod, cons := newNode(t, "producer", nil), newNode(t, "consumer", nil)
@@ -194,6 +200,7 @@ func TestOlderConsumerGetsNumericRecordsOrARefusal(t *testing.T) {
 		{"bytes value", operator.Record{Key: operator.Int64Bytes(1), Value: []byte("abc"), Time: operator.NoTimestamp, Origin: 0, Seq: 2}, "a value of 3 bytes"},
 		{"event time", operator.Record{Key: operator.Int64Bytes(1), Value: operator.Int64Bytes(2), Time: 10, Seq: 2}, "event time"},
 		{"watermark", operator.Record{Watermark: true, Time: 10}, "watermark"},
+		{"idle", operator.Record{Watermark: true, Idle: true, Time: operator.NoTimestamp}, "idle marker"},
 	} {
 		result := "older" + string(rune('a'+i))
 		p := partitionOn(prod, result, "a")
@@ -222,7 +229,7 @@ func TestOlderConsumerGetsNumericRecordsOrARefusal(t *testing.T) {
 		}
 		// What did arrive came whole, in the int64 fields: an older build reads it.
 		for _, r := range got {
-			if r.KeyBytes != nil || r.ValueBytes != nil || r.HasTime || r.Watermark {
+			if r.KeyBytes != nil || r.ValueBytes != nil || r.HasTime || r.Watermark || r.Idle {
 				t.Fatalf("%s: an older consumer was sent %v", c.name, r)
 			}
 		}

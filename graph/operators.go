@@ -209,6 +209,9 @@ const (
 	// MaxGeneratorMs bounds event_generator.start_ms (ms since the epoch, year 10000 and more),
 	// step_ms and max_disorder_ms.
 	MaxGeneratorMs = 1 << 48
+	// MaxGeneratorIdleSplits bounds event_generator.idle_splits (the idle splits are the last
+	// ones of the vertex's parallelism; as many as the splits leaves none with data).
+	MaxGeneratorIdleSplits = 1 << 16
 )
 
 func validateEventGenerator(op *pb.Operator, env OperatorEnv, add addFunc) {
@@ -238,6 +241,12 @@ func validateEventGenerator(op *pb.Operator, env OperatorEnv, add addFunc) {
 	}
 	if env.JobType == pb.JobType_JOB_TYPE_BATCH && g.GetCount() <= 0 {
 		add("event_generator.count", "a BATCH job needs bounded sources (count > 0)")
+	}
+	switch n := g.GetIdleSplits(); {
+	case n < 0 || n > MaxGeneratorIdleSplits:
+		add("event_generator.idle_splits", "%d is out of range [0, MaxGeneratorIdleSplits %d]", n, MaxGeneratorIdleSplits)
+	case n > 0 && env.JobType == pb.JobType_JOB_TYPE_BATCH:
+		add("event_generator.idle_splits", "%d: an idle split never ends, and a BATCH job needs bounded sources (idle_splits 0)", n)
 	}
 }
 

@@ -169,13 +169,15 @@ func FormatKey(k []byte) string {
 // and every pending timer, in firing order. A JSON document, like every operator's state.
 // Numeric keys (8 bytes) are numbers in keys and a timer's key (the format of every state
 // before keys were bytes); the others are base64 in bkeys (with their values in bvalues) and
-// a timer's bkey.
+// a timer's bkey. Watermark is the task's watermark (absent before the first, and in the
+// states before event time: both restore as NoTimestamp).
 type keyedState struct {
-	Keys    []int64     `json:"keys"`
-	Values  [][]byte    `json:"values"`
-	BKeys   [][]byte    `json:"bkeys,omitempty"`
-	BValues [][]byte    `json:"bvalues,omitempty"`
-	Timers  []timerJSON `json:"timers"`
+	Keys      []int64     `json:"keys"`
+	Values    [][]byte    `json:"values"`
+	BKeys     [][]byte    `json:"bkeys,omitempty"`
+	BValues   [][]byte    `json:"bvalues,omitempty"`
+	Timers    []timerJSON `json:"timers"`
+	Watermark *int64      `json:"watermark,omitempty"`
 }
 
 type timerJSON struct {
@@ -184,7 +186,7 @@ type timerJSON struct {
 	At   int64   `json:"at"`
 }
 
-// snapshot encodes the values and timers.
+// snapshot encodes the values, timers and watermark.
 func (c *Context) snapshot() ([]byte, error) {
 	keys := make([]string, 0, len(c.values))
 	for k := range c.values {
@@ -212,10 +214,14 @@ func (c *Context) snapshot() ([]byte, error) {
 			st.Timers = append(st.Timers, timerJSON{BKey: &k, At: tm.at})
 		}
 	}
+	if c.watermark != NoTimestamp {
+		wm := c.watermark
+		st.Watermark = &wm
+	}
 	return json.Marshal(st)
 }
 
-// restore makes the values and timers those of a snapshot.
+// restore makes the values, timers and watermark those of a snapshot.
 func (c *Context) restore(b []byte) error {
 	values, st, err := readKeyedState(b)
 	if err != nil {
@@ -229,6 +235,9 @@ func (c *Context) restore(b []byte) error {
 			k = string(*tm.BKey)
 		}
 		c.timers[timer{k, tm.At}] = struct{}{}
+	}
+	if st.Watermark != nil {
+		c.watermark = max(c.watermark, *st.Watermark) // never back
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ type Generator struct {
 	count, keys, maxAmount       int64
 	startMs, stepMs, maxDisorder int64
 	rate                         float64
+	idleSplits, parallelism      int32     // the last idleSplits of the parallelism splits are idle
 	cdf                          []float64 // cumulative Zipf weights of the users; nil: uniform
 }
 
@@ -35,7 +36,7 @@ func NewGenerator(cfg *pb.EventGenerator) *Generator {
 	g := &Generator{
 		seed: cfg.GetSeed(), count: cfg.GetCount(), keys: max(cfg.GetKeys(), 1),
 		maxAmount: cfg.GetMaxAmount(), startMs: cfg.GetStartMs(), stepMs: cfg.GetStepMs(),
-		maxDisorder: cfg.GetMaxDisorderMs(), rate: cfg.GetRatePerSecond(),
+		maxDisorder: cfg.GetMaxDisorderMs(), rate: cfg.GetRatePerSecond(), idleSplits: cfg.GetIdleSplits(),
 	}
 	if g.maxAmount <= 0 {
 		g.maxAmount = GeneratorDefaultMaxAmount
@@ -139,6 +140,7 @@ func (e Event) Record(split int32, i int64) Record {
 
 // Splits is one split per subtask.
 func (g *Generator) Splits(parallelism int32) []Split {
+	g.parallelism = parallelism
 	out := make([]Split, parallelism)
 	for i := range out {
 		out[i] = Split{ID: int32(i), End: g.count}
@@ -146,22 +148,34 @@ func (g *Generator) Splits(parallelism int32) []Split {
 	return out
 }
 
-// Read emits the events of each split in turn, from its position.
+// Read emits the events of each split in turn, from its position; with idle splits among
+// them, it then waits until the task ends (SourceContext.Wait: its watermarks and idleness
+// tick meanwhile).
 func (g *Generator) Read(sc *SourceContext, splits []Split) error {
+	idle := false
 	for n, sp := range splits {
+		if g.idle(sp.ID) {
+			idle = true
+			continue
+		}
 		if err := g.read(sc, n, sp); err != nil {
 			return err
 		}
 	}
+	if idle {
+		return sc.Wait(-1)
+	}
 	return nil
 }
 
+// idle reports whether split id is one of the last idle_splits splits: it emits nothing and
+// never ends.
+func (g *Generator) idle(id int32) bool { return g.idleSplits > 0 && id >= g.parallelism-g.idleSplits }
+
 func (g *Generator) read(sc *SourceContext, n int, sp Split) error {
-	ctx := sc.Context()
 	p := newPacer(g.rate)
-	defer p.stop()
 	for i := sp.Next; g.count == 0 || i < g.count; i++ {
-		if err := p.wait(ctx, i); err != nil {
+		if err := p.wait(sc, i); err != nil {
 			return err
 		}
 		if g.stepMs > 0 && i > (math.MaxInt64-g.startMs)/g.stepMs {

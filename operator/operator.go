@@ -182,3 +182,15 @@ type Operator interface {
 	// Close releases resources; it is called once, after Finish or on failure or cancel.
 	Close() error
 }
+
+// Watermarker is an Operator that keeps event time (a transform: its Context's watermark and
+// timers). The TaskManager advances it when the task's watermark (the lowest over its input
+// channels) advances, on the task's goroutine between records.
+type Watermarker interface {
+	// Watermark is the operator's watermark: NoTimestamp before the first, the checkpointed
+	// one after a restore.
+	Watermark() int64
+	// AdvanceWatermark moves the watermark to t (never back) and fires the timers at or
+	// before t (their records go to out).
+	AdvanceWatermark(t int64, out Emit) error
+}

@@ -1,7 +1,6 @@
 package operator
 
 import (
-	"context"
 	"time"
 )
 
@@ -10,12 +9,12 @@ import (
 const maxBurst = time.Second
 
 // pacer paces a source to rate records per second with a token bucket: record n is due at
-// begin + n/rate; records already due go without sleeping, so coarse timers do not lower the
-// rate. A rate of 0 does not pace (it only checks the context every 1024 records).
+// begin + n/rate; records already due go without waiting, so coarse timers do not lower the
+// rate. It waits through SourceContext.Wait, so the task's watermarks and checkpoints go on
+// while it waits. A rate of 0 does not pace (it only checks the context every 1024 records).
 type pacer struct {
 	interval time.Duration
 	next     time.Time
-	timer    *time.Timer
 }
 
 func newPacer(rate float64) *pacer {
@@ -27,34 +26,21 @@ func newPacer(rate float64) *pacer {
 }
 
 // wait returns when record n is due, or the context's error.
-func (p *pacer) wait(ctx context.Context, n int64) error {
+func (p *pacer) wait(sc *SourceContext, n int64) error {
 	if p.interval <= 0 {
 		if n&1023 == 0 {
-			return ctx.Err()
+			return sc.Context().Err()
 		}
 		return nil
 	}
 	now := time.Now()
 	if wait := p.next.Sub(now); wait > 0 {
-		if p.timer == nil {
-			p.timer = time.NewTimer(wait)
-		} else {
-			p.timer.Reset(wait)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-p.timer.C:
+		if err := sc.Wait(wait); err != nil {
+			return err
 		}
 	} else if -wait > maxBurst {
 		p.next = now.Add(-maxBurst)
 	}
 	p.next = p.next.Add(p.interval)
 	return nil
-}
-
-func (p *pacer) stop() {
-	if p.timer != nil {
-		p.timer.Stop()
-	}
 }

@@ -116,7 +116,7 @@ func NewSource(op *pb.Operator, info Info) (SourceOperator, error) {
 	if k.Role != graph.RoleSource || rt.source == nil {
 		return nil, fmt.Errorf("%w: %s is not a source", ErrBadConfig, k.Name)
 	}
-	o, err := newSourceOperator(k.Name, rt.source(op, info), info)
+	o, err := newSourceOperator(k.Name, rt.source(op, info), info, op.GetEventTime())
 	if err != nil {
 		return nil, err // not a nil *sourceOperator in a non-nil interface
 	}

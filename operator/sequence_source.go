@@ -45,10 +45,9 @@ func (s *sequenceSource) Read(sc *SourceContext, splits []Split) error {
 
 func (s *sequenceSource) read(sc *SourceContext, split int, sp Split) error {
 	p := newPacer(s.rate)
-	defer p.stop()
 	var nums slab // the records' keys and values: an allocation per 256 records
 	for i := sp.Next; s.count == 0 || i < s.count; i++ {
-		if err := p.wait(sc.Context(), i); err != nil {
+		if err := p.wait(sc, i); err != nil {
 			return err
 		}
 		v := s.start + i

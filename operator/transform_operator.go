@@ -6,8 +6,8 @@ import (
 )
 
 // transformOperator runs a Transform on a task: it owns the transform's Context (its keyed
-// values and timers), fires the pending timers when the input ends, and snapshots and
-// restores the Context of a keyed transform.
+// values, timers and watermark), fires the timers the watermark passes and the pending ones
+// when the input ends, and snapshots and restores the Context of a keyed transform.
 type transformOperator struct {
 	kind  string
 	t     Transform
@@ -55,6 +55,20 @@ func (o *transformOperator) Open(context.Context) error {
 func (o *transformOperator) Process(r Record, out Emit) error {
 	o.ctx.out, o.ctx.key = out, r.Key
 	return o.t.Process(o.ctx, r)
+}
+
+// Watermark is the Context's watermark (Watermarker).
+func (o *transformOperator) Watermark() int64 { return o.ctx.watermark }
+
+// AdvanceWatermark moves the Context's watermark to t and fires the timers at or before t
+// (Watermarker).
+func (o *transformOperator) AdvanceWatermark(t int64, out Emit) error {
+	o.ctx.out = out
+	h, _ := o.t.(TimerHandler)
+	if err := o.ctx.advance(t, h); err != nil {
+		return fmt.Errorf("%s: %w", o.kind, err)
+	}
+	return nil
 }
 
 // Finish fires every pending timer (the end of input passes them all), then finishes the

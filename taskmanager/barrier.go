@@ -45,12 +45,19 @@ type aligner struct {
 	nheld   int
 	since   time.Time // when the first barrier of id arrived
 	pending []heldRun // held records to replay, in channel order per alignment
+
+	// wm is the task's watermark (nil: watermarks are dropped). A channel's watermarks
+	// and its end reach it in order with the channel's records: the end of a channel whose
+	// records are held back or pending counts once they are replayed (heldEnd, heldRun.end).
+	wm      *taskClock
+	heldEnd map[int]bool
 }
 
-// heldRun is a channel's held-back records to replay.
+// heldRun is a channel's held-back records to replay; end: the channel ended after them.
 type heldRun struct {
-	ch int
-	rs []operator.Record
+	ch  int
+	rs  []operator.Record
+	end bool
 }
 
 // feed handles records that channel ch delivered, in order: data goes to process while the
@@ -60,7 +67,7 @@ func (a *aligner) feed(ch int, rs []operator.Record) error {
 		if a.id != 0 && a.blocked[ch] {
 			if limit := cmp.Or(a.maxHeld, MaxAlignedRecords); a.nheld+len(rs)-i > limit {
 				a.giveUp(fmt.Sprintf("aligning its barriers would hold back more than %d records (MaxAlignedRecords)", limit))
-				a.pending = append(a.pending, heldRun{ch, rs[i:]}) // behind ch's held records
+				a.pending = append(a.pending, heldRun{ch: ch, rs: rs[i:]}) // behind ch's held records
 				return nil
 			}
 			a.held[ch] = append(a.held[ch], rs[i:]...)
@@ -68,11 +75,20 @@ func (a *aligner) feed(ch int, rs []operator.Record) error {
 			return nil
 		}
 		if r.Watermark {
-			// Carried, not used yet: a task's watermark (the minimum over its channels) and its
-			// timers are another step; a watermark never reaches an operator.
+			// A watermark never reaches an operator: the task's clock takes it.
+			if a.wm != nil {
+				if err := a.wm.apply(a.wm.watermark(ch, r)); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		if r.Barrier == 0 {
+			if a.wm != nil && a.wm.idle > 0 {
+				if err := a.wm.apply(a.wm.data(ch)); err != nil {
+					return err
+				}
+			}
 			if err := a.process(r); err != nil {
 				return err
 			}
@@ -111,11 +127,36 @@ func (a *aligner) clock() time.Time {
 
 // ended notes that channel ch ended: it needs no barrier any more.
 func (a *aligner) ended(ch int) error {
+	if err := a.clockEnd(ch); err != nil {
+		return err
+	}
 	if a.id == 0 || !a.blocked[ch] {
 		return a.check()
 	}
 	delete(a.blocked, ch)
 	return a.check()
+}
+
+// clockEnd tells the task's clock that channel ch ended, behind the channel's records still
+// held back or waiting to be replayed.
+func (a *aligner) clockEnd(ch int) error {
+	if a.wm == nil {
+		return nil
+	}
+	if a.id != 0 && a.blocked[ch] {
+		if a.heldEnd == nil {
+			a.heldEnd = map[int]bool{}
+		}
+		a.heldEnd[ch] = true
+		return nil
+	}
+	for _, run := range a.pending {
+		if run.ch == ch {
+			a.pending = append(a.pending, heldRun{ch: ch, end: true})
+			return nil
+		}
+	}
+	return a.wm.apply(a.wm.end(ch))
 }
 
 // check completes the alignment once every live channel delivered the barrier.
@@ -147,15 +188,20 @@ func (a *aligner) giveUp(cause string) {
 
 // stop ends the alignment; what it held is replayed by drain, channel by channel.
 func (a *aligner) stop() {
-	chans := make([]int, 0, len(a.held))
+	chans := make([]int, 0, len(a.held)+len(a.heldEnd))
 	for ch := range a.held {
 		chans = append(chans, ch)
 	}
+	for ch := range a.heldEnd {
+		if _, ok := a.held[ch]; !ok {
+			chans = append(chans, ch)
+		}
+	}
 	slices.Sort(chans)
 	for _, ch := range chans {
-		a.pending = append(a.pending, heldRun{ch, a.held[ch]})
+		a.pending = append(a.pending, heldRun{ch, a.held[ch], a.heldEnd[ch]})
 	}
-	a.id, a.blocked, a.held, a.nheld = 0, nil, nil, 0
+	a.id, a.blocked, a.held, a.nheld, a.heldEnd = 0, nil, nil, 0, nil
 }
 
 // drain replays the records given back by the alignments that ended.
@@ -165,6 +211,11 @@ func (a *aligner) drain() error {
 		a.pending = a.pending[1:]
 		if err := a.feed(run.ch, run.rs); err != nil {
 			return err
+		}
+		if run.end {
+			if err := a.clockEnd(run.ch); err != nil {
+				return err
+			}
 		}
 	}
 	a.pending = nil

@@ -103,20 +103,24 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	tm.mu.Unlock()
 	defer answer()                         // also when the task ends before RUNNING: the waiters learn it is gone
 	injected := d.GetRestoreCheckpointId() // a source's newest injected barrier
+	inject := func() error {
+		return tm.injectBarrier(t, &injected, func(id uint64) error {
+			return tm.checkpointReached(t.ctx, t, id, 0, src, parts)
+		})
+	}
 	out = newOutputs(t, d.GetProduced(), parts, tm.cfg.MaxRecordSize)
 	if src != nil { // a source's dead letter, as its record, goes after a triggered barrier
-		out.beforeDead = func() error {
-			return tm.injectBarrier(t, &injected, func(id uint64) error { return tm.checkpointReached(t.ctx, t, id, 0, src, parts) })
-		}
+		out.beforeDead = inject
 	}
 	emit := func(r operator.Record) error {
 		if src != nil {
 			// A triggered checkpoint's barrier goes in front of the source's next record.
-			if err := tm.injectBarrier(t, &injected, func(id uint64) error {
-				return tm.checkpointReached(t.ctx, t, id, 0, src, parts)
-			}); err != nil {
+			if err := inject(); err != nil {
 				return err
 			}
+		}
+		if r.Watermark {
+			return emitWatermark(t, r, parts)
 		}
 		if n := r.Size(); n > tm.cfg.MaxRecordSize {
 			return fmt.Errorf("%w: record %d/%d of %d bytes (key %d, value %d) is over the TaskManager's maximum record size %d bytes (MaxRecordSize, --max-record-size)",
@@ -132,6 +136,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	answer()
 	t.markStarted()
 	if src != nil {
+		pollBarriers(src, inject) // while the source waits
 		err = src.Run(t.ctx, emit)
 	} else {
 		err = tm.consume(t, op, emit, parts)
@@ -245,6 +250,7 @@ func (tm *TaskManager) consume(t *task, op operator.Operator, emit operator.Emit
 		declined: func(id uint64, cause string) { tm.declineCheckpoint(t, id, cause) },
 		last:     t.tdd.GetRestoreCheckpointId(), // barriers up to the restored checkpoint are done
 		aligned:  tm.cfg.ObserveAlignment,
+		wm:       newTaskClock(t, s.Live(), op, emit),
 	}
 	for s.Live() > 0 {
 		select {

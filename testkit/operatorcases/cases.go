@@ -144,6 +144,12 @@ func seq(s *pb.SequenceSource) *pb.Operator {
 	return &pb.Operator{Kind: &pb.Operator_SequenceSource{SequenceSource: s}}
 }
 
+// withEventTime is op with event_time et.
+func withEventTime(op *pb.Operator, et *pb.EventTime) *pb.Operator {
+	op.EventTime = et
+	return op
+}
+
 func gen(g *pb.EventGenerator) *pb.Operator {
 	return &pb.Operator{Kind: &pb.Operator_EventGenerator{EventGenerator: g}}
 }
@@ -284,6 +290,16 @@ func All() []Case {
 		{Name: "infinite generator rate", Kind: "event_generator", Op: gen(&pb.EventGenerator{RatePerSecond: math.Inf(1)}), Wiring: Feeds, Field: "operator.event_generator.rate_per_second", Msg: "+Inf must be a finite number >= 0"},
 		{Name: "negative generator max amount", Kind: "event_generator", Op: gen(&pb.EventGenerator{MaxAmount: -3}), Wiring: Feeds, Field: "operator.event_generator.max_amount", Msg: "-3 is negative"},
 		{Name: "event generator with an input", Kind: "event_generator", Op: gen(&pb.EventGenerator{Count: 3}), Wiring: Between, Msg: `source vertex "v" must have no inputs`},
+		{Name: "event generator with an idle split", Kind: "event_generator", Op: gen(&pb.EventGenerator{IdleSplits: 1}), Wiring: Feeds},
+		{Name: "negative idle splits", Kind: "event_generator", Op: gen(&pb.EventGenerator{IdleSplits: -1}), Wiring: Feeds, Field: "operator.event_generator.idle_splits", Msg: "-1 is out of range [0, MaxGeneratorIdleSplits 65536]"},
+		{Name: "idle splits in a batch job", Kind: "event_generator", Op: gen(&pb.EventGenerator{Count: 5, IdleSplits: 1}), JobType: batch, Wiring: Feeds, Field: "operator.event_generator.idle_splits", Msg: "an idle split never ends"},
+		{Name: "event generator with event time", Kind: "event_generator", Op: withEventTime(gen(&pb.EventGenerator{}), &pb.EventTime{MaxOutOfOrdernessMs: 500, IdleTimeoutMs: 1000, WatermarkIntervalMs: 50}), Wiring: Feeds},
+		{Name: "negative out-of-orderness", Kind: "event_generator", Op: withEventTime(gen(&pb.EventGenerator{}), &pb.EventTime{MaxOutOfOrdernessMs: -1}), Wiring: Feeds, Field: "operator.event_time.max_out_of_orderness_ms", Msg: "-1 is out of range [0, MaxOutOfOrdernessMs 604800000]"},
+		{Name: "too long idle timeout", Kind: "event_generator", Op: withEventTime(gen(&pb.EventGenerator{}), &pb.EventTime{IdleTimeoutMs: 86400001}), Wiring: Feeds, Field: "operator.event_time.idle_timeout_ms", Msg: "86400001 is out of range [0, MaxIdleTimeoutMs 86400000]"},
+		{Name: "negative watermark interval", Kind: "event_generator", Op: withEventTime(gen(&pb.EventGenerator{}), &pb.EventTime{WatermarkIntervalMs: -5}), Wiring: Feeds, Field: "operator.event_time.watermark_interval_ms", Msg: "-5 is out of range [0, MaxWatermarkIntervalMs 3600000]"},
+		{Name: "unknown time format", Kind: "event_generator", Op: withEventTime(gen(&pb.EventGenerator{}), &pb.EventTime{TimeFormat: 9}), Wiring: Feeds, Field: "operator.event_time.time_format", Msg: "9 is not a TimeFormat"},
+		{Name: "event time of a sequence source", Kind: "sequence_source", Op: withEventTime(&pb.Operator{Kind: &pb.Operator_SequenceSource{SequenceSource: &pb.SequenceSource{Count: 3}}}, &pb.EventTime{}), Wiring: Feeds, Field: "operator.event_time", Msg: "sequence_source's records are numbers without event time"},
+		{Name: "event time of a transform", Kind: "map", Op: withEventTime(&pb.Operator{Kind: &pb.Operator_Map{Map: &pb.MapOperator{}}}, &pb.EventTime{}), Wiring: Between, Field: "operator.event_time", Msg: "is for sources only (map is a transform)"},
 
 		{Name: "json_key_by", Kind: "json_key_by", Op: jsonKeyBy("user.id"), Wiring: Between},
 		{Name: "json_key_by of an array element", Kind: "json_key_by", Op: jsonKeyBy("items.0.sku"), Wiring: Between},
@@ -296,7 +312,6 @@ func All() []Case {
 		{Name: "json_key_by of a too long path", Kind: "json_key_by", Op: jsonKeyBy(strings.Repeat("a", 257)), Wiring: Between, Field: kpath, Msg: "is 257 bytes long, over MaxJSONPathLen 256"},
 		{Name: "json_key_by of a control character", Kind: "json_key_by", Op: jsonKeyBy("us\ter"), Wiring: Between, Field: kpath, Msg: "holds a control character"},
 		{Name: "json_key_by without input", Kind: "json_key_by", Op: jsonKeyBy("user"), Wiring: Feeds, Msg: noInputs},
-
 		{Name: "json_filter of a number", Kind: "json_filter", Op: jsonFilter("amount", pb.CompareOp_COMPARE_OP_GREATER_OR_EQUAL, "100.5"), Wiring: Between},
 		{Name: "json_filter of a string", Kind: "json_filter", Op: jsonFilter("user.tier", pb.CompareOp_COMPARE_OP_LESS, `"gold"`), Wiring: Between},
 		{Name: "json_filter of true", Kind: "json_filter", Op: jsonFilter("vip", pb.CompareOp_COMPARE_OP_EQUAL, "true"), Wiring: Between},
@@ -312,7 +327,6 @@ func All() []Case {
 		{Name: "json_filter ordering a boolean", Kind: "json_filter", Op: jsonFilter("a", pb.CompareOp_COMPARE_OP_LESS, "true"), Wiring: Between, Field: fvalue, Msg: "true is not a number or a string: COMPARE_OP_LESS compares numbers or strings only"},
 		{Name: "json_filter ordering null", Kind: "json_filter", Op: jsonFilter("a", pb.CompareOp_COMPARE_OP_GREATER_OR_EQUAL, "null"), Wiring: Between, Field: fvalue, Msg: "null is not a number or a string"},
 		{Name: "json_filter without input", Kind: "json_filter", Op: jsonFilter("a", pb.CompareOp_COMPARE_OP_EQUAL, "1"), Wiring: Alone, Msg: noInputs},
-
 		{Name: "json_project", Kind: "json_project", Op: jsonProject("user.id", "user", "amount", "", "items.0", "first"), Wiring: Between},
 		{Name: "json_project of the most fields", Kind: "json_project", Op: jsonProject(manyFields(64)...), Wiring: Between},
 		{Name: "json_project of no fields", Kind: "json_project", Op: jsonProject(), Wiring: Between, Field: "operator.json_project.fields", Msg: "is empty"},
