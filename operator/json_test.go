@@ -232,8 +232,12 @@ func TestJSONProject(t *testing.T) {
 // TestJSONOperatorWithoutDeadLetterOutput: a task with no dead-letter output fails on a dead
 // letter, naming the record and the reason (the JobGraph's validation requires the output).
 func TestJSONOperatorWithoutDeadLetterOutput(t *testing.T) {
-	h := newHarness(t, keyByOp("user"), nil)
-	err := h.op.Process(jsonRecord("nope", 5), h.emit)
+	o, err := New(keyByOp("user"), Info{Vertex: "v"}) // no DeadLetters
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := (&harness{t: t}).open(o.(*transformOperator))
+	err = h.op.Process(jsonRecord("nope", 5), h.emit)
 	if !errors.Is(err, ErrNoDeadLetterOutput) || !strings.Contains(err.Error(), "the record 3/5: not valid JSON") {
 		t.Fatalf("Process = %v", err)
 	}
