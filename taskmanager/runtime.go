@@ -263,7 +263,7 @@ func (tm *TaskManager) consume(t *task, op operator.Operator, emit operator.Emit
 			if err != nil {
 				return err
 			}
-			t.recordsIn.Add(int64(len(rs)))
+			t.recordsIn.Add(dataRecords(rs))
 			if err := al.feed(ev.Channel(), rs); err != nil {
 				return err
 			}
@@ -284,4 +284,16 @@ func (tm *TaskManager) consume(t *task, op operator.Operator, emit operator.Emit
 		return fmt.Errorf("finish: %w", err)
 	}
 	return nil
+}
+
+// dataRecords counts the records of rs that are data, not control elements (barriers,
+// watermarks): the records in a task's flow counts.
+func dataRecords(rs []operator.Record) int64 {
+	n := int64(len(rs))
+	for i := range rs {
+		if rs[i].Control() {
+			n--
+		}
+	}
+	return n
 }

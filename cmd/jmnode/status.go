@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
@@ -250,9 +251,35 @@ func flowColumns(v *pb.VertexSummary) string {
 	}
 	wm := "-"
 	if v.Watermark != nil {
-		wm = fmt.Sprintf("%s (%s)", time.UnixMilli(v.GetWatermark()).UTC().Format("15:04:05.000"), time.Duration(v.GetWatermarkLagMs())*time.Millisecond)
+		wm = watermarkText(v.GetWatermark(), time.Duration(v.GetWatermarkLagMs())*time.Millisecond)
 	}
 	return fmt.Sprintf("%s\t%s\t%.0f%%\t%s\t%d", perSecond(v.GetRecordsInPerS()), perSecond(v.GetRecordsOutPerS()), v.GetBackpressure()*100, wm, v.GetDeadLetters())
+}
+
+// watermarkText shows a watermark (UTC; with its date when it is a day or more behind) and its
+// lag behind the wall clock, rounded to what a reader compares: milliseconds under a second,
+// tenths of a second under an hour, then hours, then days. The watermark after every input
+// ended (operator.MaxWatermark) is "end of input".
+func watermarkText(wm int64, lag time.Duration) string {
+	if wm == operator.MaxWatermark {
+		return "end of input"
+	}
+	layout := "15:04:05.000"
+	if lag >= 24*time.Hour {
+		layout = "2006-01-02 15:04:05"
+	}
+	var l string
+	switch {
+	case lag < time.Second:
+		l = lag.String()
+	case lag < time.Hour:
+		l = lag.Round(100 * time.Millisecond).String()
+	case lag < 48*time.Hour:
+		l = lag.Round(time.Minute).String()
+	default:
+		l = fmt.Sprintf("%dd", lag/(24*time.Hour))
+	}
+	return fmt.Sprintf("%s (%s)", time.UnixMilli(wm).UTC().Format(layout), l)
 }
 
 // perSecond prints a rate with a precision that suits its size.
