@@ -85,6 +85,7 @@ var operatorKinds = []OperatorKind{
 	{Name: "json_filter", Role: RoleTransform, validate: validateJSONFilter, deadLetters: true},
 	{Name: "json_project", Role: RoleTransform, validate: validateJSONProject, deadLetters: true},
 	{Name: "window", Role: RoleTransform, validate: validateWindow, deadLetters: true},
+	{Name: "wasm", Role: RoleTransform, validate: validateWasm},
 }
 
 var (

@@ -48,6 +48,10 @@ type Info struct {
 	// Checkpointed: the job is checkpointed, so a Committer sink commits its output only with
 	// completed checkpoints.
 	Checkpointed bool
+	// Artifact returns the bytes of the artifact of this sha256 (64 lower-case hex
+	// characters): a WebAssembly module the task runs. The TaskManager fetches it from a
+	// JobMaster and caches it; nil when the task cannot fetch artifacts.
+	Artifact func(ctx context.Context, sha256 string) ([]byte, error)
 	// DeadLetters hands a dead letter (DeadLetterRecord) to the task's dead-letter partitions;
 	// nil when the job has no dead-letter output (a kind that can send dead letters then
 	// fails the task: the JobGraph's validation requires one).

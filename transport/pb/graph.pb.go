@@ -443,6 +443,71 @@ func (CompareOp) EnumDescriptor() ([]byte, []int) {
 	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{7}
 }
 
+// What a WebAssembly function does with each record.
+type WasmKind int32
+
+const (
+	WasmKind_WASM_KIND_UNSPECIFIED WasmKind = 0
+	// One record out per record in.
+	WasmKind_WASM_KIND_MAP WasmKind = 1
+	// Any number of records out per record in.
+	WasmKind_WASM_KIND_FLAT_MAP WasmKind = 2
+	// The record, or none.
+	WasmKind_WASM_KIND_FILTER WasmKind = 3
+	// The record with the key the function gives it.
+	WasmKind_WASM_KIND_KEY_BY WasmKind = 4
+	// A keyed process function: any number of records out, the key's state (get, put, delete)
+	// and event-time timers, checkpointed like the built-in operators' state.
+	WasmKind_WASM_KIND_PROCESS WasmKind = 5
+)
+
+// Enum value maps for WasmKind.
+var (
+	WasmKind_name = map[int32]string{
+		0: "WASM_KIND_UNSPECIFIED",
+		1: "WASM_KIND_MAP",
+		2: "WASM_KIND_FLAT_MAP",
+		3: "WASM_KIND_FILTER",
+		4: "WASM_KIND_KEY_BY",
+		5: "WASM_KIND_PROCESS",
+	}
+	WasmKind_value = map[string]int32{
+		"WASM_KIND_UNSPECIFIED": 0,
+		"WASM_KIND_MAP":         1,
+		"WASM_KIND_FLAT_MAP":    2,
+		"WASM_KIND_FILTER":      3,
+		"WASM_KIND_KEY_BY":      4,
+		"WASM_KIND_PROCESS":     5,
+	}
+)
+
+func (x WasmKind) Enum() *WasmKind {
+	p := new(WasmKind)
+	*p = x
+	return p
+}
+
+func (x WasmKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WasmKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_jmcluster_v1_graph_proto_enumTypes[8].Descriptor()
+}
+
+func (WasmKind) Type() protoreflect.EnumType {
+	return &file_jmcluster_v1_graph_proto_enumTypes[8]
+}
+
+func (x WasmKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WasmKind.Descriptor instead.
+func (WasmKind) EnumDescriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{8}
+}
+
 type WindowKind int32
 
 const (
@@ -482,11 +547,11 @@ func (x WindowKind) String() string {
 }
 
 func (WindowKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[8].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[9].Descriptor()
 }
 
 func (WindowKind) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[8]
+	return &file_jmcluster_v1_graph_proto_enumTypes[9]
 }
 
 func (x WindowKind) Number() protoreflect.EnumNumber {
@@ -495,7 +560,7 @@ func (x WindowKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WindowKind.Descriptor instead.
 func (WindowKind) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{8}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{9}
 }
 
 type ExecutionState int32
@@ -555,11 +620,11 @@ func (x ExecutionState) String() string {
 }
 
 func (ExecutionState) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[9].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[10].Descriptor()
 }
 
 func (ExecutionState) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[9]
+	return &file_jmcluster_v1_graph_proto_enumTypes[10]
 }
 
 func (x ExecutionState) Number() protoreflect.EnumNumber {
@@ -568,7 +633,7 @@ func (x ExecutionState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExecutionState.Descriptor instead.
 func (ExecutionState) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{9}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
 }
 
 type JobStatus int32
@@ -631,11 +696,11 @@ func (x JobStatus) String() string {
 }
 
 func (JobStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[10].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[11].Descriptor()
 }
 
 func (JobStatus) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[10]
+	return &file_jmcluster_v1_graph_proto_enumTypes[11]
 }
 
 func (x JobStatus) Number() protoreflect.EnumNumber {
@@ -644,7 +709,7 @@ func (x JobStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobStatus.Descriptor instead.
 func (JobStatus) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
 }
 
 type RestartStrategy struct {
@@ -1259,6 +1324,7 @@ type Operator struct {
 	//	*Operator_JsonFilter
 	//	*Operator_JsonProject
 	//	*Operator_Window
+	//	*Operator_Wasm
 	Kind isOperator_Kind `protobuf_oneof:"kind"`
 	// Sources only: how the source's records get their event time and its watermarks. Absent:
 	// the source emits no watermarks (event-time timers fire when the input ends).
@@ -1421,6 +1487,15 @@ func (x *Operator) GetWindow() *WindowOperator {
 	return nil
 }
 
+func (x *Operator) GetWasm() *WasmOperator {
+	if x != nil {
+		if x, ok := x.Kind.(*Operator_Wasm); ok {
+			return x.Wasm
+		}
+	}
+	return nil
+}
+
 func (x *Operator) GetEventTime() *EventTime {
 	if x != nil {
 		return x.EventTime
@@ -1484,6 +1559,10 @@ type Operator_Window struct {
 	Window *WindowOperator `protobuf:"bytes,13,opt,name=window,proto3,oneof"`
 }
 
+type Operator_Wasm struct {
+	Wasm *WasmOperator `protobuf:"bytes,14,opt,name=wasm,proto3,oneof"`
+}
+
 func (*Operator_SequenceSource) isOperator_Kind() {}
 
 func (*Operator_Map) isOperator_Kind() {}
@@ -1509,6 +1588,8 @@ func (*Operator_JsonFilter) isOperator_Kind() {}
 func (*Operator_JsonProject) isOperator_Kind() {}
 
 func (*Operator_Window) isOperator_Kind() {}
+
+func (*Operator_Wasm) isOperator_Kind() {}
 
 // Event time at a source (docs/task-runtime.md#event-time-and-watermarks): each split's
 // watermark is the highest event time it emitted minus max_out_of_orderness_ms, minus 1; the
@@ -1913,6 +1994,99 @@ func (x *WindowOperator) GetAllowedLatenessMs() int64 {
 	return 0
 }
 
+// A user function in WebAssembly (docs/user-functions.md): the module stored as an artifact
+// (`jmnode artifact put`), the function it exports, what kind of operator it is, and the
+// configuration the module's init gets. The records reach the function in batches.
+type WasmOperator struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The artifact's sha256, 64 lower-case hex characters (`jmnode artifact put` prints it;
+	// `jmnode job submit` uploads a module a spec names by path and puts its hash here).
+	Artifact string `protobuf:"bytes,1,opt,name=artifact,proto3" json:"artifact,omitempty"`
+	// The exported function that handles a batch of records.
+	Function string   `protobuf:"bytes,2,opt,name=function,proto3" json:"function,omitempty"`
+	Kind     WasmKind `protobuf:"varint,3,opt,name=kind,proto3,enum=jmcluster.v1.WasmKind" json:"kind,omitempty"`
+	// A JSON document the module's init gets; empty means none.
+	Config string `protobuf:"bytes,4,opt,name=config,proto3" json:"config,omitempty"`
+	// The memory limit of one instance in MiB; 0 means the default (docs/user-functions.md).
+	MemoryLimitMib int32 `protobuf:"varint,5,opt,name=memory_limit_mib,json=memoryLimitMib,proto3" json:"memory_limit_mib,omitempty"`
+	// The time limit of one call in ms; 0 means the default. A call over it fails the task.
+	CallTimeoutMs int64 `protobuf:"varint,6,opt,name=call_timeout_ms,json=callTimeoutMs,proto3" json:"call_timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WasmOperator) Reset() {
+	*x = WasmOperator{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WasmOperator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WasmOperator) ProtoMessage() {}
+
+func (x *WasmOperator) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WasmOperator.ProtoReflect.Descriptor instead.
+func (*WasmOperator) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *WasmOperator) GetArtifact() string {
+	if x != nil {
+		return x.Artifact
+	}
+	return ""
+}
+
+func (x *WasmOperator) GetFunction() string {
+	if x != nil {
+		return x.Function
+	}
+	return ""
+}
+
+func (x *WasmOperator) GetKind() WasmKind {
+	if x != nil {
+		return x.Kind
+	}
+	return WasmKind_WASM_KIND_UNSPECIFIED
+}
+
+func (x *WasmOperator) GetConfig() string {
+	if x != nil {
+		return x.Config
+	}
+	return ""
+}
+
+func (x *WasmOperator) GetMemoryLimitMib() int32 {
+	if x != nil {
+		return x.MemoryLimitMib
+	}
+	return 0
+}
+
+func (x *WasmOperator) GetCallTimeoutMs() int64 {
+	if x != nil {
+		return x.CallTimeoutMs
+	}
+	return 0
+}
+
 type JobVertex struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1925,7 +2099,7 @@ type JobVertex struct {
 
 func (x *JobVertex) Reset() {
 	*x = JobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2111,7 @@ func (x *JobVertex) String() string {
 func (*JobVertex) ProtoMessage() {}
 
 func (x *JobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2124,7 @@ func (x *JobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobVertex.ProtoReflect.Descriptor instead.
 func (*JobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JobVertex) GetId() string {
@@ -1996,7 +2170,7 @@ type JobEdge struct {
 
 func (x *JobEdge) Reset() {
 	*x = JobEdge{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2182,7 @@ func (x *JobEdge) String() string {
 func (*JobEdge) ProtoMessage() {}
 
 func (x *JobEdge) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2195,7 @@ func (x *JobEdge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEdge.ProtoReflect.Descriptor instead.
 func (*JobEdge) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JobEdge) GetSource() string {
@@ -2083,7 +2257,7 @@ type JobGraph struct {
 
 func (x *JobGraph) Reset() {
 	*x = JobGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2269,7 @@ func (x *JobGraph) String() string {
 func (*JobGraph) ProtoMessage() {}
 
 func (x *JobGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2282,7 @@ func (x *JobGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobGraph.ProtoReflect.Descriptor instead.
 func (*JobGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *JobGraph) GetJobId() string {
@@ -2186,7 +2360,7 @@ type DeadLetters struct {
 
 func (x *DeadLetters) Reset() {
 	*x = DeadLetters{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +2372,7 @@ func (x *DeadLetters) String() string {
 func (*DeadLetters) ProtoMessage() {}
 
 func (x *DeadLetters) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +2385,7 @@ func (x *DeadLetters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetters.ProtoReflect.Descriptor instead.
 func (*DeadLetters) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeadLetters) GetOperator() *Operator {
@@ -2238,7 +2412,7 @@ type SlotID struct {
 
 func (x *SlotID) Reset() {
 	*x = SlotID{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2424,7 @@ func (x *SlotID) String() string {
 func (*SlotID) ProtoMessage() {}
 
 func (x *SlotID) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2437,7 @@ func (x *SlotID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotID.ProtoReflect.Descriptor instead.
 func (*SlotID) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SlotID) GetTmId() string {
@@ -2290,7 +2464,7 @@ type StateTimestamp struct {
 
 func (x *StateTimestamp) Reset() {
 	*x = StateTimestamp{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2476,7 @@ func (x *StateTimestamp) String() string {
 func (*StateTimestamp) ProtoMessage() {}
 
 func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2489,7 @@ func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTimestamp.ProtoReflect.Descriptor instead.
 func (*StateTimestamp) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StateTimestamp) GetState() ExecutionState {
@@ -2350,7 +2524,7 @@ type Execution struct {
 
 func (x *Execution) Reset() {
 	*x = Execution{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2362,7 +2536,7 @@ func (x *Execution) String() string {
 func (*Execution) ProtoMessage() {}
 
 func (x *Execution) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2375,7 +2549,7 @@ func (x *Execution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Execution.ProtoReflect.Descriptor instead.
 func (*Execution) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{23}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Execution) GetAttemptId() string {
@@ -2455,7 +2629,7 @@ type InputChannelDescriptor struct {
 
 func (x *InputChannelDescriptor) Reset() {
 	*x = InputChannelDescriptor{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2641,7 @@ func (x *InputChannelDescriptor) String() string {
 func (*InputChannelDescriptor) ProtoMessage() {}
 
 func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2654,7 @@ func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputChannelDescriptor.ProtoReflect.Descriptor instead.
 func (*InputChannelDescriptor) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{24}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *InputChannelDescriptor) GetResultId() string {
@@ -2532,7 +2706,7 @@ type ExecutionVertex struct {
 
 func (x *ExecutionVertex) Reset() {
 	*x = ExecutionVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2718,7 @@ func (x *ExecutionVertex) String() string {
 func (*ExecutionVertex) ProtoMessage() {}
 
 func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2731,7 @@ func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{25}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExecutionVertex) GetVertexId() string {
@@ -2606,7 +2780,7 @@ type ExecutionJobVertex struct {
 
 func (x *ExecutionJobVertex) Reset() {
 	*x = ExecutionJobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2618,7 +2792,7 @@ func (x *ExecutionJobVertex) String() string {
 func (*ExecutionJobVertex) ProtoMessage() {}
 
 func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2631,7 +2805,7 @@ func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionJobVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionJobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{26}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ExecutionJobVertex) GetVertexId() string {
@@ -2668,7 +2842,7 @@ type IntermediateResultPartition struct {
 
 func (x *IntermediateResultPartition) Reset() {
 	*x = IntermediateResultPartition{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2680,7 +2854,7 @@ func (x *IntermediateResultPartition) String() string {
 func (*IntermediateResultPartition) ProtoMessage() {}
 
 func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2693,7 +2867,7 @@ func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResultPartition.ProtoReflect.Descriptor instead.
 func (*IntermediateResultPartition) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{27}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *IntermediateResultPartition) GetPartitionIndex() int32 {
@@ -2745,7 +2919,7 @@ type IntermediateResult struct {
 
 func (x *IntermediateResult) Reset() {
 	*x = IntermediateResult{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +2931,7 @@ func (x *IntermediateResult) String() string {
 func (*IntermediateResult) ProtoMessage() {}
 
 func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +2944,7 @@ func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResult.ProtoReflect.Descriptor instead.
 func (*IntermediateResult) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{28}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *IntermediateResult) GetResultId() string {
@@ -2827,7 +3001,7 @@ type ExecutionGraph struct {
 
 func (x *ExecutionGraph) Reset() {
 	*x = ExecutionGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2839,7 +3013,7 @@ func (x *ExecutionGraph) String() string {
 func (*ExecutionGraph) ProtoMessage() {}
 
 func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2852,7 +3026,7 @@ func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionGraph.ProtoReflect.Descriptor instead.
 func (*ExecutionGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{29}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ExecutionGraph) GetJobId() string {
@@ -2887,7 +3061,7 @@ type JobStatusChange struct {
 
 func (x *JobStatusChange) Reset() {
 	*x = JobStatusChange{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2899,7 +3073,7 @@ func (x *JobStatusChange) String() string {
 func (*JobStatusChange) ProtoMessage() {}
 
 func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2912,7 +3086,7 @@ func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatusChange.ProtoReflect.Descriptor instead.
 func (*JobStatusChange) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{30}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *JobStatusChange) GetStatus() JobStatus {
@@ -2959,7 +3133,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3145,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3158,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{31}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *JobRecord) GetJobGraph() *JobGraph {
@@ -3099,7 +3273,7 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"idleSplits\"N\n" +
 	"\fChecksumSink\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12*\n" +
-	"\x11flush_interval_ms\x18\x02 \x01(\x03R\x0fflushIntervalMs\"\xdd\x06\n" +
+	"\x11flush_interval_ms\x18\x02 \x01(\x03R\x0fflushIntervalMs\"\x8f\a\n" +
 	"\bOperator\x12G\n" +
 	"\x0fsequence_source\x18\x01 \x01(\v2\x1c.jmcluster.v1.SequenceSourceH\x00R\x0esequenceSource\x12-\n" +
 	"\x03map\x18\x02 \x01(\v2\x19.jmcluster.v1.MapOperatorH\x00R\x03map\x126\n" +
@@ -3116,7 +3290,8 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\vjson_filter\x18\v \x01(\v2\x18.jmcluster.v1.JsonFilterH\x00R\n" +
 	"jsonFilter\x12>\n" +
 	"\fjson_project\x18\f \x01(\v2\x19.jmcluster.v1.JsonProjectH\x00R\vjsonProject\x126\n" +
-	"\x06window\x18\r \x01(\v2\x1c.jmcluster.v1.WindowOperatorH\x00R\x06window\x126\n" +
+	"\x06window\x18\r \x01(\v2\x1c.jmcluster.v1.WindowOperatorH\x00R\x06window\x120\n" +
+	"\x04wasm\x18\x0e \x01(\v2\x1a.jmcluster.v1.WasmOperatorH\x00R\x04wasm\x126\n" +
 	"\n" +
 	"event_time\x18\x14 \x01(\v2\x17.jmcluster.v1.EventTimeR\teventTimeB\x06\n" +
 	"\x04kind\"\xf5\x01\n" +
@@ -3145,7 +3320,14 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\bslide_ms\x18\x03 \x01(\x03R\aslideMs\x12\x15\n" +
 	"\x06gap_ms\x18\x04 \x01(\x03R\x05gapMs\x12\x14\n" +
 	"\x05field\x18\x05 \x01(\tR\x05field\x12.\n" +
-	"\x13allowed_lateness_ms\x18\x06 \x01(\x03R\x11allowedLatenessMs\"\x85\x01\n" +
+	"\x13allowed_lateness_ms\x18\x06 \x01(\x03R\x11allowedLatenessMs\"\xdc\x01\n" +
+	"\fWasmOperator\x12\x1a\n" +
+	"\bartifact\x18\x01 \x01(\tR\bartifact\x12\x1a\n" +
+	"\bfunction\x18\x02 \x01(\tR\bfunction\x12*\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x16.jmcluster.v1.WasmKindR\x04kind\x12\x16\n" +
+	"\x06config\x18\x04 \x01(\tR\x06config\x12(\n" +
+	"\x10memory_limit_mib\x18\x05 \x01(\x05R\x0ememoryLimitMib\x12&\n" +
+	"\x0fcall_timeout_ms\x18\x06 \x01(\x03R\rcallTimeoutMs\"\x85\x01\n" +
 	"\tJobVertex\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x122\n" +
@@ -3280,7 +3462,14 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x0fCOMPARE_OP_LESS\x10\x03\x12\x1c\n" +
 	"\x18COMPARE_OP_LESS_OR_EQUAL\x10\x04\x12\x16\n" +
 	"\x12COMPARE_OP_GREATER\x10\x05\x12\x1f\n" +
-	"\x1bCOMPARE_OP_GREATER_OR_EQUAL\x10\x06*u\n" +
+	"\x1bCOMPARE_OP_GREATER_OR_EQUAL\x10\x06*\x93\x01\n" +
+	"\bWasmKind\x12\x19\n" +
+	"\x15WASM_KIND_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rWASM_KIND_MAP\x10\x01\x12\x16\n" +
+	"\x12WASM_KIND_FLAT_MAP\x10\x02\x12\x14\n" +
+	"\x10WASM_KIND_FILTER\x10\x03\x12\x14\n" +
+	"\x10WASM_KIND_KEY_BY\x10\x04\x12\x15\n" +
+	"\x11WASM_KIND_PROCESS\x10\x05*u\n" +
 	"\n" +
 	"WindowKind\x12\x1b\n" +
 	"\x17WINDOW_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -3327,8 +3516,8 @@ func file_jmcluster_v1_graph_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_graph_proto_rawDescData
 }
 
-var file_jmcluster_v1_graph_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_jmcluster_v1_graph_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
+var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(JobType)(0),                        // 0: jmcluster.v1.JobType
 	(Distribution)(0),                   // 1: jmcluster.v1.Distribution
@@ -3338,100 +3527,104 @@ var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(FileSinkFormat)(0),                 // 5: jmcluster.v1.FileSinkFormat
 	(TimeFormat)(0),                     // 6: jmcluster.v1.TimeFormat
 	(CompareOp)(0),                      // 7: jmcluster.v1.CompareOp
-	(WindowKind)(0),                     // 8: jmcluster.v1.WindowKind
-	(ExecutionState)(0),                 // 9: jmcluster.v1.ExecutionState
-	(JobStatus)(0),                      // 10: jmcluster.v1.JobStatus
-	(*RestartStrategy)(nil),             // 11: jmcluster.v1.RestartStrategy
-	(*SequenceSource)(nil),              // 12: jmcluster.v1.SequenceSource
-	(*MapOperator)(nil),                 // 13: jmcluster.v1.MapOperator
-	(*FilterOperator)(nil),              // 14: jmcluster.v1.FilterOperator
-	(*KeyBySumOperator)(nil),            // 15: jmcluster.v1.KeyBySumOperator
-	(*FileSink)(nil),                    // 16: jmcluster.v1.FileSink
-	(*LogSink)(nil),                     // 17: jmcluster.v1.LogSink
-	(*FlatMapOperator)(nil),             // 18: jmcluster.v1.FlatMapOperator
-	(*EventGenerator)(nil),              // 19: jmcluster.v1.EventGenerator
-	(*ChecksumSink)(nil),                // 20: jmcluster.v1.ChecksumSink
-	(*Operator)(nil),                    // 21: jmcluster.v1.Operator
-	(*EventTime)(nil),                   // 22: jmcluster.v1.EventTime
-	(*JsonKeyBy)(nil),                   // 23: jmcluster.v1.JsonKeyBy
-	(*JsonFilter)(nil),                  // 24: jmcluster.v1.JsonFilter
-	(*JsonProject)(nil),                 // 25: jmcluster.v1.JsonProject
-	(*ProjectField)(nil),                // 26: jmcluster.v1.ProjectField
-	(*WindowOperator)(nil),              // 27: jmcluster.v1.WindowOperator
-	(*JobVertex)(nil),                   // 28: jmcluster.v1.JobVertex
-	(*JobEdge)(nil),                     // 29: jmcluster.v1.JobEdge
-	(*JobGraph)(nil),                    // 30: jmcluster.v1.JobGraph
-	(*DeadLetters)(nil),                 // 31: jmcluster.v1.DeadLetters
-	(*SlotID)(nil),                      // 32: jmcluster.v1.SlotID
-	(*StateTimestamp)(nil),              // 33: jmcluster.v1.StateTimestamp
-	(*Execution)(nil),                   // 34: jmcluster.v1.Execution
-	(*InputChannelDescriptor)(nil),      // 35: jmcluster.v1.InputChannelDescriptor
-	(*ExecutionVertex)(nil),             // 36: jmcluster.v1.ExecutionVertex
-	(*ExecutionJobVertex)(nil),          // 37: jmcluster.v1.ExecutionJobVertex
-	(*IntermediateResultPartition)(nil), // 38: jmcluster.v1.IntermediateResultPartition
-	(*IntermediateResult)(nil),          // 39: jmcluster.v1.IntermediateResult
-	(*ExecutionGraph)(nil),              // 40: jmcluster.v1.ExecutionGraph
-	(*JobStatusChange)(nil),             // 41: jmcluster.v1.JobStatusChange
-	(*JobRecord)(nil),                   // 42: jmcluster.v1.JobRecord
-	(*CheckpointConfig)(nil),            // 43: jmcluster.v1.CheckpointConfig
-	(*JobCheckpoints)(nil),              // 44: jmcluster.v1.JobCheckpoints
+	(WasmKind)(0),                       // 8: jmcluster.v1.WasmKind
+	(WindowKind)(0),                     // 9: jmcluster.v1.WindowKind
+	(ExecutionState)(0),                 // 10: jmcluster.v1.ExecutionState
+	(JobStatus)(0),                      // 11: jmcluster.v1.JobStatus
+	(*RestartStrategy)(nil),             // 12: jmcluster.v1.RestartStrategy
+	(*SequenceSource)(nil),              // 13: jmcluster.v1.SequenceSource
+	(*MapOperator)(nil),                 // 14: jmcluster.v1.MapOperator
+	(*FilterOperator)(nil),              // 15: jmcluster.v1.FilterOperator
+	(*KeyBySumOperator)(nil),            // 16: jmcluster.v1.KeyBySumOperator
+	(*FileSink)(nil),                    // 17: jmcluster.v1.FileSink
+	(*LogSink)(nil),                     // 18: jmcluster.v1.LogSink
+	(*FlatMapOperator)(nil),             // 19: jmcluster.v1.FlatMapOperator
+	(*EventGenerator)(nil),              // 20: jmcluster.v1.EventGenerator
+	(*ChecksumSink)(nil),                // 21: jmcluster.v1.ChecksumSink
+	(*Operator)(nil),                    // 22: jmcluster.v1.Operator
+	(*EventTime)(nil),                   // 23: jmcluster.v1.EventTime
+	(*JsonKeyBy)(nil),                   // 24: jmcluster.v1.JsonKeyBy
+	(*JsonFilter)(nil),                  // 25: jmcluster.v1.JsonFilter
+	(*JsonProject)(nil),                 // 26: jmcluster.v1.JsonProject
+	(*ProjectField)(nil),                // 27: jmcluster.v1.ProjectField
+	(*WindowOperator)(nil),              // 28: jmcluster.v1.WindowOperator
+	(*WasmOperator)(nil),                // 29: jmcluster.v1.WasmOperator
+	(*JobVertex)(nil),                   // 30: jmcluster.v1.JobVertex
+	(*JobEdge)(nil),                     // 31: jmcluster.v1.JobEdge
+	(*JobGraph)(nil),                    // 32: jmcluster.v1.JobGraph
+	(*DeadLetters)(nil),                 // 33: jmcluster.v1.DeadLetters
+	(*SlotID)(nil),                      // 34: jmcluster.v1.SlotID
+	(*StateTimestamp)(nil),              // 35: jmcluster.v1.StateTimestamp
+	(*Execution)(nil),                   // 36: jmcluster.v1.Execution
+	(*InputChannelDescriptor)(nil),      // 37: jmcluster.v1.InputChannelDescriptor
+	(*ExecutionVertex)(nil),             // 38: jmcluster.v1.ExecutionVertex
+	(*ExecutionJobVertex)(nil),          // 39: jmcluster.v1.ExecutionJobVertex
+	(*IntermediateResultPartition)(nil), // 40: jmcluster.v1.IntermediateResultPartition
+	(*IntermediateResult)(nil),          // 41: jmcluster.v1.IntermediateResult
+	(*ExecutionGraph)(nil),              // 42: jmcluster.v1.ExecutionGraph
+	(*JobStatusChange)(nil),             // 43: jmcluster.v1.JobStatusChange
+	(*JobRecord)(nil),                   // 44: jmcluster.v1.JobRecord
+	(*CheckpointConfig)(nil),            // 45: jmcluster.v1.CheckpointConfig
+	(*JobCheckpoints)(nil),              // 46: jmcluster.v1.JobCheckpoints
 }
 var file_jmcluster_v1_graph_proto_depIdxs = []int32{
 	3,  // 0: jmcluster.v1.RestartStrategy.kind:type_name -> jmcluster.v1.RestartKind
 	5,  // 1: jmcluster.v1.FileSink.format:type_name -> jmcluster.v1.FileSinkFormat
-	12, // 2: jmcluster.v1.Operator.sequence_source:type_name -> jmcluster.v1.SequenceSource
-	13, // 3: jmcluster.v1.Operator.map:type_name -> jmcluster.v1.MapOperator
-	14, // 4: jmcluster.v1.Operator.filter:type_name -> jmcluster.v1.FilterOperator
-	15, // 5: jmcluster.v1.Operator.key_by_sum:type_name -> jmcluster.v1.KeyBySumOperator
-	16, // 6: jmcluster.v1.Operator.file_sink:type_name -> jmcluster.v1.FileSink
-	17, // 7: jmcluster.v1.Operator.log_sink:type_name -> jmcluster.v1.LogSink
-	20, // 8: jmcluster.v1.Operator.checksum_sink:type_name -> jmcluster.v1.ChecksumSink
-	18, // 9: jmcluster.v1.Operator.flat_map:type_name -> jmcluster.v1.FlatMapOperator
-	19, // 10: jmcluster.v1.Operator.event_generator:type_name -> jmcluster.v1.EventGenerator
-	23, // 11: jmcluster.v1.Operator.json_key_by:type_name -> jmcluster.v1.JsonKeyBy
-	24, // 12: jmcluster.v1.Operator.json_filter:type_name -> jmcluster.v1.JsonFilter
-	25, // 13: jmcluster.v1.Operator.json_project:type_name -> jmcluster.v1.JsonProject
-	27, // 14: jmcluster.v1.Operator.window:type_name -> jmcluster.v1.WindowOperator
-	22, // 15: jmcluster.v1.Operator.event_time:type_name -> jmcluster.v1.EventTime
-	6,  // 16: jmcluster.v1.EventTime.time_format:type_name -> jmcluster.v1.TimeFormat
-	7,  // 17: jmcluster.v1.JsonFilter.op:type_name -> jmcluster.v1.CompareOp
-	26, // 18: jmcluster.v1.JsonProject.fields:type_name -> jmcluster.v1.ProjectField
-	8,  // 19: jmcluster.v1.WindowOperator.kind:type_name -> jmcluster.v1.WindowKind
-	21, // 20: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
-	1,  // 21: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
-	2,  // 22: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
-	0,  // 23: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
-	28, // 24: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
-	29, // 25: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
-	11, // 26: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
-	4,  // 27: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
-	43, // 28: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
-	31, // 29: jmcluster.v1.JobGraph.dead_letters:type_name -> jmcluster.v1.DeadLetters
-	21, // 30: jmcluster.v1.DeadLetters.operator:type_name -> jmcluster.v1.Operator
-	9,  // 31: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
-	9,  // 32: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
-	33, // 33: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
-	32, // 34: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
-	34, // 35: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
-	34, // 36: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
-	35, // 37: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
-	36, // 38: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
-	2,  // 39: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
-	1,  // 40: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
-	38, // 41: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
-	37, // 42: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
-	39, // 43: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
-	10, // 44: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
-	30, // 45: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
-	10, // 46: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
-	41, // 47: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
-	40, // 48: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
-	44, // 49: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
-	50, // [50:50] is the sub-list for method output_type
-	50, // [50:50] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	13, // 2: jmcluster.v1.Operator.sequence_source:type_name -> jmcluster.v1.SequenceSource
+	14, // 3: jmcluster.v1.Operator.map:type_name -> jmcluster.v1.MapOperator
+	15, // 4: jmcluster.v1.Operator.filter:type_name -> jmcluster.v1.FilterOperator
+	16, // 5: jmcluster.v1.Operator.key_by_sum:type_name -> jmcluster.v1.KeyBySumOperator
+	17, // 6: jmcluster.v1.Operator.file_sink:type_name -> jmcluster.v1.FileSink
+	18, // 7: jmcluster.v1.Operator.log_sink:type_name -> jmcluster.v1.LogSink
+	21, // 8: jmcluster.v1.Operator.checksum_sink:type_name -> jmcluster.v1.ChecksumSink
+	19, // 9: jmcluster.v1.Operator.flat_map:type_name -> jmcluster.v1.FlatMapOperator
+	20, // 10: jmcluster.v1.Operator.event_generator:type_name -> jmcluster.v1.EventGenerator
+	24, // 11: jmcluster.v1.Operator.json_key_by:type_name -> jmcluster.v1.JsonKeyBy
+	25, // 12: jmcluster.v1.Operator.json_filter:type_name -> jmcluster.v1.JsonFilter
+	26, // 13: jmcluster.v1.Operator.json_project:type_name -> jmcluster.v1.JsonProject
+	28, // 14: jmcluster.v1.Operator.window:type_name -> jmcluster.v1.WindowOperator
+	29, // 15: jmcluster.v1.Operator.wasm:type_name -> jmcluster.v1.WasmOperator
+	23, // 16: jmcluster.v1.Operator.event_time:type_name -> jmcluster.v1.EventTime
+	6,  // 17: jmcluster.v1.EventTime.time_format:type_name -> jmcluster.v1.TimeFormat
+	7,  // 18: jmcluster.v1.JsonFilter.op:type_name -> jmcluster.v1.CompareOp
+	27, // 19: jmcluster.v1.JsonProject.fields:type_name -> jmcluster.v1.ProjectField
+	9,  // 20: jmcluster.v1.WindowOperator.kind:type_name -> jmcluster.v1.WindowKind
+	8,  // 21: jmcluster.v1.WasmOperator.kind:type_name -> jmcluster.v1.WasmKind
+	22, // 22: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
+	1,  // 23: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
+	2,  // 24: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
+	0,  // 25: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
+	30, // 26: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
+	31, // 27: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
+	12, // 28: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
+	4,  // 29: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
+	45, // 30: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
+	33, // 31: jmcluster.v1.JobGraph.dead_letters:type_name -> jmcluster.v1.DeadLetters
+	22, // 32: jmcluster.v1.DeadLetters.operator:type_name -> jmcluster.v1.Operator
+	10, // 33: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
+	10, // 34: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
+	35, // 35: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
+	34, // 36: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
+	36, // 37: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
+	36, // 38: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
+	37, // 39: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
+	38, // 40: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
+	2,  // 41: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
+	1,  // 42: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
+	40, // 43: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
+	39, // 44: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
+	41, // 45: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
+	11, // 46: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
+	32, // 47: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
+	11, // 48: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
+	43, // 49: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
+	42, // 50: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
+	46, // 51: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_graph_proto_init() }
@@ -3454,14 +3647,15 @@ func file_jmcluster_v1_graph_proto_init() {
 		(*Operator_JsonFilter)(nil),
 		(*Operator_JsonProject)(nil),
 		(*Operator_Window)(nil),
+		(*Operator_Wasm)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_graph_proto_rawDesc), len(file_jmcluster_v1_graph_proto_rawDesc)),
-			NumEnums:      11,
-			NumMessages:   32,
+			NumEnums:      12,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

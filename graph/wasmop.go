@@ -1,0 +1,5 @@
+package graph
+
+import "github.com/jmcluster/jmcluster/transport/pb"
+
+func validateWasm(op *pb.Operator, env OperatorEnv, add addFunc) {}
