@@ -85,6 +85,21 @@ func (c *Context) SetValue(v []byte) {
 	c.values[string(c.key)] = &keyValue{append([]byte(nil), v...)}
 }
 
+// entry is the current key's value holder, nil when it has none: a transform of this package
+// that reads its key's value and then sets it (the window operator, on every record) looks
+// the key up once, with setEntry. It stays the key's until ClearValue or restore.
+func (c *Context) entry() *keyValue { return c.values[string(c.key)] }
+
+// setEntry makes a copy of v the value in kv, the current key's entry; with kv nil, as
+// SetValue of a key without a value.
+func (c *Context) setEntry(kv *keyValue, v []byte) {
+	if kv == nil {
+		c.values[string(c.key)] = &keyValue{append([]byte(nil), v...)}
+		return
+	}
+	kv.b = append(kv.b[:0], v...)
+}
+
 // ClearValue removes the current key's value.
 func (c *Context) ClearValue() { delete(c.values, string(c.key)) }
 
