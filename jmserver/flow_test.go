@@ -41,7 +41,7 @@ func describeFlow(s *pb.JobSummary) string {
 // TestVertexFlowInTheJobViews: a running streaming job (source -> map -> sink, parallelism 2,
 // on two real TaskManagers) shows records in and out per second for every vertex within a few
 // heartbeats, on the leader's job view, on a follower's (it asks the leader), in the follower's
-// REST view and in the leader's metrics; no watermark (no event time yet) and no dead letters.
+// REST view and in the leader's metrics; no watermark (the job has no event time) and no dead letters.
 func TestVertexFlowInTheJobViews(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{TMs: 2, JM: func(cfg *agent.JobMasterConfig) { cfg.HTTPAddr = "127.0.0.1:0" }})
 	id := c.Submit(testcluster.StreamingChain("flow", 2, 2000, 0))

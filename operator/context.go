@@ -21,12 +21,18 @@ type Context struct {
 	key  []byte
 	nums slab // the 8-byte values of Int64Bytes
 
-	values map[string][]byte
+	values map[string]*keyValue
 	timers map[timer]struct{}
 	// watermark is the task's event-time clock: the watermark its inputs passed, NoTimestamp
 	// before the first.
 	watermark int64
 }
+
+// keyValue holds one key's value. The map holds a pointer so that a key's value changes in
+// place: a map assignment m[string(k)] = v converts (allocates) the key even when it is there,
+// a lookup m[string(k)] does not, so SetValue of a key that has a value is one lookup and no
+// allocation (the window operator sets its key's value on every record).
+type keyValue struct{ b []byte }
 
 // timer is a registered timer: fire at time at for key.
 type timer struct {
@@ -35,7 +41,7 @@ type timer struct {
 }
 
 func newContext(info Info) *Context {
-	return &Context{info: info, values: map[string][]byte{}, timers: map[timer]struct{}{}, watermark: NoTimestamp}
+	return &Context{info: info, values: map[string]*keyValue{}, timers: map[timer]struct{}{}, watermark: NoTimestamp}
 }
 
 // Watermark is the task's current watermark: no record at or before it is to come, except
@@ -64,17 +70,34 @@ func (c *Context) Int64Bytes(n int64) []byte { return c.nums.int64Bytes(n) }
 // Value returns the current key's value, and false when it has none. The bytes stay valid
 // until the next SetValue or ClearValue of that key.
 func (c *Context) Value() ([]byte, bool) {
-	v, ok := c.values[string(c.key)]
-	return v, ok
+	if kv := c.values[string(c.key)]; kv != nil {
+		return kv.b, true
+	}
+	return nil, false
 }
 
-// SetValue makes a copy of v the current key's value.
+// SetValue makes a copy of v the current key's value: in place when the key has one.
 func (c *Context) SetValue(v []byte) {
-	if old, ok := c.values[string(c.key)]; ok {
-		c.values[string(c.key)] = append(old[:0], v...)
+	if kv := c.values[string(c.key)]; kv != nil {
+		kv.b = append(kv.b[:0], v...)
 		return
 	}
-	c.values[string(c.key)] = append([]byte(nil), v...)
+	c.values[string(c.key)] = &keyValue{append([]byte(nil), v...)}
+}
+
+// entry is the current key's value holder, nil when it has none: a transform of this package
+// that reads its key's value and then sets it (the window operator, on every record) looks
+// the key up once, with setEntry. It stays the key's until ClearValue or restore.
+func (c *Context) entry() *keyValue { return c.values[string(c.key)] }
+
+// setEntry makes a copy of v the value in kv, the current key's entry; with kv nil, as
+// SetValue of a key without a value.
+func (c *Context) setEntry(kv *keyValue, v []byte) {
+	if kv == nil {
+		c.values[string(c.key)] = &keyValue{append([]byte(nil), v...)}
+		return
+	}
+	kv.b = append(kv.b[:0], v...)
 }
 
 // ClearValue removes the current key's value.
@@ -82,15 +105,24 @@ func (c *Context) ClearValue() { delete(c.values, string(c.key)) }
 
 // Int64 returns the current key's value read as an int64 (SetInt64), and false when it has
 // none.
-func (c *Context) Int64() (int64, bool) { return Int64Of(c.values[string(c.key)]) }
+func (c *Context) Int64() (int64, bool) {
+	if kv := c.values[string(c.key)]; kv != nil {
+		return Int64Of(kv.b)
+	}
+	return 0, false
+}
 
 // SetInt64 makes n the current key's value (8 bytes, big endian).
 func (c *Context) SetInt64(n int64) {
-	if old, ok := c.values[string(c.key)]; ok && len(old) == Int64Size {
-		binary.BigEndian.PutUint64(old, uint64(n))
+	if kv := c.values[string(c.key)]; kv != nil {
+		if len(kv.b) == Int64Size {
+			binary.BigEndian.PutUint64(kv.b, uint64(n))
+		} else {
+			kv.b = Int64Bytes(n)
+		}
 		return
 	}
-	c.values[string(c.key)] = Int64Bytes(n)
+	c.values[string(c.key)] = &keyValue{Int64Bytes(n)}
 }
 
 // RegisterTimer registers a timer for the current key at time at; registering it again
@@ -196,9 +228,9 @@ func (c *Context) snapshot() ([]byte, error) {
 	st := keyedState{Keys: []int64{}, Values: [][]byte{}, Timers: []timerJSON{}}
 	for _, k := range keys {
 		if n, ok := Int64Of([]byte(k)); ok {
-			st.Keys, st.Values = append(st.Keys, n), append(st.Values, c.values[k])
+			st.Keys, st.Values = append(st.Keys, n), append(st.Values, c.values[k].b)
 		} else {
-			st.BKeys, st.BValues = append(st.BKeys, []byte(k)), append(st.BValues, c.values[k])
+			st.BKeys, st.BValues = append(st.BKeys, []byte(k)), append(st.BValues, c.values[k].b)
 		}
 	}
 	ts := make([]timer, 0, len(c.timers))
@@ -227,7 +259,10 @@ func (c *Context) restore(b []byte) error {
 	if err != nil {
 		return err
 	}
-	c.values = values
+	c.values = make(map[string]*keyValue, len(values))
+	for k, v := range values {
+		c.values[k] = &keyValue{v}
+	}
 	c.timers = make(map[timer]struct{}, len(st.Timers))
 	for _, tm := range st.Timers {
 		k := string(Int64Bytes(tm.Key))

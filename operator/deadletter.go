@@ -14,7 +14,7 @@ var ErrNoDeadLetterOutput = fmt.Errorf("the job has no dead-letter output (dead_
 // is a JSON object, one per line in a file sink.
 type DeadLetter struct {
 	// Reason says why the record could not be handled ("not valid JSON", "lacks the field
-	// user.id", "late: window [0, 60000) closed at watermark 70000").
+	// user.id", "late: window [0, 60000) of user-0042 closed at watermark 70000").
 	Reason  string `json:"reason"`
 	Vertex  string `json:"vertex"`
 	Subtask int32  `json:"subtask"`

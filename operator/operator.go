@@ -107,8 +107,8 @@ type (
 	// Opener prepares the transform before its first record.
 	Opener interface{ Open(ctx *Context) error }
 	// TimerHandler is called for each timer the transform registered (Context.RegisterTimer)
-	// once time passes it, with the timer's key as ctx.Key(). Until watermarks advance time,
-	// every pending timer fires when the input ends, in order of time then key.
+	// once the task's watermark reaches it, with the timer's key as ctx.Key(), in order of
+	// time then key; every timer still pending fires when the input ends.
 	TimerHandler interface {
 		OnTimer(ctx *Context, at int64) error
 	}

@@ -113,7 +113,11 @@ func (o *windowOp) Process(ctx *Context, r Record) error {
 	if reason != "" {
 		return ctx.DeadLetter(r, reason)
 	}
-	v, _ := ctx.Value()
+	kv := ctx.entry() // one lookup of the key for the read and the write below
+	var v []byte
+	if kv != nil {
+		v = kv.b
+	}
 	ws, err := decodeWindows(o.ws[:0], v)
 	if err != nil {
 		return fmt.Errorf("window: key %s: %w", FormatKey(ctx.Key()), err)
@@ -158,7 +162,7 @@ func (o *windowOp) Process(ctx *Context, r Record) error {
 		}
 	}
 	o.buf = encodeWindows(o.buf[:0], o.ws)
-	ctx.SetValue(o.buf)
+	ctx.setEntry(kv, o.buf)
 	return nil
 }
 

@@ -10,8 +10,8 @@ import (
 )
 
 // countAtEnd counts each key's records in its keyed value and registers one timer per key;
-// the timer emits (key, count). Until records carry event time, the timers fire when the
-// input ends.
+// the timer emits (key, count). Its records carry no event time and its job no watermarks,
+// so the timers fire when the input ends.
 type countAtEnd struct{}
 
 func (countAtEnd) Process(ctx *operator.Context, r operator.Record) error {

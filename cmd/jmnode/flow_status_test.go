@@ -11,7 +11,7 @@ import (
 
 // TestJobStatusShowsTheDataFlow: `jmnode job status` through a follower prints, per vertex of
 // a running streaming job, records in and out per second, backpressure, "-" for the watermark
-// (no event time yet) and 0 dead letters, within a few heartbeats.
+// (the job has no event time) and 0 dead letters, within a few heartbeats.
 func TestJobStatusShowsTheDataFlow(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 2})
 	id := c.Submit(testcluster.StreamingChain("flow-status", 2, 1000, 0))

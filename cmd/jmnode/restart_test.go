@@ -34,8 +34,9 @@ func registrations(t *testing.T, path string) []taskmanager.Event {
 }
 
 // TestRestartedLeaderAndTaskManagerHoldTasksAgain runs real processes: three JobMasters and
-// three TaskManagers of four slots each, and a streaming job of twelve tasks that needs every
-// slot. Three times in a row, the leader and a TaskManager holding tasks are killed together;
+// three TaskManagers of four slots each, and a streaming job that needs every slot: twelve
+// regions of a source, a map and a sink sharing one slot, so the killed TM's regions have
+// nowhere to go but the restarted TM. Three times in a row, the leader and a TaskManager holding tasks are killed together;
 // once the new leader's gate is open both restart with the same ids and addresses (the TM as a
 // new incarnation). The restarted TM is given slots as soon as it registers — nothing the
 // leader knew of the dead process (its gossip death, its loss) holds it back — so within six
@@ -54,7 +55,7 @@ func TestRestartedLeaderAndTaskManagerHoldTasksAgain(t *testing.T) {
 	if err := d.waitTMs(ctx, 30*time.Second, 3, 0); err != nil {
 		t.Fatal(err)
 	}
-	jg := testcluster.StreamingChain("restarted-tm", 4, 50, 0)
+	jg := testcluster.StreamingChain("restarted-tm", 12, 50, 0)
 	jg.JobId = newJobID()
 	jg.RestartStrategy = &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_FIXED_DELAY, Attempts: 100, DelayMs: 100}
 	leader, err := d.waitLeader(ctx, "", 30*time.Second)

@@ -244,7 +244,7 @@ func printSummary(out io.Writer, resp *pb.GetJobResponse) {
 // second, backpressure (the busiest subtask's share of time waiting for space downstream), the
 // watermark with its lag behind the wall clock, and the dead letters; "-" where the leader has
 // no measure (fewer than two heartbeats of a running subtask, a follower that could not ask it)
-// or no watermark (before event time).
+// or no watermark (a job without event time, or a subtask before its first watermark).
 func flowColumns(v *pb.VertexSummary) string {
 	if v.FlowSubtasks == nil {
 		return "-\t-\t-\t-\t-"

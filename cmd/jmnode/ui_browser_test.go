@@ -161,7 +161,7 @@ func TestWebUIShowsAFailover(t *testing.T) {
 
 // flowShown: the job page's data-flow table has a measured row per vertex of the chain with
 // records per second flowing (out of the source, in and out of the map, into the sink) and a
-// backpressure share, no watermark (no event time yet), and each graph box shows its rates.
+// backpressure share, no watermark (the job has no event time), and each graph box shows its rates.
 const flowShown = `(() => { const rows = Object.fromEntries([...document.querySelectorAll('#flow-table tr[data-vertex]')].map(r => [r.dataset.vertex, r]));
   const ok = id => rows[id] && rows[id].dataset.measured === 'true' && rows[id].dataset.bp !== '' && rows[id].querySelector('.flow-bp').textContent.endsWith('%');
   return ['source', 'map', 'sink'].every(ok) && Number(rows.source.dataset.out) > 0 && Number(rows.map.dataset.in) > 0 &&
