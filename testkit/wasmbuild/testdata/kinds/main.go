@@ -16,8 +16,8 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
