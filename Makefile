@@ -9,13 +9,17 @@ PKGS := ./...
 TEST_TIMEOUT ?= 15m
 FUZZTIME ?= 60s
 
-.PHONY: cluster-up cluster-down test-docker test-ui help build test test-short demo proto proto-check lint fmt-check fuzz bench bench-short jepsen jepsen-short jepsen-short-tls jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
+.PHONY: wasm-examples cluster-up cluster-down test-docker test-ui help build test test-short demo proto proto-check lint fmt-check fuzz bench bench-short jepsen jepsen-short jepsen-short-tls jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
 
-build: ## build bin/jmnode
+build: wasm-examples ## build bin/jmnode and the example user functions
 	CGO_ENABLED=0 $(GO) build -o bin/jmnode ./cmd/jmnode
+
+wasm-examples: ## build the example user functions in WebAssembly: bin/wordsplit.wasm, bin/fraud.wasm (docs/user-functions.md)
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o bin/wordsplit.wasm ./examples/wasm/wordsplit
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o bin/fraud.wasm ./examples/wasm/fraud
 
 test: ## run every test with -race, then the jobs at full size (100,000 executions, the default size limits) without -race
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
