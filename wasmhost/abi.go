@@ -113,7 +113,7 @@ func hostStateGet(in *Instance, s []uint64) {
 
 func hostStatePut(in *Instance, s []uint64) {
 	st := in.needState("state_put")
-	if s[2] > MaxStateValueBytes {
+	if uint32(s[2]) > MaxStateValueBytes {
 		panic(fmt.Errorf("state_put: a value of %d bytes is over MaxStateValueBytes %d", uint32(s[2]), MaxStateValueBytes))
 	}
 	st.Put(uint32(s[0]), in.read("state_put", uint32(s[1]), uint32(s[2])))
