@@ -90,14 +90,14 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 60s) from its seed cor
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
 bench-short: build ## the benchmark goals, under ten minutes on two cores: ends with one GOAL line per goal (docs/benchmarks.md)
-	@JMC_GOALS=1 $(GO) test -count=1 -p 1 -timeout 20m -run '^TestGoal' -v ./fsm/ ./reconcile/ ./agent/ ./dataplane/ ./cmd/jmnode/ > bench-short.out 2>&1; rc=$$?; \
+	@JMC_GOALS=1 $(GO) test -count=1 -p 1 -timeout 20m -run '^TestGoal' -v ./fsm/ ./reconcile/ ./agent/ ./dataplane/ ./operator/ ./cmd/jmnode/ > bench-short.out 2>&1; rc=$$?; \
 		grep -E '^\s+[a-z_]+_test\.go:[0-9]+: ' bench-short.out | grep -v '^\s*helpers_test'; \
 		[ $$rc -eq 0 ] || { tail -40 bench-short.out; echo "bench-short: the goal tests failed (bench-short.out)"; exit 1; }; \
 		echo; grep '^GOAL' bench-short.out
 
 bench: build ## every benchmark, then every goal at full trials (JMC_GOALS=full): reproduces docs/benchmarks.md; bench.out keeps the log
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS) | tee bench.out
-	@JMC_GOALS=full JMC_FAILOVER_TRIALS=10 $(GO) test -count=1 -p 1 -timeout 90m -run '^TestGoal' -v ./fsm/ ./reconcile/ ./agent/ ./dataplane/ ./cmd/jmnode/ >> bench.out 2>&1; rc=$$?; \
+	@JMC_GOALS=full JMC_FAILOVER_TRIALS=10 $(GO) test -count=1 -p 1 -timeout 90m -run '^TestGoal' -v ./fsm/ ./reconcile/ ./agent/ ./dataplane/ ./operator/ ./cmd/jmnode/ >> bench.out 2>&1; rc=$$?; \
 		grep -E '^\s+[a-z_]+_test\.go:[0-9]+: ' bench.out | grep -v '^\s*helpers_test'; \
 		[ $$rc -eq 0 ] || { tail -40 bench.out; echo "bench: the goal tests failed (bench.out)"; exit 1; }; \
 		echo; grep '^GOAL' bench.out
