@@ -16,7 +16,7 @@ func init() {
 	// keyed: a PROCESS function's values and timers are the Context's, checkpointed like the
 	// built-ins'; the other kinds leave the Context empty.
 	register("wasm", runtime{transform: func(op *pb.Operator, info Info) Transform {
-		return &wasmOp{cfg: op.GetWasm(), info: info}
+		return &wasmOp{cfg: op.GetWasm(), info: info, delay: WasmBatchDelay}
 	}, keyed: true})
 }
 
@@ -28,6 +28,9 @@ const (
 	WasmBatchRecords = 256
 	// WasmBatchBytes: a batch is handed on once its encoding holds this many bytes.
 	WasmBatchBytes = 1 << 20
+	// WasmBatchDelay: a record that comes when the batch's first has waited this long hands
+	// the batch on (a slow stream's records wait at most this long for the next one).
+	WasmBatchDelay = 100 * time.Millisecond
 	// WasmFetchTimeout bounds the fetch of the module's artifact at the task's start.
 	WasmFetchTimeout = 30 * time.Second
 )
@@ -45,7 +48,9 @@ type wasmOp struct {
 	recs  []Record // the records of batch, in order
 	tb    wasmhost.Batch
 	st    wasmState
-	err   error // a failed call: the instance is broken, every later record fails
+	first time.Time     // when the batch's first record came
+	delay time.Duration // WasmBatchDelay (tests that count calls make it longer)
+	err   error         // a failed call: the instance is broken, every later record fails
 }
 
 // kindName is the operator's kind as the spec names it (MAP, ...).
@@ -106,9 +111,13 @@ func (w *wasmOp) Process(ctx *Context, r Record) error {
 	if w.err != nil {
 		return w.err
 	}
+	now := time.Now()
+	if w.batch.Len() == 0 {
+		w.first = now
+	}
 	w.batch.Add(r.Key, r.Value, r.Time)
 	w.recs = append(w.recs, r)
-	if w.batch.Len() >= WasmBatchRecords || w.batch.Size() >= WasmBatchBytes {
+	if w.batch.Len() >= WasmBatchRecords || w.batch.Size() >= WasmBatchBytes || now.Sub(w.first) >= w.delay {
 		return w.Flush(ctx)
 	}
 	return nil

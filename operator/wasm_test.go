@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jmcluster/jmcluster/testkit/wasmbuild"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -48,7 +49,20 @@ func newWasmHarness(t *testing.T, op *pb.Operator, state []byte) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// No batch handed on by its age: the tests count the calls (a loaded machine is slow).
+	o.(*transformOperator).t.(*wasmOp).delay = time.Hour
 	return h.open(o.(*transformOperator))
+}
+
+// TestWasmBatchDelay: a record that comes when the batch's first has waited WasmBatchDelay
+// hands the batch on.
+func TestWasmBatchDelay(t *testing.T) {
+	h := newWasmHarness(t, wasmOperator("kinds", "upper", pb.WasmKind_WASM_KIND_MAP, ""), nil)
+	h.op.t.(*wasmOp).delay = 0
+	h.process(text("a", "x", 1))
+	if got := h.texts(); got != "a=X@1#0" {
+		t.Errorf("got %q, want the record handed on at once", got)
+	}
 }
 
 func text(k, v string, tm int64) Record { return Record{Key: []byte(k), Value: []byte(v), Time: tm} }
