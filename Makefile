@@ -9,13 +9,17 @@ PKGS := ./...
 TEST_TIMEOUT ?= 15m
 FUZZTIME ?= 60s
 
-.PHONY: cluster-up cluster-down test-docker test-ui help build test test-short demo proto proto-check lint fmt-check fuzz bench bench-short jepsen jepsen-short jepsen-short-tls jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
+.PHONY: wasm-examples cluster-up cluster-down test-docker test-ui help build test test-short demo proto proto-check lint fmt-check fuzz bench bench-short jepsen jepsen-short jepsen-short-tls jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
 
-build: ## build bin/jmnode
+build: wasm-examples ## build bin/jmnode and the example user functions
 	CGO_ENABLED=0 $(GO) build -o bin/jmnode ./cmd/jmnode
+
+wasm-examples: ## build the example user functions in WebAssembly: bin/wordsplit.wasm, bin/fraud.wasm (docs/user-functions.md)
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o bin/wordsplit.wasm ./examples/wasm/wordsplit
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o bin/fraud.wasm ./examples/wasm/fraud
 
 test: ## run every test with -race, then the jobs at full size (100,000 executions, the default size limits) without -race
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
@@ -86,14 +90,14 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 60s) from its seed cor
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
 bench-short: build ## the benchmark goals, under ten minutes on two cores: ends with one GOAL line per goal (docs/benchmarks.md)
-	@JMC_GOALS=1 $(GO) test -count=1 -p 1 -timeout 20m -run '^TestGoal' -v ./fsm/ ./reconcile/ ./agent/ ./dataplane/ ./cmd/jmnode/ > bench-short.out 2>&1; rc=$$?; \
+	@JMC_GOALS=1 $(GO) test -count=1 -p 1 -timeout 20m -run '^TestGoal' -v ./fsm/ ./reconcile/ ./agent/ ./dataplane/ ./operator/ ./cmd/jmnode/ > bench-short.out 2>&1; rc=$$?; \
 		grep -E '^\s+[a-z_]+_test\.go:[0-9]+: ' bench-short.out | grep -v '^\s*helpers_test'; \
 		[ $$rc -eq 0 ] || { tail -40 bench-short.out; echo "bench-short: the goal tests failed (bench-short.out)"; exit 1; }; \
 		echo; grep '^GOAL' bench-short.out
 
 bench: build ## every benchmark, then every goal at full trials (JMC_GOALS=full): reproduces docs/benchmarks.md; bench.out keeps the log
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS) | tee bench.out
-	@JMC_GOALS=full JMC_FAILOVER_TRIALS=10 $(GO) test -count=1 -p 1 -timeout 90m -run '^TestGoal' -v ./fsm/ ./reconcile/ ./agent/ ./dataplane/ ./cmd/jmnode/ >> bench.out 2>&1; rc=$$?; \
+	@JMC_GOALS=full JMC_FAILOVER_TRIALS=10 $(GO) test -count=1 -p 1 -timeout 90m -run '^TestGoal' -v ./fsm/ ./reconcile/ ./agent/ ./dataplane/ ./operator/ ./cmd/jmnode/ >> bench.out 2>&1; rc=$$?; \
 		grep -E '^\s+[a-z_]+_test\.go:[0-9]+: ' bench.out | grep -v '^\s*helpers_test'; \
 		[ $$rc -eq 0 ] || { tail -40 bench.out; echo "bench: the goal tests failed (bench.out)"; exit 1; }; \
 		echo; grep '^GOAL' bench.out

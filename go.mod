@@ -15,6 +15,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
+	github.com/tetratelabs/wazero v1.12.0
 	github.com/tidwall/gjson v1.20.4
 	go.etcd.io/bbolt v1.3.5
 	golang.org/x/sys v0.48.0

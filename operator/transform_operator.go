@@ -15,6 +15,23 @@ type transformOperator struct {
 	ctx   *Context
 }
 
+// flusher is a transform that holds records between Process calls (the wasm operator's
+// batch): Flush hands them on. The runtime flushes before the watermark advances (so a timer
+// fires after the records before it), before a snapshot (the state is that after every
+// record before the barrier, and their output goes before the barrier), and at the end of
+// the input.
+type flusher interface{ Flush(ctx *Context) error }
+
+// flush is the transform's Flush, if it has one, with the Context's output as it is.
+func (o *transformOperator) flush() error {
+	if f, ok := o.t.(flusher); ok && o.ctx.out != nil {
+		if err := f.Flush(o.ctx); err != nil {
+			return fmt.Errorf("%s: %w", o.kind, err)
+		}
+	}
+	return nil
+}
+
 // legacyState is a keyed transform that also reads a state of the format its kind had
 // before keyedState: restoreLegacy returns false for a state of another format.
 type legacyState interface {
@@ -64,6 +81,9 @@ func (o *transformOperator) Watermark() int64 { return o.ctx.watermark }
 // (Watermarker).
 func (o *transformOperator) AdvanceWatermark(t int64, out Emit) error {
 	o.ctx.out = out
+	if err := o.flush(); err != nil {
+		return err
+	}
 	h, _ := o.t.(TimerHandler)
 	if err := o.ctx.advance(t, h); err != nil {
 		return fmt.Errorf("%s: %w", o.kind, err)
@@ -75,6 +95,9 @@ func (o *transformOperator) AdvanceWatermark(t int64, out Emit) error {
 // transform.
 func (o *transformOperator) Finish(out Emit) error {
 	o.ctx.out = out
+	if err := o.flush(); err != nil {
+		return err
+	}
 	h, _ := o.t.(TimerHandler)
 	if err := o.ctx.advance(endOfTime, h); err != nil {
 		return fmt.Errorf("%s: %w", o.kind, err)
@@ -94,6 +117,9 @@ func (o *transformOperator) Close() error {
 
 // SnapshotState is the Context of a keyed transform (keyedState), and nil for another.
 func (o *transformOperator) SnapshotState() ([]byte, error) {
+	if err := o.flush(); err != nil {
+		return nil, err
+	}
 	if !o.keyed {
 		if !o.ctx.empty() {
 			return nil, fmt.Errorf("%s keeps values or timers but is not registered as keyed: a restore would lose them", o.kind)

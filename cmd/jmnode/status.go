@@ -238,6 +238,19 @@ func printSummary(out io.Writer, resp *pb.GetJobResponse) {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", v.VertexId, orDash(v.Name), v.Parallelism, stateList(v.States), v.AttemptsChanged, v.MaxAttemptNumber, flowColumns(v))
 	}
 	_ = w.Flush()
+	printWasmVertices(out, resp.GetJob().GetJobGraph())
+}
+
+// printWasmVertices names the module of each wasm vertex: its artifact's short hash (the first
+// 12 characters of its sha256, as the TaskManager's log and a failed task's cause name it),
+// function and kind.
+func printWasmVertices(out io.Writer, jg *pb.JobGraph) {
+	for _, v := range jg.GetVertices() {
+		if w := v.GetOperator().GetWasm(); w != nil {
+			a := w.GetArtifact()
+			fmt.Fprintf(out, "wasm %s: artifact %s, function %s, %s\n", v.GetId(), a[:min(len(a), 12)], w.GetFunction(), strings.TrimPrefix(w.GetKind().String(), "WASM_KIND_"))
+		}
+	}
 }
 
 // flowColumns is a vertex's data flow as the leader measures it: records in and out per

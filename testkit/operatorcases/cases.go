@@ -338,7 +338,47 @@ func All() []Case {
 		{Name: "json_project without input", Kind: "json_project", Op: jsonProject("a", ""), Wiring: Feeds, Msg: noInputs},
 	}
 	cases = append(cases, windowCases()...)
+	cases = append(cases, wasmCases()...)
 	return cases
+}
+
+// wasmArtifact is a well-formed artifact hash (no artifact of it need exist: validation
+// checks its form; the task fetches it when it opens).
+var wasmArtifact = strings.Repeat("0123456789abcdef", 4)
+
+// wasmCases are the cases of the wasm kind: one bad case per rule of graph/wasmop.go.
+func wasmCases() []Case {
+	op := func(mod func(w *pb.WasmOperator)) *pb.Operator {
+		w := &pb.WasmOperator{Artifact: wasmArtifact, Function: "split", Kind: pb.WasmKind_WASM_KIND_FLAT_MAP}
+		mod(w)
+		return &pb.Operator{Kind: &pb.Operator_Wasm{Wasm: w}}
+	}
+	bad := func(name string, mod func(w *pb.WasmOperator), field, msg string) Case {
+		return Case{Name: name, Kind: "wasm", Op: op(mod), Wiring: Between, Field: "operator.wasm." + field, Msg: msg}
+	}
+	good := func(name string, mod func(w *pb.WasmOperator)) Case {
+		return Case{Name: name, Kind: "wasm", Op: op(mod), Wiring: Between}
+	}
+	return []Case{
+		good("wasm flat-map", func(*pb.WasmOperator) {}),
+		good("wasm process with config and limits", func(w *pb.WasmOperator) {
+			w.Kind, w.Function, w.Config, w.MemoryLimitMib, w.CallTimeoutMs = pb.WasmKind_WASM_KIND_PROCESS, "detect", `{"threshold": 90}`, 1024, 60_000
+		}),
+		{Name: "wasm without input", Kind: "wasm", Op: op(func(*pb.WasmOperator) {}), Wiring: Feeds, Msg: `vertex "v" has no inputs`},
+		bad("wasm artifact not a hash", func(w *pb.WasmOperator) { w.Artifact = "bin/fraud.wasm" }, "artifact", `"bin/fraud.wasm" is not a sha256: 64 lower-case hex characters (WasmArtifactLen)`),
+		bad("wasm artifact in upper case", func(w *pb.WasmOperator) { w.Artifact = strings.ToUpper(wasmArtifact) }, "artifact", "is not a sha256"),
+		bad("wasm without function", func(w *pb.WasmOperator) { w.Function = "" }, "function", "is empty: the name of the function the module exports"),
+		bad("wasm function not a name", func(w *pb.WasmOperator) { w.Function = "9split" }, "function", `"9split" is not an export name`),
+		bad("wasm function too long", func(w *pb.WasmOperator) { w.Function = strings.Repeat("f", 129) }, "function", "is 129 bytes, over MaxWasmFunctionLen 128"),
+		bad("wasm function of the ABI", func(w *pb.WasmOperator) { w.Function = "jm_alloc" }, "function", `"jm_alloc" starts with "jm_", which the ABI's own exports use`),
+		bad("wasm without kind", func(w *pb.WasmOperator) { w.Kind = 0 }, "kind", "is unset: MAP, FLAT_MAP, FILTER, KEY_BY or PROCESS"),
+		bad("wasm of an unknown kind", func(w *pb.WasmOperator) { w.Kind = 9 }, "kind", "9 is not a WasmKind"),
+		bad("wasm memory over the bound", func(w *pb.WasmOperator) { w.MemoryLimitMib = 1025 }, "memory_limit_mib", "1025 is out of range [0, MaxWasmMemoryMiB 1024]"),
+		bad("wasm negative memory", func(w *pb.WasmOperator) { w.MemoryLimitMib = -1 }, "memory_limit_mib", "-1 is out of range"),
+		bad("wasm timeout over the bound", func(w *pb.WasmOperator) { w.CallTimeoutMs = 60_001 }, "call_timeout_ms", "60001 is out of range [0, MaxWasmCallTimeoutMs 60000]"),
+		bad("wasm config not JSON", func(w *pb.WasmOperator) { w.Config = "{threshold: 9" }, "config", "is not valid JSON"),
+		bad("wasm config too large", func(w *pb.WasmOperator) { w.Config = `"` + strings.Repeat("x", 64<<10) + `"` }, "config", "over MaxWasmConfigBytes 65536"),
+	}
 }
 
 func window(w *pb.WindowOperator) *pb.Operator {

@@ -1,0 +1,300 @@
+package wasmhost
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+const (
+	// DefaultCallTimeout is the time limit of one call when the operator sets none.
+	DefaultCallTimeout = 5 * time.Second
+	// StartTimeout is the least time limit of an instance's start (_initialize: the Go
+	// runtime's and the packages' initialisation), whatever the call timeout.
+	StartTimeout = 10 * time.Second
+)
+
+// Config is what an instance is made with.
+type Config struct {
+	// Label names the task in the log and the seed of the module's randomness
+	// ("job/vertex/subtask").
+	Label  string
+	Logger hclog.Logger
+	// MemoryMiB is the memory limit (0: DefaultMemoryMiB); CallTimeout the time limit of one
+	// call (0: DefaultCallTimeout).
+	MemoryMiB   int32
+	CallTimeout time.Duration
+}
+
+// State is the keyed state and timers of a PROCESS call, by the index of the record in the
+// batch whose key they are for (DESIGN.md, "State"). Every method runs on the caller's
+// goroutine during Call.
+type State interface {
+	Get(i uint32) ([]byte, bool)
+	Put(i uint32, v []byte)
+	Delete(i uint32)
+	RegisterTimer(i uint32, at int64)
+	DeleteTimer(i uint32, at int64)
+	Watermark() int64
+}
+
+// Stats are an instance's counters (Deliver 5's metrics): calls, the records that went in and
+// out, the time spent in the module, and the calls that failed.
+type Stats struct {
+	Calls, RecordsIn, RecordsOut, Traps int64
+	InModule                            time.Duration
+}
+
+// Instance is a module instantiated for one task. It is used by one goroutine at a time.
+type Instance struct {
+	sha, name string
+	lg        hclog.Logger
+	mod       api.Module
+	mem       api.Memory
+	alloc     api.Function
+	fns       map[string]api.Function
+	timeout   time.Duration
+	base      context.Context
+	stdout    *logWriter
+	stderr    *logWriter
+	inPtr     uint32
+	inCap     uint32
+	broken    error // the failure that ended the instance
+
+	// During a call: the state of its records, the output copied out, the function's error.
+	fn      string
+	state   State
+	out     []byte
+	failMsg string
+	stats   Stats
+}
+
+type instanceKey struct{}
+
+var instances atomic.Uint64
+
+// Instantiate makes an instance of module (sha: its sha256, Sum) for a task: compiled once per
+// process (the cache), started (_initialize for a module built with -buildmode=c-shared) in
+// its sandbox.
+func (h *Host) Instantiate(ctx context.Context, sha string, module []byte, cfg Config) (*Instance, error) {
+	if got := Sum(module); got != sha {
+		return nil, fmt.Errorf("%w: the artifact's bytes have sha256 %s, not %s", ErrInvalid, got, sha)
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = hclog.NewNullLogger()
+	}
+	m, err := h.compile(ctx, sha, module, cfg.MemoryMiB)
+	if err != nil {
+		return nil, err
+	}
+	in := &Instance{sha: sha, lg: lg.With("module", short(sha)), fns: map[string]api.Function{}, timeout: cfg.CallTimeout}
+	if in.timeout <= 0 {
+		in.timeout = DefaultCallTimeout
+	}
+	in.name = fmt.Sprintf("%s#%d", short(sha), instances.Add(1))
+	in.stdout, in.stderr = newLogWriter(in.lg, "stdout"), newLogWriter(in.lg, "stderr")
+	seed := sha256.Sum256([]byte(cfg.Label + "\x00" + sha))
+	mc := wazero.NewModuleConfig().
+		WithName(in.name).
+		WithStartFunctions("_initialize").
+		WithStdout(in.stdout).
+		WithStderr(in.stderr).
+		WithWalltime(fakeClock(0, time.Millisecond), sys.ClockResolution(time.Millisecond)).
+		WithNanotime(fakeNanotime(), sys.ClockResolution(time.Millisecond)).
+		WithRandSource(rand.NewChaCha8(seed))
+	in.base = context.WithValue(context.Background(), instanceKey{}, in)
+	cctx, cancel := context.WithTimeout(in.base, max(in.timeout, StartTimeout))
+	defer cancel()
+	in.fn = "_initialize"
+	in.stderr.mark()
+	mod, err := h.runtimeOf(cfg.MemoryMiB).r.InstantiateModule(cctx, m, mc)
+	if err != nil {
+		return nil, in.failure("_initialize", cctx, err)
+	}
+	in.mod, in.mem = mod, mod.Memory()
+	in.alloc = mod.ExportedFunction(ExportAlloc)
+	if err := checkSignature(ExportAlloc, in.alloc); err != nil {
+		_ = mod.Close(ctx)
+		return nil, fmt.Errorf("%w: module %s %v", ErrInvalid, short(sha), err)
+	}
+	return in, nil
+}
+
+func (h *Host) runtimeOf(mib int32) *wrt {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w, _ := h.runtime(context.Background(), mib) // made by compile
+	return w
+}
+
+// fakeClock is the module's wall clock: the Unix epoch at the instance's start, advancing by
+// step at each reading. The module's time is not the time: a function is a function of its
+// records (their event time), so a replay after a restore computes what the first run did.
+func fakeClock(start int64, step time.Duration) sys.Walltime {
+	n := start
+	return func() (int64, int32) {
+		n += int64(step)
+		return n / 1e9, int32(n % 1e9)
+	}
+}
+
+func fakeNanotime() sys.Nanotime {
+	var n int64
+	return func() int64 { n += int64(time.Millisecond); return n }
+}
+
+// Has reports whether the module exports function name.
+func (in *Instance) Has(name string) bool { return in.mod.ExportedFunction(name) != nil }
+
+// function returns the export name, checked to be (i32) -> i32.
+func (in *Instance) function(name string) (api.Function, error) {
+	if f, ok := in.fns[name]; ok {
+		return f, nil
+	}
+	f := in.mod.ExportedFunction(name)
+	if f == nil {
+		return nil, fmt.Errorf("%w: module %s does not export the function %s", ErrInvalid, short(in.sha), name)
+	}
+	if err := checkSignature(name, f); err != nil {
+		return nil, fmt.Errorf("%w: module %s %v", ErrInvalid, short(in.sha), err)
+	}
+	in.fns[name] = f
+	return f, nil
+}
+
+// Init calls the module's jm_init with config (a JSON document, or empty); a module without
+// jm_init takes no configuration, so a non-empty one is an error.
+func (in *Instance) Init(config []byte) error {
+	if !in.Has(ExportInit) {
+		if len(config) > 0 {
+			return fmt.Errorf("%w: module %s takes no configuration (it does not export %s), but the operator's config is %d bytes", ErrInvalid, short(in.sha), ExportInit, len(config))
+		}
+		return nil
+	}
+	_, err := in.call(ExportInit, config, 0, nil)
+	return err
+}
+
+// Call runs function name over batch b. st is the keyed state of a PROCESS function (nil for
+// another kind: its state calls fail). The output records (Decode) alias the returned bytes,
+// which are the caller's.
+func (in *Instance) Call(name string, b *Batch, st State) ([]byte, error) {
+	return in.call(name, b.Bytes(), b.Len(), st)
+}
+
+// Timer calls jm_timer with one record: the timer's key, no value, its time at.
+func (in *Instance) Timer(b *Batch, st State) ([]byte, error) {
+	return in.call(ExportTimer, b.Bytes(), b.Len(), st)
+}
+
+func (in *Instance) call(name string, input []byte, n int, st State) ([]byte, error) {
+	if in.broken != nil {
+		return nil, in.broken
+	}
+	f, err := in.function(name)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(in.base, in.timeout)
+	defer cancel()
+	in.fn, in.state, in.out, in.failMsg = name, st, nil, ""
+	defer func() { in.state = nil }()
+	in.stderr.mark()
+	start := time.Now()
+	if err := in.write(ctx, input); err != nil {
+		in.stats.InModule += time.Since(start)
+		return nil, err
+	}
+	res, err := f.Call(ctx, uint64(len(input)))
+	in.stats.InModule += time.Since(start)
+	in.stats.Calls++
+	in.stats.RecordsIn += int64(n)
+	if err != nil {
+		return nil, in.failure(name, ctx, err)
+	}
+	if status := uint32(res[0]); status != 0 {
+		msg := in.failMsg
+		if msg == "" {
+			msg = fmt.Sprintf("status %d without a message", status)
+		}
+		in.stats.Traps++
+		return nil, fmt.Errorf("%w: module %s, function %s returned an error: %s", ErrTrap, short(in.sha), name, msg)
+	}
+	return in.out, nil
+}
+
+// write copies input into the module's input buffer, growing it through jm_alloc.
+func (in *Instance) write(ctx context.Context, input []byte) error {
+	if uint32(len(input)) > in.inCap || in.inCap == 0 {
+		c := max(uint32(len(input)), 4096)
+		res, err := in.alloc.Call(ctx, uint64(c))
+		if err != nil {
+			return in.failure(ExportAlloc, ctx, err)
+		}
+		in.inPtr, in.inCap = uint32(res[0]), c
+	}
+	if !in.mem.Write(in.inPtr, input) {
+		return in.fail(fmt.Errorf("%w: module %s, %s returned the buffer %#x of %d bytes, outside its memory of %d bytes", ErrTrap, short(in.sha), ExportAlloc, in.inPtr, in.inCap, in.mem.Size()))
+	}
+	return nil
+}
+
+// failure is the error of a call that did not return: the call timeout, the memory limit, an
+// exit (a Go panic), a trap; the instance is broken from then on.
+func (in *Instance) failure(name string, ctx context.Context, err error) error {
+	in.stats.Traps++
+	what := firstLine(err.Error())
+	var exit *sys.ExitError
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		what = fmt.Sprintf("the call ran over its time limit of %v (call_timeout_ms) and was stopped", in.timeout)
+	case errors.As(err, &exit):
+		what = fmt.Sprintf("the module exited with code %d", exit.ExitCode())
+	}
+	if c := in.stderr.cause(); c != "" {
+		what += "; its stderr: " + c
+	}
+	return in.fail(fmt.Errorf("%w: module %s, function %s: %s", ErrTrap, short(in.sha), name, what))
+}
+
+func (in *Instance) fail(err error) error {
+	in.broken = err
+	return err
+}
+
+func firstLine(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+// Stats returns the instance's counters.
+func (in *Instance) Stats() Stats { return in.stats }
+
+// CountOut adds n records to the records out (the caller counts what it emits).
+func (in *Instance) CountOut(n int) { in.stats.RecordsOut += int64(n) }
+
+// Close releases the instance and logs its counters.
+func (in *Instance) Close() error {
+	in.stdout.finish()
+	in.stderr.finish()
+	s := in.stats
+	in.lg.Info("wasm instance closed", "calls", s.Calls, "records_in", s.RecordsIn, "records_out", s.RecordsOut, "in_module", s.InModule, "failed_calls", s.Traps)
+	if in.mod == nil {
+		return nil
+	}
+	return in.mod.Close(context.Background())
+}
