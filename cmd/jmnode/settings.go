@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/setting"
 	"github.com/jmcluster/jmcluster/jobmaster"
@@ -37,6 +38,8 @@ var jobMasterFlagNames = map[string]string{
 	"JobMaster.DeadRefusals": "--dead-refusals", "JobMaster.DeadRefusalWindow": "--dead-refusal-window",
 	"JobMaster.RetainJobs": "--retain-jobs", "JobMaster.RetainJobAge": "--retain-job-age",
 	"JobMaster.MaxMessageSize": "--max-message-size", "JobMaster.SlotTimeout": "--slot-timeout",
+	"JobMaster.ArtifactMaxBytes": "--artifact-max-bytes", "JobMaster.ArtifactMaxTotalBytes": "--artifact-max-total-bytes",
+	"JobMaster.ArtifactMaxCount": "--artifact-max-count",
 	"Reconcile.ReportDeadline": "--report-deadline",
 	"Gossip.BindAddr":          "--gossip-addr", "Gossip.Join": "--gossip-join", "Gossip.Profile": "--gossip-profile",
 }
@@ -72,6 +75,9 @@ func (c *jobMasterConfig) flagRules() []error {
 		between("--"+graph.LimitExecutions, jm.SizeLimits.MaxExecutions, 1, ceil.MaxExecutions),
 		between("--"+graph.LimitInputChannels, jm.SizeLimits.MaxInputChannels, 1, ceil.MaxInputChannels),
 		between("--"+graph.LimitGraphBytes, jm.SizeLimits.MaxGraphBytes, 1, ceil.MaxGraphBytes),
+		between("--artifact-max-bytes", jm.ArtifactMaxBytes, 1, fsm.ArtifactCeilingBytes),
+		between("--artifact-max-total-bytes", jm.ArtifactMaxTotalBytes, 1, fsm.ArtifactCeilingTotalBytes),
+		between("--artifact-max-count", int64(jm.ArtifactMaxCount), 1, fsm.ArtifactCeilingCount),
 		messageSize(a.MaxMessageSize),
 		clientWriteRate(a.WriteLimit.Rate),
 		atLeast("--client-write-burst", int64(a.WriteLimit.Burst), 1),
