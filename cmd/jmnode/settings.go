@@ -40,8 +40,8 @@ var jobMasterFlagNames = map[string]string{
 	"JobMaster.MaxMessageSize": "--max-message-size", "JobMaster.SlotTimeout": "--slot-timeout",
 	"JobMaster.ArtifactMaxBytes": "--artifact-max-bytes", "JobMaster.ArtifactMaxTotalBytes": "--artifact-max-total-bytes",
 	"JobMaster.ArtifactMaxCount": "--artifact-max-count",
-	"Reconcile.ReportDeadline": "--report-deadline",
-	"Gossip.BindAddr":          "--gossip-addr", "Gossip.Join": "--gossip-join", "Gossip.Profile": "--gossip-profile",
+	"Reconcile.ReportDeadline":   "--report-deadline",
+	"Gossip.BindAddr":            "--gossip-addr", "Gossip.Join": "--gossip-join", "Gossip.Profile": "--gossip-profile",
 }
 
 // The fields of agent.TaskManagerConfig -> the flag of `jmnode taskmanager` that sets them.
