@@ -50,9 +50,9 @@ var taskManagerFlagNames = map[string]string{
 	"TM.AdvertiseGRPC": "--grpc-advertise", "TM.AdvertiseData": "--data-advertise", "TM.JobMasters": "--jm",
 	"TM.HeartbeatInterval": "--heartbeat-interval", "TM.LeaderGrace": "--leader-grace",
 	"TM.FenceTimeout": "--fence-timeout", "TM.RetainTerminal": "--retain-terminal", "TM.MaxMessageSize": "--max-message-size",
-	"TM.MaxRecordSize": "--max-record-size",
-	"HTTPAddr":         "--http-addr",
-	"Gossip.BindAddr":  "--gossip-addr", "Gossip.Join": "--gossip-join", "Gossip.Profile": "--gossip-profile",
+	"TM.MaxRecordSize": "--max-record-size", "TM.ArtifactCacheDir": "--artifact-cache-dir", "TM.ArtifactCacheBytes": "--artifact-cache-bytes",
+	"HTTPAddr":        "--http-addr",
+	"Gossip.BindAddr": "--gossip-addr", "Gossip.Join": "--gossip-join", "Gossip.Profile": "--gossip-profile",
 }
 
 // flagRules are the rules of `jmnode jobmaster`'s flags that the library does not have: a
@@ -97,6 +97,7 @@ func (c *taskManagerConfig) flagRules() []error {
 		positive("--leader-grace", tm.LeaderGrace),
 		positive("--retain-terminal", tm.RetainTerminal),
 		messageSize(tm.MaxMessageSize),
+		atLeast("--artifact-cache-bytes", tm.ArtifactCacheBytes, 1),
 	}
 }
 
