@@ -250,3 +250,9 @@ func (tm *TaskManager) artifactSources() []string {
 // ArtifactDownloads is the number of artifacts this TaskManager downloaded from a JobMaster
 // (not found in its memory or disk cache).
 func (tm *TaskManager) ArtifactDownloads() int64 { return tm.artifacts.downloads.Load() }
+
+// Artifact returns an artifact's bytes as a task's operator.Info.Artifact does: from memory,
+// from the disk cache, or downloaded from a JobMaster (shared: callers must not modify them).
+func (tm *TaskManager) Artifact(ctx context.Context, sha string) ([]byte, error) {
+	return tm.artifacts.get(ctx, sha)
+}
