@@ -165,7 +165,7 @@ func TestRoleRulesKeepEachRoleToItsPart(t *testing.T) {
 	writes := map[string]bool{
 		"/jmcluster.v1.ClientService/SubmitJob": true, "/jmcluster.v1.ClientService/CancelJob": true,
 		"/jmcluster.v1.OperatorService/RaftJoin": true, "/jmcluster.v1.OperatorService/RaftRemove": true,
-		"/jmcluster.v1.OperatorService/Snapshot": true,
+		"/jmcluster.v1.OperatorService/Snapshot":    true,
 		"/jmcluster.v1.ArtifactService/PutArtifact": true, "/jmcluster.v1.ArtifactService/RemoveArtifact": true,
 	}
 	for name, p := range transport.Policies {

@@ -188,4 +188,3 @@ func readArtifact(c *conn, sha string) ([]byte, error) {
 		out = append(out, m.Data...)
 	}
 }
-
