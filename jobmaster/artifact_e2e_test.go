@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -74,7 +76,8 @@ func getArtifact(ctx context.Context, c *tc.Cluster, addr, sha string) ([]byte, 
 // follower of three JobMasters is acknowledged once committed; once the third replica applied
 // it, the leader and that follower are killed at once, and the survivor serves its exact
 // bytes; a TaskManager fetches it from there, once (one download for concurrent fetches, none
-// for the next ones), and checks it. The two come back and hold it too.
+// for the next ones, none after a restart: its disk cache), and checks it. The two come back
+// and hold it too.
 func TestArtifactSurvivesLeaderAndUploaderLoss(t *testing.T) {
 	c := tc.New(t, tc.Options{JMs: 3, TMs: 1})
 	// 4 MiB, 8 chunks (the 16 MiB upload is measured by cmd/jmnode's TestArtifactCommands on
@@ -140,6 +143,24 @@ func TestArtifactSurvivesLeaderAndUploaderLoss(t *testing.T) {
 	}
 	if _, err := tm.Artifact(ctxT(t), sha); err != nil || tm.ArtifactDownloads() != 1 {
 		t.Fatalf("downloads after 5 fetches: %d (%v), want 1", tm.ArtifactDownloads(), err)
+	}
+	// A restarted TaskManager finds it in its disk cache (.artifacts under its work dir); a
+	// cached file that does not match its hash is fetched again.
+	c.KillTM(c.TMs[0])
+	c.StartTM(c.TMs[0])
+	tm = c.TMs[0].A.TM
+	if got, err := tm.Artifact(ctxT(t), sha); err != nil || !bytes.Equal(got, data) || tm.ArtifactDownloads() != 0 {
+		t.Fatalf("after a restart: %d bytes, %v, %d downloads; want the bytes from the disk cache", len(got), err, tm.ArtifactDownloads())
+	}
+	c.KillTM(c.TMs[0])
+	cached := filepath.Join(c.TMs[0].WorkDir, ".artifacts", sha)
+	if err := os.WriteFile(cached, []byte("not it"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.StartTM(c.TMs[0])
+	tm = c.TMs[0].A.TM
+	if got, err := tm.Artifact(ctxT(t), sha); err != nil || !bytes.Equal(got, data) || tm.ArtifactDownloads() != 1 {
+		t.Fatalf("with a corrupt cached file: %d bytes, %v, %d downloads; want it fetched again", len(got), err, tm.ArtifactDownloads())
 	}
 	_, unknown := moduleBytes(10, 2)
 	if _, err := tm.Artifact(ctxT(t), unknown); err == nil || !strings.Contains(err.Error(), unknown) {
