@@ -248,3 +248,61 @@ func wasmChain(name, artifact string) *pb.JobGraph {
 	}
 	return jg
 }
+
+// TestArtifactUploadCutByALeaderKillLeavesNothing: an upload whose leader is killed after its
+// first chunk is never visible, and the next leader's retention aborts it (its bytes stop
+// counting against the limits); an artifact no job names is removed once it was stored more
+// than RetainJobAge ago, one a job names is kept.
+func TestArtifactUploadCutByALeaderKillLeavesNothing(t *testing.T) {
+	const age = 3 * time.Second
+	c := tc.New(t, tc.Options{JMs: 3, JobMaster: func(jc *jobmaster.Config) {
+		jc.RetainJobAge, jc.RetentionInterval = age, 200*time.Millisecond
+	}})
+	kept, keptSHA := moduleBytes(100, 7)
+	putArtifact(t, c, c.Follower(), kept, keptSHA)
+	if _, err := c.Client(c.Leader()).SubmitJob(ctxT(t), &pb.SubmitJobRequest{JobGraph: wasmChain("keeps", keptSHA)}); err != nil {
+		t.Fatal(err)
+	}
+	unused, unusedSHA := moduleBytes(100, 8)
+	putArtifact(t, c, c.Follower(), unused, unusedSHA)
+
+	data, sha := moduleBytes(3*fsm.ArtifactChunkSize, 9)
+	l := c.Leader()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := pb.NewArtifactServiceClient(c.Conn(l.GRPCAddr)).PutArtifact(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&pb.PutArtifactRequest{Sha256: sha, Size: int64(len(data))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&pb.PutArtifactRequest{Data: data[:fsm.ArtifactChunkSize]}); err != nil {
+		t.Fatal(err)
+	}
+	var s *tc.JM
+	tc.WaitFor(t, 30*time.Second, "the upload's first chunk applied on a follower", func() (bool, string) {
+		for _, j := range c.Live() {
+			if j != l && len(j.A.State.ArtifactUploads()) == 1 {
+				s = j
+				return true, ""
+			}
+		}
+		return false, "no follower holds the upload"
+	})
+	c.KillJM(l)
+	nl := c.Leader()
+	tc.WaitFor(t, 30*time.Second, "the new leader "+nl.ID+" aborting the cut upload", func() (bool, string) {
+		ids := nl.A.State.ArtifactUploads()
+		return len(ids) == 0, fmt.Sprintf("uploads %v (seen on %s before the kill)", ids, s.ID)
+	})
+	if nl.A.State.HasArtifact(sha) {
+		t.Fatal("the cut upload is visible")
+	}
+	tc.WaitFor(t, 30*time.Second, "the unused artifact removed after "+age.String(), func() (bool, string) {
+		return !nl.A.State.HasArtifact(unusedSHA), ""
+	})
+	if !nl.A.State.HasArtifact(keptSHA) {
+		t.Fatal("the retention removed an artifact a job names")
+	}
+}
