@@ -68,7 +68,8 @@ func (c *taskManagerConfig) check() error {
 	if c.agent.Gossip == nil && len(c.agent.TM.JobMasters) == 0 {
 		return errors.New("--jm or --gossip-addr with --gossip-join is needed to find the JobMasters")
 	}
-	return firstError(writableDir("--work-dir", c.agent.TM.WorkDir), writableDir("--checkpoint-dir", c.agent.TM.CheckpointDir), eventLogFile(c.eventLog))
+	return firstError(writableDir("--work-dir", c.agent.TM.WorkDir), writableDir("--checkpoint-dir", c.agent.TM.CheckpointDir),
+		writableDir("--artifact-cache-dir", c.agent.TM.ArtifactCacheDir), eventLogFile(c.eventLog))
 }
 
 func runTaskManager(args []string) error {
