@@ -72,6 +72,27 @@ func init() {
 			return checkpointResult(i)(s.abortCheckpoint(i, c))
 		})
 	}
+	if CommandLevel >= LevelArtifacts {
+		register(pb.CommandType_COMMAND_TYPE_ARTIFACT_BEGIN, func(s *state, i uint64, p []byte) *Result {
+			v, err := s.artifactBegin(i, decodePayload(p, &pb.ArtifactBeginCommand{}))
+			if err != nil {
+				return errResult(i, err)
+			}
+			return &Result{Index: i, Value: v}
+		})
+		register(pb.CommandType_COMMAND_TYPE_ARTIFACT_CHUNK, func(s *state, i uint64, p []byte) *Result {
+			return errResult(i, s.artifactChunk(decodePayload(p, &pb.ArtifactChunkCommand{})))
+		})
+		register(pb.CommandType_COMMAND_TYPE_ARTIFACT_COMMIT, func(s *state, i uint64, p []byte) *Result {
+			return errResult(i, s.artifactCommit(i, decodePayload(p, &pb.ArtifactCommitCommand{})))
+		})
+		register(pb.CommandType_COMMAND_TYPE_ARTIFACT_ABORT, func(s *state, i uint64, p []byte) *Result {
+			return errResult(i, s.artifactAbort(decodePayload(p, &pb.ArtifactAbortCommand{})))
+		})
+		register(pb.CommandType_COMMAND_TYPE_ARTIFACT_REMOVE, func(s *state, i uint64, p []byte) *Result {
+			return errResult(i, s.artifactRemove(decodePayload(p, &pb.ArtifactRemoveCommand{})))
+		})
+	}
 	register(pb.CommandType_COMMAND_TYPE_END_RECONCILIATION, func(s *state, i uint64, p []byte) *Result {
 		return errResult(i, s.endReconciliation(i, decodePayload(p, &pb.EndReconciliationCommand{})))
 	})

@@ -126,6 +126,9 @@ func script(h *harness) {
 	h.submit(forwardJob(c, 2, 2))
 	h.ok(cancelT, &pb.CancelJobCommand{JobId: c, Timestamp: 85})
 	h.ok(removeT, &pb.RemoveJobsCommand{JobIds: []string{c}, Timestamp: 88})
+	// Artifacts: one stored (two chunks), one removed, one upload left in progress, one
+	// aborted, and refusals.
+	artifactScript(h)
 	h.ok(noopT, &pb.Command{})
 }
 

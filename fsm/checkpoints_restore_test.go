@@ -160,8 +160,9 @@ func TestCommandLevelsGateTheirAppliers(t *testing.T) {
 	levels := map[pb.CommandType]int{
 		pb.CommandType_COMMAND_TYPE_RECONCILE_KEPT: LevelReconcileKept,
 		triggerT: LevelCheckpoints, ackT: LevelCheckpoints, completeT: LevelCheckpoints, abortT: LevelCheckpoints,
+		artBeginT: LevelArtifacts, artChunkT: LevelArtifacts, artCommitT: LevelArtifacts, artAbortT: LevelArtifacts, artRemoveT: LevelArtifacts,
 	}
-	if LevelCheckpoints != 2 || LevelReconcileKept != 1 {
+	if LevelCheckpoints != 2 || LevelReconcileKept != 1 || LevelArtifacts != 3 {
 		t.Fatalf("levels renumbered: %d %d", LevelReconcileKept, LevelCheckpoints)
 	}
 	for typ, level := range levels {

@@ -10,7 +10,8 @@ import (
 )
 
 // CommandLevel (level.go) is the newest set of commands this build applies, gossiped by every
-// JobMaster (membership.Meta.FSMLevel): 1 adds RECONCILE_KEPT, 2 the checkpoint commands. A
+// JobMaster (membership.Meta.FSMLevel): 1 adds RECONCILE_KEPT, 2 the checkpoint commands, 3 the
+// artifact commands (store_artifacts.go, LevelArtifacts). A
 // leader writes a command of a level only when every server of the Raft configuration gossips
 // that level or a later one; builds before the level gossip 0.
 

@@ -33,4 +33,11 @@ var (
 	ErrCheckpointCompleted  = errors.New("checkpoint already completed")
 	ErrStaleCheckpointAck   = errors.New("checkpoint acknowledged by an attempt that is not current")
 	ErrCheckpointIncomplete = errors.New("checkpoint is not acknowledged by every subtask")
+
+	// Artifacts (store_artifacts.go).
+	ErrArtifactLimit    = errors.New("artifact limit reached")
+	ErrArtifactMismatch = errors.New("artifact bytes do not match the declared size or sha256")
+	ErrUnknownUpload    = errors.New("unknown artifact upload")
+	ErrUnknownArtifact  = errors.New("unknown artifact")
+	ErrArtifactInUse    = errors.New("artifact is in use")
 )

@@ -65,6 +65,16 @@ func payloadMessage(t pb.CommandType) proto.Message {
 		return &pb.CompleteCheckpointCommand{}
 	case pb.CommandType_COMMAND_TYPE_ABORT_CHECKPOINT:
 		return &pb.AbortCheckpointCommand{}
+	case pb.CommandType_COMMAND_TYPE_ARTIFACT_BEGIN:
+		return &pb.ArtifactBeginCommand{}
+	case pb.CommandType_COMMAND_TYPE_ARTIFACT_CHUNK:
+		return &pb.ArtifactChunkCommand{}
+	case pb.CommandType_COMMAND_TYPE_ARTIFACT_COMMIT:
+		return &pb.ArtifactCommitCommand{}
+	case pb.CommandType_COMMAND_TYPE_ARTIFACT_ABORT:
+		return &pb.ArtifactAbortCommand{}
+	case pb.CommandType_COMMAND_TYPE_ARTIFACT_REMOVE:
+		return &pb.ArtifactRemoveCommand{}
 	}
 	return nil
 }

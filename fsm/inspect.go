@@ -177,6 +177,10 @@ func InspectSnapshotFile(r io.Reader) (*SnapshotSummary, error) {
 			kind = "reconciliation"
 		case *pb.SnapshotRecord_Pool:
 			kind = "pool"
+		case *pb.SnapshotRecord_Artifact:
+			kind = "artifact"
+		case *pb.SnapshotRecord_ArtifactUpload:
+			kind = "artifact_upload"
 		}
 		s.Records[kind]++
 		s.RecordBytes[kind] += int(size)

@@ -3,4 +3,4 @@
 package fsm
 
 // CommandLevel is the newest set of commands this build applies (command.go).
-const CommandLevel = 2
+const CommandLevel = 3

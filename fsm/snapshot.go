@@ -36,6 +36,8 @@ type snapshot struct {
 	epoch     *pb.LeaderEpoch
 	recons    []*pb.ReconciliationRecord
 	pool      *pb.TaskManagerPool
+	artifacts []*pb.ArtifactRecord // by sha256; shared with the state (immutable)
+	uploads   []*pb.ArtifactUpload // by upload id; the snapshot's own copies
 	removed   uint64
 	removedAt int64
 }
@@ -51,8 +53,15 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		epoch:     proto.Clone(f.st.epoch).(*pb.LeaderEpoch),
 		recons:    make([]*pb.ReconciliationRecord, len(f.st.recons)),
 		pool:      proto.Clone(f.st.pool).(*pb.TaskManagerPool),
+		artifacts: f.st.sortedArtifacts(),
+		uploads:   f.st.sortedUploads(),
 		removed:   f.st.removed,
 		removedAt: f.st.removedAt,
+	}
+	for i, u := range snap.uploads {
+		// An upload grows by appending chunks; its chunks' bytes never change.
+		snap.uploads[i] = &pb.ArtifactUpload{UploadId: u.UploadId, Sha256: u.Sha256, Size: u.Size, Received: u.Received,
+			Chunks: slices.Clone(u.Chunks), BegunAt: u.BegunAt, BeginIndex: u.BeginIndex}
 	}
 	for i, j := range snap.jobs {
 		snap.jobs[i] = proto.Clone(j).(*pb.JobRecord)
@@ -121,6 +130,16 @@ func (s *snapshot) write(w io.Writer, limit int) error {
 	}
 	if s.pool.GetVersion() > 0 || len(s.pool.GetDrained()) > 0 {
 		if err := write(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_Pool{Pool: s.pool}}); err != nil {
+			return err
+		}
+	}
+	for _, a := range s.artifacts {
+		if err := write(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_Artifact{Artifact: a}}); err != nil {
+			return err
+		}
+	}
+	for _, u := range s.uploads {
+		if err := write(&pb.SnapshotRecord{Record: &pb.SnapshotRecord_ArtifactUpload{ArtifactUpload: u}}); err != nil {
 			return err
 		}
 	}
@@ -239,6 +258,18 @@ func readStream(r *bufio.Reader) (*state, error) {
 			}
 			st.pool = v.Pool
 			continue
+		case *pb.SnapshotRecord_Artifact:
+			if err := st.restoreArtifact(v.Artifact); err != nil {
+				return nil, err
+			}
+			st.applied = max(st.applied, v.Artifact.StoredIndex)
+			continue
+		case *pb.SnapshotRecord_ArtifactUpload:
+			if err := st.restoreUpload(v.ArtifactUpload); err != nil {
+				return nil, err
+			}
+			st.applied = max(st.applied, v.ArtifactUpload.BeginIndex)
+			continue
 		case *pb.SnapshotRecord_Epoch:
 			if v.Epoch == nil {
 				return nil, fmt.Errorf("%w: empty epoch record", ErrSnapshotCorrupt)
@@ -310,7 +341,8 @@ func (f *FSM) HashAt() (string, uint64) {
 
 func (f *FSM) hashLocked() string {
 	h := sha256.New()
-	view := &snapshot{jobs: f.st.sortedJobs(), epoch: f.st.epoch, recons: f.st.recons, pool: f.st.pool, removed: f.st.removed, removedAt: f.st.removedAt}
+	view := &snapshot{jobs: f.st.sortedJobs(), epoch: f.st.epoch, recons: f.st.recons, pool: f.st.pool,
+		artifacts: f.st.sortedArtifacts(), uploads: f.st.sortedUploads(), removed: f.st.removed, removedAt: f.st.removedAt}
 	if err := view.write(h, 0); err != nil {
 		panic(fmt.Sprintf("fsm: hash: %v", err)) // a hash.Hash never fails to write
 	}

@@ -40,7 +40,11 @@ type state struct {
 	epoch    *pb.LeaderEpoch
 	recons   []*pb.ReconciliationRecord // oldest first
 	pool     *pb.TaskManagerPool
-	applied  uint64
+	// artifacts are the stored artifacts by sha256 (immutable once stored: snapshots share
+	// them); uploads the uploads in progress by id (store_artifacts.go).
+	artifacts map[string]*pb.ArtifactRecord
+	uploads   map[string]*pb.ArtifactUpload
+	applied   uint64
 	// removed counts the terminal jobs REMOVE_JOBS took out of the state; removedAt is the
 	// proposer's timestamp of the last removal.
 	removed   uint64
@@ -131,10 +135,12 @@ func (s *state) replaceCurrent(old, cur *pb.Execution) {
 
 func newState() *state {
 	return &state{
-		jobs:     map[string]*pb.JobRecord{},
-		attempts: map[string]attemptRef{},
-		epoch:    &pb.LeaderEpoch{},
-		pool:     &pb.TaskManagerPool{},
+		jobs:      map[string]*pb.JobRecord{},
+		attempts:  map[string]attemptRef{},
+		epoch:     &pb.LeaderEpoch{},
+		pool:      &pb.TaskManagerPool{},
+		artifacts: map[string]*pb.ArtifactRecord{},
+		uploads:   map[string]*pb.ArtifactUpload{},
 		counts: counts{jobs: map[pb.JobStatus]int64{}, execs: map[pb.ExecutionState]int64{}, slots: map[slotKey]int{}, tmSlots: map[string]int{}, onTM: map[string]map[string]struct{}{},
 			ckJobs: map[string]ckSummary{}},
 	}

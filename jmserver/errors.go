@@ -71,6 +71,17 @@ var errorTable = []errorRow{
 	{fsm.ErrJobTerminal, codes.FailedPrecondition, ""},
 	{fsm.ErrStatusMismatch, codes.FailedPrecondition, ""},
 	{graph.ErrIllegalTransition, codes.FailedPrecondition, ""},
+
+	// Artifacts: a limit is RESOURCE_EXHAUSTED naming it; a removal of an artifact in use, a
+	// job naming one the state lacks and a cluster not every server of which applies the
+	// artifact commands are FAILED_PRECONDITION.
+	{fsm.ErrArtifactLimit, codes.ResourceExhausted, ""},
+	{fsm.ErrArtifactMismatch, codes.InvalidArgument, ""},
+	{fsm.ErrUnknownArtifact, codes.NotFound, ""},
+	{fsm.ErrUnknownUpload, codes.Aborted, ""},
+	{fsm.ErrArtifactInUse, codes.FailedPrecondition, ""},
+	{jobmaster.ErrUnknownArtifact, codes.FailedPrecondition, ""},
+	{jobmaster.ErrArtifactLevel, codes.FailedPrecondition, ""},
 }
 
 // Status maps an error of any layer to a gRPC status error with the table; a status error

@@ -16,7 +16,7 @@ import (
 const DefaultMaxMessageSize = transport.DefaultMaxMessageSize
 
 // NewGRPCServer builds a JM's gRPC server: ClientService, OperatorService, JobMasterService,
-// GossipService, health and reflection, behind the edge (transport.NewServer): every call passes the policy
+// ArtifactService, GossipService, health and reflection, behind the edge (transport.NewServer): every call passes the policy
 // interceptor with this replica's guard, and every message it receives or sends is bounded by
 // maxMsg (0: the default), a message over it refused with a status naming the limit and
 // --max-message-size. It panics when a registered method has no policy row. The health server
@@ -30,6 +30,7 @@ func NewGRPCServer(d Deps, maxMsg int) (*grpc.Server, *health.Server) {
 	pb.RegisterClientServiceServer(reg, NewClientService(d))
 	pb.RegisterOperatorServiceServer(reg, NewOperatorService(d))
 	pb.RegisterJobMasterServiceServer(reg, NewJobMasterService(d.JM))
+	pb.RegisterArtifactServiceServer(reg, NewArtifactService(d))
 	pb.RegisterGossipServiceServer(reg, NewGossipService(func() *membership.Membership { return d.Gossip }, d.audit))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(reg, hs)

@@ -3,6 +3,7 @@ package jmserver_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,6 +46,7 @@ func TestGatedRefusedWhileReconciling(t *testing.T) {
 	_, gated["RequestPartitionState"] = jm.RequestPartitionState(call(t), &pb.RequestPartitionStateRequest{JobId: id})
 	_, gated["SubmitJob"] = cl.SubmitJob(call(t), &pb.SubmitJobRequest{JobGraph: tc.StreamingChain("refused", 1, 1, 0)})
 	_, gated["CancelJob"] = cl.CancelJob(call(t), &pb.CancelJobRequest{JobId: id})
+	_, gated["RemoveArtifact"] = pb.NewArtifactServiceClient(c.Conn(l.GRPCAddr)).RemoveArtifact(call(t), &pb.RemoveArtifactRequest{Sha256: strings.Repeat("a", 64)})
 	for _, f := range c.Live() {
 		if f != l {
 			_, gated["SubmitJob via follower "+f.ID] = c.Client(f).SubmitJob(call(t), &pb.SubmitJobRequest{JobGraph: tc.StreamingChain("refused", 1, 1, 0)})
@@ -132,6 +134,9 @@ func TestForwardableForwarded(t *testing.T) {
 	local, err := cl.ListJobs(call(t), &pb.ListJobsRequest{})
 	if err != nil || local.ServedBy != f.ID {
 		t.Fatalf("ListJobs via %s: served by %q (%v), want %s itself", f.ID, local.GetServedBy(), err, f.ID)
+	}
+	if _, err := pb.NewArtifactServiceClient(c.Conn(f.GRPCAddr)).ListArtifacts(call(t), &pb.ListArtifactsRequest{Consistent: true}); err != nil {
+		t.Fatalf("consistent ListArtifacts via %s: %v", f.ID, err)
 	}
 	job, err := cl.GetJob(call(t), &pb.GetJobRequest{JobId: sub.JobId, Consistent: true})
 	if err != nil || job.ServedBy != l.ID {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -42,6 +43,13 @@ func (jm *JobMaster) SubmitJob(ctx context.Context, jg *pb.JobGraph) (string, ui
 	}
 	if err := graph.CheckSize(jg, jm.cfg.SizeLimits); err != nil {
 		return "", 0, err
+	}
+	if len(fsm.JobArtifacts(jg)) > 0 {
+		jm.artifactMu.Lock() // until committed: no removal of this leader in between
+		defer jm.artifactMu.Unlock()
+		if err := jm.checkArtifacts(jg); err != nil {
+			return "", 0, err
+		}
 	}
 	res, err := jm.Commit(ctx, pb.CommandType_COMMAND_TYPE_SUBMIT_JOB, &pb.SubmitJobCommand{JobGraph: jg, Timestamp: nowMillis()})
 	if err != nil {

@@ -80,6 +80,9 @@ func (c Config) Validate() error {
 			return setting.New(ErrInvalidConfig, n.field, n.v, "must not be negative")
 		}
 	}
+	if err := c.validateArtifactLimits(); err != nil {
+		return err
+	}
 	fenceGiven := c.FenceTimeout > 0
 	c.setDefaults()
 	if min := c.freshGap() + c.PoolQueryTimeout; !fenceGiven && c.FenceTimeout <= min {

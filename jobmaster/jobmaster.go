@@ -112,8 +112,16 @@ type Config struct {
 	// RetainJobAge is how long a terminal job is kept after it ended (default 1h).
 	RetainJobAge time.Duration
 	// RetentionInterval is how often the leader looks for terminal jobs to remove (default
-	// RetainJobAge/10, within [1s, 1m]).
+	// RetainJobAge/10, within [1s, 1m]). The same round aborts abandoned artifact uploads and
+	// removes artifacts no job names that were stored more than RetainJobAge ago.
 	RetentionInterval time.Duration
+	// ArtifactMaxBytes, ArtifactMaxTotalBytes and ArtifactMaxCount are the limits of new
+	// artifact uploads: bytes per artifact (default fsm.DefaultArtifactMaxBytes, 16 MiB), bytes
+	// of every artifact and upload together (fsm.DefaultArtifactMaxTotalBytes, 256 MiB) and
+	// their number (fsm.DefaultArtifactMaxCount, 100); each at most its replicated ceiling
+	// (fsm.ArtifactCeiling*; Validate refuses more).
+	ArtifactMaxBytes, ArtifactMaxTotalBytes int64
+	ArtifactMaxCount                        int
 	// SubmitBatchTasks is the most tasks one SubmitTasks call carries (default 512).
 	SubmitBatchTasks int
 	// SubmitBatchBytes bounds the encoded SubmitTasks request (default transport.ChunkBudget(0):
@@ -224,6 +232,18 @@ func (c *Config) setDefaults() {
 	if c.RetentionInterval <= 0 {
 		c.RetentionInterval = min(max(c.RetainJobAge/10, time.Second), time.Minute)
 	}
+	if c.ArtifactMaxBytes <= 0 {
+		c.ArtifactMaxBytes = fsm.DefaultArtifactMaxBytes
+	}
+	if c.ArtifactMaxTotalBytes <= 0 {
+		c.ArtifactMaxTotalBytes = fsm.DefaultArtifactMaxTotalBytes
+	}
+	if c.ArtifactMaxCount <= 0 {
+		c.ArtifactMaxCount = fsm.DefaultArtifactMaxCount
+	}
+	c.ArtifactMaxBytes = min(c.ArtifactMaxBytes, fsm.ArtifactCeilingBytes)
+	c.ArtifactMaxTotalBytes = min(c.ArtifactMaxTotalBytes, fsm.ArtifactCeilingTotalBytes)
+	c.ArtifactMaxCount = min(c.ArtifactMaxCount, fsm.ArtifactCeilingCount)
 }
 
 // JobMaster is created on every JM replica; it becomes active when the node establishes
@@ -249,6 +269,14 @@ type JobMaster struct {
 	// the TM that reported them.
 	foreignCancels atomic.Int64
 
+	// artifactMu serializes a job's artifact check and commit with artifact removals, so
+	// that this leader never commits a job naming an artifact it removed meanwhile.
+	artifactMu sync.Mutex
+	// uploads are the artifact uploads this node's handlers feed (artifacts.go); the
+	// retention aborts the others.
+	uploadsMu sync.Mutex
+	uploads   map[string]bool
+
 	mu     sync.Mutex
 	term   *term // nil while not the established leader
 	closed bool
@@ -262,6 +290,8 @@ func New(cfg Config, raft Raft, state *fsm.FSM) *JobMaster {
 		raft:  raft,
 		state: state,
 		log:   cfg.Logger.Named("jobmaster"),
+
+		uploads: map[string]bool{},
 	}
 	jm.tms = newRegistry(jm.log, cfg.RPCTimeout, cfg.MaxMessageSize)
 	jm.tms.tls = cfg.TLS

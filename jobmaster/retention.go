@@ -72,6 +72,7 @@ func (t *term) retain() {
 			return
 		case <-tick.C:
 			t.removeExpired()
+			t.retainArtifacts()
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package jobmaster_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -41,19 +40,21 @@ var (
 	fraudModule []byte
 )
 
-// serveFraud builds examples/wasm/fraud once and serves it to the tasks as the artifact of its
-// sha256 (operator.ServeArtifactsForTests: the artifact store is not in this build's
-// TaskManagers yet); it returns the sha256.
-func serveFraud(t *testing.T) string {
+// storeFraud builds examples/wasm/fraud once and stores it in the cluster's artifact store,
+// through a follower, as `jmnode artifact put` does; the TaskManagers fetch it from there. It
+// returns the sha256.
+func storeFraud(t *testing.T, c *testcluster.Cluster) string {
 	t.Helper()
 	fraudOnce.Do(func() { fraudModule = wasmbuild.MustRead("fraud")["fraud"] })
 	sha := wasmhost.Sum(fraudModule)
-	operator.ServeArtifactsForTests(t, func(_ context.Context, s string) ([]byte, error) {
-		if s != sha {
-			return nil, fmt.Errorf("no artifact %s", s)
+	var via *testcluster.JM
+	for _, j := range c.JMs {
+		if j.A != nil && j != c.Leader() {
+			via = j
+			break
 		}
-		return fraudModule, nil
-	})
+	}
+	putArtifact(t, c, via, fraudModule, sha)
 	return sha
 }
 
@@ -125,14 +126,14 @@ func checkAlerts(t *testing.T, c *testcluster.Cluster) {
 }
 
 // TestWasmFraudExactlyOnceAcrossTMAndLeaderKills: the fraud rule of examples/wasm/fraud (a
-// keyed PROCESS function in WebAssembly, its state and timers checkpointed) on three JobMasters
-// and three TaskManagers; once two checkpoints completed, the TaskManager of fraud[0] is
+// keyed PROCESS function in WebAssembly, its state and timers checkpointed), stored as an
+// artifact through a follower, on three JobMasters and three TaskManagers; once two checkpoints completed, the TaskManager of fraud[0] is
 // killed (its region restored from the latest checkpoint elsewhere), and once a checkpoint
 // completed after that, the leader. The leader kill restarts nothing, and the committed
 // alerts are those the reference computes from the seed, each exactly once.
 func TestWasmFraudExactlyOnceAcrossTMAndLeaderKills(t *testing.T) {
-	sha := serveFraud(t)
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 3, Slots: 8, Checkpoints: true})
+	sha := storeFraud(t, c)
 	id := c.Submit(fraudJob(sha))
 	before := testcluster.Attempts(c.WaitJob(id, "every task RUNNING", 120*time.Second, testcluster.AllRunning))
 	completed := func(n uint64) func() (bool, string) {

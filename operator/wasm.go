@@ -58,22 +58,20 @@ func (w *wasmOp) kindName() string {
 	return strings.TrimPrefix(w.cfg.GetKind().String(), "WASM_KIND_")
 }
 
-// testArtifacts is the fetch of the tasks whose Info has no Artifact (ServeArtifactsForTests).
+// testArtifacts, when set, is the fetch of every wasm task (ServeArtifactsForTests).
 var testArtifacts atomic.Pointer[func(context.Context, string) ([]byte, error)]
 
-// ServeArtifactsForTests makes the wasm tasks whose Info has no Artifact (a TaskManager that
-// cannot fetch artifacts) fetch them with fetch until tb's cleanup: for a test that runs
-// modules through real TaskManagers without the artifact store.
+// ServeArtifactsForTests makes every wasm task fetch its module with fetch instead of its
+// Info.Artifact until tb's cleanup: for a test of modules through real TaskManagers without
+// JobMasters that store artifacts (the end-to-end tests use the artifact store).
 func ServeArtifactsForTests(tb interface{ Cleanup(func()) }, fetch func(ctx context.Context, sha256 string) ([]byte, error)) {
 	testArtifacts.Store(&fetch)
 	tb.Cleanup(func() { testArtifacts.Store(nil) })
 }
 
 func (w *wasmOp) Open(ctx *Context) error {
-	if w.info.Artifact == nil {
-		if f := testArtifacts.Load(); f != nil {
-			w.info.Artifact = *f
-		}
+	if f := testArtifacts.Load(); f != nil {
+		w.info.Artifact = *f
 	}
 	if w.info.Artifact == nil {
 		return fmt.Errorf("wasm: artifact %s: %w", w.cfg.GetArtifact(), ErrNoArtifacts)

@@ -4,9 +4,11 @@
 package taskmanager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -118,6 +120,12 @@ type Config struct {
 	// checkpoints, must reach the same directory (a shared volume across machines). Empty:
 	// this TaskManager refuses tasks of checkpointed jobs.
 	CheckpointDir string
+	// ArtifactCacheDir keeps the artifacts this TM fetched, a file per sha256, so a restarted
+	// TM does not fetch them again (default: .artifacts under WorkDir; --artifact-cache-dir).
+	ArtifactCacheDir string
+	// ArtifactCacheBytes bounds the artifacts kept in memory, the most recently used (default
+	// DefaultArtifactCacheBytes, 64 MiB; --artifact-cache-bytes).
+	ArtifactCacheBytes int64
 	// EventLog receives JSON lines of task lifecycle events; optional.
 	EventLog io.Writer
 	// Logger; default a null logger.
@@ -211,6 +219,15 @@ func (c *Config) Validate() error {
 		if f != nil {
 			return f
 		}
+	}
+	if c.ArtifactCacheBytes < 0 {
+		return setting.New(ErrInvalidConfig, "ArtifactCacheBytes", c.ArtifactCacheBytes, "must not be negative (0 means %d, DefaultArtifactCacheBytes)", DefaultArtifactCacheBytes)
+	}
+	if c.ArtifactCacheBytes == 0 {
+		c.ArtifactCacheBytes = DefaultArtifactCacheBytes
+	}
+	if c.ArtifactCacheDir == "" {
+		c.ArtifactCacheDir = filepath.Join(cmp.Or(c.WorkDir, "."), ".artifacts")
 	}
 	if c.Slots < transport.MinSlots || c.Slots > transport.MaxSlots {
 		return setting.New(ErrInvalidConfig, "Slots", c.Slots, "must be in [%d, %d] (the leader refuses the registration of a TaskManager outside it)", transport.MinSlots, transport.MaxSlots)

@@ -49,6 +49,8 @@ type TaskManager struct {
 	table *slotTable
 	link  *leaderLink
 	fence *fence
+	// artifacts fetches and caches the artifacts tasks ask for (artifacts.go).
+	artifacts *artifactCache
 
 	// mu is the task lock: the slot table and each task's fields.
 	mu              sync.Mutex
@@ -126,6 +128,7 @@ func New(cfg Config) (*TaskManager, error) {
 	tm.fence = &fence{cfg: cfg, log: tm.log, jms: &jobMasters{cfg: cfg, conns: tm.conns}, conns: tm.conns,
 		stop: func(why string) int { return len(tm.table.cancelAll(why)) }}
 	tm.link = newLeaderLink(cfg, tm.log, tm.conns, tm.fence, tm.table, tm.events)
+	tm.artifacts = newArtifactCache(cfg.ArtifactCacheDir, cfg.ArtifactCacheBytes, tm.artifactSources, tm.conns, tm.log)
 	tm.fence.leader, tm.fence.interval = tm.link.leader, tm.link.interval
 	tm.outbox = newOutbox(cfg, tm.log, tm.link, tm.events, tm.table.disown)
 	tm.link.wakeOutbox = tm.outbox.wake

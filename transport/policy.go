@@ -132,6 +132,15 @@ var Policies = map[string]Policy{
 	pb.TaskManagerService_NotifyCheckpointComplete_FullMethodName: {Roles: jobMasters},
 	pb.TaskManagerService_NotifyCheckpointAborted_FullMethodName:  {Roles: jobMasters},
 
+	// ArtifactService (JobMaster): operators store and remove artifacts, readers list them,
+	// TaskManagers (and readers) fetch them. PutArtifact is a client stream: Local, and its
+	// handler serves it on the established leader (the gate open) or relays it to the leader.
+	// GetArtifact is served from the replica's own state, so a TaskManager fetches from any.
+	pb.ArtifactService_PutArtifact_FullMethodName:    {Roles: operator},
+	pb.ArtifactService_ListArtifacts_FullMethodName:  {Leader: LeaderIfConsistent, Forward: true, Roles: readers},
+	pb.ArtifactService_RemoveArtifact_FullMethodName: {Gated: true, Leader: Leader, Forward: true, Limited: true, Roles: operator},
+	pb.ArtifactService_GetArtifact_FullMethodName:    {Roles: readersAndTMs},
+
 	// DataService (TaskManager): other TaskManagers.
 	pb.DataService_ReadPartition_FullMethodName: {Roles: taskManagers},
 	pb.DataService_Exchange_FullMethodName:      {Roles: taskManagers},

@@ -165,7 +165,8 @@ func TestRoleRulesKeepEachRoleToItsPart(t *testing.T) {
 	writes := map[string]bool{
 		"/jmcluster.v1.ClientService/SubmitJob": true, "/jmcluster.v1.ClientService/CancelJob": true,
 		"/jmcluster.v1.OperatorService/RaftJoin": true, "/jmcluster.v1.OperatorService/RaftRemove": true,
-		"/jmcluster.v1.OperatorService/Snapshot": true,
+		"/jmcluster.v1.OperatorService/Snapshot":    true,
+		"/jmcluster.v1.ArtifactService/PutArtifact": true, "/jmcluster.v1.ArtifactService/RemoveArtifact": true,
 	}
 	for name, p := range transport.Policies {
 		svc := name[:strings.LastIndex(name, "/")]
@@ -174,6 +175,8 @@ func TestRoleRulesKeepEachRoleToItsPart(t *testing.T) {
 			t.Errorf("%s admits TaskManagers", name)
 		case svc == "/jmcluster.v1.TaskManagerService" && (len(p.Roles) != 1 || p.Roles[0] != transport.RoleJobMaster):
 			t.Errorf("%s admits %v; want the jobmaster role only", name, p.Roles)
+		case svc == "/jmcluster.v1.ArtifactService" && has(p, transport.RoleTaskManager) && name != "/jmcluster.v1.ArtifactService/GetArtifact":
+			t.Errorf("%s admits TaskManagers; they may only fetch (GetArtifact)", name)
 		case (svc == "/jmcluster.v1.DataService" || svc == "/jmcluster.v1.PeerService" || svc == "/jmcluster.v1.JobMasterService") &&
 			(len(p.Roles) != 1 || p.Roles[0] != transport.RoleTaskManager):
 			t.Errorf("%s admits %v; want the taskmanager role only", name, p.Roles)

@@ -62,6 +62,11 @@ func commandTree() *command {
 			{name: "inspect", about: "what a snapshot file holds", run: runSnapshotInspect},
 			{name: "restore", about: "bring a cluster that lost its state back from a file", run: runSnapshotRestore},
 		}},
+		{name: "artifact", about: "store, list and remove artifacts (WebAssembly modules)", usage: artifactUsage, subs: []*command{
+			{name: "put", about: "store a file; prints its sha256 and size", run: runArtifactPut},
+			{name: "list", about: "the stored artifacts and the jobs that use them", run: runArtifactList},
+			{name: "rm", about: "remove an artifact no running job uses", run: runArtifactRm},
+		}},
 		{name: "tm", about: "the TaskManagers", usage: tmUsage, subs: []*command{
 			{name: "list", about: "the TaskManagers", run: runTMList},
 			{name: "drain", about: "move a TaskManager's regions elsewhere", run: runTMDrain},

@@ -47,7 +47,7 @@ func newJobID() string {
 
 func jobSubmit(args []string) error {
 	fs := flag.NewFlagSet("job submit", flag.ContinueOnError)
-	usageFor(fs, "jmnode job submit FILE [--wait] [--checkpoint-interval DUR]", "Submits a job spec (the protobuf JSON mapping of a JobGraph; see examples/).")
+	usageFor(fs, "jmnode job submit FILE [--wait] [--checkpoint-interval DUR]", "Submits a job spec (the protobuf JSON mapping of a JobGraph; see examples/). A wasm vertex whose artifact is a file path (relative to the spec) rather than a sha256 has the file uploaded first (jmnode artifact put) and its hash put in its place.")
 	cf := newCLIFlags(fs, false)
 	wait := fs.Bool("wait", false, "wait until a streaming job runs every task or a batch job ends")
 	interval := fs.Duration("checkpoint-interval", 0, "checkpoint the job this often (the spec's checkpoint_config.interval_ms; at least 10ms; the cluster needs --checkpoint-dir; docs/checkpoints.md). 0: as the spec says")
@@ -77,6 +77,9 @@ func jobSubmit(args []string) error {
 	c, err := cf.dial()
 	if err != nil {
 		return err
+	}
+	if err := uploadSpecArtifacts(c, fs.Arg(0), jg); err != nil {
+		return fmt.Errorf("submit %s: %w", fs.Arg(0), err)
 	}
 	var resp *pb.SubmitJobResponse
 	err = c.call(*cf.timeout, func(ctx context.Context) error {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/agent"
 	"github.com/jmcluster/jmcluster/cluster"
+	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/setting"
 	"github.com/jmcluster/jmcluster/jmserver"
@@ -66,7 +67,10 @@ func newJobMasterConfig(fs *flag.FlagSet) *jobMasterConfig {
 		fmt.Sprintf("refuse a job whose execution graph, deployed, is estimated larger (bytes); at most %d", ceiling.MaxGraphBytes))
 	fs.IntVar(&jm.RetainJobs, "retain-jobs", jobmaster.DefaultRetainJobs, "terminal jobs (FINISHED, CANCELED, FAILED) kept; the oldest beyond it are removed (at least 1)")
 	fs.StringVar(&a.CheckpointDir, "checkpoint-dir", "", "checkpoint storage root: the shared directory every JobMaster and every TaskManager that may restore a task's state must reach (one host: a local directory; across hosts: a shared file system; docs/checkpoints.md). Empty: checkpointed jobs are refused")
-	fs.DurationVar(&jm.RetainJobAge, "retain-job-age", jobmaster.DefaultRetainJobAge, "a terminal job is removed this long after it ended")
+	fs.DurationVar(&jm.RetainJobAge, "retain-job-age", jobmaster.DefaultRetainJobAge, "a terminal job is removed this long after it ended; an artifact no job names, this long after it was stored")
+	fs.Int64Var(&jm.ArtifactMaxBytes, "artifact-max-bytes", fsm.DefaultArtifactMaxBytes, fmt.Sprintf("refuse an artifact upload of more bytes; at most %d (fsm.ArtifactCeilingBytes)", fsm.ArtifactCeilingBytes))
+	fs.Int64Var(&jm.ArtifactMaxTotalBytes, "artifact-max-total-bytes", fsm.DefaultArtifactMaxTotalBytes, fmt.Sprintf("refuse an artifact upload that would take the stored artifacts and uploads in progress over this many bytes; at most %d (fsm.ArtifactCeilingTotalBytes)", fsm.ArtifactCeilingTotalBytes))
+	fs.IntVar(&jm.ArtifactMaxCount, "artifact-max-count", fsm.DefaultArtifactMaxCount, fmt.Sprintf("refuse an artifact upload beyond this many stored artifacts and uploads in progress; at most %d (fsm.ArtifactCeilingCount)", fsm.ArtifactCeilingCount))
 	fs.BoolVar(&c.fast, "fast-raft", false, "use fast Raft timings (loopback clusters, demos and tests)")
 	c.proc.register(fs, "this JobMaster's jobmaster", "<data-dir>/gossip.keyring")
 	fs.StringVar(&c.tokenFile, "token-file", "", "file of bearer tokens the gRPC server and HTTP accept besides certificates, a line each: NAME ROLE SECRET (role operator or reader); needs --tls-*; read again when it changes")

@@ -29,6 +29,7 @@ operator CLI (talks gRPC to any JobMaster: --addr or JMNODE_ADDR, default 127.0.
   raft transfer-leadership   hand leadership to another voter (--to ID)
   members                    the gossip pool
   tm list | drain ID         the TaskManagers; drain one (its regions move, no restart counted)
+  artifact put FILE | list | rm HASH   artifacts (WebAssembly modules) in the replicated state
   snapshot save | inspect | restore FILE   a consistent copy of the replicated state, and
                              bringing a cluster that lost its state back from one
   gossip keygen              a new gossip encryption key

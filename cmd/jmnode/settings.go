@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/setting"
 	"github.com/jmcluster/jmcluster/jobmaster"
@@ -37,8 +38,10 @@ var jobMasterFlagNames = map[string]string{
 	"JobMaster.DeadRefusals": "--dead-refusals", "JobMaster.DeadRefusalWindow": "--dead-refusal-window",
 	"JobMaster.RetainJobs": "--retain-jobs", "JobMaster.RetainJobAge": "--retain-job-age",
 	"JobMaster.MaxMessageSize": "--max-message-size", "JobMaster.SlotTimeout": "--slot-timeout",
-	"Reconcile.ReportDeadline": "--report-deadline",
-	"Gossip.BindAddr":          "--gossip-addr", "Gossip.Join": "--gossip-join", "Gossip.Profile": "--gossip-profile",
+	"JobMaster.ArtifactMaxBytes": "--artifact-max-bytes", "JobMaster.ArtifactMaxTotalBytes": "--artifact-max-total-bytes",
+	"JobMaster.ArtifactMaxCount": "--artifact-max-count",
+	"Reconcile.ReportDeadline":   "--report-deadline",
+	"Gossip.BindAddr":            "--gossip-addr", "Gossip.Join": "--gossip-join", "Gossip.Profile": "--gossip-profile",
 }
 
 // The fields of agent.TaskManagerConfig -> the flag of `jmnode taskmanager` that sets them.
@@ -47,9 +50,9 @@ var taskManagerFlagNames = map[string]string{
 	"TM.AdvertiseGRPC": "--grpc-advertise", "TM.AdvertiseData": "--data-advertise", "TM.JobMasters": "--jm",
 	"TM.HeartbeatInterval": "--heartbeat-interval", "TM.LeaderGrace": "--leader-grace",
 	"TM.FenceTimeout": "--fence-timeout", "TM.RetainTerminal": "--retain-terminal", "TM.MaxMessageSize": "--max-message-size",
-	"TM.MaxRecordSize": "--max-record-size",
-	"HTTPAddr":         "--http-addr",
-	"Gossip.BindAddr":  "--gossip-addr", "Gossip.Join": "--gossip-join", "Gossip.Profile": "--gossip-profile",
+	"TM.MaxRecordSize": "--max-record-size", "TM.ArtifactCacheDir": "--artifact-cache-dir", "TM.ArtifactCacheBytes": "--artifact-cache-bytes",
+	"HTTPAddr":        "--http-addr",
+	"Gossip.BindAddr": "--gossip-addr", "Gossip.Join": "--gossip-join", "Gossip.Profile": "--gossip-profile",
 }
 
 // flagRules are the rules of `jmnode jobmaster`'s flags that the library does not have: a
@@ -72,6 +75,9 @@ func (c *jobMasterConfig) flagRules() []error {
 		between("--"+graph.LimitExecutions, jm.SizeLimits.MaxExecutions, 1, ceil.MaxExecutions),
 		between("--"+graph.LimitInputChannels, jm.SizeLimits.MaxInputChannels, 1, ceil.MaxInputChannels),
 		between("--"+graph.LimitGraphBytes, jm.SizeLimits.MaxGraphBytes, 1, ceil.MaxGraphBytes),
+		between("--artifact-max-bytes", jm.ArtifactMaxBytes, 1, fsm.ArtifactCeilingBytes),
+		between("--artifact-max-total-bytes", jm.ArtifactMaxTotalBytes, 1, fsm.ArtifactCeilingTotalBytes),
+		between("--artifact-max-count", int64(jm.ArtifactMaxCount), 1, fsm.ArtifactCeilingCount),
 		messageSize(a.MaxMessageSize),
 		clientWriteRate(a.WriteLimit.Rate),
 		atLeast("--client-write-burst", int64(a.WriteLimit.Burst), 1),
@@ -91,6 +97,7 @@ func (c *taskManagerConfig) flagRules() []error {
 		positive("--leader-grace", tm.LeaderGrace),
 		positive("--retain-terminal", tm.RetainTerminal),
 		messageSize(tm.MaxMessageSize),
+		atLeast("--artifact-cache-bytes", tm.ArtifactCacheBytes, 1),
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jmcluster/jmcluster/fsm"
 	"github.com/jmcluster/jmcluster/graph"
 	"github.com/jmcluster/jmcluster/internal/proccluster"
 	"github.com/jmcluster/jmcluster/jobmaster"
@@ -216,6 +217,9 @@ func misconfigurations(file string) []badValue {
 		jm(graph.LimitGraphBytes, "above the replicated ceiling", "--"+graph.LimitGraphBytes, "100663297"),
 		jm("retain-jobs", "zero", "--retain-jobs", "0"),
 		jm("retain-job-age", "zero", "--retain-job-age", "0s"),
+		withAlso(jm("artifact-max-bytes", "above the replicated ceiling", "--artifact-max-bytes", "67108865"), "67108864"),
+		jm("artifact-max-total-bytes", "above the replicated ceiling", "--artifact-max-total-bytes", "1073741825"),
+		jm("artifact-max-count", "zero", "--artifact-max-count", "0"),
 		jm("fast-raft", "unparsable", "--fast-raft=maybe"),
 		jm("slot-timeout", "zero", "--slot-timeout", "0s"),
 		jm("slot-timeout", "within two heartbeat intervals", "--slot-timeout", "2s"),
@@ -236,6 +240,8 @@ func misconfigurations(file string) []badValue {
 		tm("data-advertise", "port 0", "--data-advertise", "127.0.0.1:0"),
 		tm("jm", "unparsable", "--jm", "a:b:c"),
 		tm("work-dir", "unwritable path", "--work-dir", under),
+		tm("artifact-cache-dir", "unwritable path", "--artifact-cache-dir", under),
+		tm("artifact-cache-bytes", "zero", "--artifact-cache-bytes", "0"),
 		tm("event-log", "unwritable path", "--event-log", filepath.Join(under, "events.jsonl")),
 		tm("leader-grace", "within two heartbeat intervals", "--leader-grace", "1s"),
 		tm("leader-grace", "zero", "--leader-grace", "0s"),
@@ -391,21 +397,23 @@ func TestMisconfigurationMatrix(t *testing.T) {
 				"--heartbeat-timeout", hbTimeout.String(), "--dead-refusals", "1", "--dead-refusal-window", "1ns",
 				"--" + graph.LimitExecutions, fmt.Sprint(size.Executions), "--" + graph.LimitInputChannels, fmt.Sprint(size.InputChannels),
 				"--" + graph.LimitGraphBytes, fmt.Sprint(size.DeployedBytes), "--retain-jobs", "1", "--retain-job-age", "1ns",
+				"--artifact-max-bytes", "1", "--artifact-max-total-bytes", "1", "--artifact-max-count", "1",
 				"--max-message-size", fmt.Sprint(transport.MinMaxMessageSize), "--client-write-rate", "1e-9", "--client-write-burst", "1",
 				"--slot-timeout", (2*hb + time.Nanosecond).String(), "--cleanup-dead-servers", "0s", "--min-quorum", "1", "--bootstrap-expect", "1"},
 			tmFlag: []string{"--heartbeat-interval", hb.String(), "--fence-timeout", "0s", "--leader-grace", (2*hb + time.Nanosecond).String(),
-				"--retain-terminal", "1ns", "--max-message-size", fmt.Sprint(transport.MinMaxMessageSize), "--max-record-size", "16"}}, // 16: a numeric record, the job's
+				"--retain-terminal", "1ns", "--max-message-size", fmt.Sprint(transport.MinMaxMessageSize), "--max-record-size", "16", "--artifact-cache-bytes", "1"}}, // 16: a numeric record, the job's
 		{name: "highest", slots: transport.MaxSlots,
 			jmFlags: []string{"--report-deadline", "10m", "--tm-heartbeat-interval", "5s", "--pool-query-interval", "1m",
 				"--pool-query-timeout", "1m", "--fence-timeout", "10m", "--tm-leader-grace", "8760h", "--heartbeat-timeout", "8760h",
 				"--dead-refusals", "1000", "--dead-refusal-window", "1h",
 				"--" + graph.LimitExecutions, fmt.Sprint(ceil.MaxExecutions), "--" + graph.LimitInputChannels, fmt.Sprint(ceil.MaxInputChannels),
 				"--" + graph.LimitGraphBytes, fmt.Sprint(ceil.MaxGraphBytes), "--retain-jobs", "1000000", "--retain-job-age", "8760h",
+				"--artifact-max-bytes", fmt.Sprint(fsm.ArtifactCeilingBytes), "--artifact-max-total-bytes", fmt.Sprint(fsm.ArtifactCeilingTotalBytes), "--artifact-max-count", fmt.Sprint(fsm.ArtifactCeilingCount),
 				"--max-message-size", fmt.Sprint(transport.MaxMaxMessageSize), "--client-write-rate", "1e9", "--client-write-burst", "1000000",
 				"--slot-timeout", "-1ns", "--cleanup-dead-servers", "8760h", "--min-quorum", "1000"},
 			tmFlag: []string{"--heartbeat-interval", "1m", "--fence-timeout", "10m", "--leader-grace", "8760h",
 				"--retain-terminal", "8760h", "--max-message-size", fmt.Sprint(transport.MaxMaxMessageSize),
-				"--max-record-size", fmt.Sprint(transport.MaxMaxMessageSize / 4)}},
+				"--max-record-size", fmt.Sprint(transport.MaxMaxMessageSize / 4), "--artifact-cache-bytes", "1099511627776"}},
 	}
 	t.Run("boundaries", func(t *testing.T) {
 		for _, b := range boundaries {

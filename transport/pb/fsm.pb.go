@@ -60,6 +60,20 @@ const (
 	CommandType_COMMAND_TYPE_COMPLETE_CHECKPOINT CommandType = 19
 	// A pending checkpoint becomes ABORTED.
 	CommandType_COMMAND_TYPE_ABORT_CHECKPOINT CommandType = 20
+	// Artifacts (docs/fsm.md, "Artifacts"), FSM level 3: not ignorable; a JobMaster proposes
+	// them only when every server of the Raft configuration gossips level 3 or later.
+	// An upload begins: its sha256 and size are declared and checked against the limits it
+	// carries; its bytes are invisible until its commit.
+	CommandType_COMMAND_TYPE_ARTIFACT_BEGIN CommandType = 21
+	// The next chunk of an upload.
+	CommandType_COMMAND_TYPE_ARTIFACT_CHUNK CommandType = 22
+	// An upload whose bytes have the declared size and sha256 becomes a stored artifact.
+	CommandType_COMMAND_TYPE_ARTIFACT_COMMIT CommandType = 23
+	// Uploads that will not be committed are dropped (the uploader failed, or the leader changed).
+	CommandType_COMMAND_TYPE_ARTIFACT_ABORT CommandType = 24
+	// Stored artifacts are removed (an operator's rm, or the leader's retention); refused while
+	// a job that is not terminal uses one.
+	CommandType_COMMAND_TYPE_ARTIFACT_REMOVE CommandType = 25
 )
 
 // Enum value maps for CommandType.
@@ -86,6 +100,11 @@ var (
 		18: "COMMAND_TYPE_ACK_CHECKPOINT",
 		19: "COMMAND_TYPE_COMPLETE_CHECKPOINT",
 		20: "COMMAND_TYPE_ABORT_CHECKPOINT",
+		21: "COMMAND_TYPE_ARTIFACT_BEGIN",
+		22: "COMMAND_TYPE_ARTIFACT_CHUNK",
+		23: "COMMAND_TYPE_ARTIFACT_COMMIT",
+		24: "COMMAND_TYPE_ARTIFACT_ABORT",
+		25: "COMMAND_TYPE_ARTIFACT_REMOVE",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNSPECIFIED":             0,
@@ -109,6 +128,11 @@ var (
 		"COMMAND_TYPE_ACK_CHECKPOINT":          18,
 		"COMMAND_TYPE_COMPLETE_CHECKPOINT":     19,
 		"COMMAND_TYPE_ABORT_CHECKPOINT":        20,
+		"COMMAND_TYPE_ARTIFACT_BEGIN":          21,
+		"COMMAND_TYPE_ARTIFACT_CHUNK":          22,
+		"COMMAND_TYPE_ARTIFACT_COMMIT":         23,
+		"COMMAND_TYPE_ARTIFACT_ABORT":          24,
+		"COMMAND_TYPE_ARTIFACT_REMOVE":         25,
 	}
 )
 
@@ -2784,6 +2808,8 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Epoch
 	//	*SnapshotRecord_Reconciliation
 	//	*SnapshotRecord_Pool
+	//	*SnapshotRecord_Artifact
+	//	*SnapshotRecord_ArtifactUpload
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2871,6 +2897,24 @@ func (x *SnapshotRecord) GetPool() *TaskManagerPool {
 	return nil
 }
 
+func (x *SnapshotRecord) GetArtifact() *ArtifactRecord {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Artifact); ok {
+			return x.Artifact
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetArtifactUpload() *ArtifactUpload {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_ArtifactUpload); ok {
+			return x.ArtifactUpload
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -2895,6 +2939,16 @@ type SnapshotRecord_Pool struct {
 	Pool *TaskManagerPool `protobuf:"bytes,5,opt,name=pool,proto3,oneof"`
 }
 
+type SnapshotRecord_Artifact struct {
+	// Written after the pool, before the epoch, only when the state holds artifacts or
+	// uploads: a snapshot without them is what a release before artifacts writes.
+	Artifact *ArtifactRecord `protobuf:"bytes,6,opt,name=artifact,proto3,oneof"`
+}
+
+type SnapshotRecord_ArtifactUpload struct {
+	ArtifactUpload *ArtifactUpload `protobuf:"bytes,7,opt,name=artifact_upload,json=artifactUpload,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Header) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
@@ -2904,6 +2958,581 @@ func (*SnapshotRecord_Epoch) isSnapshotRecord_Record() {}
 func (*SnapshotRecord_Reconciliation) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Pool) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_Artifact) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_ArtifactUpload) isSnapshotRecord_Record() {}
+
+// The limits an ARTIFACT_BEGIN is checked against, chosen by the proposing leader from its
+// configuration (each at most the replicated ceiling, fsm.ArtifactCeiling*). Every field must
+// be positive.
+type ArtifactLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes of one artifact.
+	MaxBytes int64 `protobuf:"varint,1,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// Bytes of every stored artifact and every upload in progress together.
+	MaxTotalBytes int64 `protobuf:"varint,2,opt,name=max_total_bytes,json=maxTotalBytes,proto3" json:"max_total_bytes,omitempty"`
+	// Stored artifacts and uploads in progress together.
+	MaxArtifacts  int32 `protobuf:"varint,3,opt,name=max_artifacts,json=maxArtifacts,proto3" json:"max_artifacts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArtifactLimits) Reset() {
+	*x = ArtifactLimits{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactLimits) ProtoMessage() {}
+
+func (x *ArtifactLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactLimits.ProtoReflect.Descriptor instead.
+func (*ArtifactLimits) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ArtifactLimits) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *ArtifactLimits) GetMaxTotalBytes() int64 {
+	if x != nil {
+		return x.MaxTotalBytes
+	}
+	return 0
+}
+
+func (x *ArtifactLimits) GetMaxArtifacts() int32 {
+	if x != nil {
+		return x.MaxArtifacts
+	}
+	return 0
+}
+
+type ArtifactBeginCommand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the proposer, unique among the uploads in progress.
+	UploadId string `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	// 64 lower-case hex characters.
+	Sha256 string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Bytes; positive.
+	Size   int64           `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Limits *ArtifactLimits `protobuf:"bytes,4,opt,name=limits,proto3" json:"limits,omitempty"`
+	// Unix milliseconds, the proposer's clock.
+	Timestamp     int64 `protobuf:"varint,5,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArtifactBeginCommand) Reset() {
+	*x = ArtifactBeginCommand{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactBeginCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactBeginCommand) ProtoMessage() {}
+
+func (x *ArtifactBeginCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactBeginCommand.ProtoReflect.Descriptor instead.
+func (*ArtifactBeginCommand) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ArtifactBeginCommand) GetUploadId() string {
+	if x != nil {
+		return x.UploadId
+	}
+	return ""
+}
+
+func (x *ArtifactBeginCommand) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *ArtifactBeginCommand) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ArtifactBeginCommand) GetLimits() *ArtifactLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *ArtifactBeginCommand) GetTimestamp() int64 {
+	if x != nil {
+		return x.Timestamp
+	}
+	return 0
+}
+
+// ARTIFACT_BEGIN's value.
+type ArtifactBeginResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The artifact is stored already: no upload was begun, nothing is to be sent.
+	Exists        bool `protobuf:"varint,1,opt,name=exists,proto3" json:"exists,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArtifactBeginResult) Reset() {
+	*x = ArtifactBeginResult{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactBeginResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactBeginResult) ProtoMessage() {}
+
+func (x *ArtifactBeginResult) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactBeginResult.ProtoReflect.Descriptor instead.
+func (*ArtifactBeginResult) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ArtifactBeginResult) GetExists() bool {
+	if x != nil {
+		return x.Exists
+	}
+	return false
+}
+
+type ArtifactChunkCommand struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	UploadId string                 `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	// The chunk's place, from 0; it must be the next one.
+	Index int32 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// At most fsm.ArtifactChunkSize bytes, at least one.
+	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArtifactChunkCommand) Reset() {
+	*x = ArtifactChunkCommand{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactChunkCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactChunkCommand) ProtoMessage() {}
+
+func (x *ArtifactChunkCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactChunkCommand.ProtoReflect.Descriptor instead.
+func (*ArtifactChunkCommand) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ArtifactChunkCommand) GetUploadId() string {
+	if x != nil {
+		return x.UploadId
+	}
+	return ""
+}
+
+func (x *ArtifactChunkCommand) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ArtifactChunkCommand) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ArtifactCommitCommand struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	UploadId string                 `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	// Unix milliseconds: the stored artifact's stored_at.
+	Timestamp     int64 `protobuf:"varint,2,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArtifactCommitCommand) Reset() {
+	*x = ArtifactCommitCommand{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactCommitCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactCommitCommand) ProtoMessage() {}
+
+func (x *ArtifactCommitCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactCommitCommand.ProtoReflect.Descriptor instead.
+func (*ArtifactCommitCommand) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ArtifactCommitCommand) GetUploadId() string {
+	if x != nil {
+		return x.UploadId
+	}
+	return ""
+}
+
+func (x *ArtifactCommitCommand) GetTimestamp() int64 {
+	if x != nil {
+		return x.Timestamp
+	}
+	return 0
+}
+
+type ArtifactAbortCommand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Each must be an upload in progress; at least one.
+	UploadIds     []string `protobuf:"bytes,1,rep,name=upload_ids,json=uploadIds,proto3" json:"upload_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArtifactAbortCommand) Reset() {
+	*x = ArtifactAbortCommand{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactAbortCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactAbortCommand) ProtoMessage() {}
+
+func (x *ArtifactAbortCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactAbortCommand.ProtoReflect.Descriptor instead.
+func (*ArtifactAbortCommand) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ArtifactAbortCommand) GetUploadIds() []string {
+	if x != nil {
+		return x.UploadIds
+	}
+	return nil
+}
+
+type ArtifactRemoveCommand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Each must be stored, at most once; at least one.
+	Sha256        []string `protobuf:"bytes,1,rep,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArtifactRemoveCommand) Reset() {
+	*x = ArtifactRemoveCommand{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactRemoveCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactRemoveCommand) ProtoMessage() {}
+
+func (x *ArtifactRemoveCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactRemoveCommand.ProtoReflect.Descriptor instead.
+func (*ArtifactRemoveCommand) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ArtifactRemoveCommand) GetSha256() []string {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+// A stored artifact: content-addressed, immutable.
+type ArtifactRecord struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Sha256 string                 `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Size   int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// Unix milliseconds of its ARTIFACT_COMMIT's timestamp, and that entry's Raft index.
+	StoredAt    int64  `protobuf:"varint,3,opt,name=stored_at,json=storedAt,proto3" json:"stored_at,omitempty"`
+	StoredIndex uint64 `protobuf:"varint,4,opt,name=stored_index,json=storedIndex,proto3" json:"stored_index,omitempty"`
+	// The bytes, in the chunks they were uploaded in (each at most fsm.ArtifactChunkSize).
+	Chunks        [][]byte `protobuf:"bytes,5,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArtifactRecord) Reset() {
+	*x = ArtifactRecord{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactRecord) ProtoMessage() {}
+
+func (x *ArtifactRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactRecord.ProtoReflect.Descriptor instead.
+func (*ArtifactRecord) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ArtifactRecord) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *ArtifactRecord) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ArtifactRecord) GetStoredAt() int64 {
+	if x != nil {
+		return x.StoredAt
+	}
+	return 0
+}
+
+func (x *ArtifactRecord) GetStoredIndex() uint64 {
+	if x != nil {
+		return x.StoredIndex
+	}
+	return 0
+}
+
+func (x *ArtifactRecord) GetChunks() [][]byte {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+// An upload in progress: invisible to every read until its commit.
+type ArtifactUpload struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	UploadId string                 `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	Sha256   string                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Declared bytes, and the bytes of the chunks received.
+	Size     int64    `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Received int64    `protobuf:"varint,4,opt,name=received,proto3" json:"received,omitempty"`
+	Chunks   [][]byte `protobuf:"bytes,5,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	// Unix milliseconds of its ARTIFACT_BEGIN, and that entry's Raft index.
+	BegunAt       int64  `protobuf:"varint,6,opt,name=begun_at,json=begunAt,proto3" json:"begun_at,omitempty"`
+	BeginIndex    uint64 `protobuf:"varint,7,opt,name=begin_index,json=beginIndex,proto3" json:"begin_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArtifactUpload) Reset() {
+	*x = ArtifactUpload{}
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactUpload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactUpload) ProtoMessage() {}
+
+func (x *ArtifactUpload) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_fsm_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactUpload.ProtoReflect.Descriptor instead.
+func (*ArtifactUpload) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_fsm_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ArtifactUpload) GetUploadId() string {
+	if x != nil {
+		return x.UploadId
+	}
+	return ""
+}
+
+func (x *ArtifactUpload) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *ArtifactUpload) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ArtifactUpload) GetReceived() int64 {
+	if x != nil {
+		return x.Received
+	}
+	return 0
+}
+
+func (x *ArtifactUpload) GetChunks() [][]byte {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+func (x *ArtifactUpload) GetBegunAt() int64 {
+	if x != nil {
+		return x.BegunAt
+	}
+	return 0
+}
+
+func (x *ArtifactUpload) GetBeginIndex() uint64 {
+	if x != nil {
+		return x.BeginIndex
+	}
+	return 0
+}
 
 var File_jmcluster_v1_fsm_proto protoreflect.FileDescriptor
 
@@ -3113,14 +3742,55 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04jobs\x18\x02 \x01(\x04R\x04jobs\x12!\n" +
 	"\fremoved_jobs\x18\x03 \x01(\x04R\vremovedJobs\x12&\n" +
-	"\x0flast_removal_at\x18\x04 \x01(\x03R\rlastRemovalAt\"\xb5\x02\n" +
+	"\x0flast_removal_at\x18\x04 \x01(\x03R\rlastRemovalAt\"\xba\x03\n" +
 	"\x0eSnapshotRecord\x126\n" +
 	"\x06header\x18\x01 \x01(\v2\x1c.jmcluster.v1.SnapshotHeaderH\x00R\x06header\x12+\n" +
 	"\x03job\x18\x02 \x01(\v2\x17.jmcluster.v1.JobRecordH\x00R\x03job\x121\n" +
 	"\x05epoch\x18\x03 \x01(\v2\x19.jmcluster.v1.LeaderEpochH\x00R\x05epoch\x12L\n" +
 	"\x0ereconciliation\x18\x04 \x01(\v2\".jmcluster.v1.ReconciliationRecordH\x00R\x0ereconciliation\x123\n" +
-	"\x04pool\x18\x05 \x01(\v2\x1d.jmcluster.v1.TaskManagerPoolH\x00R\x04poolB\b\n" +
-	"\x06record*\xba\x05\n" +
+	"\x04pool\x18\x05 \x01(\v2\x1d.jmcluster.v1.TaskManagerPoolH\x00R\x04pool\x12:\n" +
+	"\bartifact\x18\x06 \x01(\v2\x1c.jmcluster.v1.ArtifactRecordH\x00R\bartifact\x12G\n" +
+	"\x0fartifact_upload\x18\a \x01(\v2\x1c.jmcluster.v1.ArtifactUploadH\x00R\x0eartifactUploadB\b\n" +
+	"\x06record\"z\n" +
+	"\x0eArtifactLimits\x12\x1b\n" +
+	"\tmax_bytes\x18\x01 \x01(\x03R\bmaxBytes\x12&\n" +
+	"\x0fmax_total_bytes\x18\x02 \x01(\x03R\rmaxTotalBytes\x12#\n" +
+	"\rmax_artifacts\x18\x03 \x01(\x05R\fmaxArtifacts\"\xb3\x01\n" +
+	"\x14ArtifactBeginCommand\x12\x1b\n" +
+	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x124\n" +
+	"\x06limits\x18\x04 \x01(\v2\x1c.jmcluster.v1.ArtifactLimitsR\x06limits\x12\x1c\n" +
+	"\ttimestamp\x18\x05 \x01(\x03R\ttimestamp\"-\n" +
+	"\x13ArtifactBeginResult\x12\x16\n" +
+	"\x06exists\x18\x01 \x01(\bR\x06exists\"]\n" +
+	"\x14ArtifactChunkCommand\x12\x1b\n" +
+	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x05R\x05index\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"R\n" +
+	"\x15ArtifactCommitCommand\x12\x1b\n" +
+	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12\x1c\n" +
+	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\"5\n" +
+	"\x14ArtifactAbortCommand\x12\x1d\n" +
+	"\n" +
+	"upload_ids\x18\x01 \x03(\tR\tuploadIds\"/\n" +
+	"\x15ArtifactRemoveCommand\x12\x16\n" +
+	"\x06sha256\x18\x01 \x03(\tR\x06sha256\"\x94\x01\n" +
+	"\x0eArtifactRecord\x12\x16\n" +
+	"\x06sha256\x18\x01 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x1b\n" +
+	"\tstored_at\x18\x03 \x01(\x03R\bstoredAt\x12!\n" +
+	"\fstored_index\x18\x04 \x01(\x04R\vstoredIndex\x12\x16\n" +
+	"\x06chunks\x18\x05 \x03(\fR\x06chunks\"\xc9\x01\n" +
+	"\x0eArtifactUpload\x12\x1b\n" +
+	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x1a\n" +
+	"\breceived\x18\x04 \x01(\x03R\breceived\x12\x16\n" +
+	"\x06chunks\x18\x05 \x03(\fR\x06chunks\x12\x19\n" +
+	"\bbegun_at\x18\x06 \x01(\x03R\abegunAt\x12\x1f\n" +
+	"\vbegin_index\x18\a \x01(\x04R\n" +
+	"beginIndex*\xe1\x06\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17COMMAND_TYPE_SUBMIT_JOB\x10\x01\x12\x1f\n" +
@@ -3143,7 +3813,12 @@ const file_jmcluster_v1_fsm_proto_rawDesc = "" +
 	"\x1fCOMMAND_TYPE_TRIGGER_CHECKPOINT\x10\x11\x12\x1f\n" +
 	"\x1bCOMMAND_TYPE_ACK_CHECKPOINT\x10\x12\x12$\n" +
 	" COMMAND_TYPE_COMPLETE_CHECKPOINT\x10\x13\x12!\n" +
-	"\x1dCOMMAND_TYPE_ABORT_CHECKPOINT\x10\x14B-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
+	"\x1dCOMMAND_TYPE_ABORT_CHECKPOINT\x10\x14\x12\x1f\n" +
+	"\x1bCOMMAND_TYPE_ARTIFACT_BEGIN\x10\x15\x12\x1f\n" +
+	"\x1bCOMMAND_TYPE_ARTIFACT_CHUNK\x10\x16\x12 \n" +
+	"\x1cCOMMAND_TYPE_ARTIFACT_COMMIT\x10\x17\x12\x1f\n" +
+	"\x1bCOMMAND_TYPE_ARTIFACT_ABORT\x10\x18\x12 \n" +
+	"\x1cCOMMAND_TYPE_ARTIFACT_REMOVE\x10\x19B-Z+github.com/jmcluster/jmcluster/transport/pbb\x06proto3"
 
 var (
 	file_jmcluster_v1_fsm_proto_rawDescOnce sync.Once
@@ -3158,7 +3833,7 @@ func file_jmcluster_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_jmcluster_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_jmcluster_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_jmcluster_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_jmcluster_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),                     // 0: jmcluster.v1.CommandType
 	(*Command)(nil),                      // 1: jmcluster.v1.Command
@@ -3199,48 +3874,60 @@ var file_jmcluster_v1_fsm_proto_goTypes = []any{
 	(*PoolAckCommand)(nil),               // 36: jmcluster.v1.PoolAckCommand
 	(*SnapshotHeader)(nil),               // 37: jmcluster.v1.SnapshotHeader
 	(*SnapshotRecord)(nil),               // 38: jmcluster.v1.SnapshotRecord
-	(*JobGraph)(nil),                     // 39: jmcluster.v1.JobGraph
-	(JobStatus)(0),                       // 40: jmcluster.v1.JobStatus
-	(*SlotID)(nil),                       // 41: jmcluster.v1.SlotID
-	(ExecutionState)(0),                  // 42: jmcluster.v1.ExecutionState
-	(*Execution)(nil),                    // 43: jmcluster.v1.Execution
-	(*TaskCheckpointAck)(nil),            // 44: jmcluster.v1.TaskCheckpointAck
-	(*JobRecord)(nil),                    // 45: jmcluster.v1.JobRecord
+	(*ArtifactLimits)(nil),               // 39: jmcluster.v1.ArtifactLimits
+	(*ArtifactBeginCommand)(nil),         // 40: jmcluster.v1.ArtifactBeginCommand
+	(*ArtifactBeginResult)(nil),          // 41: jmcluster.v1.ArtifactBeginResult
+	(*ArtifactChunkCommand)(nil),         // 42: jmcluster.v1.ArtifactChunkCommand
+	(*ArtifactCommitCommand)(nil),        // 43: jmcluster.v1.ArtifactCommitCommand
+	(*ArtifactAbortCommand)(nil),         // 44: jmcluster.v1.ArtifactAbortCommand
+	(*ArtifactRemoveCommand)(nil),        // 45: jmcluster.v1.ArtifactRemoveCommand
+	(*ArtifactRecord)(nil),               // 46: jmcluster.v1.ArtifactRecord
+	(*ArtifactUpload)(nil),               // 47: jmcluster.v1.ArtifactUpload
+	(*JobGraph)(nil),                     // 48: jmcluster.v1.JobGraph
+	(JobStatus)(0),                       // 49: jmcluster.v1.JobStatus
+	(*SlotID)(nil),                       // 50: jmcluster.v1.SlotID
+	(ExecutionState)(0),                  // 51: jmcluster.v1.ExecutionState
+	(*Execution)(nil),                    // 52: jmcluster.v1.Execution
+	(*TaskCheckpointAck)(nil),            // 53: jmcluster.v1.TaskCheckpointAck
+	(*JobRecord)(nil),                    // 54: jmcluster.v1.JobRecord
 }
 var file_jmcluster_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: jmcluster.v1.Command.type:type_name -> jmcluster.v1.CommandType
-	39, // 1: jmcluster.v1.SubmitJobCommand.job_graph:type_name -> jmcluster.v1.JobGraph
-	40, // 2: jmcluster.v1.SetJobStatusCommand.status:type_name -> jmcluster.v1.JobStatus
-	40, // 3: jmcluster.v1.SetJobStatusCommand.expected:type_name -> jmcluster.v1.JobStatus
-	41, // 4: jmcluster.v1.AttemptSpec.slot:type_name -> jmcluster.v1.SlotID
+	48, // 1: jmcluster.v1.SubmitJobCommand.job_graph:type_name -> jmcluster.v1.JobGraph
+	49, // 2: jmcluster.v1.SetJobStatusCommand.status:type_name -> jmcluster.v1.JobStatus
+	49, // 3: jmcluster.v1.SetJobStatusCommand.expected:type_name -> jmcluster.v1.JobStatus
+	50, // 4: jmcluster.v1.AttemptSpec.slot:type_name -> jmcluster.v1.SlotID
 	4,  // 5: jmcluster.v1.CreateAttemptsCommand.attempts:type_name -> jmcluster.v1.AttemptSpec
-	42, // 6: jmcluster.v1.ExecutionStateUpdate.state:type_name -> jmcluster.v1.ExecutionState
+	51, // 6: jmcluster.v1.ExecutionStateUpdate.state:type_name -> jmcluster.v1.ExecutionState
 	6,  // 7: jmcluster.v1.UpdateExecutionStatesCommand.updates:type_name -> jmcluster.v1.ExecutionStateUpdate
 	12, // 8: jmcluster.v1.ReconciliationRecord.counts:type_name -> jmcluster.v1.ReconciliationCounts
 	13, // 9: jmcluster.v1.ReconciliationRecord.reports:type_name -> jmcluster.v1.ReconciliationReport
 	19, // 10: jmcluster.v1.ReconcileJobCommand.executions:type_name -> jmcluster.v1.ReconciledExecution
-	40, // 11: jmcluster.v1.ReconcileJobCommand.status:type_name -> jmcluster.v1.JobStatus
+	49, // 11: jmcluster.v1.ReconcileJobCommand.status:type_name -> jmcluster.v1.JobStatus
 	18, // 12: jmcluster.v1.ReconcileKeptCommand.ranges:type_name -> jmcluster.v1.KeptRange
-	42, // 13: jmcluster.v1.KeptRange.state:type_name -> jmcluster.v1.ExecutionState
-	43, // 14: jmcluster.v1.ReconciledExecution.execution:type_name -> jmcluster.v1.Execution
+	51, // 13: jmcluster.v1.KeptRange.state:type_name -> jmcluster.v1.ExecutionState
+	52, // 14: jmcluster.v1.ReconciledExecution.execution:type_name -> jmcluster.v1.Execution
 	12, // 15: jmcluster.v1.EndReconciliationCommand.counts:type_name -> jmcluster.v1.ReconciliationCounts
 	13, // 16: jmcluster.v1.EndReconciliationCommand.reports:type_name -> jmcluster.v1.ReconciliationReport
-	44, // 17: jmcluster.v1.AckCheckpointCommand.acks:type_name -> jmcluster.v1.TaskCheckpointAck
+	53, // 17: jmcluster.v1.AckCheckpointCommand.acks:type_name -> jmcluster.v1.TaskCheckpointAck
 	26, // 18: jmcluster.v1.CheckpointCommandResult.discarded:type_name -> jmcluster.v1.DiscardedCheckpoint
 	28, // 19: jmcluster.v1.TaskManagerPool.members:type_name -> jmcluster.v1.PoolMember
 	29, // 20: jmcluster.v1.TaskManagerPool.versions:type_name -> jmcluster.v1.PoolVersion
 	31, // 21: jmcluster.v1.TaskManagerPool.drained:type_name -> jmcluster.v1.DrainedTaskManager
 	35, // 22: jmcluster.v1.PoolAckCommand.acks:type_name -> jmcluster.v1.PoolAck
 	37, // 23: jmcluster.v1.SnapshotRecord.header:type_name -> jmcluster.v1.SnapshotHeader
-	45, // 24: jmcluster.v1.SnapshotRecord.job:type_name -> jmcluster.v1.JobRecord
+	54, // 24: jmcluster.v1.SnapshotRecord.job:type_name -> jmcluster.v1.JobRecord
 	11, // 25: jmcluster.v1.SnapshotRecord.epoch:type_name -> jmcluster.v1.LeaderEpoch
 	14, // 26: jmcluster.v1.SnapshotRecord.reconciliation:type_name -> jmcluster.v1.ReconciliationRecord
 	30, // 27: jmcluster.v1.SnapshotRecord.pool:type_name -> jmcluster.v1.TaskManagerPool
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	46, // 28: jmcluster.v1.SnapshotRecord.artifact:type_name -> jmcluster.v1.ArtifactRecord
+	47, // 29: jmcluster.v1.SnapshotRecord.artifact_upload:type_name -> jmcluster.v1.ArtifactUpload
+	39, // 30: jmcluster.v1.ArtifactBeginCommand.limits:type_name -> jmcluster.v1.ArtifactLimits
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_fsm_proto_init() }
@@ -3256,6 +3943,8 @@ func file_jmcluster_v1_fsm_proto_init() {
 		(*SnapshotRecord_Epoch)(nil),
 		(*SnapshotRecord_Reconciliation)(nil),
 		(*SnapshotRecord_Pool)(nil),
+		(*SnapshotRecord_Artifact)(nil),
+		(*SnapshotRecord_ArtifactUpload)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3263,7 +3952,7 @@ func file_jmcluster_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_fsm_proto_rawDesc), len(file_jmcluster_v1_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   38,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
