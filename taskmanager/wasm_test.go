@@ -1,6 +1,7 @@
 package taskmanager_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -8,11 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmcluster/jmcluster/operator"
+	"github.com/jmcluster/jmcluster/jmserver"
 	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/testkit/wasmbuild"
 	"github.com/jmcluster/jmcluster/transport/pb"
 	"github.com/jmcluster/jmcluster/wasmhost"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func init() { wasmhost.SetCacheDir(wasmbuild.CacheDir()) }
@@ -22,23 +25,25 @@ var (
 	wasmModules map[string][]byte
 )
 
-// serveWasm builds the test modules once and serves them to the tasks by sha256 (the
-// TaskManager's artifact fetch, through operator.ServeArtifactsForTests); it returns their
+// storeWasm builds the test modules once and stores those of names in the cluster's artifact
+// store (as `jmnode artifact put`), from which the TaskManagers fetch them; it returns their
 // hashes by name.
-func serveWasm(t *testing.T, names ...string) map[string]string {
+func storeWasm(t *testing.T, c *testcluster.Cluster, names ...string) map[string]string {
 	t.Helper()
 	wasmOnce.Do(func() { wasmModules = wasmbuild.MustRead("kinds", "loop", "alloc", "boom", "big", "importer") })
-	operator.ServeArtifactsForTests(t, func(_ context.Context, sha string) ([]byte, error) {
-		for _, b := range wasmModules {
-			if wasmhost.Sum(b) == sha {
-				return b, nil
-			}
-		}
-		return nil, fmt.Errorf("no artifact %s", sha)
-	})
 	out := map[string]string{}
 	for _, n := range names {
-		out[n] = wasmhost.Sum(wasmModules[n])
+		sha := wasmhost.Sum(wasmModules[n])
+		testcluster.WaitFor(t, 2*time.Minute, "PutArtifact "+n, func() (bool, string) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := jmserver.UploadArtifact(ctx, pb.NewArtifactServiceClient(c.Conn(c.Leader().GRPCAddr)), bytes.NewReader(wasmModules[n]), sha, int64(len(wasmModules[n])), nil)
+			if code := status.Code(err); code != codes.OK && code != codes.Unavailable && code != codes.FailedPrecondition {
+				t.Fatalf("PutArtifact %s: %v", n, err)
+			}
+			return err == nil, fmt.Sprint(err)
+		})
+		out[n] = sha
 	}
 	return out
 }
@@ -88,8 +93,8 @@ func causes(rec *pb.JobRecord) string {
 // the record size limit); a wasm job beside them on the same TM keeps running with the same
 // attempts, and so does the TM.
 func TestHostileWasmModulesFailOnlyTheirTask(t *testing.T) {
-	sha := serveWasm(t, "kinds", "loop", "alloc", "boom", "big")
 	c := testcluster.New(t, testcluster.Options{JMs: 1, TMs: 1, Slots: 16})
+	sha := storeWasm(t, c, "kinds", "loop", "alloc", "boom", "big")
 	good := submitToLeader(t, c, wasmChain("good", sha["kinds"], "echo", 0))
 	before := testcluster.Attempts(c.WaitJob(good, "the good wasm job RUNNING", 60*time.Second, testcluster.AllRunning))
 
@@ -153,7 +158,7 @@ func tmCauses(c *testcluster.Cluster, job string) string {
 // refused by wasmhost.Validate naming the cause; a task of either fails at its start with that
 // cause.
 func TestRefusedWasmModules(t *testing.T) {
-	sha := serveWasm(t, "importer")
+	wasmOnce.Do(func() { wasmModules = wasmbuild.MustRead("kinds", "loop", "alloc", "boom", "big", "importer") })
 	err := wasmhost.Validate(wasmModules["importer"])
 	if err == nil || !strings.Contains(err.Error(), "imports env.foo, which the host does not offer") {
 		t.Errorf("importer: %v", err)
@@ -162,6 +167,7 @@ func TestRefusedWasmModules(t *testing.T) {
 		t.Errorf("a zip: %v", err)
 	}
 	c := testcluster.New(t, testcluster.Options{JMs: 1, TMs: 1})
+	sha := storeWasm(t, c, "importer")
 	id := submitToLeader(t, c, wasmChain("importer", sha["importer"], "call", 0))
 	rec := c.WaitJob(id, "importer FAILED", 60*time.Second, func(r *pb.JobRecord) bool {
 		return r.GetStatus() == pb.JobStatus_JOB_STATUS_FAILED
