@@ -13,11 +13,12 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-// wasmModules are the modules the examples name by path (`jmnode job submit` uploads each and
-// puts its sha256 in the spec), each built by the Makefile's wasm-examples target.
+// wasmModules are the modules the examples name by path, relative to the spec (`jmnode job
+// submit` uploads each and puts its sha256 in the spec), each built by the Makefile's
+// wasm-examples target into bin/.
 var wasmModules = map[string]string{
-	"bin/wordsplit.wasm": "examples/wasm/wordsplit",
-	"bin/fraud.wasm":     "examples/wasm/fraud",
+	"../bin/wordsplit.wasm": "examples/wasm/wordsplit",
+	"../bin/fraud.wasm":     "examples/wasm/fraud",
 }
 
 // resolveArtifacts does what `jmnode job submit` does with a wasm operator's artifact given as
@@ -154,7 +155,7 @@ func TestWasmExamplesAreBuilt(t *testing.T) {
 		if _, err := os.Stat(filepath.Join("..", pkg, "main.go")); err != nil {
 			t.Errorf("%s: %v", pkg, err)
 		}
-		if !strings.Contains(string(mk), out) || !strings.Contains(string(mk), "./"+pkg) {
+		if !strings.Contains(string(mk), strings.TrimPrefix(out, "../")) || !strings.Contains(string(mk), "./"+pkg) {
 			t.Errorf("the Makefile does not build %s from ./%s", out, pkg)
 		}
 	}
