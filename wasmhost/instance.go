@@ -113,11 +113,14 @@ func (h *Host) Instantiate(ctx context.Context, sha string, module []byte, cfg C
 		WithNanotime(fakeNanotime(), sys.ClockResolution(time.Millisecond)).
 		WithRandSource(rand.NewChaCha8(seed))
 	in.base = context.WithValue(context.Background(), instanceKey{}, in)
+	// The runtime first: its lock is held while another task's module compiles (seconds), which
+	// is no part of this start's time limit.
+	rt := h.runtimeOf(cfg.MemoryMiB)
 	cctx, cancel := context.WithTimeout(in.base, max(in.timeout, StartTimeout))
 	defer cancel()
 	in.fn = "_initialize"
 	in.stderr.mark()
-	mod, err := h.runtimeOf(cfg.MemoryMiB).r.InstantiateModule(cctx, m, mc)
+	mod, err := rt.r.InstantiateModule(cctx, m, mc)
 	if err != nil {
 		return nil, in.failure("_initialize", cctx, err)
 	}
@@ -256,6 +259,8 @@ func (in *Instance) failure(name string, ctx context.Context, err error) error {
 	what := firstLine(err.Error())
 	var exit *sys.ExitError
 	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) && name == "_initialize":
+		what = fmt.Sprintf("the module's start ran over its time limit of %v (the larger of call_timeout_ms and StartTimeout) and was stopped", max(in.timeout, StartTimeout))
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		what = fmt.Sprintf("the call ran over its time limit of %v (call_timeout_ms) and was stopped", in.timeout)
 	case errors.As(err, &exit):
