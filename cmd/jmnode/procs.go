@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/jmcluster/jmcluster/security"
 
 	"context"
@@ -114,15 +116,23 @@ func (d *procs) waitSelfLeader(ctx context.Context, limit time.Duration) (*pb.Cl
 
 // waitTMs waits until the leader's view holds n live TaskManagers with slots.
 func (d *procs) waitTMs(ctx context.Context, limit time.Duration, n int, slots int32) error {
-	return d.waitFor(ctx, limit, fmt.Sprintf("%d TaskManagers registered", n), func(cs *pb.ClusterStatusResponse) bool {
+	var seen string
+	err := d.waitFor(ctx, limit, fmt.Sprintf("%d TaskManagers registered", n), func(cs *pb.ClusterStatusResponse) bool {
 		live := 0
+		var tms []string
 		for _, tm := range cs.TaskManagers {
+			tms = append(tms, fmt.Sprintf("%s %s %d slots", tm.Id, tm.State, tm.Slots))
 			if tm.Slots > 0 && (slots == 0 || tm.Slots == slots) && tm.State != "dead" && tm.State != "lost" {
 				live++
 			}
 		}
+		seen = fmt.Sprintf("%s's TaskManagers: [%s]", cs.NodeId, strings.Join(tms, ", "))
 		return live == n
 	})
+	if err != nil && seen != "" {
+		err = fmt.Errorf("%w; %s", err, seen)
+	}
+	return err
 }
 
 // getJob reads a job from the first live JobMaster that serves it.
