@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 
 	"github.com/tetratelabs/wazero"
@@ -212,8 +211,7 @@ func checkModule(m wazero.CompiledModule, offered map[string]bool) error {
 	for _, d := range m.ImportedFunctions() {
 		mod, name, _ := d.Import()
 		if !offered[mod+"."+name] {
-			return fmt.Errorf("imports %s.%s, which the host does not offer (it offers the functions of %s and of %s: %s)",
-				mod, name, WASIModule, HostModule, strings.Join(hostFunctionNames(), ", "))
+			return notOffered(mod, name)
 		}
 	}
 	for _, d := range m.ImportedMemories() {
