@@ -213,6 +213,8 @@ const (
 	// MaxGeneratorIdleSplits bounds event_generator.idle_splits (the idle splits are the last
 	// ones of the vertex's parallelism; as many as the splits leaves none with data).
 	MaxGeneratorIdleSplits = 1 << 16
+	// MaxGeneratorValueBytes bounds event_generator.value_bytes (the padded size of an event).
+	MaxGeneratorValueBytes = 1 << 16
 )
 
 func validateEventGenerator(op *pb.Operator, env OperatorEnv, add addFunc) {
@@ -239,6 +241,9 @@ func validateEventGenerator(op *pb.Operator, env OperatorEnv, add addFunc) {
 	}
 	if g.GetMaxAmount() < 0 {
 		add("event_generator.max_amount", "%d is negative", g.GetMaxAmount())
+	}
+	if b := g.GetValueBytes(); b < 0 || b > MaxGeneratorValueBytes {
+		add("event_generator.value_bytes", "%d is out of range [0, MaxGeneratorValueBytes %d]", b, MaxGeneratorValueBytes)
 	}
 	if env.JobType == pb.JobType_JOB_TYPE_BATCH && g.GetCount() <= 0 {
 		add("event_generator.count", "a BATCH job needs bounded sources (count > 0)")

@@ -24,6 +24,7 @@ type Generator struct {
 	startMs, stepMs, maxDisorder int64
 	rate                         float64
 	idleSplits, parallelism      int32     // the last idleSplits of the parallelism splits are idle
+	valueBytes                   int       // an event's JSON is padded to at least this many bytes
 	cdf                          []float64 // cumulative Zipf weights of the users; nil: uniform
 }
 
@@ -37,6 +38,7 @@ func NewGenerator(cfg *pb.EventGenerator) *Generator {
 		seed: cfg.GetSeed(), count: cfg.GetCount(), keys: max(cfg.GetKeys(), 1),
 		maxAmount: cfg.GetMaxAmount(), startMs: cfg.GetStartMs(), stepMs: cfg.GetStepMs(),
 		maxDisorder: cfg.GetMaxDisorderMs(), rate: cfg.GetRatePerSecond(), idleSplits: cfg.GetIdleSplits(),
+		valueBytes: int(cfg.GetValueBytes()),
 	}
 	if g.maxAmount <= 0 {
 		g.maxAmount = GeneratorDefaultMaxAmount
@@ -132,7 +134,23 @@ func (e Event) JSON(b []byte) []byte {
 // of the value), Time its event time, Origin the split and Seq i (the lineage the checkers
 // read, as the sequence source sets it).
 func (e Event) Record(split int32, i int64) Record {
-	v := e.JSON(make([]byte, 0, 48+len(e.User)))
+	return e.record(split, i, 0)
+}
+
+// padField opens the padding of an event's JSON (value_bytes).
+const padField = `,"pad":"`
+
+// record is Record with the JSON padded by a "pad" field of 'x' to at least valueBytes bytes.
+func (e Event) record(split int32, i int64, valueBytes int) Record {
+	v := e.JSON(make([]byte, 0, max(48+len(e.User), valueBytes)))
+	if valueBytes > len(v) {
+		short := max(valueBytes-len(v)-len(padField)-1, 0)
+		v = append(v[:len(v)-1], padField...)
+		for range short {
+			v = append(v, 'x')
+		}
+		v = append(v, `"}`...)
+	}
 	const userAt = len(`{"user":"`)
 	end := userAt + len(e.User)
 	return Record{Key: v[userAt:end:end], Value: v, Time: e.TimeMs, Origin: split, Seq: i}
@@ -181,7 +199,7 @@ func (g *Generator) read(sc *SourceContext, n int, sp Split) error {
 		if g.stepMs > 0 && i > (math.MaxInt64-g.startMs)/g.stepMs {
 			return fmt.Errorf("event_generator: split %d event %d: event time start_ms + i*step_ms overflows int64", sp.ID, i)
 		}
-		if err := sc.Emit(n, i, g.Event(sp.ID, i).Record(sp.ID, i)); err != nil {
+		if err := sc.Emit(n, i, g.Event(sp.ID, i).record(sp.ID, i, g.valueBytes)); err != nil {
 			return err
 		}
 	}

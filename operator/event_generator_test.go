@@ -180,3 +180,30 @@ func TestFileSinkFormats(t *testing.T) {
 		}
 	}
 }
+
+// TestEventGeneratorValueBytes: value_bytes pads each event's JSON with a "pad" field to
+// exactly that many bytes, or to the least it can when the event is nearly that long; the
+// JSON keeps its fields and the key stays the user.
+func TestEventGeneratorValueBytes(t *testing.T) {
+	for _, size := range []int32{0, 10, 45, 100, 1000} {
+		recs, _ := runGenerator(t, &pb.EventGenerator{Seed: 7, Count: 50, Keys: 20, StartMs: 1_700_000_000_000, ValueBytes: size}, 0, 1, nil, 0)
+		for i, r := range recs {
+			var v struct {
+				User string `json:"user"`
+				Pad  string `json:"pad"`
+			}
+			if err := json.Unmarshal(r.Value, &v); err != nil || v.User != string(r.Key) {
+				t.Fatalf("value_bytes %d, record %d: %s (%v)", size, i, r.Value, err)
+			}
+			plain := len(GeneratedEvent(&pb.EventGenerator{Seed: 7, Keys: 20, StartMs: 1_700_000_000_000}, 0, int64(i)).JSON(nil))
+			switch {
+			case int(size) <= plain && (len(r.Value) != plain || v.Pad != ""):
+				t.Fatalf("value_bytes %d <= the event's %d bytes, record %d padded: %s", size, plain, i, r.Value)
+			case int(size) > plain && len(r.Value) != max(int(size), plain+len(padField)+1):
+				t.Fatalf("value_bytes %d, record %d: %d bytes: %s", size, i, len(r.Value), r.Value)
+			case int(size) > plain && strings.Trim(v.Pad, "x") != "":
+				t.Fatalf("value_bytes %d, record %d: pad %q", size, i, v.Pad)
+			}
+		}
+	}
+}

@@ -1147,7 +1147,10 @@ type EventGenerator struct {
 	MaxAmount int64 `protobuf:"varint,9,opt,name=max_amount,json=maxAmount,proto3" json:"max_amount,omitempty"`
 	// The last idle_splits splits emit no event and never end: partitions without data (a
 	// source whose partitions do not all carry data); 0 means none.
-	IdleSplits    int32 `protobuf:"varint,10,opt,name=idle_splits,json=idleSplits,proto3" json:"idle_splits,omitempty"`
+	IdleSplits int32 `protobuf:"varint,10,opt,name=idle_splits,json=idleSplits,proto3" json:"idle_splits,omitempty"`
+	// Pads each event's JSON with a "pad" field of 'x' characters to at least this many bytes
+	// (events of a realistic size for a benchmark); 0 means no padding; at most 65536.
+	ValueBytes    int32 `protobuf:"varint,11,opt,name=value_bytes,json=valueBytes,proto3" json:"value_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1248,6 +1251,13 @@ func (x *EventGenerator) GetMaxAmount() int64 {
 func (x *EventGenerator) GetIdleSplits() int32 {
 	if x != nil {
 		return x.IdleSplits
+	}
+	return 0
+}
+
+func (x *EventGenerator) GetValueBytes() int32 {
+	if x != nil {
+		return x.ValueBytes
 	}
 	return 0
 }
@@ -3256,7 +3266,7 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x124\n" +
 	"\x06format\x18\x02 \x01(\x0e2\x1c.jmcluster.v1.FileSinkFormatR\x06format\"\t\n" +
 	"\aLogSink\"\x11\n" +
-	"\x0fFlatMapOperator\"\xad\x02\n" +
+	"\x0fFlatMapOperator\"\xce\x02\n" +
 	"\x0eEventGenerator\x12\x12\n" +
 	"\x04seed\x18\x01 \x01(\x04R\x04seed\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x12\n" +
@@ -3270,7 +3280,9 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"max_amount\x18\t \x01(\x03R\tmaxAmount\x12\x1f\n" +
 	"\vidle_splits\x18\n" +
 	" \x01(\x05R\n" +
-	"idleSplits\"N\n" +
+	"idleSplits\x12\x1f\n" +
+	"\vvalue_bytes\x18\v \x01(\x05R\n" +
+	"valueBytes\"N\n" +
 	"\fChecksumSink\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12*\n" +
 	"\x11flush_interval_ms\x18\x02 \x01(\x03R\x0fflushIntervalMs\"\x8f\a\n" +

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/jmcluster/jmcluster/testkit/benchgoal"
+	"github.com/jmcluster/jmcluster/testkit/testcluster"
+	"github.com/jmcluster/jmcluster/testkit/wasmbuild"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// wasmGoalFunction is the map of the kinds test module the goal runs: the value in upper case
+// (testkit/wasmbuild/testdata/kinds).
+const wasmGoalFunction = "upper"
+
+// mapJob is source -> map -> log sink, each of parallelism 1, FORWARD: with sha "" the
+// built-in map over the sequence source's numeric records, else the wasm MAP of the kinds
+// module (sha) over the event generator's JSON events padded to 100 bytes. Both sources run
+// without a rate limit; the log sink below debug costs nothing per record.
+func mapJob(name, sha string) *pb.JobGraph {
+	source := &pb.Operator{Kind: &pb.Operator_SequenceSource{SequenceSource: &pb.SequenceSource{Keys: 64}}}
+	mapOp := &pb.Operator{Kind: &pb.Operator_Map{Map: &pb.MapOperator{Multiply: 2, Add: 1}}}
+	if sha != "" {
+		source = &pb.Operator{Kind: &pb.Operator_EventGenerator{EventGenerator: &pb.EventGenerator{Seed: 1, Keys: 1000, ValueBytes: 100}}}
+		mapOp = &pb.Operator{Kind: &pb.Operator_Wasm{Wasm: &pb.WasmOperator{Artifact: sha, Function: wasmGoalFunction, Kind: pb.WasmKind_WASM_KIND_MAP}}}
+	}
+	return &pb.JobGraph{
+		Name: name, Type: pb.JobType_JOB_TYPE_STREAMING,
+		Vertices: []*pb.JobVertex{
+			{Id: "source", Parallelism: 1, Operator: source},
+			{Id: "map", Parallelism: 1, Operator: mapOp},
+			{Id: "sink", Parallelism: 1, Operator: &pb.Operator{Kind: &pb.Operator_LogSink{LogSink: &pb.LogSink{}}}},
+		},
+		Edges: []*pb.JobEdge{
+			{Source: "source", Target: "map", Distribution: pb.Distribution_DISTRIBUTION_FORWARD, ResultType: pb.ResultType_RESULT_TYPE_PIPELINED},
+			{Source: "map", Target: "sink", Distribution: pb.Distribution_DISTRIBUTION_FORWARD, ResultType: pb.ResultType_RESULT_TYPE_PIPELINED},
+		},
+		RestartStrategy: &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_NONE},
+	}
+}
+
+// TestGoalWasmMapJob (JMC_GOALS=1, `make bench-short`): records per second at the sink of a
+// job whose map is a WebAssembly MAP over 100-byte records (mapJob with the kinds module)
+// against the same job with the built-in map over its numeric records, on one in-process
+// TaskManager (one JobMaster), in alternating trials: each submits its job, waits until
+// records reach the sink, warms up, counts the sink's records over a window, and cancels it.
+// Goal: the median wasm rate is at least 0.5x the median built-in rate. The module's own cost
+// per record is TestGoalWasmMap's (./operator/).
+func TestGoalWasmMapJob(t *testing.T) {
+	benchgoal.Skip(t)
+	trials := benchgoal.Trials(3, 6)
+	warmUp := time.Duration(benchgoal.Trials(2, 3)) * time.Second
+	window := time.Duration(benchgoal.Trials(4, 10)) * time.Second
+	module := wasmbuild.MustRead("kinds")["kinds"]
+	c := testcluster.New(t, testcluster.Options{JMs: 1, TMs: 1, Slots: 4, LogLevel: hclog.Info})
+	sha, _ := c.PutArtifact(t, nil, module)
+
+	run := func(k int, wasm bool) float64 {
+		t.Helper()
+		kind, art := "builtin", ""
+		if wasm {
+			kind, art = "wasm", sha
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		resp, err := c.Client(c.Leader()).SubmitJob(ctx, &pb.SubmitJobRequest{JobGraph: mapJob(fmt.Sprintf("map-%s-%d", kind, k), art)})
+		if err != nil {
+			t.Fatalf("submit: %v", err)
+		}
+		id := resp.JobId
+		c.WaitJob(id, "every task RUNNING", time.Minute, testcluster.AllRunning)
+		var flowing time.Time
+		testcluster.WaitFor(t, warmUp+time.Minute, "records at the sink, then the warm-up", func() (bool, string) {
+			n := sinkRecords(c, id)
+			if n > 0 && flowing.IsZero() {
+				flowing = time.Now()
+			}
+			return !flowing.IsZero() && time.Since(flowing) >= warmUp, fmt.Sprintf("%d records at the sink", n)
+		})
+		t0, n0, cpu0 := time.Now(), sinkRecords(c, id), processCPU(t)
+		testcluster.WaitFor(t, window+time.Minute, "the measurement window", func() (bool, string) {
+			return time.Since(t0) >= window, ""
+		})
+		t1, n1, cpu1 := time.Now(), sinkRecords(c, id), processCPU(t)
+		rate := float64(n1-n0) / t1.Sub(t0).Seconds()
+		if _, err := c.Client(c.Leader()).CancelJob(ctx, &pb.CancelJobRequest{JobId: id}); err != nil {
+			t.Fatalf("cancel %s: %v", id, err)
+		}
+		c.WaitJob(id, "CANCELED", time.Minute, func(r *pb.JobRecord) bool { return r.Status == pb.JobStatus_JOB_STATUS_CANCELED })
+		t.Logf("%s #%d: %.0f records/s over %s (%d records; the process used %.2f cores)",
+			kind, k, rate, t1.Sub(t0).Round(time.Millisecond), n1-n0, (cpu1-cpu0).Seconds()/t1.Sub(t0).Seconds())
+		return rate
+	}
+
+	var builtin, wasm []float64
+	for k := range trials {
+		builtin = append(builtin, run(k, false))
+		wasm = append(wasm, run(k, true))
+	}
+	mb, mw := median(builtin), median(wasm)
+	t.Logf("median: built-in map %.0f records/s, wasm MAP (%s) of 100-byte records %.0f records/s", mb, wasmGoalFunction, mw)
+	ratio := mw / mb
+	benchgoal.Report(t, "wasm_map_job_vs_builtin", ratio, 0.5, ratio >= 0.5, "x")
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
