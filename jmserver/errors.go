@@ -74,13 +74,15 @@ var errorTable = []errorRow{
 
 	// Artifacts: a limit is RESOURCE_EXHAUSTED naming it; a removal of an artifact in use, a
 	// job naming one the state lacks and a cluster not every server of which applies the
-	// artifact commands are FAILED_PRECONDITION.
+	// artifact commands are FAILED_PRECONDITION; a job naming a module the host would refuse
+	// to run is INVALID_ARGUMENT.
 	{fsm.ErrArtifactLimit, codes.ResourceExhausted, ""},
 	{fsm.ErrArtifactMismatch, codes.InvalidArgument, ""},
 	{fsm.ErrUnknownArtifact, codes.NotFound, ""},
 	{fsm.ErrUnknownUpload, codes.Aborted, ""},
 	{fsm.ErrArtifactInUse, codes.FailedPrecondition, ""},
 	{jobmaster.ErrUnknownArtifact, codes.FailedPrecondition, ""},
+	{jobmaster.ErrRefusedModule, codes.InvalidArgument, ""},
 	{jobmaster.ErrArtifactLevel, codes.FailedPrecondition, ""},
 }
 

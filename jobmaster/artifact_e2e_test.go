@@ -3,8 +3,6 @@ package jobmaster_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,17 +20,17 @@ import (
 	"github.com/jmcluster/jmcluster/jmserver"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	tc "github.com/jmcluster/jmcluster/testkit/testcluster"
+	"github.com/jmcluster/jmcluster/testkit/wasmbuild"
 	"github.com/jmcluster/jmcluster/transport/pb"
+	"github.com/jmcluster/jmcluster/wasmhost"
 )
 
-// moduleBytes is n deterministic bytes standing for a module, and their sha256.
+// moduleBytes is a module of n bytes that exports the function "map" (a wasmbuild.Shape:
+// the check at submit passes it, a task of it fails), seed varying its padding, and its
+// sha256.
 func moduleBytes(n int, seed byte) ([]byte, string) {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i>>8) ^ byte(i*31) ^ seed
-	}
-	sum := sha256.Sum256(b)
-	return b, hex.EncodeToString(sum[:])
+	b := wasmbuild.Shape{Functions: []string{"map"}, Size: n, Seed: seed}.Bytes()
+	return b, wasmhost.Sum(b)
 }
 
 // putArtifact uploads data through the JobMaster j, retrying while the cluster cannot take it

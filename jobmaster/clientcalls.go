@@ -50,6 +50,9 @@ func (jm *JobMaster) SubmitJob(ctx context.Context, jg *pb.JobGraph) (string, ui
 		if err := jm.checkArtifacts(jg); err != nil {
 			return "", 0, err
 		}
+		if err := jm.checkModules(jg); err != nil {
+			return "", 0, err
+		}
 	}
 	res, err := jm.Commit(ctx, pb.CommandType_COMMAND_TYPE_SUBMIT_JOB, &pb.SubmitJobCommand{JobGraph: jg, Timestamp: nowMillis()})
 	if err != nil {

@@ -272,6 +272,9 @@ type JobMaster struct {
 	// artifactMu serializes a job's artifact check and commit with artifact removals, so
 	// that this leader never commits a job naming an artifact it removed meanwhile.
 	artifactMu sync.Mutex
+	// verdicts: the submit check's verdict on each module it read, by sha256 (modules.go;
+	// guarded by artifactMu).
+	verdicts map[string]moduleVerdict
 	// uploads are the artifact uploads this node's handlers feed (artifacts.go); the
 	// retention aborts the others.
 	uploadsMu sync.Mutex

@@ -81,12 +81,18 @@ var (
 	descTMBytesIn    = prometheus.NewDesc(Namespace+"_tm_task_bytes_in_total", "Encoded record batches a task received from other TaskManagers (Exchange streams; local channels carry none).", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMBytesOut   = prometheus.NewDesc(Namespace+"_tm_task_bytes_out_total", "Encoded record batches a task's partitions sent to other TaskManagers (Exchange streams).", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMBlocked    = prometheus.NewDesc(Namespace+"_tm_task_backpressure_seconds_total", "Time a task waited for space in a full subpartition of its output (backpressure: its consumers are slower).", []string{"job", "vertex", "subtask", "attempt"}, nil)
+	descTMWasmCalls  = prometheus.NewDesc(Namespace+"_tm_task_wasm_calls_total", "Calls of a wasm task's WebAssembly module: one per batch of records and one per timer.", []string{"job", "vertex", "subtask", "attempt"}, nil)
+	descTMWasmIn     = prometheus.NewDesc(Namespace+"_tm_task_wasm_records_in_total", "Records a wasm task gave its module (timers count one each).", []string{"job", "vertex", "subtask", "attempt"}, nil)
+	descTMWasmOut    = prometheus.NewDesc(Namespace+"_tm_task_wasm_records_out_total", "Records a wasm task's module emitted.", []string{"job", "vertex", "subtask", "attempt"}, nil)
+	descTMWasmTime   = prometheus.NewDesc(Namespace+"_tm_task_wasm_seconds_total", "Time a wasm task spent in its module's calls.", []string{"job", "vertex", "subtask", "attempt"}, nil)
+	descTMWasmTraps  = prometheus.NewDesc(Namespace+"_tm_task_wasm_traps_total", "Calls of a wasm task's module that failed (a trap, a panic, the time limit, an error the function returned): each fails the task.", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMRefusals   = prometheus.NewDesc(Namespace+"_tm_leader_refusals_total", "Calls of this TaskManager the leader refused for a reason other than no leader yet, by call (register, heartbeat, report) and gRPC code: a refused registration means the TaskManager gets no work (its log has the reason at ERROR).", []string{"call", "code"}, nil)
 	descTMFreeSlots  = prometheus.NewDesc(Namespace+"_tm_free_slots", "Slots holding no task.", nil, nil)
 )
 
 func (g *taskManagerGauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTMTasks, descTMRecordsIn, descTMRecordsOut, descTMBytesIn, descTMBytesOut, descTMBlocked, descTMOutbox, descTMRetries, descTMContact, descTMEpoch, descTMHeartbeats, descTMFreeSlots, descTMRefusals} {
+	for _, d := range []*prometheus.Desc{descTMTasks, descTMRecordsIn, descTMRecordsOut, descTMBytesIn, descTMBytesOut, descTMBlocked,
+		descTMWasmCalls, descTMWasmIn, descTMWasmOut, descTMWasmTime, descTMWasmTraps, descTMOutbox, descTMRetries, descTMContact, descTMEpoch, descTMHeartbeats, descTMFreeSlots, descTMRefusals} {
 		ch <- d
 	}
 }
@@ -102,6 +108,13 @@ func (g *taskManagerGauges) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTMBytesIn, prometheus.CounterValue, float64(io.BytesIn), io.JobID, io.VertexID, sub, att)
 		ch <- prometheus.MustNewConstMetric(descTMBytesOut, prometheus.CounterValue, float64(io.BytesOut), io.JobID, io.VertexID, sub, att)
 		ch <- prometheus.MustNewConstMetric(descTMBlocked, prometheus.CounterValue, io.Blocked.Seconds(), io.JobID, io.VertexID, sub, att)
+		if w := io.Wasm; w != nil {
+			ch <- prometheus.MustNewConstMetric(descTMWasmCalls, prometheus.CounterValue, float64(w.Calls), io.JobID, io.VertexID, sub, att)
+			ch <- prometheus.MustNewConstMetric(descTMWasmIn, prometheus.CounterValue, float64(w.RecordsIn), io.JobID, io.VertexID, sub, att)
+			ch <- prometheus.MustNewConstMetric(descTMWasmOut, prometheus.CounterValue, float64(w.RecordsOut), io.JobID, io.VertexID, sub, att)
+			ch <- prometheus.MustNewConstMetric(descTMWasmTime, prometheus.CounterValue, w.InModule.Seconds(), io.JobID, io.VertexID, sub, att)
+			ch <- prometheus.MustNewConstMetric(descTMWasmTraps, prometheus.CounterValue, float64(w.Traps), io.JobID, io.VertexID, sub, att)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descTMOutbox, prometheus.GaugeValue, float64(g.st.OutboxLen()))
 	ch <- prometheus.MustNewConstMetric(descTMRetries, prometheus.CounterValue, float64(g.st.OutboxRetries()))

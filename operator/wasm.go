@@ -236,3 +236,11 @@ func (s *wasmState) Delete(i uint32)                  { s.key(i); s.ctx.ClearVal
 func (s *wasmState) RegisterTimer(i uint32, at int64) { s.key(i); s.ctx.RegisterTimer(at) }
 func (s *wasmState) DeleteTimer(i uint32, at int64)   { s.key(i); s.ctx.DeleteTimer(at) }
 func (s *wasmState) Watermark() int64                 { return s.ctx.Watermark() }
+
+// WasmStats is the counts of the operator's instance (WasmStatser); zero before Open.
+func (w *wasmOp) WasmStats() wasmhost.Stats {
+	if w.inst == nil {
+		return wasmhost.Stats{}
+	}
+	return w.inst.Stats()
+}

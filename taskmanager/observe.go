@@ -46,6 +46,8 @@ type TaskIO struct {
 	BytesIn, BytesOut      int64 // over Exchange streams
 	// Blocked is the time the task waited for space downstream (backpressure).
 	Blocked time.Duration
+	// Wasm: the counts of the WebAssembly module the task runs; nil for a task that runs none.
+	Wasm *WasmIO
 }
 
 // TaskIOs returns the record counts of this TaskManager's tasks (retained terminal ones too).
@@ -59,7 +61,7 @@ func (s *slotTable) ios() []TaskIO {
 		d := t.tdd
 		out = append(out, TaskIO{JobID: d.GetJobId(), VertexID: d.GetVertexId(), Subtask: d.GetSubtaskIndex(), AttemptNumber: d.GetAttemptNumber(),
 			RecordsIn: t.recordsIn.Load(), RecordsOut: t.recordsOut.Load(), BytesIn: t.bytesIn.Load(), BytesOut: t.bytesOut.Load(),
-			Blocked: t.blocked.Total()})
+			Blocked: t.blocked.Total(), Wasm: t.wasm.io()})
 	}
 	return out
 }

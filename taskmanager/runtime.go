@@ -238,6 +238,8 @@ func (tm *TaskManager) consume(t *task, op operator.Operator, emit operator.Emit
 			return t.ctx.Err()
 		}
 	}
+	sampleWasm := wasmSampler(t, op)
+	defer sampleWasm() // a call that failed the task counted too
 	s := tm.dp.NewChannelSet(t.ctx, t.tdd.GetJobId(), t.attempt(), true)
 	s.CountBytes(&t.bytesIn)
 	defer s.Close()
@@ -277,6 +279,7 @@ func (tm *TaskManager) consume(t *task, op operator.Operator, emit operator.Emit
 				return err
 			}
 		}
+		sampleWasm()
 		if t.ctx.Err() != nil {
 			return t.ctx.Err()
 		}

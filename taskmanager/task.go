@@ -53,6 +53,8 @@ type task struct {
 	// none) and the records it sent to the dead-letter output: heartbeats carry them (observe.go)
 	blocked                  dataplane.BlockedTime
 	watermarkMs, deadLetters atomic.Int64
+	// the counts of the WebAssembly module a wasm task runs (metrics; wasmstats.go)
+	wasm wasmCounts
 }
 
 func (t *task) attempt() string { return t.tdd.GetAttemptId() }

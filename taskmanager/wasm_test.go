@@ -33,19 +33,26 @@ func storeWasm(t *testing.T, c *testcluster.Cluster, names ...string) map[string
 	wasmOnce.Do(func() { wasmModules = wasmbuild.MustRead("kinds", "loop", "alloc", "boom", "big", "importer") })
 	out := map[string]string{}
 	for _, n := range names {
-		sha := wasmhost.Sum(wasmModules[n])
-		testcluster.WaitFor(t, 2*time.Minute, "PutArtifact "+n, func() (bool, string) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			_, err := jmserver.UploadArtifact(ctx, pb.NewArtifactServiceClient(c.Conn(c.Leader().GRPCAddr)), bytes.NewReader(wasmModules[n]), sha, int64(len(wasmModules[n])), nil)
-			if code := status.Code(err); code != codes.OK && code != codes.Unavailable && code != codes.FailedPrecondition {
-				t.Fatalf("PutArtifact %s: %v", n, err)
-			}
-			return err == nil, fmt.Sprint(err)
-		})
-		out[n] = sha
+		putModule(t, c, n, wasmModules[n])
+		out[n] = wasmhost.Sum(wasmModules[n])
 	}
 	return out
+}
+
+// putModule stores module in the cluster's artifact store, retrying while the cluster cannot
+// take it yet.
+func putModule(t *testing.T, c *testcluster.Cluster, name string, module []byte) {
+	t.Helper()
+	sha := wasmhost.Sum(module)
+	testcluster.WaitFor(t, 2*time.Minute, "PutArtifact "+name, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := jmserver.UploadArtifact(ctx, pb.NewArtifactServiceClient(c.Conn(c.Leader().GRPCAddr)), bytes.NewReader(module), sha, int64(len(module)), nil)
+		if code := status.Code(err); code != codes.OK && code != codes.Unavailable && code != codes.FailedPrecondition {
+			t.Fatalf("PutArtifact %s: %v", name, err)
+		}
+		return err == nil, fmt.Sprint(err)
+	})
 }
 
 // wasmChain is StreamingChain with its map a wasm MAP of function in the module of sha, and no
@@ -154,9 +161,13 @@ func tmCauses(c *testcluster.Cluster, job string) string {
 	return strings.Join(out, " | ")
 }
 
-// TestRefusedWasmModules: a module importing env.foo and a file that is not WebAssembly are
-// refused by wasmhost.Validate naming the cause; a task of either fails at its start with that
-// cause.
+// TestRefusedWasmModules proves the TaskManager's own refusal of a module (defence in depth
+// behind the JobMaster's check at submit, which reads only a module's imports and exports:
+// jobmaster's TestModuleRefusedAtSubmit). wasmhost.Validate, the TaskManager's check, refuses
+// a module importing env.foo and a file that is not WebAssembly naming the cause. A module
+// that passes the JobMaster's check but does not compile (its code does not validate: the
+// check does not read code) is accepted at submit, and its task fails at its start on the
+// TaskManager naming the module and that it does not compile.
 func TestRefusedWasmModules(t *testing.T) {
 	wasmOnce.Do(func() { wasmModules = wasmbuild.MustRead("kinds", "loop", "alloc", "boom", "big", "importer") })
 	err := wasmhost.Validate(wasmModules["importer"])
@@ -166,13 +177,21 @@ func TestRefusedWasmModules(t *testing.T) {
 	if err := wasmhost.Validate([]byte("PK\x03\x04 a zip")); err == nil || !strings.Contains(err.Error(), "not a WebAssembly module") {
 		t.Errorf("a zip: %v", err)
 	}
+	bad := wasmbuild.Shape{Functions: []string{"map"}, InvalidCode: true}.Bytes()
+	if err := wasmhost.Check(bad, "map"); err != nil {
+		t.Fatalf("the module of invalid code fails the JobMaster's check (%v): the test would not reach the TaskManager", err)
+	}
 	c := testcluster.New(t, testcluster.Options{JMs: 1, TMs: 1})
-	sha := storeWasm(t, c, "importer")
-	id := submitToLeader(t, c, wasmChain("importer", sha["importer"], "call", 0))
-	rec := c.WaitJob(id, "importer FAILED", 60*time.Second, func(r *pb.JobRecord) bool {
+	sha := wasmhost.Sum(bad)
+	putModule(t, c, "invalid-code", bad)
+	id := submitToLeader(t, c, wasmChain("invalid-code", sha, "map", 0))
+	rec := c.WaitJob(id, "invalid-code FAILED", 60*time.Second, func(r *pb.JobRecord) bool {
 		return r.GetStatus() == pb.JobStatus_JOB_STATUS_FAILED
 	})
-	if got := causes(rec) + tmCauses(c, id); !strings.Contains(got, "imports env.foo, which the host does not offer") {
-		t.Errorf("causes %q", got)
+	want := "module " + sha[:12] + " does not compile"
+	got := causes(rec) + " | " + tmCauses(c, id)
+	if !strings.Contains(got, want) {
+		t.Errorf("causes %q, want %q in them", got, want)
 	}
+	t.Logf("causes: %s", got)
 }
