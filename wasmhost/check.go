@@ -2,7 +2,6 @@ package wasmhost
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -40,32 +39,31 @@ func notOffered(mod, name string) error {
 // WebAssembly, an import the host does not offer, no exported memory, no jm_alloc, or a
 // function of functions it does not export. A JobMaster checks a job's modules with it at
 // submit; a TaskManager compiles the module (compile), which checks the code as well. The
-// error wraps ErrNotWasm or ErrInvalid and names the cause.
+// error wraps ErrNotWasm or ErrInvalid and names the cause (not the module: the caller does).
 func Check(module []byte, functions ...string) error {
 	info, err := Inspect(module)
 	if err != nil {
 		return err
 	}
-	sha := short(Sum(module))
 	names := offered()
 	memory := false
 	for _, im := range info.Imports {
 		switch {
 		case im.Kind == kindMemory:
-			return fmt.Errorf("%w: module %s imports the memory %s.%s, which the host does not offer (a module exports its own memory)", ErrInvalid, sha, im.Module, im.Name)
+			return fmt.Errorf("%w: it imports the memory %s.%s, which the host does not offer (a module exports its own memory)", ErrInvalid, im.Module, im.Name)
 		case im.Kind != kindFunc || !names[im.Module+"."+im.Name]:
-			return fmt.Errorf("%w: module %s %v", ErrInvalid, sha, notOffered(im.Module, im.Name))
+			return fmt.Errorf("%w: it %v", ErrInvalid, notOffered(im.Module, im.Name))
 		}
 	}
 	for _, e := range info.Exports {
 		memory = memory || e.Kind == kindMemory
 	}
 	if !memory {
-		return fmt.Errorf("%w: module %s %v", ErrInvalid, sha, errors.New("exports no memory: the ABI passes records through the module's memory (DESIGN.md)"))
+		return fmt.Errorf("%w: it exports no memory: the ABI passes records through the module's memory (wasmhost/DESIGN.md)", ErrInvalid)
 	}
 	for _, f := range append([]string{ExportAlloc}, functions...) {
 		if !info.HasExport(f) {
-			return fmt.Errorf("%w: module %s does not export the function %s", ErrInvalid, sha, f)
+			return fmt.Errorf("%w: it does not export the function %s", ErrInvalid, f)
 		}
 	}
 	return nil
