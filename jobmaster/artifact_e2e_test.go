@@ -33,24 +33,6 @@ func moduleBytes(n int, seed byte) ([]byte, string) {
 	return b, wasmhost.Sum(b)
 }
 
-// putArtifact uploads data through the JobMaster j, retrying while the cluster cannot take it
-// yet (no established leader, the gossip of the artifact level not yet everywhere).
-func putArtifact(t *testing.T, c *tc.Cluster, j *tc.JM, data []byte, sha string) *pb.PutArtifactResponse {
-	t.Helper()
-	var resp *pb.PutArtifactResponse
-	tc.WaitFor(t, 3*time.Minute, "PutArtifact through "+j.ID, func() (bool, string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		var err error
-		resp, err = jmserver.UploadArtifact(ctx, pb.NewArtifactServiceClient(c.Conn(j.GRPCAddr)), bytes.NewReader(data), sha, int64(len(data)), nil)
-		if c := status.Code(err); c != codes.OK && c != codes.Unavailable && c != codes.FailedPrecondition {
-			t.Fatalf("PutArtifact through %s: %v", j.ID, err)
-		}
-		return err == nil, fmt.Sprint(err)
-	})
-	return resp
-}
-
 // getArtifact reads an artifact from the JobMaster at addr.
 func getArtifact(ctx context.Context, c *tc.Cluster, addr, sha string) ([]byte, error) {
 	stream, err := pb.NewArtifactServiceClient(c.Conn(addr)).GetArtifact(ctx, &pb.GetArtifactRequest{Sha256: sha})
@@ -83,7 +65,7 @@ func TestArtifactSurvivesLeaderAndUploaderLoss(t *testing.T) {
 	data, sha := moduleBytes(8*fsm.ArtifactChunkSize, 1)
 	l, f := c.Leader(), c.Follower()
 	start := time.Now()
-	resp := putArtifact(t, c, f, data, sha)
+	resp := putArtifact(t, c, f, data)
 	t.Logf("put %d bytes through %s (leader %s) in %v: index %d", len(data), f.ID, l.ID, time.Since(start).Round(time.Millisecond), resp.Index)
 	if resp.Sha256 != sha || resp.Size != int64(len(data)) || resp.Existed || resp.StoredAt == 0 {
 		t.Fatalf("answer: %v", resp)
@@ -189,8 +171,8 @@ func TestArtifactRefusals(t *testing.T) {
 	const limit = 1 << 20
 	c := tc.New(t, tc.Options{JMs: 3, JobMaster: func(jc *jobmaster.Config) { jc.ArtifactMaxBytes = limit }})
 	small, sha := moduleBytes(1000, 3)
-	putArtifact(t, c, c.Follower(), small, sha)
-	if again := putArtifact(t, c, c.Leader(), small, sha); !again.Existed {
+	putArtifact(t, c, c.Follower(), small)
+	if again := putArtifact(t, c, c.Leader(), small); !again.Existed {
 		t.Fatalf("a second put of the same bytes: %v, want existed", again)
 	}
 
@@ -257,12 +239,12 @@ func TestArtifactUploadCutByALeaderKillLeavesNothing(t *testing.T) {
 		jc.RetainJobAge, jc.RetentionInterval = age, 200*time.Millisecond
 	}})
 	kept, keptSHA := moduleBytes(100, 7)
-	putArtifact(t, c, c.Follower(), kept, keptSHA)
+	putArtifact(t, c, c.Follower(), kept)
 	if _, err := c.Client(c.Leader()).SubmitJob(ctxT(t), &pb.SubmitJobRequest{JobGraph: wasmChain("keeps", keptSHA)}); err != nil {
 		t.Fatal(err)
 	}
 	unused, unusedSHA := moduleBytes(100, 8)
-	putArtifact(t, c, c.Follower(), unused, unusedSHA)
+	putArtifact(t, c, c.Follower(), unused)
 
 	data, sha := moduleBytes(3*fsm.ArtifactChunkSize, 9)
 	l := c.Leader()
@@ -303,4 +285,12 @@ func TestArtifactUploadCutByALeaderKillLeavesNothing(t *testing.T) {
 	if !nl.A.State.HasArtifact(keptSHA) {
 		t.Fatal("the retention removed an artifact a job names")
 	}
+}
+
+// putArtifact uploads data through the JobMaster j (testcluster.PutArtifact) and returns the
+// response.
+func putArtifact(t *testing.T, c *tc.Cluster, j *tc.JM, data []byte) *pb.PutArtifactResponse {
+	t.Helper()
+	_, resp := c.PutArtifact(t, j, data)
+	return resp
 }

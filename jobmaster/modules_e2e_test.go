@@ -33,7 +33,7 @@ func TestModuleRefusedAtSubmit(t *testing.T) {
 	sha := map[string]string{}
 	for name, b := range store {
 		sha[name] = wasmhost.Sum(b)
-		putArtifact(t, c, c.Follower(), b, sha[name])
+		putArtifact(t, c, c.Follower(), b)
 	}
 	job := func(name, artifact, function string, kind pb.WasmKind) *pb.JobGraph {
 		jg := wasmChain(name, artifact)
@@ -74,7 +74,7 @@ func TestModuleRefusedAtSubmit(t *testing.T) {
 		t.Fatalf("a job naming a function the module exports: %v", err)
 	}
 	noTimer, noTimerSHA := moduleBytes(0, 0) // exports map, not jm_timer
-	putArtifact(t, c, c.Follower(), noTimer, noTimerSHA)
+	putArtifact(t, c, c.Follower(), noTimer)
 	process := job("process", noTimerSHA, "map", pb.WasmKind_WASM_KIND_PROCESS)
 	process.Vertices[0].Operator.GetSequenceSource().Keys = 4
 	process.Edges[0].Distribution = pb.Distribution_DISTRIBUTION_ALL_TO_ALL

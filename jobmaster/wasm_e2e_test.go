@@ -54,7 +54,7 @@ func storeFraud(t *testing.T, c *testcluster.Cluster) string {
 			break
 		}
 	}
-	putArtifact(t, c, via, fraudModule, sha)
+	putArtifact(t, c, via, fraudModule)
 	return sha
 }
 

@@ -1,21 +1,16 @@
 package taskmanager_test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jmcluster/jmcluster/jmserver"
 	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/testkit/wasmbuild"
 	"github.com/jmcluster/jmcluster/transport/pb"
 	"github.com/jmcluster/jmcluster/wasmhost"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 func init() { wasmhost.SetCacheDir(wasmbuild.CacheDir()) }
@@ -33,26 +28,10 @@ func storeWasm(t *testing.T, c *testcluster.Cluster, names ...string) map[string
 	wasmOnce.Do(func() { wasmModules = wasmbuild.MustRead("kinds", "loop", "alloc", "boom", "big", "importer") })
 	out := map[string]string{}
 	for _, n := range names {
-		putModule(t, c, n, wasmModules[n])
+		c.PutArtifact(t, nil, wasmModules[n])
 		out[n] = wasmhost.Sum(wasmModules[n])
 	}
 	return out
-}
-
-// putModule stores module in the cluster's artifact store, retrying while the cluster cannot
-// take it yet.
-func putModule(t *testing.T, c *testcluster.Cluster, name string, module []byte) {
-	t.Helper()
-	sha := wasmhost.Sum(module)
-	testcluster.WaitFor(t, 2*time.Minute, "PutArtifact "+name, func() (bool, string) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, err := jmserver.UploadArtifact(ctx, pb.NewArtifactServiceClient(c.Conn(c.Leader().GRPCAddr)), bytes.NewReader(module), sha, int64(len(module)), nil)
-		if code := status.Code(err); code != codes.OK && code != codes.Unavailable && code != codes.FailedPrecondition {
-			t.Fatalf("PutArtifact %s: %v", name, err)
-		}
-		return err == nil, fmt.Sprint(err)
-	})
 }
 
 // wasmChain is StreamingChain with its map a wasm MAP of function in the module of sha, and no
@@ -183,7 +162,7 @@ func TestRefusedWasmModules(t *testing.T) {
 	}
 	c := testcluster.New(t, testcluster.Options{JMs: 1, TMs: 1})
 	sha := wasmhost.Sum(bad)
-	putModule(t, c, "invalid-code", bad)
+	c.PutArtifact(t, nil, bad)
 	id := submitToLeader(t, c, wasmChain("invalid-code", sha, "map", 0))
 	rec := c.WaitJob(id, "invalid-code FAILED", 60*time.Second, func(r *pb.JobRecord) bool {
 		return r.GetStatus() == pb.JobStatus_JOB_STATUS_FAILED
