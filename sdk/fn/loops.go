@@ -26,8 +26,9 @@ func (o *Output) run(b []byte, h *handler) error {
 	}
 	n := binary.LittleEndian.Uint32(b)
 	b = b[4:]
-	// in and m are of the stack and reused: a Record is too large for registers, so each
-	// zeroing or copy of one is a memory.fill or memory.copy, costly in a module.
+	// in and m are of the stack and reused: a Record is too large for the compiler to keep in
+	// locals, so each zeroing or copy of one is a memory.fill or memory.copy, costly in a
+	// module (DESIGN.md).
 	var in, m Record
 	for i := uint32(0); i < n; i++ {
 		if len(b) < inHeader {
