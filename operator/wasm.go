@@ -109,13 +109,14 @@ func (w *wasmOp) Process(ctx *Context, r Record) error {
 	if w.err != nil {
 		return w.err
 	}
-	now := time.Now()
+	// The clock's reading of the first record, then the monotonic clock's alone (time.Since:
+	// half the cost of time.Now, which is as much as a built-in operator's whole record).
 	if w.batch.Len() == 0 {
-		w.first = now
+		w.first = time.Now()
 	}
 	w.batch.Add(r.Key, r.Value, r.Time)
 	w.recs = append(w.recs, r)
-	if w.batch.Len() >= WasmBatchRecords || w.batch.Size() >= WasmBatchBytes || now.Sub(w.first) >= w.delay {
+	if w.batch.Len() >= WasmBatchRecords || w.batch.Size() >= WasmBatchBytes || time.Since(w.first) >= w.delay {
 		return w.Flush(ctx)
 	}
 	return nil

@@ -63,6 +63,23 @@ func TestWasmBatchDelay(t *testing.T) {
 	if got := h.texts(); got != "a=X@1#0" {
 		t.Errorf("got %q, want the record handed on at once", got)
 	}
+
+	// The delay passes while the batch waits: the next record hands both on.
+	w := h.op.t.(*wasmOp)
+	w.delay = 20 * time.Millisecond
+	h.process(text("b", "y", 2))
+	for deadline := time.Now().Add(10 * time.Second); time.Since(w.first) < w.delay; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the batch's delay of %v has not passed after 10 s", w.delay)
+		}
+	}
+	if got := h.texts(); got != "" {
+		t.Errorf("got %q before a record came after the delay", got)
+	}
+	h.process(text("c", "z", 3))
+	if got := h.texts(); got != "b=Y@2#0 c=Z@3#0" {
+		t.Errorf("got %q, want both records handed on by the record after the delay", got)
+	}
 }
 
 func text(k, v string, tm int64) Record { return Record{Key: []byte(k), Value: []byte(v), Time: tm} }

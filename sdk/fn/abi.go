@@ -62,55 +62,70 @@ func HandleInit(f func(config []byte) error) { initHandler = f }
 func HandleTimer(f func(t Record, out *Output) error) { timerHandler = f }
 
 //go:wasmexport jm_init
-func jmInit(n uint32) uint32 {
+func jmInit(n uint32) (st uint32) {
 	if initHandler == nil {
 		return 0
 	}
-	cfg := append([]byte(nil), input[:n]...)
-	return status(protect(func() error { return initHandler(cfg) }))
+	defer recoverInto(&st)
+	scratch.reset()
+	return status(initHandler(append([]byte(nil), input[:n]...)))
 }
 
 //go:wasmexport jm_timer
-func jmTimer(n uint32) uint32 {
+func jmTimer(n uint32) (st uint32) {
 	if timerHandler == nil {
 		return status(errors.New("a timer fired, but the module registered no timer handler (fn.HandleTimer)"))
 	}
-	return run(n, timerHandler)
+	defer recoverInto(&st)
+	return finish(out.run(input[:n], &handler{each: timerHandler}))
 }
 
 // Map runs f over a batch of n bytes: one record out per record in (MAP). The record f returns
 // keeps the input's key, value or time where f leaves them as they were.
-func Map(n uint32, f func(r Record) (Record, error)) uint32 { return run(n, mapEach(f)) }
+func Map(n uint32, f func(r Record) (Record, error)) (st uint32) {
+	defer recoverInto(&st)
+	return finish(out.run(input[:n], &handler{mapF: f}))
+}
 
 // FlatMap runs f over a batch: any number of records out per record in (FLAT_MAP).
-func FlatMap(n uint32, f func(r Record, out *Output) error) uint32 { return run(n, f) }
+func FlatMap(n uint32, f func(r Record, out *Output) error) (st uint32) {
+	defer recoverInto(&st)
+	return finish(out.run(input[:n], &handler{each: f}))
+}
 
 // Filter runs f over a batch: the record when f returns true, else none (FILTER).
-func Filter(n uint32, f func(r Record) (bool, error)) uint32 { return run(n, filterEach(f)) }
+func Filter(n uint32, f func(r Record) (bool, error)) (st uint32) {
+	defer recoverInto(&st)
+	return finish(out.run(input[:n], &handler{filter: f}))
+}
 
 // KeyBy runs f over a batch: the record with the key f returns (KEY_BY).
-func KeyBy(n uint32, f func(r Record) ([]byte, error)) uint32 { return run(n, keyByEach(f)) }
+func KeyBy(n uint32, f func(r Record) ([]byte, error)) (st uint32) {
+	defer recoverInto(&st)
+	return finish(out.run(input[:n], &handler{keyBy: f}))
+}
 
 // Process runs f over a batch of a keyed stream: any number of records out, and the record's
 // key's state and timers (Record.State, SetState, ClearState, RegisterTimer, DeleteTimer).
-func Process(n uint32, f func(r Record, out *Output) error) uint32 { return run(n, f) }
+func Process(n uint32, f func(r Record, out *Output) error) (st uint32) {
+	defer recoverInto(&st)
+	return finish(out.run(input[:n], &handler{each: f}))
+}
 
-func run(n uint32, each func(r Record, out *Output) error) uint32 {
-	err := protect(func() error { return out.handle(input[:n], each) })
+// finish hands the output held to the host and returns the call's status.
+func finish(err error) uint32 {
 	if err == nil && len(out.buf) > 0 {
 		hostOutput(ptr(out.buf), uint32(len(out.buf)))
 	}
 	return status(err)
 }
 
-// protect turns a panic of a handler into its error.
-func protect(f func() error) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("panic: %v", p)
-		}
-	}()
-	return f()
+// recoverInto, deferred by a call's export, turns a panic of a handler into the call's error
+// (one defer per call, not per record).
+func recoverInto(st *uint32) {
+	if p := recover(); p != nil {
+		*st = status(fmt.Errorf("panic: %v", p))
+	}
 }
 
 func status(err error) uint32 {

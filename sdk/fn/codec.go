@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
-	"unsafe"
 )
 
 // NoTimestamp is the Time of a record without event time.
@@ -32,36 +31,11 @@ type Record struct {
 
 var errShort = errors.New("fn: the batch is cut short")
 
-// decode calls f with each record of batch b.
-func decode(b []byte, f func(r Record) error) error {
-	if len(b) < 4 {
-		return errShort
-	}
-	n := binary.LittleEndian.Uint32(b)
-	b = b[4:]
-	for i := uint32(0); i < n; i++ {
-		if len(b) < inHeader {
-			return errShort
-		}
-		kl, vl := uint64(binary.LittleEndian.Uint32(b)), uint64(binary.LittleEndian.Uint32(b[4:]))
-		t := int64(binary.LittleEndian.Uint64(b[8:]))
-		b = b[inHeader:]
-		if kl+vl > uint64(len(b)) {
-			return errShort
-		}
-		r := Record{Key: b[:kl:kl], Value: b[kl : kl+vl : kl+vl], Time: t, idx: i}
-		b = b[kl+vl:]
-		if err := f(r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Output collects the records a handler emits.
+// Output collects the records a handler emits, encoded into one buffer the SDK keeps from
+// call to call.
 type Output struct {
 	buf []byte
-	cur Record // the input record being handled
+	src uint32 // the index of the input record being handled
 	n   int
 	// flush hands the bytes held to the host (nil in tests: they stay in buf).
 	flush func(b []byte)
@@ -82,15 +56,33 @@ func (o *Output) Forward() { o.add(sameKey|sameValue|sameTime, nil, nil, 0) }
 // Count is the number of records emitted in this call.
 func (o *Output) Count() int { return o.n }
 
+// add encodes an output record of the input record o.src into buf: the header written in
+// place, the key and value copied after it unless flags keep the input's.
 func (o *Output) add(flags uint32, key, value []byte, time int64) {
-	b := o.buf
-	b = binary.LittleEndian.AppendUint32(b, o.cur.idx)
-	b = binary.LittleEndian.AppendUint32(b, flags)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(key)))
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(value)))
-	b = binary.LittleEndian.AppendUint64(b, uint64(time))
-	b = append(b, key...)
-	o.buf = append(b, value...)
+	if flags&sameKey != 0 {
+		key = nil
+	}
+	if flags&sameValue != 0 {
+		value = nil
+	}
+	size := outHeader + len(key) + len(value)
+	if cap(o.buf)-len(o.buf) < size {
+		o.grow(size)
+	}
+	at := len(o.buf)
+	o.buf = o.buf[:at+size]
+	b := o.buf[at:]
+	binary.LittleEndian.PutUint32(b, o.src)
+	binary.LittleEndian.PutUint32(b[4:], flags)
+	binary.LittleEndian.PutUint32(b[8:], uint32(len(key)))
+	binary.LittleEndian.PutUint32(b[12:], uint32(len(value)))
+	binary.LittleEndian.PutUint64(b[16:], uint64(time))
+	if len(key) > 0 {
+		copy(b[outHeader:], key)
+	}
+	if len(value) > 0 {
+		copy(b[outHeader+len(key):], value)
+	}
 	o.n++
 	if len(o.buf) >= flushBytes && o.flush != nil {
 		o.flush(o.buf)
@@ -98,65 +90,9 @@ func (o *Output) add(flags uint32, key, value []byte, time int64) {
 	}
 }
 
-// emitMapped emits the record a map handler returned for in: the fields it kept are flagged,
-// not copied.
-func (o *Output) emitMapped(in, r Record) {
-	var flags uint32
-	key, value := r.Key, r.Value
-	if same(in.Key, r.Key) {
-		flags, key = flags|sameKey, nil
-	}
-	if same(in.Value, r.Value) {
-		flags, value = flags|sameValue, nil
-	}
-	if in.Time == r.Time {
-		flags |= sameTime
-	}
-	o.add(flags, key, value, r.Time)
-}
-
-// same reports whether a and b are the same bytes of the same buffer.
-func same(a, b []byte) bool {
-	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
-}
-
-// handle runs each over the records of batch b into o.
-func (o *Output) handle(b []byte, each func(r Record, o *Output) error) error {
-	o.buf, o.n = o.buf[:0], 0
-	return decode(b, func(r Record) error {
-		o.cur = r
-		return each(r, o)
-	})
-}
-
-// The kinds' handlers as one shape.
-
-func mapEach(f func(r Record) (Record, error)) func(Record, *Output) error {
-	return func(r Record, o *Output) error {
-		m, err := f(r)
-		if err == nil {
-			o.emitMapped(r, m)
-		}
-		return err
-	}
-}
-
-func filterEach(f func(r Record) (bool, error)) func(Record, *Output) error {
-	return func(r Record, o *Output) error {
-		keep, err := f(r)
-		if err == nil && keep {
-			o.Forward()
-		}
-		return err
-	}
-}
-
-func keyByEach(f func(r Record) ([]byte, error)) func(Record, *Output) error {
-	return func(r Record, o *Output) error {
-		k, err := f(r)
-		if err == nil {
-			o.add(sameValue|sameTime, k, nil, 0)
-		}
-		return err
-	}
+// grow makes room for size more bytes in buf: at least double, at least 4 KiB.
+func (o *Output) grow(size int) {
+	b := make([]byte, len(o.buf), max(2*cap(o.buf), len(o.buf)+size, 4096))
+	copy(b, o.buf)
+	o.buf = b
 }

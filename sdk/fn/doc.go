@@ -13,6 +13,9 @@
 //		})
 //	}
 //
-// The encoding of batches (codec.go) builds on every platform, so the host's tests check it;
+// Scratch gives a handler memory for a new key or value that lasts until the call returns,
+// without an allocation (costly in a module: docs/user-functions.md, "Performance").
+//
+// The encoding of batches (codec.go, loops.go, scratch.go) builds on every platform, so the host's tests check it;
 // the rest builds for wasip1 only.
 package fn
