@@ -15,9 +15,10 @@ import (
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
 
-// wasmGoalFunction is the map of the kinds test module the goal runs: the value in upper case
-// (testkit/wasmbuild/testdata/kinds).
-const wasmGoalFunction = "upper"
+// wasmGoalFunction is the map of the kinds test module the goal runs
+// (testkit/wasmbuild/testdata/kinds): the value in ASCII upper case, written into the SDK's
+// scratch memory (fn.Scratch).
+const wasmGoalFunction = "upper_fast"
 
 // mapJob is source -> map -> log sink, each of parallelism 1, FORWARD: with sha "" the
 // built-in map over the sequence source's numeric records, else the wasm MAP of the kinds
