@@ -57,6 +57,9 @@ type Host struct {
 	mu    sync.Mutex
 	rts   map[uint32]*wrt // by the memory limit in pages
 	seq   uint64          // instance names
+	// noChecks compiles modules without the stop checks (instrument.go): tests compare a
+	// module's results with and without them. A call of such a module cannot be stopped.
+	noChecks bool
 }
 
 // wrt is one wazero runtime (of one memory limit), the names it offers a module to import,
@@ -126,7 +129,6 @@ func (h *Host) runtime(ctx context.Context, mib int32) (*wrt, error) {
 	}
 	cfg := wazero.NewRuntimeConfig().
 		WithCompilationCache(h.cache).
-		WithCloseOnContextDone(true).
 		WithMemoryLimitPages(pages)
 	r := wazero.NewRuntimeWithConfig(ctx, cfg)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
@@ -183,7 +185,13 @@ func (h *Host) compile(ctx context.Context, sha string, module []byte, mib int32
 		head := module[:min(len(module), 8)]
 		return nil, fmt.Errorf("%w: it starts with %q, not the magic %q (%d bytes)", ErrNotWasm, head, wasmMagic, len(module))
 	}
-	m, err := w.r.CompileModule(ctx, module)
+	inst, err := rewrite(module, !h.noChecks)
+	if errors.Is(err, ErrNotWasm) || errors.Is(err, ErrInvalid) { // not the binary format
+		return nil, fmt.Errorf("%w (module %s)", err, short(sha))
+	} else if err != nil {
+		return nil, fmt.Errorf("%w: module %s cannot be instrumented for the call time limit (DESIGN.md, \"Limits\"): %v", ErrInvalid, short(sha), err)
+	}
+	m, err := w.r.CompileModule(ctx, inst)
 	if err != nil {
 		return nil, fmt.Errorf("%w: module %s does not compile: %v", ErrInvalid, short(sha), err)
 	}

@@ -64,6 +64,7 @@ type Instance struct {
 	fns       map[string]api.Function
 	timeout   time.Duration
 	base      context.Context
+	dog       *watchdog
 	stdout    *logWriter
 	stderr    *logWriter
 	inPtr     uint32
@@ -106,7 +107,7 @@ func (h *Host) Instantiate(ctx context.Context, sha string, module []byte, cfg C
 	seed := sha256.Sum256([]byte(cfg.Label + "\x00" + sha))
 	mc := wazero.NewModuleConfig().
 		WithName(in.name).
-		WithStartFunctions("_initialize").
+		WithStartFunctions(). // _initialize runs below, under the watchdog
 		WithStdout(in.stdout).
 		WithStderr(in.stderr).
 		WithWalltime(fakeClock(0, time.Millisecond), sys.ClockResolution(time.Millisecond)).
@@ -116,22 +117,49 @@ func (h *Host) Instantiate(ctx context.Context, sha string, module []byte, cfg C
 	// The runtime first: its lock is held while another task's module compiles (seconds), which
 	// is no part of this start's time limit.
 	rt := h.runtimeOf(cfg.MemoryMiB)
-	cctx, cancel := context.WithTimeout(in.base, max(in.timeout, StartTimeout))
-	defer cancel()
-	in.fn = "_initialize"
-	in.stderr.mark()
-	mod, err := rt.r.InstantiateModule(cctx, m, mc)
+	mod, err := rt.r.InstantiateModule(in.base, m, mc)
 	if err != nil {
-		return nil, in.failure("_initialize", cctx, err)
+		return nil, in.failure("_initialize", false, err)
 	}
 	in.mod, in.mem = mod, mod.Memory()
+	stop, ok := mod.ExportedGlobal(ExportStop).(api.MutableGlobal)
+	if !ok { // instrument exports it: a module compiled without it is a bug of the host
+		_ = mod.Close(ctx)
+		return nil, fmt.Errorf("%w: module %s has no %s global (the host's instrumentation)", ErrInvalid, short(sha), ExportStop)
+	}
+	in.dog = newWatchdog(stop)
+	if err := in.start(); err != nil {
+		_ = in.Close()
+		return nil, err
+	}
 	in.alloc = mod.ExportedFunction(ExportAlloc)
 	if err := checkSignature(ExportAlloc, in.alloc); err != nil {
-		_ = mod.Close(ctx)
+		_ = in.Close()
 		return nil, fmt.Errorf("%w: module %s %v", ErrInvalid, short(sha), err)
 	}
 	return in, nil
 }
+
+// start runs the module's _initialize (a reactor's start: the Go runtime's and the packages'
+// initialisation), when it exports one, under the watchdog with the start's time limit.
+func (in *Instance) start() error {
+	f := in.mod.ExportedFunction("_initialize")
+	if f == nil {
+		return nil
+	}
+	in.fn = "_initialize"
+	in.stderr.mark()
+	in.dog.arm(time.Now(), in.startLimit())
+	_, err := f.Call(in.base)
+	fired := in.dog.disarm()
+	if err != nil {
+		return in.failure("_initialize", fired, err)
+	}
+	return nil
+}
+
+// startLimit is the time limit of the module's start.
+func (in *Instance) startLimit() time.Duration { return max(in.timeout, StartTimeout) }
 
 func (h *Host) runtimeOf(mib int32) *wrt {
 	h.mu.Lock()
@@ -208,22 +236,20 @@ func (in *Instance) call(name string, input []byte, n int, st State) ([]byte, er
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(in.base, in.timeout)
-	defer cancel()
 	in.fn, in.state, in.out, in.failMsg = name, st, nil, ""
 	defer func() { in.state = nil }()
 	in.stderr.mark()
 	start := time.Now()
-	if err := in.write(ctx, input); err != nil {
-		in.stats.InModule += time.Since(start)
-		return nil, err
-	}
-	res, err := f.Call(ctx, uint64(len(input)))
+	in.dog.arm(start, in.timeout)
+	fname, res, err := in.run(f, input)
+	fired := in.dog.disarm()
 	in.stats.InModule += time.Since(start)
-	in.stats.Calls++
-	in.stats.RecordsIn += int64(n)
+	if fname == name {
+		in.stats.Calls++
+		in.stats.RecordsIn += int64(n)
+	}
 	if err != nil {
-		return nil, in.failure(name, ctx, err)
+		return nil, in.failure(fname, fired, err)
 	}
 	if status := uint32(res[0]); status != 0 {
 		msg := in.failMsg
@@ -236,32 +262,37 @@ func (in *Instance) call(name string, input []byte, n int, st State) ([]byte, er
 	return in.out, nil
 }
 
-// write copies input into the module's input buffer, growing it through jm_alloc.
-func (in *Instance) write(ctx context.Context, input []byte) error {
+// run copies input into the module's input buffer, growing it through jm_alloc, and calls f;
+// fname is the function that failed (jm_alloc or f's).
+func (in *Instance) run(f api.Function, input []byte) (fname string, res []uint64, err error) {
 	if uint32(len(input)) > in.inCap || in.inCap == 0 {
 		c := max(uint32(len(input)), 4096)
-		res, err := in.alloc.Call(ctx, uint64(c))
+		res, err := in.alloc.Call(in.base, uint64(c))
 		if err != nil {
-			return in.failure(ExportAlloc, ctx, err)
+			return ExportAlloc, nil, err
 		}
 		in.inPtr, in.inCap = uint32(res[0]), c
 	}
 	if !in.mem.Write(in.inPtr, input) {
-		return in.fail(fmt.Errorf("%w: module %s, %s returned the buffer %#x of %d bytes, outside its memory of %d bytes", ErrTrap, short(in.sha), ExportAlloc, in.inPtr, in.inCap, in.mem.Size()))
+		return ExportAlloc, nil, fmt.Errorf("%s returned the buffer %#x of %d bytes, outside its memory of %d bytes", ExportAlloc, in.inPtr, in.inCap, in.mem.Size())
 	}
-	return nil
+	res, err = f.Call(in.base, uint64(len(input)))
+	return in.fn, res, err
 }
 
 // failure is the error of a call that did not return: the call timeout, the memory limit, an
 // exit (a Go panic), a trap; the instance is broken from then on.
-func (in *Instance) failure(name string, ctx context.Context, err error) error {
+// failure is the error of a call that did not return: the time limit (fired: the watchdog
+// stopped it), the memory limit, an exit (a Go panic), a trap; the instance is broken from
+// then on.
+func (in *Instance) failure(name string, fired bool, err error) error {
 	in.stats.Traps++
 	what := firstLine(err.Error())
 	var exit *sys.ExitError
 	switch {
-	case errors.Is(ctx.Err(), context.DeadlineExceeded) && name == "_initialize":
-		what = fmt.Sprintf("the module's start ran over its time limit of %v (the larger of call_timeout_ms and StartTimeout) and was stopped", max(in.timeout, StartTimeout))
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case fired && name == "_initialize":
+		what = fmt.Sprintf("the module's start ran over its time limit of %v (the larger of call_timeout_ms and StartTimeout) and was stopped", in.startLimit())
+	case fired:
 		what = fmt.Sprintf("the call ran over its time limit of %v (call_timeout_ms) and was stopped", in.timeout)
 	case errors.As(err, &exit):
 		what = fmt.Sprintf("the module exited with code %d", exit.ExitCode())
@@ -298,6 +329,9 @@ func (in *Instance) Close() error {
 	in.stderr.finish()
 	s := in.stats
 	in.lg.Info("wasm instance closed", "calls", s.Calls, "records_in", s.RecordsIn, "records_out", s.RecordsOut, "in_module", s.InModule, "failed_calls", s.Traps)
+	if in.dog != nil {
+		in.dog.close()
+	}
 	if in.mod == nil {
 		return nil
 	}
