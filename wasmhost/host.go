@@ -60,12 +60,14 @@ type Host struct {
 	// noChecks compiles modules without the stop checks (instrument.go): tests compare a
 	// module's results with and without them. A call of such a module cannot be stopped.
 	noChecks bool
+	warm     warmPool
 }
 
 // wrt is one wazero runtime (of one memory limit), the names it offers a module to import,
 // and the modules compiled in it by sha256.
 type wrt struct {
 	r        wazero.Runtime
+	pages    uint32          // its memory limit
 	offered  map[string]bool // "module.name"
 	compiled map[string]*compiled
 	tick     uint64
@@ -139,7 +141,7 @@ func (h *Host) runtime(ctx context.Context, mib int32) (*wrt, error) {
 		_ = r.Close(ctx)
 		return nil, fmt.Errorf("instantiate the host module: %w", err)
 	}
-	w := &wrt{r: r, offered: map[string]bool{}, compiled: map[string]*compiled{}}
+	w := &wrt{r: r, pages: pages, offered: map[string]bool{}, compiled: map[string]*compiled{}}
 	for _, m := range []string{WASIModule, HostModule} {
 		for name := range r.Module(m).ExportedFunctionDefinitions() {
 			w.offered[m+"."+name] = true
@@ -166,7 +168,8 @@ func short(sha string) string {
 var wasmMagic = []byte("\x00asm")
 
 // compile returns module compiled in the runtime of memory limit mib, from the process's
-// cache when it was compiled before; sha is its sha256 (Sum). It refuses a module that is not
+// cache when it was compiled before; sha is its sha256 (Sum), checked when it is compiled.
+// It refuses a module that is not
 // WebAssembly, does not compile, imports what the host does not offer or lacks an export of
 // the ABI.
 func (h *Host) compile(ctx context.Context, sha string, module []byte, mib int32) (wazero.CompiledModule, error) {
@@ -180,6 +183,12 @@ func (h *Host) compile(ctx context.Context, sha string, module []byte, mib int32
 	if c, ok := w.compiled[sha]; ok {
 		c.used = w.tick
 		return c.m, nil
+	}
+	// The bytes are checked against sha when they are compiled; a module compiled before runs
+	// the code of sha whatever bytes come with it (hashing megabytes would cost a warm start
+	// more than the rest of it).
+	if got := Sum(module); got != sha {
+		return nil, fmt.Errorf("%w: the artifact's bytes have sha256 %s, not %s", ErrInvalid, got, sha)
 	}
 	if !bytes.HasPrefix(module, wasmMagic) {
 		head := module[:min(len(module), 8)]
@@ -206,6 +215,7 @@ func (h *Host) compile(ctx context.Context, sha string, module []byte, mib int32
 				oldest = k
 			}
 		}
+		h.dropWarm(warmKey{sha: oldest, pages: w.pages})
 		_ = w.compiled[oldest].m.Close(ctx)
 		delete(w.compiled, oldest)
 	}

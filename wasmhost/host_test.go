@@ -221,6 +221,7 @@ func TestFunctionErrors(t *testing.T) {
 // instance starts from the compiled module.
 func TestCompiledOncePerHost(t *testing.T) {
 	h := wasmhost.NewWithCacheDir(wasmbuild.CacheDir())
+	t.Cleanup(func() { _ = h.Close() })
 	b := modules["wordsplit"]
 	start := time.Now()
 	instance(t, h, "wordsplit", wasmhost.Config{})

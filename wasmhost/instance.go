@@ -65,6 +65,10 @@ type Instance struct {
 	timeout   time.Duration
 	base      context.Context
 	dog       *watchdog
+	outSink   *sink       // the module's stdout and stderr
+	errSink   *sink       //
+	rand      *randSource // the module's randomness
+	warm      bool        // taken started from the host's warm instances
 	stdout    *logWriter
 	stderr    *logWriter
 	inPtr     uint32
@@ -85,38 +89,54 @@ var instances atomic.Uint64
 
 // Instantiate makes an instance of module (sha: its sha256, Sum) for a task: compiled once per
 // process (the cache), started (_initialize for a module built with -buildmode=c-shared) in
-// its sandbox.
+// its sandbox. A started instance waiting for the module (warm.go) is taken when there is one.
 func (h *Host) Instantiate(ctx context.Context, sha string, module []byte, cfg Config) (*Instance, error) {
-	if got := Sum(module); got != sha {
-		return nil, fmt.Errorf("%w: the artifact's bytes have sha256 %s, not %s", ErrInvalid, got, sha)
-	}
-	lg := cfg.Logger
-	if lg == nil {
-		lg = hclog.NewNullLogger()
-	}
 	m, err := h.compile(ctx, sha, module, cfg.MemoryMiB)
 	if err != nil {
 		return nil, err
 	}
-	in := &Instance{sha: sha, lg: lg.With("module", short(sha)), fns: map[string]api.Function{}, timeout: cfg.CallTimeout}
-	if in.timeout <= 0 {
-		in.timeout = DefaultCallTimeout
+	// The runtime after the compile: its lock is held while another task's module compiles
+	// (seconds), which is no part of this start's time limit.
+	rt := h.runtimeOf(cfg.MemoryMiB)
+	timeout := cfg.CallTimeout
+	if timeout <= 0 {
+		timeout = DefaultCallTimeout
 	}
+	key := warmKey{sha: sha, pages: rt.pages}
+	in := h.takeWarm(key)
+	if in == nil {
+		if in, err = newStarted(sha, m, rt, timeout); err != nil {
+			if in != nil { // the start's output goes to the task's log
+				in.adopt(cfg, timeout)
+				_ = in.Close()
+			}
+			return nil, err
+		}
+	}
+	in.adopt(cfg, timeout)
+	h.warmUp(key, m, rt, timeout)
+	return in, nil
+}
+
+// newStarted instantiates m in rt and runs its start, with the module's own random seed and
+// the start's output held (adopt makes the instance a task's). A start that fails returns the
+// instance too, broken, for its caller to log its output and close it.
+func newStarted(sha string, m wazero.CompiledModule, rt *wrt, timeout time.Duration) (*Instance, error) {
+	in := &Instance{sha: sha, lg: hclog.NewNullLogger(), fns: map[string]api.Function{}, timeout: timeout}
 	in.name = fmt.Sprintf("%s#%d", short(sha), instances.Add(1))
 	in.stdout, in.stderr = newLogWriter(in.lg, "stdout"), newLogWriter(in.lg, "stderr")
-	seed := sha256.Sum256([]byte(cfg.Label + "\x00" + sha))
+	in.outSink, in.errSink = &sink{w: in.stdout}, &sink{w: in.stderr}
+	seed := sha256.Sum256([]byte("start\x00" + sha))
+	in.rand = &randSource{r: rand.NewChaCha8(seed)}
 	mc := wazero.NewModuleConfig().
 		WithName(in.name).
 		WithStartFunctions(). // _initialize runs below, under the watchdog
-		WithStdout(in.stdout).
-		WithStderr(in.stderr).
+		WithStdout(in.outSink).
+		WithStderr(in.errSink).
 		WithWalltime(fakeClock(0, time.Millisecond), sys.ClockResolution(time.Millisecond)).
 		WithNanotime(fakeNanotime(), sys.ClockResolution(time.Millisecond)).
-		WithRandSource(rand.NewChaCha8(seed))
+		WithRandSource(in.rand)
 	in.base = context.WithValue(context.Background(), instanceKey{}, in)
-	// The runtime first: its lock is held while another task's module compiles (seconds), which
-	// is no part of this start's time limit.
-	rt := h.runtimeOf(cfg.MemoryMiB)
 	mod, err := rt.r.InstantiateModule(in.base, m, mc)
 	if err != nil {
 		return nil, in.failure("_initialize", false, err)
@@ -124,20 +144,41 @@ func (h *Host) Instantiate(ctx context.Context, sha string, module []byte, cfg C
 	in.mod, in.mem = mod, mod.Memory()
 	stop, ok := mod.ExportedGlobal(ExportStop).(api.MutableGlobal)
 	if !ok { // instrument exports it: a module compiled without it is a bug of the host
-		_ = mod.Close(ctx)
+		_ = in.Close()
 		return nil, fmt.Errorf("%w: module %s has no %s global (the host's instrumentation)", ErrInvalid, short(sha), ExportStop)
 	}
 	in.dog = newWatchdog(stop)
 	if err := in.start(); err != nil {
-		_ = in.Close()
-		return nil, err
+		return in, err
 	}
 	in.alloc = mod.ExportedFunction(ExportAlloc)
 	if err := checkSignature(ExportAlloc, in.alloc); err != nil {
 		_ = in.Close()
 		return nil, fmt.Errorf("%w: module %s %v", ErrInvalid, short(sha), err)
 	}
+	in.dog.arm(time.Now(), in.startLimit())
+	err = in.ensureInput(minInputBytes)
+	if fired := in.dog.disarm(); err != nil {
+		return in, in.failure(ExportAlloc, fired, err)
+	}
 	return in, nil
+}
+
+// adopt makes a started instance the task's: its logger (the start's output, held, is written
+// to it now), its random stream (ChaCha8 seeded with sha256(label, module sha256)), its call
+// time limit.
+func (in *Instance) adopt(cfg Config, timeout time.Duration) {
+	lg := cfg.Logger
+	if lg == nil {
+		lg = hclog.NewNullLogger()
+	}
+	in.lg, in.timeout = lg.With("module", short(in.sha)), timeout
+	stdout, stderr := newLogWriter(in.lg, "stdout"), newLogWriter(in.lg, "stderr")
+	in.outSink.attach(stdout)
+	in.errSink.attach(stderr)
+	in.stdout, in.stderr = stdout, stderr
+	seed := sha256.Sum256([]byte(cfg.Label + "\x00" + in.sha))
+	in.rand.r = rand.NewChaCha8(seed)
 }
 
 // start runs the module's _initialize (a reactor's start: the Go runtime's and the packages'
@@ -160,6 +201,9 @@ func (in *Instance) start() error {
 
 // startLimit is the time limit of the module's start.
 func (in *Instance) startLimit() time.Duration { return max(in.timeout, StartTimeout) }
+
+// Warm reports whether the instance was started before its task asked for it (warm.go).
+func (in *Instance) Warm() bool { return in.warm }
 
 func (h *Host) runtimeOf(mib int32) *wrt {
 	h.mu.Lock()
@@ -265,13 +309,8 @@ func (in *Instance) call(name string, input []byte, n int, st State) ([]byte, er
 // run copies input into the module's input buffer, growing it through jm_alloc, and calls f;
 // fname is the function that failed (jm_alloc or f's).
 func (in *Instance) run(f api.Function, input []byte) (fname string, res []uint64, err error) {
-	if uint32(len(input)) > in.inCap || in.inCap == 0 {
-		c := max(uint32(len(input)), 4096)
-		res, err := in.alloc.Call(in.base, uint64(c))
-		if err != nil {
-			return ExportAlloc, nil, err
-		}
-		in.inPtr, in.inCap = uint32(res[0]), c
+	if err := in.ensureInput(uint32(len(input))); err != nil {
+		return ExportAlloc, nil, err
 	}
 	if !in.mem.Write(in.inPtr, input) {
 		return ExportAlloc, nil, fmt.Errorf("%s returned the buffer %#x of %d bytes, outside its memory of %d bytes", ExportAlloc, in.inPtr, in.inCap, in.mem.Size())
@@ -280,8 +319,24 @@ func (in *Instance) run(f api.Function, input []byte) (fname string, res []uint6
 	return in.fn, res, err
 }
 
-// failure is the error of a call that did not return: the call timeout, the memory limit, an
-// exit (a Go panic), a trap; the instance is broken from then on.
+// minInputBytes is the least input buffer the host asks jm_alloc for; the start allocates
+// one (a warm instance's first call does not pay it).
+const minInputBytes = 4096
+
+// ensureInput makes the module's input buffer hold n bytes, through jm_alloc.
+func (in *Instance) ensureInput(n uint32) error {
+	if n <= in.inCap && in.inCap != 0 {
+		return nil
+	}
+	c := max(n, minInputBytes)
+	res, err := in.alloc.Call(in.base, uint64(c))
+	if err != nil {
+		return err
+	}
+	in.inPtr, in.inCap = uint32(res[0]), c
+	return nil
+}
+
 // failure is the error of a call that did not return: the time limit (fired: the watchdog
 // stopped it), the memory limit, an exit (a Go panic), a trap; the instance is broken from
 // then on.
