@@ -174,6 +174,7 @@ type Export struct {
 type ModuleInfo struct {
 	Imports []Import
 	Exports []Export
+	Start   bool // it has a start section
 }
 
 // Inspect reads module's imports and exports without compiling it (a JobMaster checks a
@@ -188,6 +189,8 @@ func Inspect(module []byte) (*ModuleInfo, error) {
 	for _, s := range secs {
 		r := &reader{b: module[:s.end], off: s.start}
 		switch s.id {
+		case secStart:
+			info.Start = true
 		case secImport:
 			for n := r.u32(); n > 0 && r.err == nil; n-- {
 				im := Import{Module: r.name(), Name: r.name(), Kind: r.byte()}

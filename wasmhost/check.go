@@ -36,8 +36,8 @@ func notOffered(mod, name string) error {
 }
 
 // Check refuses a module the host would refuse to run, without compiling it: not
-// WebAssembly, an import the host does not offer, no exported memory, no jm_alloc, or a
-// function of functions it does not export. A JobMaster checks a job's modules with it at
+// WebAssembly, an import the host does not offer, no exported memory, no jm_alloc, a function
+// of functions it does not export, an export named ExportStop, or a start section. A JobMaster checks a job's modules with it at
 // submit; a TaskManager compiles the module (compile), which checks the code as well. The
 // error wraps ErrNotWasm or ErrInvalid and names the cause (not the module: the caller does).
 func Check(module []byte, functions ...string) error {
@@ -57,6 +57,12 @@ func Check(module []byte, functions ...string) error {
 	}
 	for _, e := range info.Exports {
 		memory = memory || e.Kind == kindMemory
+		if e.Name == ExportStop {
+			return fmt.Errorf("%w: it exports %s, a name the host reserves for its stop flag", ErrInvalid, ExportStop)
+		}
+	}
+	if info.Start {
+		return fmt.Errorf("%w: it has a start section, which would run as it is instantiated, outside the start's time limit: a module is built as a reactor, started by its _initialize export", ErrInvalid)
 	}
 	if !memory {
 		return fmt.Errorf("%w: it exports no memory: the ABI passes records through the module's memory (wasmhost/DESIGN.md)", ErrInvalid)

@@ -34,6 +34,9 @@ func TestCheckWithoutCompiling(t *testing.T) {
 		{"a cut module", modules["kinds"][:len(modules["kinds"])/2], nil, wasmhost.ErrInvalid, "truncated"},
 		{"a function it lacks", modules["kinds"], []string{"nosuch"}, wasmhost.ErrInvalid, "does not export the function nosuch"},
 		{"an empty module", []byte("\x00asm\x01\x00\x00\x00"), nil, wasmhost.ErrInvalid, "exports no memory"},
+		// An exported memory "m" and an export "jm_stop" (function 0); a start section (function 0).
+		{"jm_stop", []byte("\x00asm\x01\x00\x00\x00\x07\x0f\x02\x01m\x02\x00\x07jm_stop\x00\x00"), nil, wasmhost.ErrInvalid, "exports jm_stop, a name the host reserves"},
+		{"a start section", []byte("\x00asm\x01\x00\x00\x00\x07\x05\x01\x01m\x02\x00\x08\x01\x00"), nil, wasmhost.ErrInvalid, "has a start section"},
 	} {
 		err := wasmhost.Check(c.module, c.fns...)
 		if !errors.Is(err, c.is) || !strings.Contains(err.Error(), c.says) {
