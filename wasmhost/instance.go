@@ -69,6 +69,11 @@ type Instance struct {
 	errSink   *sink       //
 	rand      *randSource // the module's randomness
 	warm      bool        // taken started from the host's warm instances
+	// refill starts the next warm instance of the module once this one's start is over (Init
+	// returned, or Close): a background start that ran during this task's start would take
+	// the CPU this start needs (two cores).
+	refill func()
+	exports map[string]bool // the functions the module exports
 	stdout    *logWriter
 	stderr    *logWriter
 	inPtr     uint32
@@ -114,7 +119,7 @@ func (h *Host) Instantiate(ctx context.Context, sha string, module []byte, cfg C
 		}
 	}
 	in.adopt(cfg, timeout)
-	h.warmUp(key, m, rt, timeout)
+	in.refill = func() { h.warmUp(key, m, rt, timeout) }
 	return in, nil
 }
 
@@ -142,6 +147,10 @@ func newStarted(sha string, m wazero.CompiledModule, rt *wrt, timeout time.Durat
 		return nil, in.failure("_initialize", false, err)
 	}
 	in.mod, in.mem = mod, mod.Memory()
+	in.exports = map[string]bool{}
+	for name := range m.ExportedFunctions() {
+		in.exports[name] = true
+	}
 	stop, ok := mod.ExportedGlobal(ExportStop).(api.MutableGlobal)
 	if !ok { // instrument exports it: a module compiled without it is a bug of the host
 		_ = in.Close()
@@ -160,6 +169,11 @@ func newStarted(sha string, m wazero.CompiledModule, rt *wrt, timeout time.Durat
 	err = in.ensureInput(minInputBytes)
 	if fired := in.dog.disarm(); err != nil {
 		return in, in.failure(ExportAlloc, fired, err)
+	}
+	if in.Has(ExportInit) { // its call engine made now, not in the task's start
+		if _, err := in.function(ExportInit); err != nil {
+			return in, err
+		}
 	}
 	return in, nil
 }
@@ -229,7 +243,7 @@ func fakeNanotime() sys.Nanotime {
 }
 
 // Has reports whether the module exports function name.
-func (in *Instance) Has(name string) bool { return in.mod.ExportedFunction(name) != nil }
+func (in *Instance) Has(name string) bool { return in.exports[name] }
 
 // function returns the export name, checked to be (i32) -> i32.
 func (in *Instance) function(name string) (api.Function, error) {
@@ -250,6 +264,7 @@ func (in *Instance) function(name string) (api.Function, error) {
 // Init calls the module's jm_init with config (a JSON document, or empty); a module without
 // jm_init takes no configuration, so a non-empty one is an error.
 func (in *Instance) Init(config []byte) error {
+	defer in.refillWarm()
 	if !in.Has(ExportInit) {
 		if len(config) > 0 {
 			return fmt.Errorf("%w: module %s takes no configuration (it does not export %s), but the operator's config is %d bytes", ErrInvalid, short(in.sha), ExportInit, len(config))
@@ -380,6 +395,7 @@ func (in *Instance) CountOut(n int) { in.stats.RecordsOut += int64(n) }
 
 // Close releases the instance and logs its counters.
 func (in *Instance) Close() error {
+	in.refillWarm()
 	in.stdout.finish()
 	in.stderr.finish()
 	s := in.stats
@@ -391,4 +407,12 @@ func (in *Instance) Close() error {
 		return nil
 	}
 	return in.mod.Close(context.Background())
+}
+
+// refillWarm starts the next warm instance of the module, once.
+func (in *Instance) refillWarm() {
+	if f := in.refill; f != nil {
+		in.refill = nil
+		f()
+	}
 }

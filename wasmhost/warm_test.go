@@ -22,8 +22,8 @@ func waitWarm(t *testing.T, h *wasmhost.Host, name string) {
 	}
 }
 
-// TestWarmInstanceSameAsCold: after a task's instance, the host starts another in the
-// background and the next task takes it; a warm instance and a cold one of the same task
+// TestWarmInstanceSameAsCold: once a task's instance is started (its Init returned), the host
+// starts another in the background and the next task takes it; a warm instance and a cold one of the same task
 // label give the same outputs for the same records, the randomness included (the module's
 // start draws from the module's own seed in both, the task's calls from the task's stream).
 func TestWarmInstanceSameAsCold(t *testing.T) {
@@ -43,6 +43,12 @@ func TestWarmInstanceSameAsCold(t *testing.T) {
 			outs = append(outs, fmt.Sprint(fn, got, err))
 		}
 		return outs
+	}
+	if n := h.WarmWaiting(wasmhost.Sum(modules["kinds"])); n != 0 {
+		t.Fatalf("%d warm instances waiting before the first task's start was over", n)
+	}
+	if err := first.Init(nil); err != nil { // the start is over: the next one is made now
+		t.Fatal(err)
 	}
 	waitWarm(t, h, "kinds")
 	warm := instance(t, h, "kinds", wasmhost.Config{Label: "job/v/1"})
