@@ -72,13 +72,13 @@ type Instance struct {
 	// refill starts the next warm instance of the module once this one's start is over (Init
 	// returned, or Close): a background start that ran during this task's start would take
 	// the CPU this start needs (two cores).
-	refill func()
+	refill  func()
 	exports map[string]bool // the functions the module exports
-	stdout    *logWriter
-	stderr    *logWriter
-	inPtr     uint32
-	inCap     uint32
-	broken    error // the failure that ended the instance
+	stdout  *logWriter
+	stderr  *logWriter
+	inPtr   uint32
+	inCap   uint32
+	broken  error // the failure that ended the instance
 
 	// During a call: the state of its records, the output copied out, the function's error.
 	fn      string
