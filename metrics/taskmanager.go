@@ -81,6 +81,7 @@ var (
 	descTMBytesIn    = prometheus.NewDesc(Namespace+"_tm_task_bytes_in_total", "Encoded record batches a task received from other TaskManagers (Exchange streams; local channels carry none).", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMBytesOut   = prometheus.NewDesc(Namespace+"_tm_task_bytes_out_total", "Encoded record batches a task's partitions sent to other TaskManagers (Exchange streams).", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMBlocked    = prometheus.NewDesc(Namespace+"_tm_task_backpressure_seconds_total", "Time a task waited for space in a full subpartition of its output (backpressure: its consumers are slower).", []string{"job", "vertex", "subtask", "attempt"}, nil)
+	descTMStart      = prometheus.NewDesc(Namespace+"_tm_task_start_seconds", "Time from a task's deployment to RUNNING on this TaskManager: its state restored, its operator opened (a wasm task's module fetched, compiled or taken warm, and started), its partitions made.", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMWasmCalls  = prometheus.NewDesc(Namespace+"_tm_task_wasm_calls_total", "Calls of a wasm task's WebAssembly module: one per batch of records and one per timer.", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMWasmIn     = prometheus.NewDesc(Namespace+"_tm_task_wasm_records_in_total", "Records a wasm task gave its module (timers count one each).", []string{"job", "vertex", "subtask", "attempt"}, nil)
 	descTMWasmOut    = prometheus.NewDesc(Namespace+"_tm_task_wasm_records_out_total", "Records a wasm task's module emitted.", []string{"job", "vertex", "subtask", "attempt"}, nil)
@@ -91,7 +92,7 @@ var (
 )
 
 func (g *taskManagerGauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTMTasks, descTMRecordsIn, descTMRecordsOut, descTMBytesIn, descTMBytesOut, descTMBlocked,
+	for _, d := range []*prometheus.Desc{descTMTasks, descTMRecordsIn, descTMRecordsOut, descTMBytesIn, descTMBytesOut, descTMBlocked, descTMStart,
 		descTMWasmCalls, descTMWasmIn, descTMWasmOut, descTMWasmTime, descTMWasmTraps, descTMOutbox, descTMRetries, descTMContact, descTMEpoch, descTMHeartbeats, descTMFreeSlots, descTMRefusals} {
 		ch <- d
 	}
@@ -108,6 +109,9 @@ func (g *taskManagerGauges) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTMBytesIn, prometheus.CounterValue, float64(io.BytesIn), io.JobID, io.VertexID, sub, att)
 		ch <- prometheus.MustNewConstMetric(descTMBytesOut, prometheus.CounterValue, float64(io.BytesOut), io.JobID, io.VertexID, sub, att)
 		ch <- prometheus.MustNewConstMetric(descTMBlocked, prometheus.CounterValue, io.Blocked.Seconds(), io.JobID, io.VertexID, sub, att)
+		if io.Start > 0 {
+			ch <- prometheus.MustNewConstMetric(descTMStart, prometheus.GaugeValue, io.Start.Seconds(), io.JobID, io.VertexID, sub, att)
+		}
 		if w := io.Wasm; w != nil {
 			ch <- prometheus.MustNewConstMetric(descTMWasmCalls, prometheus.CounterValue, float64(w.Calls), io.JobID, io.VertexID, sub, att)
 			ch <- prometheus.MustNewConstMetric(descTMWasmIn, prometheus.CounterValue, float64(w.RecordsIn), io.JobID, io.VertexID, sub, att)

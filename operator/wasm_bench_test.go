@@ -119,11 +119,13 @@ func startTime(tb testing.TB, op *pb.Operator) time.Duration {
 	return d
 }
 
-// TestGoalWasmMap: a wasm MAP over 100-byte records (upper_fast: the value in upper case,
-// built without allocating) at least 0.5x the built-in map's records/s, measured in the same
-// run (upper, the idiomatic bytes.ToUpper, logged beside it); and the start of a wasm operator whose module is
-// compiled (the TaskManager's cache) against a built-in operator's start — the operator's
-// part of a task's start (docs/benchmarks.md).
+// TestGoalWasmMap (JMC_GOALS=1, `make bench-short`) measures the operator's part of the two
+// goals of user functions, which cmd/jmnode measures at the level the goals name (a job's
+// records/s, TestGoalWasmMapJob; a task's start on a TaskManager, TestGoalWasmTaskStart):
+// per record, a wasm MAP over 100-byte records (upper_fast: the value in upper case, built
+// without allocating; upper, the idiomatic bytes.ToUpper) against the built-in map over its
+// numeric records; and the operator's start (New and Open) with its module compiled and a warm
+// instance ready, cold, and built-in (docs/benchmarks.md). It logs them, without a target.
 func TestGoalWasmMap(t *testing.T) {
 	benchgoal.Skip(t)
 	const n = 1 << 20
@@ -134,13 +136,12 @@ func TestGoalWasmMap(t *testing.T) {
 	b := perRecord(t, builtin, numericRecords(), n)
 	w := perRecord(t, wasm, wasmRecords(), n)
 	u := perRecord(t, upper, wasmRecords(), n/4)
-	ratio := float64(b) / float64(w)
-	t.Logf("built-in map %v/record (%.0f records/s), wasm MAP of 100-byte records (upper_fast) %v/record (%.0f records/s); upper (bytes.ToUpper) %v/record", b, 1e9/float64(b), w, 1e9/float64(w), u)
-	benchgoal.Report(t, "wasm_map_vs_builtin", ratio, 0.5, ratio >= 0.5, "x")
+	t.Logf("operator, per record: built-in map %v (%.0f records/s), wasm MAP of 100-byte records upper_fast %v (%.0f records/s, %.2fx), upper (bytes.ToUpper) %v",
+		b, 1e9/float64(b), w, 1e9/float64(w), float64(b)/float64(w), u)
 
-	// The goal is a start on a TaskManager whose module is compiled and whose warm instance is
-	// ready (a region restarts seconds after the previous start); the cold start (the module's
-	// _initialize in it) is logged.
+	// A start on a TaskManager whose module is compiled and whose warm instance is ready (a
+	// region restarts seconds after the previous start), and the cold start (the module's
+	// _initialize in it).
 	host, sha := wasmhost.Default(), wasm.GetWasm().GetArtifact()
 	var sb, sw, sc time.Duration
 	host.SetWarm(false)
@@ -154,6 +155,6 @@ func TestGoalWasmMap(t *testing.T) {
 		sb += startTime(t, builtin)
 		sw += startTime(t, wasm)
 	}
-	t.Logf("operator start: built-in %v, wasm with its module compiled and a warm instance %v, cold (its module's start in it) %v (means of 5)", sb/5, sw/5, sc/5)
-	benchgoal.Report(t, "wasm_operator_start_vs_builtin", float64(sw)/float64(sb), 2, sw <= 2*sb, "x")
+	t.Logf("operator start (New and Open): built-in %v, wasm with its module compiled and a warm instance %v (%.2fx), cold (its module's start in it) %v (means of 5)",
+		sb/5, sw/5, float64(sw)/float64(sb), sc/5)
 }

@@ -48,6 +48,9 @@ type TaskIO struct {
 	Blocked time.Duration
 	// Wasm: the counts of the WebAssembly module the task runs; nil for a task that runs none.
 	Wasm *WasmIO
+	// Start is the time from the deployment's acceptance to RUNNING: the task's start on this
+	// TaskManager (its state restored, its operator opened, its partitions made); 0 before.
+	Start time.Duration
 }
 
 // TaskIOs returns the record counts of this TaskManager's tasks (retained terminal ones too).
@@ -61,7 +64,7 @@ func (s *slotTable) ios() []TaskIO {
 		d := t.tdd
 		out = append(out, TaskIO{JobID: d.GetJobId(), VertexID: d.GetVertexId(), Subtask: d.GetSubtaskIndex(), AttemptNumber: d.GetAttemptNumber(),
 			RecordsIn: t.recordsIn.Load(), RecordsOut: t.recordsOut.Load(), BytesIn: t.bytesIn.Load(), BytesOut: t.bytesOut.Load(),
-			Blocked: t.blocked.Total(), Wasm: t.wasm.io()})
+			Blocked: t.blocked.Total(), Wasm: t.wasm.io(), Start: time.Duration(t.startTook.Load())})
 	}
 	return out
 }

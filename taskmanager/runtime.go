@@ -22,6 +22,7 @@ func (tm *TaskManager) newTask(tdd *pb.TaskDeploymentDescriptor, shared *sharedL
 		done:   make(chan struct{}),
 		gates:  shared.gates(tdd),
 		state:  pb.ExecutionState_EXECUTION_STATE_DEPLOYING,
+		made:   time.Now(),
 	}
 }
 
@@ -162,6 +163,7 @@ func (tm *TaskManager) setRunning(t *task) bool {
 	t.state = pb.ExecutionState_EXECUTION_STATE_RUNNING
 	epoch := tm.fence.current()
 	tm.mu.Unlock()
+	t.startTook.Store(int64(time.Since(t.made)))
 	tm.events.log("start", t, epoch, pb.ExecutionState_EXECUTION_STATE_RUNNING)
 	tm.outbox.enqueueState(t.tdd, pb.ExecutionState_EXECUTION_STATE_RUNNING, "")
 	for _, pd := range t.tdd.GetProduced() {

@@ -47,6 +47,10 @@ type task struct {
 	inject atomic.Uint64
 	// records the task read from its inputs and emitted (metrics; no lock)
 	recordsIn, recordsOut atomic.Int64
+	// made is when the deployment was accepted; startTook the time from then to RUNNING (its
+	// start: restored state, the operator opened, its partitions made), 0 before.
+	made      time.Time
+	startTook atomic.Int64
 	// encoded record batches received and sent over Exchange streams (local channels carry none)
 	bytesIn, bytesOut atomic.Int64
 	// the time the task waited for space downstream (backpressure), its watermark (unix ms, 0:

@@ -2,8 +2,10 @@ package taskmanager_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,7 +60,8 @@ func wasmCounters(t *testing.T, url, job, vertex string) (map[string]float64, []
 // TestWasmMetrics: a TaskManager's /metrics counts, per task of a wasm vertex, its module's
 // calls, records in and out, time in the module and traps. A job of the kinds module's upper
 // (MAP) has calls, records in and out and time above zero and no trap, and no such series for
-// its built-in vertices; a job of boom fails its task, whose (retained) series count the trap.
+// its built-in vertices, and each of its tasks its start time (jmcluster_tm_task_start_seconds);
+// a job of boom fails its task, whose (retained) series count the trap.
 func TestWasmMetrics(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{JMs: 1, TMs: 1, Slots: 8})
 	sha := storeWasm(t, c, "kinds", "boom")
@@ -84,6 +87,21 @@ func TestWasmMetrics(t *testing.T) {
 		t.Fatalf("upper: %v, want no trap and no more records out than in (a MAP)", got)
 	}
 	t.Logf("upper: %v", got)
+	// Every task that runs has its start measured, and /metrics says it per task.
+	for _, io := range c.TMs[0].A.TM.TaskIOs() {
+		if io.JobID == upper && io.Start <= 0 {
+			t.Errorf("task %s/%d runs with no start time", io.VertexID, io.Subtask)
+		}
+	}
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf(`jmcluster_tm_task_start_seconds{attempt="0",job=%q,subtask="0",vertex="map"}`, upper); !strings.Contains(string(body), want) {
+		t.Errorf("/metrics has no %s", want)
+	}
 
 	boom := submitToLeader(t, c, wasmChain("boom", sha["boom"], "boom", 0))
 	c.WaitJob(boom, "boom FAILED", 90*time.Second, func(r *pb.JobRecord) bool { return r.GetStatus() == pb.JobStatus_JOB_STATUS_FAILED })
