@@ -9,6 +9,7 @@ package operator
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -185,6 +186,15 @@ type Operator interface {
 	Finish(out Emit) error
 	// Close releases resources; it is called once, after Finish or on failure or cancel.
 	Close() error
+}
+
+// Buffering is an Operator that may hold records between Process calls (a wasm task's batch).
+// Before the TaskManager waits for input it asks how long the oldest held record may still
+// wait (FlushIn; false: none held), and calls Flush once that time passes with no input, so
+// the last records before a stream goes quiet are not held until the next one.
+type Buffering interface {
+	FlushIn() (time.Duration, bool)
+	Flush(out Emit) error
 }
 
 // Watermarker is an Operator that keeps event time (a transform: its Context's watermark and

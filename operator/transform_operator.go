@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // transformOperator runs a Transform on a task: it owns the transform's Context (its keyed
@@ -30,6 +31,21 @@ func (o *transformOperator) flush() error {
 		}
 	}
 	return nil
+}
+
+// FlushIn is how long the transform's oldest held record may still wait (Buffering); false
+// when it holds none or holds no records at all.
+func (o *transformOperator) FlushIn() (time.Duration, bool) {
+	if h, ok := o.t.(interface{ flushIn() (time.Duration, bool) }); ok {
+		return h.flushIn()
+	}
+	return 0, false
+}
+
+// Flush hands on the records the transform holds (Buffering).
+func (o *transformOperator) Flush(out Emit) error {
+	o.ctx.out = out
+	return o.flush()
 }
 
 // legacyState is a keyed transform that also reads a state of the format its kind had

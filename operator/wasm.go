@@ -28,8 +28,9 @@ const (
 	WasmBatchRecords = 256
 	// WasmBatchBytes: a batch is handed on once its encoding holds this many bytes.
 	WasmBatchBytes = 1 << 20
-	// WasmBatchDelay: a record that comes when the batch's first has waited this long hands
-	// the batch on (a slow stream's records wait at most this long for the next one).
+	// WasmBatchDelay: once the batch's first record has waited this long the batch is handed
+	// on, by the record that comes then or, when none comes, by the TaskManager while the task
+	// waits for input (Buffering): no record waits longer, on a busy stream or a quiet one.
 	WasmBatchDelay = 100 * time.Millisecond
 	// WasmFetchTimeout bounds the fetch of the module's artifact at the task's start.
 	WasmFetchTimeout = 30 * time.Second
@@ -124,6 +125,15 @@ func (w *wasmOp) Process(ctx *Context, r Record) error {
 
 // Flush calls the module with the records buffered and emits its output (the flush hook of
 // transformOperator).
+// flushIn is how long the batch's first record may still wait before the batch is handed on
+// (WasmBatchDelay from its arrival); false when the batch is empty.
+func (w *wasmOp) flushIn() (time.Duration, bool) {
+	if w.batch.Len() == 0 || w.err != nil {
+		return 0, false
+	}
+	return w.delay - time.Since(w.first), true
+}
+
 func (w *wasmOp) Flush(ctx *Context) error {
 	if w.err != nil {
 		return w.err

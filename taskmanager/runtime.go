@@ -257,12 +257,32 @@ func (tm *TaskManager) consume(t *task, op operator.Operator, emit operator.Emit
 		aligned:  tm.cfg.ObserveAlignment,
 		wm:       newTaskClock(t, s.Live(), op, emit),
 	}
+	// A buffering operator's held records are handed on once they waited their delay with no
+	// input (a stream gone quiet); the timer runs only while the task waits with records held.
+	buf, _ := op.(operator.Buffering)
+	quiet := time.NewTimer(time.Hour)
+	quiet.Stop()
+	defer quiet.Stop()
 	for s.Live() > 0 {
+		var flush <-chan time.Time
+		if buf != nil {
+			if d, held := buf.FlushIn(); held {
+				quiet.Reset(max(d, 0))
+				flush = quiet.C
+			}
+		}
 		select {
 		case <-s.Signal():
+		case <-flush:
+			if err := buf.Flush(emit); err != nil {
+				return err
+			}
+			sampleWasm()
+			continue
 		case <-t.ctx.Done():
 			return t.ctx.Err()
 		}
+		quiet.Stop()
 		for _, ev := range s.Take() {
 			rs, ended, err := s.Handle(ev)
 			if err != nil {

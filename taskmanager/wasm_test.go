@@ -2,6 +2,7 @@ package taskmanager_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -173,4 +174,45 @@ func TestRefusedWasmModules(t *testing.T) {
 		t.Errorf("causes %q, want %q in them", got, want)
 	}
 	t.Logf("causes: %s", got)
+}
+
+// TestWasmBatchOfAQuietStreamHandedOn: a wasm task whose input goes quiet without ending hands
+// on the records it holds once the first has waited WasmBatchDelay (the TaskManager flushes it
+// while the task waits for input), not at the next record. The job: an event generator of two
+// splits, one emitting ten events and ending, the other idle and never ending, ALL_TO_ALL into
+// one wasm MAP (echo), into a sink: the map's input never ends, so only that flush brings the
+// ten records to the sink.
+func TestWasmBatchOfAQuietStreamHandedOn(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{JMs: 1, TMs: 1, Slots: 4})
+	sha := storeWasm(t, c, "kinds")
+	jg := &pb.JobGraph{
+		Name: "quiet", Type: pb.JobType_JOB_TYPE_STREAMING,
+		Vertices: []*pb.JobVertex{
+			{Id: "source", Parallelism: 2, Operator: &pb.Operator{Kind: &pb.Operator_EventGenerator{EventGenerator: &pb.EventGenerator{Seed: 3, Count: 10, Keys: 4, IdleSplits: 1}}}},
+			{Id: "map", Parallelism: 1, Operator: &pb.Operator{Kind: &pb.Operator_Wasm{Wasm: &pb.WasmOperator{Artifact: sha["kinds"], Function: "echo", Kind: pb.WasmKind_WASM_KIND_MAP}}}},
+			{Id: "sink", Parallelism: 1, Operator: &pb.Operator{Kind: &pb.Operator_LogSink{LogSink: &pb.LogSink{}}}},
+		},
+		Edges: []*pb.JobEdge{
+			{Source: "source", Target: "map", Distribution: pb.Distribution_DISTRIBUTION_ALL_TO_ALL, ResultType: pb.ResultType_RESULT_TYPE_PIPELINED},
+			{Source: "map", Target: "sink", Distribution: pb.Distribution_DISTRIBUTION_FORWARD, ResultType: pb.ResultType_RESULT_TYPE_PIPELINED},
+		},
+		RestartStrategy: &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_NONE},
+	}
+	id := submitToLeader(t, c, jg)
+	testcluster.WaitFor(t, time.Minute, "the ten events at the sink", func() (bool, string) {
+		var sink, mapIn int64
+		for _, io := range c.TMs[0].A.TM.TaskIOs() {
+			switch {
+			case io.JobID != id:
+			case io.VertexID == "sink":
+				sink += io.RecordsIn
+			case io.VertexID == "map":
+				mapIn += io.RecordsIn
+			}
+		}
+		return sink == 10, fmt.Sprintf("map read %d, sink read %d", mapIn, sink)
+	})
+	if rec := c.Job(id); rec.GetStatus() != pb.JobStatus_JOB_STATUS_RUNNING {
+		t.Fatalf("the job is %s, not RUNNING (its idle split never ends)", rec.GetStatus())
+	}
 }
