@@ -170,7 +170,7 @@ func TestGoalWasmTaskStart(t *testing.T) {
 	}
 
 	cold := start("first", true, true) // fetches and compiles the module, then starts a warm instance
-	t.Logf("the first wasm task's start (fetch, compile, start): %v", cold)
+	t.Logf("the first wasm task's start (the artifact fetched; the module compiled unless this process compiled it before; its start): %v", cold)
 	var builtin, wasm []float64
 	for k := range trials {
 		b, w := start(fmt.Sprintf("builtin-%d", k), false, false), start(fmt.Sprintf("wasm-%d", k), true, false)
