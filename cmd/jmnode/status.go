@@ -234,8 +234,12 @@ func printSummary(out io.Writer, resp *pb.GetJobResponse) {
 	}
 	w := tabwriter.NewWriter(out, 0, 2, 2, ' ', 0)
 	fmt.Fprintln(w, "VERTEX\tNAME\tPARALLELISM\tSTATES\tATTEMPTS CHANGED\tMAX ATTEMPT\tIN/S\tOUT/S\tBACKPRESSURE\tWATERMARK (LAG)\tDEAD LETTERS")
+	fed := map[string]bool{} // vertices with an input: a source's IN/S is "-", not 0
+	for _, e := range resp.GetJob().GetJobGraph().GetEdges() {
+		fed[e.GetTarget()] = true
+	}
 	for _, v := range s.Vertices {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", v.VertexId, orDash(v.Name), v.Parallelism, stateList(v.States), v.AttemptsChanged, v.MaxAttemptNumber, flowColumns(v))
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", v.VertexId, orDash(v.Name), v.Parallelism, stateList(v.States), v.AttemptsChanged, v.MaxAttemptNumber, flowColumns(v, fed[v.VertexId]))
 	}
 	_ = w.Flush()
 	printWasmVertices(out, resp.GetJob().GetJobGraph())
@@ -256,9 +260,10 @@ func printWasmVertices(out io.Writer, jg *pb.JobGraph) {
 // flowColumns is a vertex's data flow as the leader measures it: records in and out per
 // second, backpressure (the busiest subtask's share of time waiting for space downstream), the
 // watermark with its lag behind the wall clock, and the dead letters; "-" where the leader has
-// no measure (fewer than two heartbeats of a running subtask, a follower that could not ask it)
-// or no watermark (a job without event time, or a subtask before its first watermark).
-func flowColumns(v *pb.VertexSummary) string {
+// no measure (fewer than two heartbeats of a running subtask, a follower that could not ask it),
+// no watermark (a job without event time, or a subtask before its first watermark) or, for
+// records in, no input (fed false: a source).
+func flowColumns(v *pb.VertexSummary, fed bool) string {
 	if v.FlowSubtasks == nil {
 		return "-\t-\t-\t-\t-"
 	}
@@ -266,7 +271,11 @@ func flowColumns(v *pb.VertexSummary) string {
 	if v.Watermark != nil {
 		wm = watermarkText(v.GetWatermark(), time.Duration(v.GetWatermarkLagMs())*time.Millisecond)
 	}
-	return fmt.Sprintf("%s\t%s\t%.0f%%\t%s\t%d", perSecond(v.GetRecordsInPerS()), perSecond(v.GetRecordsOutPerS()), v.GetBackpressure()*100, wm, v.GetDeadLetters())
+	in := "-" // a source reads no channel
+	if fed {
+		in = perSecond(v.GetRecordsInPerS())
+	}
+	return fmt.Sprintf("%s\t%s\t%.0f%%\t%s\t%d", in, perSecond(v.GetRecordsOutPerS()), v.GetBackpressure()*100, wm, v.GetDeadLetters())
 }
 
 // watermarkText shows a watermark (UTC; with its date when it is a day or more behind) and its
