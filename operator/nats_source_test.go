@@ -167,3 +167,58 @@ func TestNatsSourceFailsWithTheServersAnswer(t *testing.T) {
 		}
 	}
 }
+
+// TestNatsSourceGoesOnAcrossAServerRestart: the server restarts (same port, same store) while
+// a source reads; the source does not fail, and emits the messages published after the
+// restart after those before it, each once.
+func TestNatsSourceGoesOnAcrossAServerRestart(t *testing.T) {
+	s := natstest.Start(t)
+	s.CreateStream(t, "R", "r")
+	for i := range 10 {
+		s.Publish(t, "r", []byte(fmt.Sprint(i)), nil)
+	}
+	src, err := NewSource(natsOp(s.URL, "R", ""), Info{Parallelism: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	got := make(chan Record, 100)
+	done := make(chan error, 1)
+	go func() {
+		done <- src.Run(ctx, func(r Record) error {
+			got <- r
+			if len(got) == cap(got) || r.Seq == 19 {
+				return errNatsStop
+			}
+			return nil
+		})
+	}()
+	var out []string
+	take := func(n int) {
+		for len(out) < n {
+			select {
+			case r := <-got:
+				out = append(out, string(r.Value))
+			case err := <-done:
+				t.Fatalf("the source ended with %v after %v", err, out)
+			case <-ctx.Done():
+				t.Fatalf("waiting for record %d: %v after %v", len(out), ctx.Err(), out)
+			}
+		}
+	}
+	take(10)
+	s.Restart(t)
+	for i := 10; i < 20; i++ {
+		s.Publish(t, "r", []byte(fmt.Sprint(i)), nil)
+	}
+	take(20)
+	if err := <-done; !errors.Is(err, errNatsStop) {
+		t.Fatalf("the source ended with %v, want the test's stop", err)
+	}
+	for i, v := range out {
+		if v != fmt.Sprint(i) {
+			t.Fatalf("record %d is %s: %v", i, v, out)
+		}
+	}
+}

@@ -4,6 +4,7 @@ package natstest
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -14,16 +15,34 @@ import (
 
 // Server is a running NATS server with JetStream and a client connected to it.
 type Server struct {
-	URL string
-	S   *server.Server
-	NC  *nats.Conn
-	JS  jetstream.JetStream
+	URL  string
+	S    *server.Server
+	NC   *nats.Conn
+	JS   jetstream.JetStream
+	opts *server.Options
 }
 
 // Start starts a server and connects a client to it; both stop when t ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
+	s := run(t, opts)
+	opts.Port = s.Addr().(*net.TCPAddr).Port // a restart listens where the clients reconnect
+	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("connect to %s: %v", s.ClientURL(), err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Server{URL: s.ClientURL(), S: s, NC: nc, JS: js, opts: opts}
+}
+
+// run starts a server of opts, shut down when t ends.
+func run(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
 	s, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatalf("nats server: %v", err)
@@ -33,16 +52,16 @@ func Start(t testing.TB) *Server {
 	if !s.ReadyForConnections(10 * time.Second) {
 		t.Fatalf("nats server at %s not ready for connections after 10s", s.ClientURL())
 	}
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatalf("connect to %s: %v", s.ClientURL(), err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &Server{URL: s.ClientURL(), S: s, NC: nc, JS: js}
+	return s
+}
+
+// Restart shuts the server down and starts it again on the same port and store: its streams
+// and messages are kept, and clients reconnect.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.S.Shutdown()
+	s.S.WaitForShutdown()
+	s.S = run(t, s.opts)
 }
 
 // CreateStream creates stream over subjects.
