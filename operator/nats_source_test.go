@@ -222,3 +222,32 @@ func TestNatsSourceGoesOnAcrossAServerRestart(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkNatsSource reads b.N messages of 100 bytes from a real server in the test's
+// process, at parallelism 1 and as subtask 0 of 4 (which reads every message and keeps a
+// quarter): ns/op is per message of the stream.
+func BenchmarkNatsSource(b *testing.B) {
+	for _, par := range []int32{1, 4} {
+		b.Run(fmt.Sprintf("parallelism-%d", par), func(b *testing.B) {
+			s := natstest.Start(b)
+			s.CreateStream(b, "B", "b")
+			data := []byte(strings.Repeat("x", 100))
+			for i := 0; i < b.N; i++ {
+				if _, err := s.JS.PublishAsync("b", data); err != nil {
+					b.Fatal(err)
+				}
+			}
+			select {
+			case <-s.JS.PublishAsyncComplete():
+			case <-time.After(60 * time.Second):
+				b.Fatal("publishing: no acknowledgement of every message after 60s")
+			}
+			want := (b.N + int(par) - 1) / int(par)
+			b.ResetTimer()
+			out, _, err := runNatsErr(natsOp(s.URL, "B", ""), 0, par, nil, want, false)
+			if err != nil || len(out) != want {
+				b.Fatalf("%d of %d records: %v", len(out), want, err)
+			}
+		})
+	}
+}
