@@ -132,6 +132,32 @@ func (c *SourceContext) Wait(d time.Duration) error {
 	}
 }
 
+// WaitReady returns once it received a signal from ready, or the context's
+// error when the task ends first: a source whose records come from another goroutine waits
+// here, and its watermarks, idleness and checkpoint barriers go on ticking while it waits.
+func (c *SourceContext) WaitReady(ready <-chan struct{}) error {
+	if c.tick == nil {
+		c.startTicker()
+	}
+	for {
+		select {
+		case <-c.ctx.Done():
+			return c.ctx.Err()
+		case <-ready:
+			return nil
+		case <-c.tick:
+			if err := c.onTick(); err != nil {
+				return err
+			}
+			if c.poll != nil {
+				if err := c.poll(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
 // onTick handles a tick of the ticker: the clock's watermark or idle marker, if any, goes out.
 func (c *SourceContext) onTick() error {
 	c.due.Store(false)

@@ -327,6 +327,61 @@ func (FileSinkFormat) EnumDescriptor() ([]byte, []int) {
 	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{5}
 }
 
+type NatsKey int32
+
+const (
+	NatsKey_NATS_KEY_UNSPECIFIED NatsKey = 0
+	// An empty key.
+	NatsKey_NATS_KEY_NONE NatsKey = 1
+	// The message's subject.
+	NatsKey_NATS_KEY_SUBJECT NatsKey = 2
+	// The first value of the header key_header.
+	NatsKey_NATS_KEY_HEADER NatsKey = 3
+)
+
+// Enum value maps for NatsKey.
+var (
+	NatsKey_name = map[int32]string{
+		0: "NATS_KEY_UNSPECIFIED",
+		1: "NATS_KEY_NONE",
+		2: "NATS_KEY_SUBJECT",
+		3: "NATS_KEY_HEADER",
+	}
+	NatsKey_value = map[string]int32{
+		"NATS_KEY_UNSPECIFIED": 0,
+		"NATS_KEY_NONE":        1,
+		"NATS_KEY_SUBJECT":     2,
+		"NATS_KEY_HEADER":      3,
+	}
+)
+
+func (x NatsKey) Enum() *NatsKey {
+	p := new(NatsKey)
+	*p = x
+	return p
+}
+
+func (x NatsKey) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NatsKey) Descriptor() protoreflect.EnumDescriptor {
+	return file_jmcluster_v1_graph_proto_enumTypes[6].Descriptor()
+}
+
+func (NatsKey) Type() protoreflect.EnumType {
+	return &file_jmcluster_v1_graph_proto_enumTypes[6]
+}
+
+func (x NatsKey) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NatsKey.Descriptor instead.
+func (NatsKey) EnumDescriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{6}
+}
+
 type TimeFormat int32
 
 const (
@@ -366,11 +421,11 @@ func (x TimeFormat) String() string {
 }
 
 func (TimeFormat) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[6].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[7].Descriptor()
 }
 
 func (TimeFormat) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[6]
+	return &file_jmcluster_v1_graph_proto_enumTypes[7]
 }
 
 func (x TimeFormat) Number() protoreflect.EnumNumber {
@@ -379,7 +434,7 @@ func (x TimeFormat) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TimeFormat.Descriptor instead.
 func (TimeFormat) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{6}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{7}
 }
 
 type CompareOp int32
@@ -427,11 +482,11 @@ func (x CompareOp) String() string {
 }
 
 func (CompareOp) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[7].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[8].Descriptor()
 }
 
 func (CompareOp) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[7]
+	return &file_jmcluster_v1_graph_proto_enumTypes[8]
 }
 
 func (x CompareOp) Number() protoreflect.EnumNumber {
@@ -440,7 +495,7 @@ func (x CompareOp) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CompareOp.Descriptor instead.
 func (CompareOp) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{7}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{8}
 }
 
 // What a WebAssembly function does with each record.
@@ -492,11 +547,11 @@ func (x WasmKind) String() string {
 }
 
 func (WasmKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[8].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[9].Descriptor()
 }
 
 func (WasmKind) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[8]
+	return &file_jmcluster_v1_graph_proto_enumTypes[9]
 }
 
 func (x WasmKind) Number() protoreflect.EnumNumber {
@@ -505,7 +560,7 @@ func (x WasmKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WasmKind.Descriptor instead.
 func (WasmKind) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{8}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{9}
 }
 
 type WindowKind int32
@@ -547,11 +602,11 @@ func (x WindowKind) String() string {
 }
 
 func (WindowKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[9].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[10].Descriptor()
 }
 
 func (WindowKind) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[9]
+	return &file_jmcluster_v1_graph_proto_enumTypes[10]
 }
 
 func (x WindowKind) Number() protoreflect.EnumNumber {
@@ -560,7 +615,7 @@ func (x WindowKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WindowKind.Descriptor instead.
 func (WindowKind) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{9}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
 }
 
 type ExecutionState int32
@@ -620,11 +675,11 @@ func (x ExecutionState) String() string {
 }
 
 func (ExecutionState) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[10].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[11].Descriptor()
 }
 
 func (ExecutionState) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[10]
+	return &file_jmcluster_v1_graph_proto_enumTypes[11]
 }
 
 func (x ExecutionState) Number() protoreflect.EnumNumber {
@@ -633,7 +688,7 @@ func (x ExecutionState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExecutionState.Descriptor instead.
 func (ExecutionState) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
 }
 
 type JobStatus int32
@@ -696,11 +751,11 @@ func (x JobStatus) String() string {
 }
 
 func (JobStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[11].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[12].Descriptor()
 }
 
 func (JobStatus) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[11]
+	return &file_jmcluster_v1_graph_proto_enumTypes[12]
 }
 
 func (x JobStatus) Number() protoreflect.EnumNumber {
@@ -709,7 +764,7 @@ func (x JobStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobStatus.Descriptor instead.
 func (JobStatus) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
 }
 
 type RestartStrategy struct {
@@ -1317,6 +1372,106 @@ func (x *ChecksumSink) GetFlushIntervalMs() int64 {
 	return 0
 }
 
+// Reads a NATS JetStream stream (docs/connectors.md#nats-jetstream-source): the messages of
+// stream whose subject matches subject, from the stream sequence each split's checkpoint
+// kept, without end. Subtask i of P keeps the messages whose stream sequence s has
+// (s-1) % P == i (each subtask reads the whole filter); a record's value is the message's
+// data, its origin the subtask's split and its seq (s-1)/P. With event_time and an empty
+// time_path, a record's event time is the time the server stored the message. Connects
+// without credentials.
+type NatsSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server's URL ("nats://127.0.0.1:4222"), or several separated by commas; scheme nats
+	// or tls, at most MaxNatsURLBytes.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// The stream's name (no spaces, '.', '*', '>', '/' or '\\'), at most MaxNatsNameBytes.
+	Stream string `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	// The subject filter ("orders.>", "orders.*.paid"); empty means every subject of the stream.
+	Subject string `protobuf:"bytes,3,opt,name=subject,proto3" json:"subject,omitempty"`
+	// What becomes a record's key; UNSPECIFIED means NATS_KEY_NONE.
+	Key NatsKey `protobuf:"varint,4,opt,name=key,proto3,enum=jmcluster.v1.NatsKey" json:"key,omitempty"`
+	// The header whose first value is the key, with key NATS_KEY_HEADER (a message without it
+	// has an empty key).
+	KeyHeader string `protobuf:"bytes,5,opt,name=key_header,json=keyHeader,proto3" json:"key_header,omitempty"`
+	// Messages fetched ahead of the task and held in memory; 0 means 256, at most
+	// MaxNatsBufferedMessages.
+	MaxBufferedMessages int32 `protobuf:"varint,6,opt,name=max_buffered_messages,json=maxBufferedMessages,proto3" json:"max_buffered_messages,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *NatsSource) Reset() {
+	*x = NatsSource{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NatsSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NatsSource) ProtoMessage() {}
+
+func (x *NatsSource) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NatsSource.ProtoReflect.Descriptor instead.
+func (*NatsSource) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *NatsSource) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *NatsSource) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *NatsSource) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *NatsSource) GetKey() NatsKey {
+	if x != nil {
+		return x.Key
+	}
+	return NatsKey_NATS_KEY_UNSPECIFIED
+}
+
+func (x *NatsSource) GetKeyHeader() string {
+	if x != nil {
+		return x.KeyHeader
+	}
+	return ""
+}
+
+func (x *NatsSource) GetMaxBufferedMessages() int32 {
+	if x != nil {
+		return x.MaxBufferedMessages
+	}
+	return 0
+}
+
 type Operator struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Kind:
@@ -1335,6 +1490,7 @@ type Operator struct {
 	//	*Operator_JsonProject
 	//	*Operator_Window
 	//	*Operator_Wasm
+	//	*Operator_NatsSource
 	Kind isOperator_Kind `protobuf_oneof:"kind"`
 	// Sources only: how the source's records get their event time and its watermarks. Absent:
 	// the source emits no watermarks (event-time timers fire when the input ends).
@@ -1345,7 +1501,7 @@ type Operator struct {
 
 func (x *Operator) Reset() {
 	*x = Operator{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1513,7 @@ func (x *Operator) String() string {
 func (*Operator) ProtoMessage() {}
 
 func (x *Operator) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1526,7 @@ func (x *Operator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operator.ProtoReflect.Descriptor instead.
 func (*Operator) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Operator) GetKind() isOperator_Kind {
@@ -1506,6 +1662,15 @@ func (x *Operator) GetWasm() *WasmOperator {
 	return nil
 }
 
+func (x *Operator) GetNatsSource() *NatsSource {
+	if x != nil {
+		if x, ok := x.Kind.(*Operator_NatsSource); ok {
+			return x.NatsSource
+		}
+	}
+	return nil
+}
+
 func (x *Operator) GetEventTime() *EventTime {
 	if x != nil {
 		return x.EventTime
@@ -1573,6 +1738,10 @@ type Operator_Wasm struct {
 	Wasm *WasmOperator `protobuf:"bytes,14,opt,name=wasm,proto3,oneof"`
 }
 
+type Operator_NatsSource struct {
+	NatsSource *NatsSource `protobuf:"bytes,16,opt,name=nats_source,json=natsSource,proto3,oneof"`
+}
+
 func (*Operator_SequenceSource) isOperator_Kind() {}
 
 func (*Operator_Map) isOperator_Kind() {}
@@ -1601,6 +1770,8 @@ func (*Operator_Window) isOperator_Kind() {}
 
 func (*Operator_Wasm) isOperator_Kind() {}
 
+func (*Operator_NatsSource) isOperator_Kind() {}
+
 // Event time at a source (docs/task-runtime.md#event-time-and-watermarks): each split's
 // watermark is the highest event time it emitted minus max_out_of_orderness_ms, minus 1; the
 // source task's is the lowest of its splits' that are not idle, emitted every
@@ -1628,7 +1799,7 @@ type EventTime struct {
 
 func (x *EventTime) Reset() {
 	*x = EventTime{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1811,7 @@ func (x *EventTime) String() string {
 func (*EventTime) ProtoMessage() {}
 
 func (x *EventTime) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1824,7 @@ func (x *EventTime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventTime.ProtoReflect.Descriptor instead.
 func (*EventTime) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EventTime) GetTimePath() string {
@@ -1705,7 +1876,7 @@ type JsonKeyBy struct {
 
 func (x *JsonKeyBy) Reset() {
 	*x = JsonKeyBy{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1888,7 @@ func (x *JsonKeyBy) String() string {
 func (*JsonKeyBy) ProtoMessage() {}
 
 func (x *JsonKeyBy) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1901,7 @@ func (x *JsonKeyBy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JsonKeyBy.ProtoReflect.Descriptor instead.
 func (*JsonKeyBy) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JsonKeyBy) GetPath() string {
@@ -1756,7 +1927,7 @@ type JsonFilter struct {
 
 func (x *JsonFilter) Reset() {
 	*x = JsonFilter{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +1939,7 @@ func (x *JsonFilter) String() string {
 func (*JsonFilter) ProtoMessage() {}
 
 func (x *JsonFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +1952,7 @@ func (x *JsonFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JsonFilter.ProtoReflect.Descriptor instead.
 func (*JsonFilter) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{13}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *JsonFilter) GetPath() string {
@@ -1817,7 +1988,7 @@ type JsonProject struct {
 
 func (x *JsonProject) Reset() {
 	*x = JsonProject{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +2000,7 @@ func (x *JsonProject) String() string {
 func (*JsonProject) ProtoMessage() {}
 
 func (x *JsonProject) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +2013,7 @@ func (x *JsonProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JsonProject.ProtoReflect.Descriptor instead.
 func (*JsonProject) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{14}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JsonProject) GetFields() []*ProjectField {
@@ -1864,7 +2035,7 @@ type ProjectField struct {
 
 func (x *ProjectField) Reset() {
 	*x = ProjectField{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +2047,7 @@ func (x *ProjectField) String() string {
 func (*ProjectField) ProtoMessage() {}
 
 func (x *ProjectField) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +2060,7 @@ func (x *ProjectField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectField.ProtoReflect.Descriptor instead.
 func (*ProjectField) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{15}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ProjectField) GetPath() string {
@@ -1934,7 +2105,7 @@ type WindowOperator struct {
 
 func (x *WindowOperator) Reset() {
 	*x = WindowOperator{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2117,7 @@ func (x *WindowOperator) String() string {
 func (*WindowOperator) ProtoMessage() {}
 
 func (x *WindowOperator) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2130,7 @@ func (x *WindowOperator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowOperator.ProtoReflect.Descriptor instead.
 func (*WindowOperator) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{16}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WindowOperator) GetKind() WindowKind {
@@ -2027,7 +2198,7 @@ type WasmOperator struct {
 
 func (x *WasmOperator) Reset() {
 	*x = WasmOperator{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2210,7 @@ func (x *WasmOperator) String() string {
 func (*WasmOperator) ProtoMessage() {}
 
 func (x *WasmOperator) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2223,7 @@ func (x *WasmOperator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WasmOperator.ProtoReflect.Descriptor instead.
 func (*WasmOperator) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WasmOperator) GetArtifact() string {
@@ -2109,7 +2280,7 @@ type JobVertex struct {
 
 func (x *JobVertex) Reset() {
 	*x = JobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2121,7 +2292,7 @@ func (x *JobVertex) String() string {
 func (*JobVertex) ProtoMessage() {}
 
 func (x *JobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2134,7 +2305,7 @@ func (x *JobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobVertex.ProtoReflect.Descriptor instead.
 func (*JobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JobVertex) GetId() string {
@@ -2180,7 +2351,7 @@ type JobEdge struct {
 
 func (x *JobEdge) Reset() {
 	*x = JobEdge{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2363,7 @@ func (x *JobEdge) String() string {
 func (*JobEdge) ProtoMessage() {}
 
 func (x *JobEdge) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2376,7 @@ func (x *JobEdge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEdge.ProtoReflect.Descriptor instead.
 func (*JobEdge) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *JobEdge) GetSource() string {
@@ -2267,7 +2438,7 @@ type JobGraph struct {
 
 func (x *JobGraph) Reset() {
 	*x = JobGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2450,7 @@ func (x *JobGraph) String() string {
 func (*JobGraph) ProtoMessage() {}
 
 func (x *JobGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2463,7 @@ func (x *JobGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobGraph.ProtoReflect.Descriptor instead.
 func (*JobGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *JobGraph) GetJobId() string {
@@ -2370,7 +2541,7 @@ type DeadLetters struct {
 
 func (x *DeadLetters) Reset() {
 	*x = DeadLetters{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2553,7 @@ func (x *DeadLetters) String() string {
 func (*DeadLetters) ProtoMessage() {}
 
 func (x *DeadLetters) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2566,7 @@ func (x *DeadLetters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetters.ProtoReflect.Descriptor instead.
 func (*DeadLetters) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeadLetters) GetOperator() *Operator {
@@ -2422,7 +2593,7 @@ type SlotID struct {
 
 func (x *SlotID) Reset() {
 	*x = SlotID{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2605,7 @@ func (x *SlotID) String() string {
 func (*SlotID) ProtoMessage() {}
 
 func (x *SlotID) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2618,7 @@ func (x *SlotID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotID.ProtoReflect.Descriptor instead.
 func (*SlotID) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SlotID) GetTmId() string {
@@ -2474,7 +2645,7 @@ type StateTimestamp struct {
 
 func (x *StateTimestamp) Reset() {
 	*x = StateTimestamp{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2657,7 @@ func (x *StateTimestamp) String() string {
 func (*StateTimestamp) ProtoMessage() {}
 
 func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2670,7 @@ func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTimestamp.ProtoReflect.Descriptor instead.
 func (*StateTimestamp) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{23}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StateTimestamp) GetState() ExecutionState {
@@ -2534,7 +2705,7 @@ type Execution struct {
 
 func (x *Execution) Reset() {
 	*x = Execution{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2546,7 +2717,7 @@ func (x *Execution) String() string {
 func (*Execution) ProtoMessage() {}
 
 func (x *Execution) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2559,7 +2730,7 @@ func (x *Execution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Execution.ProtoReflect.Descriptor instead.
 func (*Execution) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{24}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Execution) GetAttemptId() string {
@@ -2639,7 +2810,7 @@ type InputChannelDescriptor struct {
 
 func (x *InputChannelDescriptor) Reset() {
 	*x = InputChannelDescriptor{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2651,7 +2822,7 @@ func (x *InputChannelDescriptor) String() string {
 func (*InputChannelDescriptor) ProtoMessage() {}
 
 func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2664,7 +2835,7 @@ func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputChannelDescriptor.ProtoReflect.Descriptor instead.
 func (*InputChannelDescriptor) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{25}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *InputChannelDescriptor) GetResultId() string {
@@ -2716,7 +2887,7 @@ type ExecutionVertex struct {
 
 func (x *ExecutionVertex) Reset() {
 	*x = ExecutionVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2899,7 @@ func (x *ExecutionVertex) String() string {
 func (*ExecutionVertex) ProtoMessage() {}
 
 func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2912,7 @@ func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{26}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ExecutionVertex) GetVertexId() string {
@@ -2790,7 +2961,7 @@ type ExecutionJobVertex struct {
 
 func (x *ExecutionJobVertex) Reset() {
 	*x = ExecutionJobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +2973,7 @@ func (x *ExecutionJobVertex) String() string {
 func (*ExecutionJobVertex) ProtoMessage() {}
 
 func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +2986,7 @@ func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionJobVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionJobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{27}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ExecutionJobVertex) GetVertexId() string {
@@ -2852,7 +3023,7 @@ type IntermediateResultPartition struct {
 
 func (x *IntermediateResultPartition) Reset() {
 	*x = IntermediateResultPartition{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +3035,7 @@ func (x *IntermediateResultPartition) String() string {
 func (*IntermediateResultPartition) ProtoMessage() {}
 
 func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +3048,7 @@ func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResultPartition.ProtoReflect.Descriptor instead.
 func (*IntermediateResultPartition) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{28}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *IntermediateResultPartition) GetPartitionIndex() int32 {
@@ -2929,7 +3100,7 @@ type IntermediateResult struct {
 
 func (x *IntermediateResult) Reset() {
 	*x = IntermediateResult{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2941,7 +3112,7 @@ func (x *IntermediateResult) String() string {
 func (*IntermediateResult) ProtoMessage() {}
 
 func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2954,7 +3125,7 @@ func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResult.ProtoReflect.Descriptor instead.
 func (*IntermediateResult) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{29}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *IntermediateResult) GetResultId() string {
@@ -3011,7 +3182,7 @@ type ExecutionGraph struct {
 
 func (x *ExecutionGraph) Reset() {
 	*x = ExecutionGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3194,7 @@ func (x *ExecutionGraph) String() string {
 func (*ExecutionGraph) ProtoMessage() {}
 
 func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3207,7 @@ func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionGraph.ProtoReflect.Descriptor instead.
 func (*ExecutionGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{30}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ExecutionGraph) GetJobId() string {
@@ -3071,7 +3242,7 @@ type JobStatusChange struct {
 
 func (x *JobStatusChange) Reset() {
 	*x = JobStatusChange{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3083,7 +3254,7 @@ func (x *JobStatusChange) String() string {
 func (*JobStatusChange) ProtoMessage() {}
 
 func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3096,7 +3267,7 @@ func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatusChange.ProtoReflect.Descriptor instead.
 func (*JobStatusChange) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{31}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *JobStatusChange) GetStatus() JobStatus {
@@ -3143,7 +3314,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3326,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3339,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{32}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *JobRecord) GetJobGraph() *JobGraph {
@@ -3285,7 +3456,16 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"valueBytes\"N\n" +
 	"\fChecksumSink\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12*\n" +
-	"\x11flush_interval_ms\x18\x02 \x01(\x03R\x0fflushIntervalMs\"\x8f\a\n" +
+	"\x11flush_interval_ms\x18\x02 \x01(\x03R\x0fflushIntervalMs\"\xcc\x01\n" +
+	"\n" +
+	"NatsSource\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x18\n" +
+	"\asubject\x18\x03 \x01(\tR\asubject\x12'\n" +
+	"\x03key\x18\x04 \x01(\x0e2\x15.jmcluster.v1.NatsKeyR\x03key\x12\x1d\n" +
+	"\n" +
+	"key_header\x18\x05 \x01(\tR\tkeyHeader\x122\n" +
+	"\x15max_buffered_messages\x18\x06 \x01(\x05R\x13maxBufferedMessages\"\xcc\a\n" +
 	"\bOperator\x12G\n" +
 	"\x0fsequence_source\x18\x01 \x01(\v2\x1c.jmcluster.v1.SequenceSourceH\x00R\x0esequenceSource\x12-\n" +
 	"\x03map\x18\x02 \x01(\v2\x19.jmcluster.v1.MapOperatorH\x00R\x03map\x126\n" +
@@ -3303,7 +3483,9 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"jsonFilter\x12>\n" +
 	"\fjson_project\x18\f \x01(\v2\x19.jmcluster.v1.JsonProjectH\x00R\vjsonProject\x126\n" +
 	"\x06window\x18\r \x01(\v2\x1c.jmcluster.v1.WindowOperatorH\x00R\x06window\x120\n" +
-	"\x04wasm\x18\x0e \x01(\v2\x1a.jmcluster.v1.WasmOperatorH\x00R\x04wasm\x126\n" +
+	"\x04wasm\x18\x0e \x01(\v2\x1a.jmcluster.v1.WasmOperatorH\x00R\x04wasm\x12;\n" +
+	"\vnats_source\x18\x10 \x01(\v2\x18.jmcluster.v1.NatsSourceH\x00R\n" +
+	"natsSource\x126\n" +
 	"\n" +
 	"event_time\x18\x14 \x01(\v2\x17.jmcluster.v1.EventTimeR\teventTimeB\x06\n" +
 	"\x04kind\"\xf5\x01\n" +
@@ -3460,7 +3642,12 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x0eFileSinkFormat\x12 \n" +
 	"\x1cFILE_SINK_FORMAT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16FILE_SINK_FORMAT_VALUE\x10\x01\x12\"\n" +
-	"\x1eFILE_SINK_FORMAT_KEY_TAB_VALUE\x10\x02*y\n" +
+	"\x1eFILE_SINK_FORMAT_KEY_TAB_VALUE\x10\x02*a\n" +
+	"\aNatsKey\x12\x18\n" +
+	"\x14NATS_KEY_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rNATS_KEY_NONE\x10\x01\x12\x14\n" +
+	"\x10NATS_KEY_SUBJECT\x10\x02\x12\x13\n" +
+	"\x0fNATS_KEY_HEADER\x10\x03*y\n" +
 	"\n" +
 	"TimeFormat\x12\x1b\n" +
 	"\x17TIME_FORMAT_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -3528,8 +3715,8 @@ func file_jmcluster_v1_graph_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_graph_proto_rawDescData
 }
 
-var file_jmcluster_v1_graph_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_jmcluster_v1_graph_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
+var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(JobType)(0),                        // 0: jmcluster.v1.JobType
 	(Distribution)(0),                   // 1: jmcluster.v1.Distribution
@@ -3537,106 +3724,110 @@ var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(RestartKind)(0),                    // 3: jmcluster.v1.RestartKind
 	(FailoverStrategy)(0),               // 4: jmcluster.v1.FailoverStrategy
 	(FileSinkFormat)(0),                 // 5: jmcluster.v1.FileSinkFormat
-	(TimeFormat)(0),                     // 6: jmcluster.v1.TimeFormat
-	(CompareOp)(0),                      // 7: jmcluster.v1.CompareOp
-	(WasmKind)(0),                       // 8: jmcluster.v1.WasmKind
-	(WindowKind)(0),                     // 9: jmcluster.v1.WindowKind
-	(ExecutionState)(0),                 // 10: jmcluster.v1.ExecutionState
-	(JobStatus)(0),                      // 11: jmcluster.v1.JobStatus
-	(*RestartStrategy)(nil),             // 12: jmcluster.v1.RestartStrategy
-	(*SequenceSource)(nil),              // 13: jmcluster.v1.SequenceSource
-	(*MapOperator)(nil),                 // 14: jmcluster.v1.MapOperator
-	(*FilterOperator)(nil),              // 15: jmcluster.v1.FilterOperator
-	(*KeyBySumOperator)(nil),            // 16: jmcluster.v1.KeyBySumOperator
-	(*FileSink)(nil),                    // 17: jmcluster.v1.FileSink
-	(*LogSink)(nil),                     // 18: jmcluster.v1.LogSink
-	(*FlatMapOperator)(nil),             // 19: jmcluster.v1.FlatMapOperator
-	(*EventGenerator)(nil),              // 20: jmcluster.v1.EventGenerator
-	(*ChecksumSink)(nil),                // 21: jmcluster.v1.ChecksumSink
-	(*Operator)(nil),                    // 22: jmcluster.v1.Operator
-	(*EventTime)(nil),                   // 23: jmcluster.v1.EventTime
-	(*JsonKeyBy)(nil),                   // 24: jmcluster.v1.JsonKeyBy
-	(*JsonFilter)(nil),                  // 25: jmcluster.v1.JsonFilter
-	(*JsonProject)(nil),                 // 26: jmcluster.v1.JsonProject
-	(*ProjectField)(nil),                // 27: jmcluster.v1.ProjectField
-	(*WindowOperator)(nil),              // 28: jmcluster.v1.WindowOperator
-	(*WasmOperator)(nil),                // 29: jmcluster.v1.WasmOperator
-	(*JobVertex)(nil),                   // 30: jmcluster.v1.JobVertex
-	(*JobEdge)(nil),                     // 31: jmcluster.v1.JobEdge
-	(*JobGraph)(nil),                    // 32: jmcluster.v1.JobGraph
-	(*DeadLetters)(nil),                 // 33: jmcluster.v1.DeadLetters
-	(*SlotID)(nil),                      // 34: jmcluster.v1.SlotID
-	(*StateTimestamp)(nil),              // 35: jmcluster.v1.StateTimestamp
-	(*Execution)(nil),                   // 36: jmcluster.v1.Execution
-	(*InputChannelDescriptor)(nil),      // 37: jmcluster.v1.InputChannelDescriptor
-	(*ExecutionVertex)(nil),             // 38: jmcluster.v1.ExecutionVertex
-	(*ExecutionJobVertex)(nil),          // 39: jmcluster.v1.ExecutionJobVertex
-	(*IntermediateResultPartition)(nil), // 40: jmcluster.v1.IntermediateResultPartition
-	(*IntermediateResult)(nil),          // 41: jmcluster.v1.IntermediateResult
-	(*ExecutionGraph)(nil),              // 42: jmcluster.v1.ExecutionGraph
-	(*JobStatusChange)(nil),             // 43: jmcluster.v1.JobStatusChange
-	(*JobRecord)(nil),                   // 44: jmcluster.v1.JobRecord
-	(*CheckpointConfig)(nil),            // 45: jmcluster.v1.CheckpointConfig
-	(*JobCheckpoints)(nil),              // 46: jmcluster.v1.JobCheckpoints
+	(NatsKey)(0),                        // 6: jmcluster.v1.NatsKey
+	(TimeFormat)(0),                     // 7: jmcluster.v1.TimeFormat
+	(CompareOp)(0),                      // 8: jmcluster.v1.CompareOp
+	(WasmKind)(0),                       // 9: jmcluster.v1.WasmKind
+	(WindowKind)(0),                     // 10: jmcluster.v1.WindowKind
+	(ExecutionState)(0),                 // 11: jmcluster.v1.ExecutionState
+	(JobStatus)(0),                      // 12: jmcluster.v1.JobStatus
+	(*RestartStrategy)(nil),             // 13: jmcluster.v1.RestartStrategy
+	(*SequenceSource)(nil),              // 14: jmcluster.v1.SequenceSource
+	(*MapOperator)(nil),                 // 15: jmcluster.v1.MapOperator
+	(*FilterOperator)(nil),              // 16: jmcluster.v1.FilterOperator
+	(*KeyBySumOperator)(nil),            // 17: jmcluster.v1.KeyBySumOperator
+	(*FileSink)(nil),                    // 18: jmcluster.v1.FileSink
+	(*LogSink)(nil),                     // 19: jmcluster.v1.LogSink
+	(*FlatMapOperator)(nil),             // 20: jmcluster.v1.FlatMapOperator
+	(*EventGenerator)(nil),              // 21: jmcluster.v1.EventGenerator
+	(*ChecksumSink)(nil),                // 22: jmcluster.v1.ChecksumSink
+	(*NatsSource)(nil),                  // 23: jmcluster.v1.NatsSource
+	(*Operator)(nil),                    // 24: jmcluster.v1.Operator
+	(*EventTime)(nil),                   // 25: jmcluster.v1.EventTime
+	(*JsonKeyBy)(nil),                   // 26: jmcluster.v1.JsonKeyBy
+	(*JsonFilter)(nil),                  // 27: jmcluster.v1.JsonFilter
+	(*JsonProject)(nil),                 // 28: jmcluster.v1.JsonProject
+	(*ProjectField)(nil),                // 29: jmcluster.v1.ProjectField
+	(*WindowOperator)(nil),              // 30: jmcluster.v1.WindowOperator
+	(*WasmOperator)(nil),                // 31: jmcluster.v1.WasmOperator
+	(*JobVertex)(nil),                   // 32: jmcluster.v1.JobVertex
+	(*JobEdge)(nil),                     // 33: jmcluster.v1.JobEdge
+	(*JobGraph)(nil),                    // 34: jmcluster.v1.JobGraph
+	(*DeadLetters)(nil),                 // 35: jmcluster.v1.DeadLetters
+	(*SlotID)(nil),                      // 36: jmcluster.v1.SlotID
+	(*StateTimestamp)(nil),              // 37: jmcluster.v1.StateTimestamp
+	(*Execution)(nil),                   // 38: jmcluster.v1.Execution
+	(*InputChannelDescriptor)(nil),      // 39: jmcluster.v1.InputChannelDescriptor
+	(*ExecutionVertex)(nil),             // 40: jmcluster.v1.ExecutionVertex
+	(*ExecutionJobVertex)(nil),          // 41: jmcluster.v1.ExecutionJobVertex
+	(*IntermediateResultPartition)(nil), // 42: jmcluster.v1.IntermediateResultPartition
+	(*IntermediateResult)(nil),          // 43: jmcluster.v1.IntermediateResult
+	(*ExecutionGraph)(nil),              // 44: jmcluster.v1.ExecutionGraph
+	(*JobStatusChange)(nil),             // 45: jmcluster.v1.JobStatusChange
+	(*JobRecord)(nil),                   // 46: jmcluster.v1.JobRecord
+	(*CheckpointConfig)(nil),            // 47: jmcluster.v1.CheckpointConfig
+	(*JobCheckpoints)(nil),              // 48: jmcluster.v1.JobCheckpoints
 }
 var file_jmcluster_v1_graph_proto_depIdxs = []int32{
 	3,  // 0: jmcluster.v1.RestartStrategy.kind:type_name -> jmcluster.v1.RestartKind
 	5,  // 1: jmcluster.v1.FileSink.format:type_name -> jmcluster.v1.FileSinkFormat
-	13, // 2: jmcluster.v1.Operator.sequence_source:type_name -> jmcluster.v1.SequenceSource
-	14, // 3: jmcluster.v1.Operator.map:type_name -> jmcluster.v1.MapOperator
-	15, // 4: jmcluster.v1.Operator.filter:type_name -> jmcluster.v1.FilterOperator
-	16, // 5: jmcluster.v1.Operator.key_by_sum:type_name -> jmcluster.v1.KeyBySumOperator
-	17, // 6: jmcluster.v1.Operator.file_sink:type_name -> jmcluster.v1.FileSink
-	18, // 7: jmcluster.v1.Operator.log_sink:type_name -> jmcluster.v1.LogSink
-	21, // 8: jmcluster.v1.Operator.checksum_sink:type_name -> jmcluster.v1.ChecksumSink
-	19, // 9: jmcluster.v1.Operator.flat_map:type_name -> jmcluster.v1.FlatMapOperator
-	20, // 10: jmcluster.v1.Operator.event_generator:type_name -> jmcluster.v1.EventGenerator
-	24, // 11: jmcluster.v1.Operator.json_key_by:type_name -> jmcluster.v1.JsonKeyBy
-	25, // 12: jmcluster.v1.Operator.json_filter:type_name -> jmcluster.v1.JsonFilter
-	26, // 13: jmcluster.v1.Operator.json_project:type_name -> jmcluster.v1.JsonProject
-	28, // 14: jmcluster.v1.Operator.window:type_name -> jmcluster.v1.WindowOperator
-	29, // 15: jmcluster.v1.Operator.wasm:type_name -> jmcluster.v1.WasmOperator
-	23, // 16: jmcluster.v1.Operator.event_time:type_name -> jmcluster.v1.EventTime
-	6,  // 17: jmcluster.v1.EventTime.time_format:type_name -> jmcluster.v1.TimeFormat
-	7,  // 18: jmcluster.v1.JsonFilter.op:type_name -> jmcluster.v1.CompareOp
-	27, // 19: jmcluster.v1.JsonProject.fields:type_name -> jmcluster.v1.ProjectField
-	9,  // 20: jmcluster.v1.WindowOperator.kind:type_name -> jmcluster.v1.WindowKind
-	8,  // 21: jmcluster.v1.WasmOperator.kind:type_name -> jmcluster.v1.WasmKind
-	22, // 22: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
-	1,  // 23: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
-	2,  // 24: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
-	0,  // 25: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
-	30, // 26: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
-	31, // 27: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
-	12, // 28: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
-	4,  // 29: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
-	45, // 30: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
-	33, // 31: jmcluster.v1.JobGraph.dead_letters:type_name -> jmcluster.v1.DeadLetters
-	22, // 32: jmcluster.v1.DeadLetters.operator:type_name -> jmcluster.v1.Operator
-	10, // 33: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
-	10, // 34: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
-	35, // 35: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
-	34, // 36: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
-	36, // 37: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
-	36, // 38: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
-	37, // 39: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
-	38, // 40: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
-	2,  // 41: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
-	1,  // 42: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
-	40, // 43: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
-	39, // 44: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
-	41, // 45: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
-	11, // 46: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
-	32, // 47: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
-	11, // 48: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
-	43, // 49: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
-	42, // 50: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
-	46, // 51: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	6,  // 2: jmcluster.v1.NatsSource.key:type_name -> jmcluster.v1.NatsKey
+	14, // 3: jmcluster.v1.Operator.sequence_source:type_name -> jmcluster.v1.SequenceSource
+	15, // 4: jmcluster.v1.Operator.map:type_name -> jmcluster.v1.MapOperator
+	16, // 5: jmcluster.v1.Operator.filter:type_name -> jmcluster.v1.FilterOperator
+	17, // 6: jmcluster.v1.Operator.key_by_sum:type_name -> jmcluster.v1.KeyBySumOperator
+	18, // 7: jmcluster.v1.Operator.file_sink:type_name -> jmcluster.v1.FileSink
+	19, // 8: jmcluster.v1.Operator.log_sink:type_name -> jmcluster.v1.LogSink
+	22, // 9: jmcluster.v1.Operator.checksum_sink:type_name -> jmcluster.v1.ChecksumSink
+	20, // 10: jmcluster.v1.Operator.flat_map:type_name -> jmcluster.v1.FlatMapOperator
+	21, // 11: jmcluster.v1.Operator.event_generator:type_name -> jmcluster.v1.EventGenerator
+	26, // 12: jmcluster.v1.Operator.json_key_by:type_name -> jmcluster.v1.JsonKeyBy
+	27, // 13: jmcluster.v1.Operator.json_filter:type_name -> jmcluster.v1.JsonFilter
+	28, // 14: jmcluster.v1.Operator.json_project:type_name -> jmcluster.v1.JsonProject
+	30, // 15: jmcluster.v1.Operator.window:type_name -> jmcluster.v1.WindowOperator
+	31, // 16: jmcluster.v1.Operator.wasm:type_name -> jmcluster.v1.WasmOperator
+	23, // 17: jmcluster.v1.Operator.nats_source:type_name -> jmcluster.v1.NatsSource
+	25, // 18: jmcluster.v1.Operator.event_time:type_name -> jmcluster.v1.EventTime
+	7,  // 19: jmcluster.v1.EventTime.time_format:type_name -> jmcluster.v1.TimeFormat
+	8,  // 20: jmcluster.v1.JsonFilter.op:type_name -> jmcluster.v1.CompareOp
+	29, // 21: jmcluster.v1.JsonProject.fields:type_name -> jmcluster.v1.ProjectField
+	10, // 22: jmcluster.v1.WindowOperator.kind:type_name -> jmcluster.v1.WindowKind
+	9,  // 23: jmcluster.v1.WasmOperator.kind:type_name -> jmcluster.v1.WasmKind
+	24, // 24: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
+	1,  // 25: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
+	2,  // 26: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
+	0,  // 27: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
+	32, // 28: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
+	33, // 29: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
+	13, // 30: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
+	4,  // 31: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
+	47, // 32: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
+	35, // 33: jmcluster.v1.JobGraph.dead_letters:type_name -> jmcluster.v1.DeadLetters
+	24, // 34: jmcluster.v1.DeadLetters.operator:type_name -> jmcluster.v1.Operator
+	11, // 35: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
+	11, // 36: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
+	37, // 37: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
+	36, // 38: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
+	38, // 39: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
+	38, // 40: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
+	39, // 41: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
+	40, // 42: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
+	2,  // 43: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
+	1,  // 44: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
+	42, // 45: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
+	41, // 46: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
+	43, // 47: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
+	12, // 48: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
+	34, // 49: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
+	12, // 50: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
+	45, // 51: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
+	44, // 52: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
+	48, // 53: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
+	54, // [54:54] is the sub-list for method output_type
+	54, // [54:54] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_graph_proto_init() }
@@ -3645,7 +3836,7 @@ func file_jmcluster_v1_graph_proto_init() {
 		return
 	}
 	file_jmcluster_v1_checkpoint_proto_init()
-	file_jmcluster_v1_graph_proto_msgTypes[10].OneofWrappers = []any{
+	file_jmcluster_v1_graph_proto_msgTypes[11].OneofWrappers = []any{
 		(*Operator_SequenceSource)(nil),
 		(*Operator_Map)(nil),
 		(*Operator_Filter)(nil),
@@ -3660,14 +3851,15 @@ func file_jmcluster_v1_graph_proto_init() {
 		(*Operator_JsonProject)(nil),
 		(*Operator_Window)(nil),
 		(*Operator_Wasm)(nil),
+		(*Operator_NatsSource)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_graph_proto_rawDesc), len(file_jmcluster_v1_graph_proto_rawDesc)),
-			NumEnums:      12,
-			NumMessages:   33,
+			NumEnums:      13,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

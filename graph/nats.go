@@ -1,0 +1,115 @@
+package graph
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// The bounds of a nats_source.
+const (
+	// MaxNatsURLBytes bounds nats_source.url (every server of the list).
+	MaxNatsURLBytes = 4096
+	// MaxNatsNameBytes bounds nats_source.stream and nats_source.key_header.
+	MaxNatsNameBytes = 255
+	// MaxNatsSubjectBytes bounds nats_source.subject.
+	MaxNatsSubjectBytes = 1024
+	// MaxNatsBufferedMessages bounds nats_source.max_buffered_messages.
+	MaxNatsBufferedMessages = 65536
+)
+
+// validateNatsSource checks a nats_source: its servers' URLs, the stream's name, the subject
+// filter, the key and the buffer's bound; a BATCH job refuses it (a stream has no end).
+func validateNatsSource(op *pb.Operator, env OperatorEnv, add addFunc) {
+	n := op.GetNatsSource()
+	validateNatsURL(n.GetUrl(), add)
+	switch s := n.GetStream(); {
+	case s == "":
+		add("nats_source.stream", "is empty (the name of the JetStream stream to read)")
+	case len(s) > MaxNatsNameBytes:
+		add("nats_source.stream", "is %d bytes, over MaxNatsNameBytes %d", len(s), MaxNatsNameBytes)
+	case strings.ContainsAny(s, " \t\r\n.*>/\\\x00"):
+		add("nats_source.stream", "%q holds a space, '.', '*', '>', '/', '\\\\' or NUL (not a stream name)", s)
+	}
+	if s := n.GetSubject(); s != "" {
+		if reason := natsSubjectError(s); reason != "" {
+			add("nats_source.subject", "%q %s", s, reason)
+		}
+	}
+	switch k := n.GetKey(); k {
+	case pb.NatsKey_NATS_KEY_UNSPECIFIED, pb.NatsKey_NATS_KEY_NONE, pb.NatsKey_NATS_KEY_SUBJECT:
+		if n.GetKeyHeader() != "" {
+			add("nats_source.key_header", "is set, but key is %s (NATS_KEY_HEADER reads it)", k)
+		}
+	case pb.NatsKey_NATS_KEY_HEADER:
+		switch h := n.GetKeyHeader(); {
+		case h == "":
+			add("nats_source.key_header", "is empty, and key is NATS_KEY_HEADER")
+		case len(h) > MaxNatsNameBytes:
+			add("nats_source.key_header", "is %d bytes, over MaxNatsNameBytes %d", len(h), MaxNatsNameBytes)
+		case strings.ContainsAny(h, " \t\r\n:\x00"):
+			add("nats_source.key_header", "%q holds a space, ':' or NUL (not a header name)", h)
+		}
+	default:
+		add("nats_source.key", "%d is not a NatsKey (%d to %d)", int32(k), int32(pb.NatsKey_NATS_KEY_UNSPECIFIED), int32(pb.NatsKey_NATS_KEY_HEADER))
+	}
+	if b := n.GetMaxBufferedMessages(); b < 0 || b > MaxNatsBufferedMessages {
+		add("nats_source.max_buffered_messages", "%d is out of range [0, MaxNatsBufferedMessages %d]", b, MaxNatsBufferedMessages)
+	}
+	if env.JobType == pb.JobType_JOB_TYPE_BATCH {
+		add("nats_source", "a BATCH job needs bounded sources (a JetStream stream has no end)")
+	}
+}
+
+// validateNatsURL checks url: one server or several separated by commas, each
+// nats://host:port or tls://host:port, without credentials.
+func validateNatsURL(u string, add addFunc) {
+	if u == "" {
+		add("nats_source.url", "is empty (a server's URL, \"nats://127.0.0.1:4222\")")
+		return
+	}
+	if len(u) > MaxNatsURLBytes {
+		add("nats_source.url", "is %d bytes, over MaxNatsURLBytes %d", len(u), MaxNatsURLBytes)
+		return
+	}
+	for _, s := range strings.Split(u, ",") {
+		p, err := url.Parse(strings.TrimSpace(s))
+		switch {
+		case err != nil:
+			add("nats_source.url", "%q: %v", s, err)
+		case p.Scheme != "nats" && p.Scheme != "tls":
+			add("nats_source.url", "%q: scheme %q is not nats or tls", s, p.Scheme)
+		case p.Hostname() == "":
+			add("nats_source.url", "%q has no host", s)
+		case p.User != nil:
+			add("nats_source.url", "%q holds credentials (a nats_source connects without them)", s)
+		default:
+			continue
+		}
+		return
+	}
+}
+
+// natsSubjectError says why s is not a subject filter, or "" when it is one: tokens separated
+// by '.', none empty or holding a space, '*' a whole token, '>' the last whole token.
+func natsSubjectError(s string) string {
+	if len(s) > MaxNatsSubjectBytes {
+		return fmt.Sprintf("is %d bytes, over MaxNatsSubjectBytes %d", len(s), MaxNatsSubjectBytes)
+	}
+	toks := strings.Split(s, ".")
+	for i, t := range toks {
+		switch {
+		case t == "":
+			return "has an empty token (a subject is tokens separated by '.')"
+		case strings.ContainsAny(t, " \t\r\n\x00"):
+			return "holds a space or NUL"
+		case t == ">" && i != len(toks)-1:
+			return "has '>' before its last token"
+		case t != "*" && t != ">" && strings.ContainsAny(t, "*>"):
+			return "has '*' or '>' inside a token (a wildcard is a whole token)"
+		}
+	}
+	return ""
+}
