@@ -339,6 +339,7 @@ func All() []Case {
 	}
 	cases = append(cases, windowCases()...)
 	cases = append(cases, wasmCases()...)
+	cases = append(cases, fileSourceCases()...)
 	return cases
 }
 

@@ -1317,6 +1317,84 @@ func (x *ChecksumSink) GetFlushIntervalMs() int64 {
 	return 0
 }
 
+// The lines of the files that match a glob (docs/connectors.md#file-source): each record's
+// value is one line without its newline. Each file is read by one subtask (a hash of its path
+// modulo the parallelism); the byte offset of every file is in the checkpointed state.
+type FileSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Glob of the files to read (Go's path/filepath.Match syntax), e.g. "/data/in/*.jsonl"; a
+	// relative glob is relative to the TaskManager's work directory. Required.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// STREAMING jobs only: how often the source looks for new files and lines appended to the
+	// files it reads; 0 means 1000 (at most MaxFileSourcePollMs).
+	PollIntervalMs int64 `protobuf:"varint,2,opt,name=poll_interval_ms,json=pollIntervalMs,proto3" json:"poll_interval_ms,omitempty"`
+	// The key of each record: true, the file's base name ("a.jsonl"); false, no key.
+	KeyFileName bool `protobuf:"varint,3,opt,name=key_file_name,json=keyFileName,proto3" json:"key_file_name,omitempty"`
+	// Longest line in bytes; a longer line fails the task, naming the file, its offset and this
+	// limit. 0 means 1 MiB (at most MaxFileSourceLineBytes).
+	MaxLineBytes  int64 `protobuf:"varint,4,opt,name=max_line_bytes,json=maxLineBytes,proto3" json:"max_line_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileSource) Reset() {
+	*x = FileSource{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileSource) ProtoMessage() {}
+
+func (x *FileSource) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileSource.ProtoReflect.Descriptor instead.
+func (*FileSource) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FileSource) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FileSource) GetPollIntervalMs() int64 {
+	if x != nil {
+		return x.PollIntervalMs
+	}
+	return 0
+}
+
+func (x *FileSource) GetKeyFileName() bool {
+	if x != nil {
+		return x.KeyFileName
+	}
+	return false
+}
+
+func (x *FileSource) GetMaxLineBytes() int64 {
+	if x != nil {
+		return x.MaxLineBytes
+	}
+	return 0
+}
+
 type Operator struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Kind:
@@ -1335,6 +1413,7 @@ type Operator struct {
 	//	*Operator_JsonProject
 	//	*Operator_Window
 	//	*Operator_Wasm
+	//	*Operator_FileSource
 	Kind isOperator_Kind `protobuf_oneof:"kind"`
 	// Sources only: how the source's records get their event time and its watermarks. Absent:
 	// the source emits no watermarks (event-time timers fire when the input ends).
@@ -1345,7 +1424,7 @@ type Operator struct {
 
 func (x *Operator) Reset() {
 	*x = Operator{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1436,7 @@ func (x *Operator) String() string {
 func (*Operator) ProtoMessage() {}
 
 func (x *Operator) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1449,7 @@ func (x *Operator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operator.ProtoReflect.Descriptor instead.
 func (*Operator) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Operator) GetKind() isOperator_Kind {
@@ -1506,6 +1585,15 @@ func (x *Operator) GetWasm() *WasmOperator {
 	return nil
 }
 
+func (x *Operator) GetFileSource() *FileSource {
+	if x != nil {
+		if x, ok := x.Kind.(*Operator_FileSource); ok {
+			return x.FileSource
+		}
+	}
+	return nil
+}
+
 func (x *Operator) GetEventTime() *EventTime {
 	if x != nil {
 		return x.EventTime
@@ -1573,6 +1661,10 @@ type Operator_Wasm struct {
 	Wasm *WasmOperator `protobuf:"bytes,14,opt,name=wasm,proto3,oneof"`
 }
 
+type Operator_FileSource struct {
+	FileSource *FileSource `protobuf:"bytes,15,opt,name=file_source,json=fileSource,proto3,oneof"`
+}
+
 func (*Operator_SequenceSource) isOperator_Kind() {}
 
 func (*Operator_Map) isOperator_Kind() {}
@@ -1601,6 +1693,8 @@ func (*Operator_Window) isOperator_Kind() {}
 
 func (*Operator_Wasm) isOperator_Kind() {}
 
+func (*Operator_FileSource) isOperator_Kind() {}
+
 // Event time at a source (docs/task-runtime.md#event-time-and-watermarks): each split's
 // watermark is the highest event time it emitted minus max_out_of_orderness_ms, minus 1; the
 // source task's is the lowest of its splits' that are not idle, emitted every
@@ -1628,7 +1722,7 @@ type EventTime struct {
 
 func (x *EventTime) Reset() {
 	*x = EventTime{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1734,7 @@ func (x *EventTime) String() string {
 func (*EventTime) ProtoMessage() {}
 
 func (x *EventTime) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1747,7 @@ func (x *EventTime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventTime.ProtoReflect.Descriptor instead.
 func (*EventTime) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EventTime) GetTimePath() string {
@@ -1705,7 +1799,7 @@ type JsonKeyBy struct {
 
 func (x *JsonKeyBy) Reset() {
 	*x = JsonKeyBy{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1811,7 @@ func (x *JsonKeyBy) String() string {
 func (*JsonKeyBy) ProtoMessage() {}
 
 func (x *JsonKeyBy) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1824,7 @@ func (x *JsonKeyBy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JsonKeyBy.ProtoReflect.Descriptor instead.
 func (*JsonKeyBy) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JsonKeyBy) GetPath() string {
@@ -1756,7 +1850,7 @@ type JsonFilter struct {
 
 func (x *JsonFilter) Reset() {
 	*x = JsonFilter{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +1862,7 @@ func (x *JsonFilter) String() string {
 func (*JsonFilter) ProtoMessage() {}
 
 func (x *JsonFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +1875,7 @@ func (x *JsonFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JsonFilter.ProtoReflect.Descriptor instead.
 func (*JsonFilter) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{13}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *JsonFilter) GetPath() string {
@@ -1817,7 +1911,7 @@ type JsonProject struct {
 
 func (x *JsonProject) Reset() {
 	*x = JsonProject{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +1923,7 @@ func (x *JsonProject) String() string {
 func (*JsonProject) ProtoMessage() {}
 
 func (x *JsonProject) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +1936,7 @@ func (x *JsonProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JsonProject.ProtoReflect.Descriptor instead.
 func (*JsonProject) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{14}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JsonProject) GetFields() []*ProjectField {
@@ -1864,7 +1958,7 @@ type ProjectField struct {
 
 func (x *ProjectField) Reset() {
 	*x = ProjectField{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +1970,7 @@ func (x *ProjectField) String() string {
 func (*ProjectField) ProtoMessage() {}
 
 func (x *ProjectField) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +1983,7 @@ func (x *ProjectField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectField.ProtoReflect.Descriptor instead.
 func (*ProjectField) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{15}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ProjectField) GetPath() string {
@@ -1934,7 +2028,7 @@ type WindowOperator struct {
 
 func (x *WindowOperator) Reset() {
 	*x = WindowOperator{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2040,7 @@ func (x *WindowOperator) String() string {
 func (*WindowOperator) ProtoMessage() {}
 
 func (x *WindowOperator) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2053,7 @@ func (x *WindowOperator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowOperator.ProtoReflect.Descriptor instead.
 func (*WindowOperator) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{16}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WindowOperator) GetKind() WindowKind {
@@ -2027,7 +2121,7 @@ type WasmOperator struct {
 
 func (x *WasmOperator) Reset() {
 	*x = WasmOperator{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2133,7 @@ func (x *WasmOperator) String() string {
 func (*WasmOperator) ProtoMessage() {}
 
 func (x *WasmOperator) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2146,7 @@ func (x *WasmOperator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WasmOperator.ProtoReflect.Descriptor instead.
 func (*WasmOperator) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WasmOperator) GetArtifact() string {
@@ -2109,7 +2203,7 @@ type JobVertex struct {
 
 func (x *JobVertex) Reset() {
 	*x = JobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2121,7 +2215,7 @@ func (x *JobVertex) String() string {
 func (*JobVertex) ProtoMessage() {}
 
 func (x *JobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2134,7 +2228,7 @@ func (x *JobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobVertex.ProtoReflect.Descriptor instead.
 func (*JobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JobVertex) GetId() string {
@@ -2180,7 +2274,7 @@ type JobEdge struct {
 
 func (x *JobEdge) Reset() {
 	*x = JobEdge{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2286,7 @@ func (x *JobEdge) String() string {
 func (*JobEdge) ProtoMessage() {}
 
 func (x *JobEdge) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2299,7 @@ func (x *JobEdge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEdge.ProtoReflect.Descriptor instead.
 func (*JobEdge) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *JobEdge) GetSource() string {
@@ -2267,7 +2361,7 @@ type JobGraph struct {
 
 func (x *JobGraph) Reset() {
 	*x = JobGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2373,7 @@ func (x *JobGraph) String() string {
 func (*JobGraph) ProtoMessage() {}
 
 func (x *JobGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2386,7 @@ func (x *JobGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobGraph.ProtoReflect.Descriptor instead.
 func (*JobGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *JobGraph) GetJobId() string {
@@ -2370,7 +2464,7 @@ type DeadLetters struct {
 
 func (x *DeadLetters) Reset() {
 	*x = DeadLetters{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2476,7 @@ func (x *DeadLetters) String() string {
 func (*DeadLetters) ProtoMessage() {}
 
 func (x *DeadLetters) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2489,7 @@ func (x *DeadLetters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetters.ProtoReflect.Descriptor instead.
 func (*DeadLetters) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeadLetters) GetOperator() *Operator {
@@ -2422,7 +2516,7 @@ type SlotID struct {
 
 func (x *SlotID) Reset() {
 	*x = SlotID{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2528,7 @@ func (x *SlotID) String() string {
 func (*SlotID) ProtoMessage() {}
 
 func (x *SlotID) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2541,7 @@ func (x *SlotID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotID.ProtoReflect.Descriptor instead.
 func (*SlotID) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SlotID) GetTmId() string {
@@ -2474,7 +2568,7 @@ type StateTimestamp struct {
 
 func (x *StateTimestamp) Reset() {
 	*x = StateTimestamp{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2580,7 @@ func (x *StateTimestamp) String() string {
 func (*StateTimestamp) ProtoMessage() {}
 
 func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2593,7 @@ func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTimestamp.ProtoReflect.Descriptor instead.
 func (*StateTimestamp) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{23}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StateTimestamp) GetState() ExecutionState {
@@ -2534,7 +2628,7 @@ type Execution struct {
 
 func (x *Execution) Reset() {
 	*x = Execution{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2546,7 +2640,7 @@ func (x *Execution) String() string {
 func (*Execution) ProtoMessage() {}
 
 func (x *Execution) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2559,7 +2653,7 @@ func (x *Execution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Execution.ProtoReflect.Descriptor instead.
 func (*Execution) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{24}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Execution) GetAttemptId() string {
@@ -2639,7 +2733,7 @@ type InputChannelDescriptor struct {
 
 func (x *InputChannelDescriptor) Reset() {
 	*x = InputChannelDescriptor{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2651,7 +2745,7 @@ func (x *InputChannelDescriptor) String() string {
 func (*InputChannelDescriptor) ProtoMessage() {}
 
 func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2664,7 +2758,7 @@ func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputChannelDescriptor.ProtoReflect.Descriptor instead.
 func (*InputChannelDescriptor) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{25}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *InputChannelDescriptor) GetResultId() string {
@@ -2716,7 +2810,7 @@ type ExecutionVertex struct {
 
 func (x *ExecutionVertex) Reset() {
 	*x = ExecutionVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2822,7 @@ func (x *ExecutionVertex) String() string {
 func (*ExecutionVertex) ProtoMessage() {}
 
 func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2835,7 @@ func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{26}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ExecutionVertex) GetVertexId() string {
@@ -2790,7 +2884,7 @@ type ExecutionJobVertex struct {
 
 func (x *ExecutionJobVertex) Reset() {
 	*x = ExecutionJobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +2896,7 @@ func (x *ExecutionJobVertex) String() string {
 func (*ExecutionJobVertex) ProtoMessage() {}
 
 func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +2909,7 @@ func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionJobVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionJobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{27}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ExecutionJobVertex) GetVertexId() string {
@@ -2852,7 +2946,7 @@ type IntermediateResultPartition struct {
 
 func (x *IntermediateResultPartition) Reset() {
 	*x = IntermediateResultPartition{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +2958,7 @@ func (x *IntermediateResultPartition) String() string {
 func (*IntermediateResultPartition) ProtoMessage() {}
 
 func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +2971,7 @@ func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResultPartition.ProtoReflect.Descriptor instead.
 func (*IntermediateResultPartition) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{28}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *IntermediateResultPartition) GetPartitionIndex() int32 {
@@ -2929,7 +3023,7 @@ type IntermediateResult struct {
 
 func (x *IntermediateResult) Reset() {
 	*x = IntermediateResult{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2941,7 +3035,7 @@ func (x *IntermediateResult) String() string {
 func (*IntermediateResult) ProtoMessage() {}
 
 func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2954,7 +3048,7 @@ func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResult.ProtoReflect.Descriptor instead.
 func (*IntermediateResult) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{29}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *IntermediateResult) GetResultId() string {
@@ -3011,7 +3105,7 @@ type ExecutionGraph struct {
 
 func (x *ExecutionGraph) Reset() {
 	*x = ExecutionGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3117,7 @@ func (x *ExecutionGraph) String() string {
 func (*ExecutionGraph) ProtoMessage() {}
 
 func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3130,7 @@ func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionGraph.ProtoReflect.Descriptor instead.
 func (*ExecutionGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{30}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ExecutionGraph) GetJobId() string {
@@ -3071,7 +3165,7 @@ type JobStatusChange struct {
 
 func (x *JobStatusChange) Reset() {
 	*x = JobStatusChange{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3083,7 +3177,7 @@ func (x *JobStatusChange) String() string {
 func (*JobStatusChange) ProtoMessage() {}
 
 func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3096,7 +3190,7 @@ func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatusChange.ProtoReflect.Descriptor instead.
 func (*JobStatusChange) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{31}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *JobStatusChange) GetStatus() JobStatus {
@@ -3143,7 +3237,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3249,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3262,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{32}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *JobRecord) GetJobGraph() *JobGraph {
@@ -3285,7 +3379,13 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"valueBytes\"N\n" +
 	"\fChecksumSink\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12*\n" +
-	"\x11flush_interval_ms\x18\x02 \x01(\x03R\x0fflushIntervalMs\"\x8f\a\n" +
+	"\x11flush_interval_ms\x18\x02 \x01(\x03R\x0fflushIntervalMs\"\x94\x01\n" +
+	"\n" +
+	"FileSource\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12(\n" +
+	"\x10poll_interval_ms\x18\x02 \x01(\x03R\x0epollIntervalMs\x12\"\n" +
+	"\rkey_file_name\x18\x03 \x01(\bR\vkeyFileName\x12$\n" +
+	"\x0emax_line_bytes\x18\x04 \x01(\x03R\fmaxLineBytes\"\xcc\a\n" +
 	"\bOperator\x12G\n" +
 	"\x0fsequence_source\x18\x01 \x01(\v2\x1c.jmcluster.v1.SequenceSourceH\x00R\x0esequenceSource\x12-\n" +
 	"\x03map\x18\x02 \x01(\v2\x19.jmcluster.v1.MapOperatorH\x00R\x03map\x126\n" +
@@ -3303,7 +3403,9 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"jsonFilter\x12>\n" +
 	"\fjson_project\x18\f \x01(\v2\x19.jmcluster.v1.JsonProjectH\x00R\vjsonProject\x126\n" +
 	"\x06window\x18\r \x01(\v2\x1c.jmcluster.v1.WindowOperatorH\x00R\x06window\x120\n" +
-	"\x04wasm\x18\x0e \x01(\v2\x1a.jmcluster.v1.WasmOperatorH\x00R\x04wasm\x126\n" +
+	"\x04wasm\x18\x0e \x01(\v2\x1a.jmcluster.v1.WasmOperatorH\x00R\x04wasm\x12;\n" +
+	"\vfile_source\x18\x0f \x01(\v2\x18.jmcluster.v1.FileSourceH\x00R\n" +
+	"fileSource\x126\n" +
 	"\n" +
 	"event_time\x18\x14 \x01(\v2\x17.jmcluster.v1.EventTimeR\teventTimeB\x06\n" +
 	"\x04kind\"\xf5\x01\n" +
@@ -3529,7 +3631,7 @@ func file_jmcluster_v1_graph_proto_rawDescGZIP() []byte {
 }
 
 var file_jmcluster_v1_graph_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(JobType)(0),                        // 0: jmcluster.v1.JobType
 	(Distribution)(0),                   // 1: jmcluster.v1.Distribution
@@ -3553,31 +3655,32 @@ var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(*FlatMapOperator)(nil),             // 19: jmcluster.v1.FlatMapOperator
 	(*EventGenerator)(nil),              // 20: jmcluster.v1.EventGenerator
 	(*ChecksumSink)(nil),                // 21: jmcluster.v1.ChecksumSink
-	(*Operator)(nil),                    // 22: jmcluster.v1.Operator
-	(*EventTime)(nil),                   // 23: jmcluster.v1.EventTime
-	(*JsonKeyBy)(nil),                   // 24: jmcluster.v1.JsonKeyBy
-	(*JsonFilter)(nil),                  // 25: jmcluster.v1.JsonFilter
-	(*JsonProject)(nil),                 // 26: jmcluster.v1.JsonProject
-	(*ProjectField)(nil),                // 27: jmcluster.v1.ProjectField
-	(*WindowOperator)(nil),              // 28: jmcluster.v1.WindowOperator
-	(*WasmOperator)(nil),                // 29: jmcluster.v1.WasmOperator
-	(*JobVertex)(nil),                   // 30: jmcluster.v1.JobVertex
-	(*JobEdge)(nil),                     // 31: jmcluster.v1.JobEdge
-	(*JobGraph)(nil),                    // 32: jmcluster.v1.JobGraph
-	(*DeadLetters)(nil),                 // 33: jmcluster.v1.DeadLetters
-	(*SlotID)(nil),                      // 34: jmcluster.v1.SlotID
-	(*StateTimestamp)(nil),              // 35: jmcluster.v1.StateTimestamp
-	(*Execution)(nil),                   // 36: jmcluster.v1.Execution
-	(*InputChannelDescriptor)(nil),      // 37: jmcluster.v1.InputChannelDescriptor
-	(*ExecutionVertex)(nil),             // 38: jmcluster.v1.ExecutionVertex
-	(*ExecutionJobVertex)(nil),          // 39: jmcluster.v1.ExecutionJobVertex
-	(*IntermediateResultPartition)(nil), // 40: jmcluster.v1.IntermediateResultPartition
-	(*IntermediateResult)(nil),          // 41: jmcluster.v1.IntermediateResult
-	(*ExecutionGraph)(nil),              // 42: jmcluster.v1.ExecutionGraph
-	(*JobStatusChange)(nil),             // 43: jmcluster.v1.JobStatusChange
-	(*JobRecord)(nil),                   // 44: jmcluster.v1.JobRecord
-	(*CheckpointConfig)(nil),            // 45: jmcluster.v1.CheckpointConfig
-	(*JobCheckpoints)(nil),              // 46: jmcluster.v1.JobCheckpoints
+	(*FileSource)(nil),                  // 22: jmcluster.v1.FileSource
+	(*Operator)(nil),                    // 23: jmcluster.v1.Operator
+	(*EventTime)(nil),                   // 24: jmcluster.v1.EventTime
+	(*JsonKeyBy)(nil),                   // 25: jmcluster.v1.JsonKeyBy
+	(*JsonFilter)(nil),                  // 26: jmcluster.v1.JsonFilter
+	(*JsonProject)(nil),                 // 27: jmcluster.v1.JsonProject
+	(*ProjectField)(nil),                // 28: jmcluster.v1.ProjectField
+	(*WindowOperator)(nil),              // 29: jmcluster.v1.WindowOperator
+	(*WasmOperator)(nil),                // 30: jmcluster.v1.WasmOperator
+	(*JobVertex)(nil),                   // 31: jmcluster.v1.JobVertex
+	(*JobEdge)(nil),                     // 32: jmcluster.v1.JobEdge
+	(*JobGraph)(nil),                    // 33: jmcluster.v1.JobGraph
+	(*DeadLetters)(nil),                 // 34: jmcluster.v1.DeadLetters
+	(*SlotID)(nil),                      // 35: jmcluster.v1.SlotID
+	(*StateTimestamp)(nil),              // 36: jmcluster.v1.StateTimestamp
+	(*Execution)(nil),                   // 37: jmcluster.v1.Execution
+	(*InputChannelDescriptor)(nil),      // 38: jmcluster.v1.InputChannelDescriptor
+	(*ExecutionVertex)(nil),             // 39: jmcluster.v1.ExecutionVertex
+	(*ExecutionJobVertex)(nil),          // 40: jmcluster.v1.ExecutionJobVertex
+	(*IntermediateResultPartition)(nil), // 41: jmcluster.v1.IntermediateResultPartition
+	(*IntermediateResult)(nil),          // 42: jmcluster.v1.IntermediateResult
+	(*ExecutionGraph)(nil),              // 43: jmcluster.v1.ExecutionGraph
+	(*JobStatusChange)(nil),             // 44: jmcluster.v1.JobStatusChange
+	(*JobRecord)(nil),                   // 45: jmcluster.v1.JobRecord
+	(*CheckpointConfig)(nil),            // 46: jmcluster.v1.CheckpointConfig
+	(*JobCheckpoints)(nil),              // 47: jmcluster.v1.JobCheckpoints
 }
 var file_jmcluster_v1_graph_proto_depIdxs = []int32{
 	3,  // 0: jmcluster.v1.RestartStrategy.kind:type_name -> jmcluster.v1.RestartKind
@@ -3591,52 +3694,53 @@ var file_jmcluster_v1_graph_proto_depIdxs = []int32{
 	21, // 8: jmcluster.v1.Operator.checksum_sink:type_name -> jmcluster.v1.ChecksumSink
 	19, // 9: jmcluster.v1.Operator.flat_map:type_name -> jmcluster.v1.FlatMapOperator
 	20, // 10: jmcluster.v1.Operator.event_generator:type_name -> jmcluster.v1.EventGenerator
-	24, // 11: jmcluster.v1.Operator.json_key_by:type_name -> jmcluster.v1.JsonKeyBy
-	25, // 12: jmcluster.v1.Operator.json_filter:type_name -> jmcluster.v1.JsonFilter
-	26, // 13: jmcluster.v1.Operator.json_project:type_name -> jmcluster.v1.JsonProject
-	28, // 14: jmcluster.v1.Operator.window:type_name -> jmcluster.v1.WindowOperator
-	29, // 15: jmcluster.v1.Operator.wasm:type_name -> jmcluster.v1.WasmOperator
-	23, // 16: jmcluster.v1.Operator.event_time:type_name -> jmcluster.v1.EventTime
-	6,  // 17: jmcluster.v1.EventTime.time_format:type_name -> jmcluster.v1.TimeFormat
-	7,  // 18: jmcluster.v1.JsonFilter.op:type_name -> jmcluster.v1.CompareOp
-	27, // 19: jmcluster.v1.JsonProject.fields:type_name -> jmcluster.v1.ProjectField
-	9,  // 20: jmcluster.v1.WindowOperator.kind:type_name -> jmcluster.v1.WindowKind
-	8,  // 21: jmcluster.v1.WasmOperator.kind:type_name -> jmcluster.v1.WasmKind
-	22, // 22: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
-	1,  // 23: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
-	2,  // 24: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
-	0,  // 25: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
-	30, // 26: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
-	31, // 27: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
-	12, // 28: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
-	4,  // 29: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
-	45, // 30: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
-	33, // 31: jmcluster.v1.JobGraph.dead_letters:type_name -> jmcluster.v1.DeadLetters
-	22, // 32: jmcluster.v1.DeadLetters.operator:type_name -> jmcluster.v1.Operator
-	10, // 33: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
-	10, // 34: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
-	35, // 35: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
-	34, // 36: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
-	36, // 37: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
-	36, // 38: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
-	37, // 39: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
-	38, // 40: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
-	2,  // 41: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
-	1,  // 42: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
-	40, // 43: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
-	39, // 44: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
-	41, // 45: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
-	11, // 46: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
-	32, // 47: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
-	11, // 48: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
-	43, // 49: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
-	42, // 50: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
-	46, // 51: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	25, // 11: jmcluster.v1.Operator.json_key_by:type_name -> jmcluster.v1.JsonKeyBy
+	26, // 12: jmcluster.v1.Operator.json_filter:type_name -> jmcluster.v1.JsonFilter
+	27, // 13: jmcluster.v1.Operator.json_project:type_name -> jmcluster.v1.JsonProject
+	29, // 14: jmcluster.v1.Operator.window:type_name -> jmcluster.v1.WindowOperator
+	30, // 15: jmcluster.v1.Operator.wasm:type_name -> jmcluster.v1.WasmOperator
+	22, // 16: jmcluster.v1.Operator.file_source:type_name -> jmcluster.v1.FileSource
+	24, // 17: jmcluster.v1.Operator.event_time:type_name -> jmcluster.v1.EventTime
+	6,  // 18: jmcluster.v1.EventTime.time_format:type_name -> jmcluster.v1.TimeFormat
+	7,  // 19: jmcluster.v1.JsonFilter.op:type_name -> jmcluster.v1.CompareOp
+	28, // 20: jmcluster.v1.JsonProject.fields:type_name -> jmcluster.v1.ProjectField
+	9,  // 21: jmcluster.v1.WindowOperator.kind:type_name -> jmcluster.v1.WindowKind
+	8,  // 22: jmcluster.v1.WasmOperator.kind:type_name -> jmcluster.v1.WasmKind
+	23, // 23: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
+	1,  // 24: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
+	2,  // 25: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
+	0,  // 26: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
+	31, // 27: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
+	32, // 28: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
+	12, // 29: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
+	4,  // 30: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
+	46, // 31: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
+	34, // 32: jmcluster.v1.JobGraph.dead_letters:type_name -> jmcluster.v1.DeadLetters
+	23, // 33: jmcluster.v1.DeadLetters.operator:type_name -> jmcluster.v1.Operator
+	10, // 34: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
+	10, // 35: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
+	36, // 36: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
+	35, // 37: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
+	37, // 38: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
+	37, // 39: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
+	38, // 40: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
+	39, // 41: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
+	2,  // 42: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
+	1,  // 43: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
+	41, // 44: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
+	40, // 45: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
+	42, // 46: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
+	11, // 47: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
+	33, // 48: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
+	11, // 49: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
+	44, // 50: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
+	43, // 51: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
+	47, // 52: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
+	53, // [53:53] is the sub-list for method output_type
+	53, // [53:53] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_graph_proto_init() }
@@ -3645,7 +3749,7 @@ func file_jmcluster_v1_graph_proto_init() {
 		return
 	}
 	file_jmcluster_v1_checkpoint_proto_init()
-	file_jmcluster_v1_graph_proto_msgTypes[10].OneofWrappers = []any{
+	file_jmcluster_v1_graph_proto_msgTypes[11].OneofWrappers = []any{
 		(*Operator_SequenceSource)(nil),
 		(*Operator_Map)(nil),
 		(*Operator_Filter)(nil),
@@ -3660,6 +3764,7 @@ func file_jmcluster_v1_graph_proto_init() {
 		(*Operator_JsonProject)(nil),
 		(*Operator_Window)(nil),
 		(*Operator_Wasm)(nil),
+		(*Operator_FileSource)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3667,7 +3772,7 @@ func file_jmcluster_v1_graph_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_graph_proto_rawDesc), len(file_jmcluster_v1_graph_proto_rawDesc)),
 			NumEnums:      12,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
