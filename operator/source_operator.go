@@ -110,7 +110,7 @@ func (c *SourceContext) Wait(d time.Duration) error {
 		fire = c.timer.C
 		defer c.timer.Stop()
 	}
-	if c.tick == nil && (d < 0 || c.clock != nil) {
+	if c.tick == nil && (d < 0 || c.clock != nil || c.poll != nil) { // a tick injects a barrier even in a short wait
 		c.startTicker()
 	}
 	for {
