@@ -281,3 +281,21 @@ func TestFileSourceStreamingPicksUpNewFilesAndAppendedLines(t *testing.T) {
 	r := startStreaming(t, op, s.state)
 	r.waitFor(t, []string{"a.log:a5", "b.log:b2", "b.log:b3"})
 }
+
+// TestFileSourceSnapshotOfTheLineInFlight: a barrier in front of the line being emitted keeps
+// its start (its split's position is the line's), one after it (in front of a watermark the
+// line made due) keeps its end.
+func TestFileSourceSnapshotOfTheLineInFlight(t *testing.T) {
+	s := newFileSource(&pb.FileSource{Path: "*"}, Info{Parallelism: 1})
+	s.offsets["a"], s.offsets["b"] = 0, 7
+	s.cur = fileLine{file: "a", start: 0, end: 5, pos: 3, set: true}
+	for _, c := range []struct {
+		next int64
+		want string
+	}{{3, `{"files":{"a":0,"b":7}}`}, {4, `{"files":{"a":5,"b":7}}`}} {
+		b, err := s.snapshotSource([]Split{{Next: c.next}})
+		if err != nil || string(b) != c.want {
+			t.Fatalf("split at %d: %s %v, want %s", c.next, b, err, c.want)
+		}
+	}
+}
