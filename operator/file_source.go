@@ -150,15 +150,11 @@ func (s *fileSource) Read(sc *SourceContext, splits []Split) error {
 // last line may lack its newline), up to its last newline in a STREAMING one (a line being
 // written is read once it is whole).
 func (s *fileSource) readFile(sc *SourceContext, name string, seq *int64) error {
-	f, err := os.Open(filepath.Join(s.dir, name))
+	path := filepath.Join(s.dir, name)
+	st, err := os.Stat(path) // a poll opens only the files that changed
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // removed since the glob
 	}
-	if err != nil {
-		return fmt.Errorf("file_source: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
 	if err != nil {
 		return fmt.Errorf("file_source: %w", err)
 	}
@@ -179,6 +175,14 @@ func (s *fileSource) readFile(sc *SourceContext, name string, seq *int64) error 
 	if st.Size() == off {
 		return nil
 	}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("file_source: %w", err)
+	}
+	defer f.Close()
 	if _, err := f.Seek(off, io.SeekStart); err != nil {
 		return fmt.Errorf("file_source: %w", err)
 	}
