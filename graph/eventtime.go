@@ -33,6 +33,9 @@ func validateEventTime(op *pb.Operator, k OperatorKind, add addFunc) {
 	if k.Name == "sequence_source" {
 		add("event_time", "sequence_source's records are numbers without event time (no time of their own, no JSON value for time_path)")
 	}
+	if k.Name == "file_source" && et.GetTimePath() == "" {
+		add("event_time.time_path", "is empty: file_source's lines have no time of their own (a JSON line's time is read at time_path)")
+	}
 	for _, f := range []struct {
 		name     string
 		v, bound int64

@@ -86,6 +86,7 @@ var operatorKinds = []OperatorKind{
 	{Name: "json_project", Role: RoleTransform, validate: validateJSONProject, deadLetters: true},
 	{Name: "window", Role: RoleTransform, validate: validateWindow, deadLetters: true},
 	{Name: "wasm", Role: RoleTransform, validate: validateWasm},
+	{Name: "file_source", Role: RoleSource, validate: validateFileSource},
 	{Name: "nats_source", Role: RoleSource, validate: validateNatsSource},
 }
 

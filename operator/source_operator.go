@@ -110,7 +110,7 @@ func (c *SourceContext) Wait(d time.Duration) error {
 		fire = c.timer.C
 		defer c.timer.Stop()
 	}
-	if c.tick == nil && (d < 0 || c.clock != nil) {
+	if c.tick == nil && (d < 0 || c.clock != nil || c.poll != nil) { // a tick injects a barrier even in a short wait
 		c.startTicker()
 	}
 	for {
@@ -216,10 +216,23 @@ type sourceOperator struct {
 // "next":N,"high":H},...],"watermark":W}. A state without them (before event time, or of a
 // split that emitted nothing) restores as none.
 type sourceState struct {
-	Next      *int64       `json:"next,omitempty"`
-	High      *int64       `json:"high,omitempty"`
-	Splits    []splitState `json:"splits,omitempty"`
-	Watermark *int64       `json:"watermark,omitempty"`
+	Next *int64 `json:"next,omitempty"`
+	// Source is the state of a source that keeps one of its own (ownStateSource).
+	Source    json.RawMessage `json:"source,omitempty"`
+	High      *int64          `json:"high,omitempty"`
+	Splits    []splitState    `json:"splits,omitempty"`
+	Watermark *int64          `json:"watermark,omitempty"`
+}
+
+// ownStateSource is a Source whose work its fixed splits cannot express (the file source's
+// files, found while it runs): it keeps a state of its own, kept by the checkpoint in the
+// source state's "source" beside its splits' positions. snapshotSource is called on the
+// task's goroutine with the task's splits as SnapshotState keeps them (a record in flight
+// is before the barrier when its split's Next is past its position); restoreSource gets what
+// it returned, before Read.
+type ownStateSource interface {
+	snapshotSource(splits []Split) (json.RawMessage, error)
+	restoreSource(b json.RawMessage) error
 }
 
 type splitState struct {
@@ -292,16 +305,31 @@ func (o *sourceOperator) SnapshotState() ([]byte, error) {
 			wm = &c.emitted
 		}
 	}
-	if len(ss) == 1 {
-		return json.Marshal(sourceState{Next: &ss[0].Next, High: ss[0].High, Watermark: wm})
+	var own json.RawMessage
+	if src, ok := o.src.(ownStateSource); ok {
+		b, err := src.snapshotSource(o.sc.splits)
+		if err != nil {
+			return nil, err
+		}
+		own = b
 	}
-	return json.Marshal(sourceState{Splits: ss, Watermark: wm})
+	if len(ss) == 1 {
+		return json.Marshal(sourceState{Next: &ss[0].Next, High: ss[0].High, Watermark: wm, Source: own})
+	}
+	return json.Marshal(sourceState{Splits: ss, Watermark: wm, Source: own})
 }
 
 func (o *sourceOperator) restore(b []byte) error {
 	var st sourceState
 	if err := json.Unmarshal(b, &st); err != nil {
 		return err
+	}
+	if src, ok := o.src.(ownStateSource); ok && len(st.Source) > 0 {
+		if err := src.restoreSource(st.Source); err != nil {
+			return err
+		}
+	} else if len(st.Source) > 0 {
+		return fmt.Errorf("a state of its own for a source that keeps none")
 	}
 	restored := st.Splits
 	if st.Next != nil {

@@ -339,6 +339,7 @@ func All() []Case {
 	}
 	cases = append(cases, windowCases()...)
 	cases = append(cases, wasmCases()...)
+	cases = append(cases, fileSourceCases()...)
 	cases = append(cases, natsCases()...)
 	return cases
 }

@@ -1372,6 +1372,84 @@ func (x *ChecksumSink) GetFlushIntervalMs() int64 {
 	return 0
 }
 
+// The lines of the files that match a glob (docs/connectors.md#file-source): each record's
+// value is one line without its newline. Each file is read by one subtask (a hash of its path
+// modulo the parallelism); the byte offset of every file is in the checkpointed state.
+type FileSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Glob of the files to read (Go's path/filepath.Match syntax), e.g. "/data/in/*.jsonl"; a
+	// relative glob is relative to the TaskManager's work directory. Required.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// STREAMING jobs only: how often the source looks for new files and lines appended to the
+	// files it reads; 0 means 1000 (at most MaxFileSourcePollMs).
+	PollIntervalMs int64 `protobuf:"varint,2,opt,name=poll_interval_ms,json=pollIntervalMs,proto3" json:"poll_interval_ms,omitempty"`
+	// The key of each record: true, the file's base name ("a.jsonl"); false, no key.
+	KeyFileName bool `protobuf:"varint,3,opt,name=key_file_name,json=keyFileName,proto3" json:"key_file_name,omitempty"`
+	// Longest line in bytes; a longer line fails the task, naming the file, its offset and this
+	// limit. 0 means 1 MiB (at most MaxFileSourceLineBytes).
+	MaxLineBytes  int64 `protobuf:"varint,4,opt,name=max_line_bytes,json=maxLineBytes,proto3" json:"max_line_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileSource) Reset() {
+	*x = FileSource{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileSource) ProtoMessage() {}
+
+func (x *FileSource) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileSource.ProtoReflect.Descriptor instead.
+func (*FileSource) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FileSource) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FileSource) GetPollIntervalMs() int64 {
+	if x != nil {
+		return x.PollIntervalMs
+	}
+	return 0
+}
+
+func (x *FileSource) GetKeyFileName() bool {
+	if x != nil {
+		return x.KeyFileName
+	}
+	return false
+}
+
+func (x *FileSource) GetMaxLineBytes() int64 {
+	if x != nil {
+		return x.MaxLineBytes
+	}
+	return 0
+}
+
 // Reads a NATS JetStream stream (docs/connectors.md#nats-jetstream-source): the messages of
 // stream whose subject matches subject, from the stream sequence each split's checkpoint
 // kept, without end. Subtask i of P keeps the messages whose stream sequence s has
@@ -1402,7 +1480,7 @@ type NatsSource struct {
 
 func (x *NatsSource) Reset() {
 	*x = NatsSource{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1492,7 @@ func (x *NatsSource) String() string {
 func (*NatsSource) ProtoMessage() {}
 
 func (x *NatsSource) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[10]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1505,7 @@ func (x *NatsSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NatsSource.ProtoReflect.Descriptor instead.
 func (*NatsSource) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NatsSource) GetUrl() string {
@@ -1490,6 +1568,7 @@ type Operator struct {
 	//	*Operator_JsonProject
 	//	*Operator_Window
 	//	*Operator_Wasm
+	//	*Operator_FileSource
 	//	*Operator_NatsSource
 	Kind isOperator_Kind `protobuf_oneof:"kind"`
 	// Sources only: how the source's records get their event time and its watermarks. Absent:
@@ -1501,7 +1580,7 @@ type Operator struct {
 
 func (x *Operator) Reset() {
 	*x = Operator{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1592,7 @@ func (x *Operator) String() string {
 func (*Operator) ProtoMessage() {}
 
 func (x *Operator) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[11]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1605,7 @@ func (x *Operator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operator.ProtoReflect.Descriptor instead.
 func (*Operator) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Operator) GetKind() isOperator_Kind {
@@ -1662,6 +1741,15 @@ func (x *Operator) GetWasm() *WasmOperator {
 	return nil
 }
 
+func (x *Operator) GetFileSource() *FileSource {
+	if x != nil {
+		if x, ok := x.Kind.(*Operator_FileSource); ok {
+			return x.FileSource
+		}
+	}
+	return nil
+}
+
 func (x *Operator) GetNatsSource() *NatsSource {
 	if x != nil {
 		if x, ok := x.Kind.(*Operator_NatsSource); ok {
@@ -1738,6 +1826,10 @@ type Operator_Wasm struct {
 	Wasm *WasmOperator `protobuf:"bytes,14,opt,name=wasm,proto3,oneof"`
 }
 
+type Operator_FileSource struct {
+	FileSource *FileSource `protobuf:"bytes,15,opt,name=file_source,json=fileSource,proto3,oneof"`
+}
+
 type Operator_NatsSource struct {
 	NatsSource *NatsSource `protobuf:"bytes,16,opt,name=nats_source,json=natsSource,proto3,oneof"`
 }
@@ -1770,6 +1862,8 @@ func (*Operator_Window) isOperator_Kind() {}
 
 func (*Operator_Wasm) isOperator_Kind() {}
 
+func (*Operator_FileSource) isOperator_Kind() {}
+
 func (*Operator_NatsSource) isOperator_Kind() {}
 
 // Event time at a source (docs/task-runtime.md#event-time-and-watermarks): each split's
@@ -1799,7 +1893,7 @@ type EventTime struct {
 
 func (x *EventTime) Reset() {
 	*x = EventTime{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +1905,7 @@ func (x *EventTime) String() string {
 func (*EventTime) ProtoMessage() {}
 
 func (x *EventTime) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1918,7 @@ func (x *EventTime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventTime.ProtoReflect.Descriptor instead.
 func (*EventTime) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *EventTime) GetTimePath() string {
@@ -1876,7 +1970,7 @@ type JsonKeyBy struct {
 
 func (x *JsonKeyBy) Reset() {
 	*x = JsonKeyBy{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +1982,7 @@ func (x *JsonKeyBy) String() string {
 func (*JsonKeyBy) ProtoMessage() {}
 
 func (x *JsonKeyBy) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +1995,7 @@ func (x *JsonKeyBy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JsonKeyBy.ProtoReflect.Descriptor instead.
 func (*JsonKeyBy) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{13}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *JsonKeyBy) GetPath() string {
@@ -1927,7 +2021,7 @@ type JsonFilter struct {
 
 func (x *JsonFilter) Reset() {
 	*x = JsonFilter{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2033,7 @@ func (x *JsonFilter) String() string {
 func (*JsonFilter) ProtoMessage() {}
 
 func (x *JsonFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2046,7 @@ func (x *JsonFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JsonFilter.ProtoReflect.Descriptor instead.
 func (*JsonFilter) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{14}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JsonFilter) GetPath() string {
@@ -1988,7 +2082,7 @@ type JsonProject struct {
 
 func (x *JsonProject) Reset() {
 	*x = JsonProject{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2094,7 @@ func (x *JsonProject) String() string {
 func (*JsonProject) ProtoMessage() {}
 
 func (x *JsonProject) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2107,7 @@ func (x *JsonProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JsonProject.ProtoReflect.Descriptor instead.
 func (*JsonProject) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{15}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JsonProject) GetFields() []*ProjectField {
@@ -2035,7 +2129,7 @@ type ProjectField struct {
 
 func (x *ProjectField) Reset() {
 	*x = ProjectField{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2141,7 @@ func (x *ProjectField) String() string {
 func (*ProjectField) ProtoMessage() {}
 
 func (x *ProjectField) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2154,7 @@ func (x *ProjectField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectField.ProtoReflect.Descriptor instead.
 func (*ProjectField) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{16}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ProjectField) GetPath() string {
@@ -2105,7 +2199,7 @@ type WindowOperator struct {
 
 func (x *WindowOperator) Reset() {
 	*x = WindowOperator{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2211,7 @@ func (x *WindowOperator) String() string {
 func (*WindowOperator) ProtoMessage() {}
 
 func (x *WindowOperator) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2224,7 @@ func (x *WindowOperator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowOperator.ProtoReflect.Descriptor instead.
 func (*WindowOperator) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WindowOperator) GetKind() WindowKind {
@@ -2198,7 +2292,7 @@ type WasmOperator struct {
 
 func (x *WasmOperator) Reset() {
 	*x = WasmOperator{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2304,7 @@ func (x *WasmOperator) String() string {
 func (*WasmOperator) ProtoMessage() {}
 
 func (x *WasmOperator) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2317,7 @@ func (x *WasmOperator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WasmOperator.ProtoReflect.Descriptor instead.
 func (*WasmOperator) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WasmOperator) GetArtifact() string {
@@ -2280,7 +2374,7 @@ type JobVertex struct {
 
 func (x *JobVertex) Reset() {
 	*x = JobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2292,7 +2386,7 @@ func (x *JobVertex) String() string {
 func (*JobVertex) ProtoMessage() {}
 
 func (x *JobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2305,7 +2399,7 @@ func (x *JobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobVertex.ProtoReflect.Descriptor instead.
 func (*JobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *JobVertex) GetId() string {
@@ -2351,7 +2445,7 @@ type JobEdge struct {
 
 func (x *JobEdge) Reset() {
 	*x = JobEdge{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2457,7 @@ func (x *JobEdge) String() string {
 func (*JobEdge) ProtoMessage() {}
 
 func (x *JobEdge) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2470,7 @@ func (x *JobEdge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEdge.ProtoReflect.Descriptor instead.
 func (*JobEdge) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *JobEdge) GetSource() string {
@@ -2438,7 +2532,7 @@ type JobGraph struct {
 
 func (x *JobGraph) Reset() {
 	*x = JobGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2544,7 @@ func (x *JobGraph) String() string {
 func (*JobGraph) ProtoMessage() {}
 
 func (x *JobGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2557,7 @@ func (x *JobGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobGraph.ProtoReflect.Descriptor instead.
 func (*JobGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *JobGraph) GetJobId() string {
@@ -2541,7 +2635,7 @@ type DeadLetters struct {
 
 func (x *DeadLetters) Reset() {
 	*x = DeadLetters{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +2647,7 @@ func (x *DeadLetters) String() string {
 func (*DeadLetters) ProtoMessage() {}
 
 func (x *DeadLetters) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2566,7 +2660,7 @@ func (x *DeadLetters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetters.ProtoReflect.Descriptor instead.
 func (*DeadLetters) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeadLetters) GetOperator() *Operator {
@@ -2593,7 +2687,7 @@ type SlotID struct {
 
 func (x *SlotID) Reset() {
 	*x = SlotID{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2699,7 @@ func (x *SlotID) String() string {
 func (*SlotID) ProtoMessage() {}
 
 func (x *SlotID) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2712,7 @@ func (x *SlotID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotID.ProtoReflect.Descriptor instead.
 func (*SlotID) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{23}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SlotID) GetTmId() string {
@@ -2645,7 +2739,7 @@ type StateTimestamp struct {
 
 func (x *StateTimestamp) Reset() {
 	*x = StateTimestamp{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2751,7 @@ func (x *StateTimestamp) String() string {
 func (*StateTimestamp) ProtoMessage() {}
 
 func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2764,7 @@ func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTimestamp.ProtoReflect.Descriptor instead.
 func (*StateTimestamp) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{24}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StateTimestamp) GetState() ExecutionState {
@@ -2705,7 +2799,7 @@ type Execution struct {
 
 func (x *Execution) Reset() {
 	*x = Execution{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2717,7 +2811,7 @@ func (x *Execution) String() string {
 func (*Execution) ProtoMessage() {}
 
 func (x *Execution) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2730,7 +2824,7 @@ func (x *Execution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Execution.ProtoReflect.Descriptor instead.
 func (*Execution) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{25}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Execution) GetAttemptId() string {
@@ -2810,7 +2904,7 @@ type InputChannelDescriptor struct {
 
 func (x *InputChannelDescriptor) Reset() {
 	*x = InputChannelDescriptor{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2822,7 +2916,7 @@ func (x *InputChannelDescriptor) String() string {
 func (*InputChannelDescriptor) ProtoMessage() {}
 
 func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2835,7 +2929,7 @@ func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputChannelDescriptor.ProtoReflect.Descriptor instead.
 func (*InputChannelDescriptor) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{26}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *InputChannelDescriptor) GetResultId() string {
@@ -2887,7 +2981,7 @@ type ExecutionVertex struct {
 
 func (x *ExecutionVertex) Reset() {
 	*x = ExecutionVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2899,7 +2993,7 @@ func (x *ExecutionVertex) String() string {
 func (*ExecutionVertex) ProtoMessage() {}
 
 func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2912,7 +3006,7 @@ func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{27}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ExecutionVertex) GetVertexId() string {
@@ -2961,7 +3055,7 @@ type ExecutionJobVertex struct {
 
 func (x *ExecutionJobVertex) Reset() {
 	*x = ExecutionJobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2973,7 +3067,7 @@ func (x *ExecutionJobVertex) String() string {
 func (*ExecutionJobVertex) ProtoMessage() {}
 
 func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2986,7 +3080,7 @@ func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionJobVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionJobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{28}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ExecutionJobVertex) GetVertexId() string {
@@ -3023,7 +3117,7 @@ type IntermediateResultPartition struct {
 
 func (x *IntermediateResultPartition) Reset() {
 	*x = IntermediateResultPartition{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3035,7 +3129,7 @@ func (x *IntermediateResultPartition) String() string {
 func (*IntermediateResultPartition) ProtoMessage() {}
 
 func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3048,7 +3142,7 @@ func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResultPartition.ProtoReflect.Descriptor instead.
 func (*IntermediateResultPartition) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{29}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *IntermediateResultPartition) GetPartitionIndex() int32 {
@@ -3100,7 +3194,7 @@ type IntermediateResult struct {
 
 func (x *IntermediateResult) Reset() {
 	*x = IntermediateResult{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3206,7 @@ func (x *IntermediateResult) String() string {
 func (*IntermediateResult) ProtoMessage() {}
 
 func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3219,7 @@ func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResult.ProtoReflect.Descriptor instead.
 func (*IntermediateResult) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{30}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *IntermediateResult) GetResultId() string {
@@ -3182,7 +3276,7 @@ type ExecutionGraph struct {
 
 func (x *ExecutionGraph) Reset() {
 	*x = ExecutionGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3288,7 @@ func (x *ExecutionGraph) String() string {
 func (*ExecutionGraph) ProtoMessage() {}
 
 func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3301,7 @@ func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionGraph.ProtoReflect.Descriptor instead.
 func (*ExecutionGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{31}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExecutionGraph) GetJobId() string {
@@ -3242,7 +3336,7 @@ type JobStatusChange struct {
 
 func (x *JobStatusChange) Reset() {
 	*x = JobStatusChange{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3254,7 +3348,7 @@ func (x *JobStatusChange) String() string {
 func (*JobStatusChange) ProtoMessage() {}
 
 func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3267,7 +3361,7 @@ func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatusChange.ProtoReflect.Descriptor instead.
 func (*JobStatusChange) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{32}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *JobStatusChange) GetStatus() JobStatus {
@@ -3314,7 +3408,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[33]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3326,7 +3420,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[33]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3339,7 +3433,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{33}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *JobRecord) GetJobGraph() *JobGraph {
@@ -3456,7 +3550,13 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"valueBytes\"N\n" +
 	"\fChecksumSink\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12*\n" +
-	"\x11flush_interval_ms\x18\x02 \x01(\x03R\x0fflushIntervalMs\"\xcc\x01\n" +
+	"\x11flush_interval_ms\x18\x02 \x01(\x03R\x0fflushIntervalMs\"\x94\x01\n" +
+	"\n" +
+	"FileSource\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12(\n" +
+	"\x10poll_interval_ms\x18\x02 \x01(\x03R\x0epollIntervalMs\x12\"\n" +
+	"\rkey_file_name\x18\x03 \x01(\bR\vkeyFileName\x12$\n" +
+	"\x0emax_line_bytes\x18\x04 \x01(\x03R\fmaxLineBytes\"\xcc\x01\n" +
 	"\n" +
 	"NatsSource\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
@@ -3465,7 +3565,7 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x03key\x18\x04 \x01(\x0e2\x15.jmcluster.v1.NatsKeyR\x03key\x12\x1d\n" +
 	"\n" +
 	"key_header\x18\x05 \x01(\tR\tkeyHeader\x122\n" +
-	"\x15max_buffered_messages\x18\x06 \x01(\x05R\x13maxBufferedMessages\"\xcc\a\n" +
+	"\x15max_buffered_messages\x18\x06 \x01(\x05R\x13maxBufferedMessages\"\x89\b\n" +
 	"\bOperator\x12G\n" +
 	"\x0fsequence_source\x18\x01 \x01(\v2\x1c.jmcluster.v1.SequenceSourceH\x00R\x0esequenceSource\x12-\n" +
 	"\x03map\x18\x02 \x01(\v2\x19.jmcluster.v1.MapOperatorH\x00R\x03map\x126\n" +
@@ -3484,6 +3584,8 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\fjson_project\x18\f \x01(\v2\x19.jmcluster.v1.JsonProjectH\x00R\vjsonProject\x126\n" +
 	"\x06window\x18\r \x01(\v2\x1c.jmcluster.v1.WindowOperatorH\x00R\x06window\x120\n" +
 	"\x04wasm\x18\x0e \x01(\v2\x1a.jmcluster.v1.WasmOperatorH\x00R\x04wasm\x12;\n" +
+	"\vfile_source\x18\x0f \x01(\v2\x18.jmcluster.v1.FileSourceH\x00R\n" +
+	"fileSource\x12;\n" +
 	"\vnats_source\x18\x10 \x01(\v2\x18.jmcluster.v1.NatsSourceH\x00R\n" +
 	"natsSource\x126\n" +
 	"\n" +
@@ -3716,7 +3818,7 @@ func file_jmcluster_v1_graph_proto_rawDescGZIP() []byte {
 }
 
 var file_jmcluster_v1_graph_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(JobType)(0),                        // 0: jmcluster.v1.JobType
 	(Distribution)(0),                   // 1: jmcluster.v1.Distribution
@@ -3741,32 +3843,33 @@ var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(*FlatMapOperator)(nil),             // 20: jmcluster.v1.FlatMapOperator
 	(*EventGenerator)(nil),              // 21: jmcluster.v1.EventGenerator
 	(*ChecksumSink)(nil),                // 22: jmcluster.v1.ChecksumSink
-	(*NatsSource)(nil),                  // 23: jmcluster.v1.NatsSource
-	(*Operator)(nil),                    // 24: jmcluster.v1.Operator
-	(*EventTime)(nil),                   // 25: jmcluster.v1.EventTime
-	(*JsonKeyBy)(nil),                   // 26: jmcluster.v1.JsonKeyBy
-	(*JsonFilter)(nil),                  // 27: jmcluster.v1.JsonFilter
-	(*JsonProject)(nil),                 // 28: jmcluster.v1.JsonProject
-	(*ProjectField)(nil),                // 29: jmcluster.v1.ProjectField
-	(*WindowOperator)(nil),              // 30: jmcluster.v1.WindowOperator
-	(*WasmOperator)(nil),                // 31: jmcluster.v1.WasmOperator
-	(*JobVertex)(nil),                   // 32: jmcluster.v1.JobVertex
-	(*JobEdge)(nil),                     // 33: jmcluster.v1.JobEdge
-	(*JobGraph)(nil),                    // 34: jmcluster.v1.JobGraph
-	(*DeadLetters)(nil),                 // 35: jmcluster.v1.DeadLetters
-	(*SlotID)(nil),                      // 36: jmcluster.v1.SlotID
-	(*StateTimestamp)(nil),              // 37: jmcluster.v1.StateTimestamp
-	(*Execution)(nil),                   // 38: jmcluster.v1.Execution
-	(*InputChannelDescriptor)(nil),      // 39: jmcluster.v1.InputChannelDescriptor
-	(*ExecutionVertex)(nil),             // 40: jmcluster.v1.ExecutionVertex
-	(*ExecutionJobVertex)(nil),          // 41: jmcluster.v1.ExecutionJobVertex
-	(*IntermediateResultPartition)(nil), // 42: jmcluster.v1.IntermediateResultPartition
-	(*IntermediateResult)(nil),          // 43: jmcluster.v1.IntermediateResult
-	(*ExecutionGraph)(nil),              // 44: jmcluster.v1.ExecutionGraph
-	(*JobStatusChange)(nil),             // 45: jmcluster.v1.JobStatusChange
-	(*JobRecord)(nil),                   // 46: jmcluster.v1.JobRecord
-	(*CheckpointConfig)(nil),            // 47: jmcluster.v1.CheckpointConfig
-	(*JobCheckpoints)(nil),              // 48: jmcluster.v1.JobCheckpoints
+	(*FileSource)(nil),                  // 23: jmcluster.v1.FileSource
+	(*NatsSource)(nil),                  // 24: jmcluster.v1.NatsSource
+	(*Operator)(nil),                    // 25: jmcluster.v1.Operator
+	(*EventTime)(nil),                   // 26: jmcluster.v1.EventTime
+	(*JsonKeyBy)(nil),                   // 27: jmcluster.v1.JsonKeyBy
+	(*JsonFilter)(nil),                  // 28: jmcluster.v1.JsonFilter
+	(*JsonProject)(nil),                 // 29: jmcluster.v1.JsonProject
+	(*ProjectField)(nil),                // 30: jmcluster.v1.ProjectField
+	(*WindowOperator)(nil),              // 31: jmcluster.v1.WindowOperator
+	(*WasmOperator)(nil),                // 32: jmcluster.v1.WasmOperator
+	(*JobVertex)(nil),                   // 33: jmcluster.v1.JobVertex
+	(*JobEdge)(nil),                     // 34: jmcluster.v1.JobEdge
+	(*JobGraph)(nil),                    // 35: jmcluster.v1.JobGraph
+	(*DeadLetters)(nil),                 // 36: jmcluster.v1.DeadLetters
+	(*SlotID)(nil),                      // 37: jmcluster.v1.SlotID
+	(*StateTimestamp)(nil),              // 38: jmcluster.v1.StateTimestamp
+	(*Execution)(nil),                   // 39: jmcluster.v1.Execution
+	(*InputChannelDescriptor)(nil),      // 40: jmcluster.v1.InputChannelDescriptor
+	(*ExecutionVertex)(nil),             // 41: jmcluster.v1.ExecutionVertex
+	(*ExecutionJobVertex)(nil),          // 42: jmcluster.v1.ExecutionJobVertex
+	(*IntermediateResultPartition)(nil), // 43: jmcluster.v1.IntermediateResultPartition
+	(*IntermediateResult)(nil),          // 44: jmcluster.v1.IntermediateResult
+	(*ExecutionGraph)(nil),              // 45: jmcluster.v1.ExecutionGraph
+	(*JobStatusChange)(nil),             // 46: jmcluster.v1.JobStatusChange
+	(*JobRecord)(nil),                   // 47: jmcluster.v1.JobRecord
+	(*CheckpointConfig)(nil),            // 48: jmcluster.v1.CheckpointConfig
+	(*JobCheckpoints)(nil),              // 49: jmcluster.v1.JobCheckpoints
 }
 var file_jmcluster_v1_graph_proto_depIdxs = []int32{
 	3,  // 0: jmcluster.v1.RestartStrategy.kind:type_name -> jmcluster.v1.RestartKind
@@ -3781,53 +3884,54 @@ var file_jmcluster_v1_graph_proto_depIdxs = []int32{
 	22, // 9: jmcluster.v1.Operator.checksum_sink:type_name -> jmcluster.v1.ChecksumSink
 	20, // 10: jmcluster.v1.Operator.flat_map:type_name -> jmcluster.v1.FlatMapOperator
 	21, // 11: jmcluster.v1.Operator.event_generator:type_name -> jmcluster.v1.EventGenerator
-	26, // 12: jmcluster.v1.Operator.json_key_by:type_name -> jmcluster.v1.JsonKeyBy
-	27, // 13: jmcluster.v1.Operator.json_filter:type_name -> jmcluster.v1.JsonFilter
-	28, // 14: jmcluster.v1.Operator.json_project:type_name -> jmcluster.v1.JsonProject
-	30, // 15: jmcluster.v1.Operator.window:type_name -> jmcluster.v1.WindowOperator
-	31, // 16: jmcluster.v1.Operator.wasm:type_name -> jmcluster.v1.WasmOperator
-	23, // 17: jmcluster.v1.Operator.nats_source:type_name -> jmcluster.v1.NatsSource
-	25, // 18: jmcluster.v1.Operator.event_time:type_name -> jmcluster.v1.EventTime
-	7,  // 19: jmcluster.v1.EventTime.time_format:type_name -> jmcluster.v1.TimeFormat
-	8,  // 20: jmcluster.v1.JsonFilter.op:type_name -> jmcluster.v1.CompareOp
-	29, // 21: jmcluster.v1.JsonProject.fields:type_name -> jmcluster.v1.ProjectField
-	10, // 22: jmcluster.v1.WindowOperator.kind:type_name -> jmcluster.v1.WindowKind
-	9,  // 23: jmcluster.v1.WasmOperator.kind:type_name -> jmcluster.v1.WasmKind
-	24, // 24: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
-	1,  // 25: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
-	2,  // 26: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
-	0,  // 27: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
-	32, // 28: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
-	33, // 29: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
-	13, // 30: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
-	4,  // 31: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
-	47, // 32: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
-	35, // 33: jmcluster.v1.JobGraph.dead_letters:type_name -> jmcluster.v1.DeadLetters
-	24, // 34: jmcluster.v1.DeadLetters.operator:type_name -> jmcluster.v1.Operator
-	11, // 35: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
-	11, // 36: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
-	37, // 37: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
-	36, // 38: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
-	38, // 39: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
-	38, // 40: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
-	39, // 41: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
-	40, // 42: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
-	2,  // 43: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
-	1,  // 44: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
-	42, // 45: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
-	41, // 46: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
-	43, // 47: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
-	12, // 48: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
-	34, // 49: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
-	12, // 50: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
-	45, // 51: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
-	44, // 52: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
-	48, // 53: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
-	54, // [54:54] is the sub-list for method output_type
-	54, // [54:54] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	27, // 12: jmcluster.v1.Operator.json_key_by:type_name -> jmcluster.v1.JsonKeyBy
+	28, // 13: jmcluster.v1.Operator.json_filter:type_name -> jmcluster.v1.JsonFilter
+	29, // 14: jmcluster.v1.Operator.json_project:type_name -> jmcluster.v1.JsonProject
+	31, // 15: jmcluster.v1.Operator.window:type_name -> jmcluster.v1.WindowOperator
+	32, // 16: jmcluster.v1.Operator.wasm:type_name -> jmcluster.v1.WasmOperator
+	23, // 17: jmcluster.v1.Operator.file_source:type_name -> jmcluster.v1.FileSource
+	24, // 18: jmcluster.v1.Operator.nats_source:type_name -> jmcluster.v1.NatsSource
+	26, // 19: jmcluster.v1.Operator.event_time:type_name -> jmcluster.v1.EventTime
+	7,  // 20: jmcluster.v1.EventTime.time_format:type_name -> jmcluster.v1.TimeFormat
+	8,  // 21: jmcluster.v1.JsonFilter.op:type_name -> jmcluster.v1.CompareOp
+	30, // 22: jmcluster.v1.JsonProject.fields:type_name -> jmcluster.v1.ProjectField
+	10, // 23: jmcluster.v1.WindowOperator.kind:type_name -> jmcluster.v1.WindowKind
+	9,  // 24: jmcluster.v1.WasmOperator.kind:type_name -> jmcluster.v1.WasmKind
+	25, // 25: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
+	1,  // 26: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
+	2,  // 27: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
+	0,  // 28: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
+	33, // 29: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
+	34, // 30: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
+	13, // 31: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
+	4,  // 32: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
+	48, // 33: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
+	36, // 34: jmcluster.v1.JobGraph.dead_letters:type_name -> jmcluster.v1.DeadLetters
+	25, // 35: jmcluster.v1.DeadLetters.operator:type_name -> jmcluster.v1.Operator
+	11, // 36: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
+	11, // 37: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
+	38, // 38: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
+	37, // 39: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
+	39, // 40: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
+	39, // 41: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
+	40, // 42: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
+	41, // 43: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
+	2,  // 44: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
+	1,  // 45: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
+	43, // 46: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
+	42, // 47: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
+	44, // 48: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
+	12, // 49: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
+	35, // 50: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
+	12, // 51: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
+	46, // 52: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
+	45, // 53: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
+	49, // 54: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_graph_proto_init() }
@@ -3836,7 +3940,7 @@ func file_jmcluster_v1_graph_proto_init() {
 		return
 	}
 	file_jmcluster_v1_checkpoint_proto_init()
-	file_jmcluster_v1_graph_proto_msgTypes[11].OneofWrappers = []any{
+	file_jmcluster_v1_graph_proto_msgTypes[12].OneofWrappers = []any{
 		(*Operator_SequenceSource)(nil),
 		(*Operator_Map)(nil),
 		(*Operator_Filter)(nil),
@@ -3851,6 +3955,7 @@ func file_jmcluster_v1_graph_proto_init() {
 		(*Operator_JsonProject)(nil),
 		(*Operator_Window)(nil),
 		(*Operator_Wasm)(nil),
+		(*Operator_FileSource)(nil),
 		(*Operator_NatsSource)(nil),
 	}
 	type x struct{}
@@ -3859,7 +3964,7 @@ func file_jmcluster_v1_graph_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_graph_proto_rawDesc), len(file_jmcluster_v1_graph_proto_rawDesc)),
 			NumEnums:      13,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
