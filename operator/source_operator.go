@@ -120,16 +120,23 @@ func (c *SourceContext) Wait(d time.Duration) error {
 		case <-fire:
 			return nil
 		case <-c.tick:
-			if err := c.onTick(); err != nil {
+			if err := c.ticked(); err != nil {
 				return err
-			}
-			if c.poll != nil {
-				if err := c.poll(); err != nil {
-					return err
-				}
 			}
 		}
 	}
+}
+
+// ticked handles a tick during a wait: the due watermark and idleness (onTick), then the
+// task's poll (the barriers triggered meanwhile).
+func (c *SourceContext) ticked() error {
+	if err := c.onTick(); err != nil {
+		return err
+	}
+	if c.poll != nil {
+		return c.poll()
+	}
+	return nil
 }
 
 // WaitReady returns once it received a signal from ready, or the context's
@@ -146,13 +153,8 @@ func (c *SourceContext) WaitReady(ready <-chan struct{}) error {
 		case <-ready:
 			return nil
 		case <-c.tick:
-			if err := c.onTick(); err != nil {
+			if err := c.ticked(); err != nil {
 				return err
-			}
-			if c.poll != nil {
-				if err := c.poll(); err != nil {
-					return err
-				}
 			}
 		}
 	}
