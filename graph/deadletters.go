@@ -156,9 +156,12 @@ func (v *validator) deadLetterOutput(jg *pb.JobGraph, dl *pb.DeadLetters, sent b
 		v.add("dead_letters", "no vertex of the job can send dead letters (%s): remove dead_letters", strings.Join(deadLetterKinds(), ", "))
 	}
 	k, known := OperatorKindOf(dl.GetOperator())
-	if known && k.Role != RoleSink {
+	switch {
+	case known && k.Role != RoleSink:
 		v.add("dead_letters.operator", "%s is a %s: the dead-letter output is a sink (%s)", k.Name, k.Role, strings.Join(sinkKinds(), ", "))
-	} else {
+	case known && k.DeadLetters(dl.GetOperator()):
+		v.add("dead_letters.operator", "%s sends dead letters itself: the dead-letter output is a sink that sends none (%s)", k.Name, strings.Join(sinkKinds(), ", "))
+	default:
 		v.operator("dead_letters.operator", dl.GetOperator(), jg.Type, jg.JobId, DeadLetterVertexID)
 	}
 	if p := dl.GetParallelism(); p < 0 || p > v.lim.MaxParallelism {
@@ -182,11 +185,12 @@ func deadLetterKinds() []string {
 	return append(out, "a source with event_time.time_path")
 }
 
-// sinkKinds names the sink kinds, for messages.
+// sinkKinds names the sink kinds that send no dead letters (what a dead-letter output may be),
+// for messages.
 func sinkKinds() []string {
 	var out []string
 	for _, k := range operatorKinds {
-		if k.Role == RoleSink {
+		if k.Role == RoleSink && !k.deadLetters {
 			out = append(out, k.Name)
 		}
 	}

@@ -143,7 +143,7 @@ func TestValidateDeadLetters(t *testing.T) {
 			`vertex "key" (json_key_by) can send dead letters, but the job has no dead-letter output: add "dead_letters": {"operator": {"file_sink"`},
 		{"dead_letters of a transform", func(jg *pb.JobGraph) {
 			jg.DeadLetters.Operator = &pb.Operator{Kind: &pb.Operator_Map{Map: &pb.MapOperator{}}}
-		}, "dead_letters.operator", "map is a transform: the dead-letter output is a sink (file_sink, log_sink, checksum_sink)"},
+		}, "dead_letters.operator", "map is a transform: the dead-letter output is a sink (file_sink, log_sink, checksum_sink, nats_sink)"},
 		{"dead_letters of a source", func(jg *pb.JobGraph) {
 			jg.DeadLetters.Operator = &pb.Operator{Kind: &pb.Operator_SequenceSource{SequenceSource: &pb.SequenceSource{}}}
 		}, "dead_letters.operator", "sequence_source is a source: the dead-letter output is a sink"},
@@ -153,7 +153,7 @@ func TestValidateDeadLetters(t *testing.T) {
 		{"dead_letters of a too large parallelism", func(jg *pb.JobGraph) { jg.DeadLetters.Parallelism = 1025 }, "dead_letters.parallelism", "1025 is out of range [0, 1024]"},
 		{"dead_letters that nothing sends", func(jg *pb.JobGraph) {
 			jg.Vertices[1], jg.Vertices[2] = mapper("key", 2), mapper("filter", 2)
-		}, "dead_letters", "no vertex of the job can send dead letters (json_key_by, json_filter, json_project, window, a source with event_time.time_path): remove dead_letters"},
+		}, "dead_letters", "no vertex of the job can send dead letters (json_key_by, json_filter, json_project, window, postgres_sink, a source with event_time.time_path): remove dead_letters"},
 		{"a vertex of the reserved id", func(jg *pb.JobGraph) {
 			jg.Vertices[3].Id = "dead-letters"
 			jg.Edges[3].Target, jg.Edges[4].Source = "dead-letters", "dead-letters"

@@ -18,21 +18,16 @@ const (
 	MaxNatsSubjectBytes = 1024
 	// MaxNatsBufferedMessages bounds nats_source.max_buffered_messages.
 	MaxNatsBufferedMessages = 65536
+	// MaxNatsPendingAcks bounds nats_sink.max_pending_acks.
+	MaxNatsPendingAcks = 65536
 )
 
 // validateNatsSource checks a nats_source: its servers' URLs, the stream's name, the subject
 // filter, the key and the buffer's bound; a BATCH job refuses it (a stream has no end).
 func validateNatsSource(op *pb.Operator, env OperatorEnv, add addFunc) {
 	n := op.GetNatsSource()
-	validateNatsURL(n.GetUrl(), add)
-	switch s := n.GetStream(); {
-	case s == "":
-		add("nats_source.stream", "is empty (the name of the JetStream stream to read)")
-	case len(s) > MaxNatsNameBytes:
-		add("nats_source.stream", "is %d bytes, over MaxNatsNameBytes %d", len(s), MaxNatsNameBytes)
-	case strings.ContainsAny(s, " \t\r\n.*>/\\\x00"):
-		add("nats_source.stream", "%q holds a space, '.', '*', '>', '/', '\\\\' or NUL (not a stream name)", s)
-	}
+	validateNatsURL("nats_source.url", n.GetUrl(), add)
+	validateNatsStream("nats_source.stream", n.GetStream(), "read", add)
 	if s := n.GetSubject(); s != "" {
 		if reason := natsSubjectError(s); reason != "" {
 			add("nats_source.subject", "%q %s", s, reason)
@@ -47,10 +42,8 @@ func validateNatsSource(op *pb.Operator, env OperatorEnv, add addFunc) {
 		switch h := n.GetKeyHeader(); {
 		case h == "":
 			add("nats_source.key_header", "is empty, and key is NATS_KEY_HEADER")
-		case len(h) > MaxNatsNameBytes:
-			add("nats_source.key_header", "is %d bytes, over MaxNatsNameBytes %d", len(h), MaxNatsNameBytes)
-		case strings.ContainsAny(h, " \t\r\n:\x00"):
-			add("nats_source.key_header", "%q holds a space, ':' or NUL (not a header name)", h)
+		default:
+			validateNatsHeader("nats_source.key_header", h, add)
 		}
 	default:
 		add("nats_source.key", "%d is not a NatsKey (%d to %d)", int32(k), int32(pb.NatsKey_NATS_KEY_UNSPECIFIED), int32(pb.NatsKey_NATS_KEY_HEADER))
@@ -58,33 +51,80 @@ func validateNatsSource(op *pb.Operator, env OperatorEnv, add addFunc) {
 	if b := n.GetMaxBufferedMessages(); b < 0 || b > MaxNatsBufferedMessages {
 		add("nats_source.max_buffered_messages", "%d is out of range [0, MaxNatsBufferedMessages %d]", b, MaxNatsBufferedMessages)
 	}
+	validateCredential("nats_source.credential", n.GetCredential(), add)
 	if env.JobType == pb.JobType_JOB_TYPE_BATCH {
 		add("nats_source", "a BATCH job needs bounded sources (a JetStream stream has no end)")
 	}
 }
 
+// validateNatsSink checks a nats_sink: its servers' URLs, the stream's name, the subject (no
+// wildcard), the key header, the credential's name and the bound on pending acks.
+func validateNatsSink(op *pb.Operator, _ OperatorEnv, add addFunc) {
+	n := op.GetNatsSink()
+	validateNatsURL("nats_sink.url", n.GetUrl(), add)
+	validateNatsStream("nats_sink.stream", n.GetStream(), "publish to", add)
+	switch s := n.GetSubject(); {
+	case s == "":
+		add("nats_sink.subject", "is empty (the subject every record is published to)")
+	case natsSubjectError(s) != "":
+		add("nats_sink.subject", "%q %s", s, natsSubjectError(s))
+	case strings.ContainsAny(s, "*>"):
+		add("nats_sink.subject", "%q holds a wildcard (a record is published to one subject)", s)
+	}
+	if h := n.GetKeyHeader(); h != "" {
+		validateNatsHeader("nats_sink.key_header", h, add)
+	}
+	validateCredential("nats_sink.credential", n.GetCredential(), add)
+	if b := n.GetMaxPendingAcks(); b < 0 || b > MaxNatsPendingAcks {
+		add("nats_sink.max_pending_acks", "%d is out of range [0, MaxNatsPendingAcks %d]", b, MaxNatsPendingAcks)
+	}
+}
+
+// validateNatsStream checks a stream's name; what says what the connector does with it.
+func validateNatsStream(field, s, what string, add addFunc) {
+	switch {
+	case s == "":
+		add(field, "is empty (the name of the JetStream stream to %s)", what)
+	case len(s) > MaxNatsNameBytes:
+		add(field, "is %d bytes, over MaxNatsNameBytes %d", len(s), MaxNatsNameBytes)
+	case strings.ContainsAny(s, " \t\r\n.*>/\\\x00"):
+		add(field, "%q holds a space, '.', '*', '>', '/', '\\\\' or NUL (not a stream name)", s)
+	}
+}
+
+// validateNatsHeader checks a header's name.
+func validateNatsHeader(field, h string, add addFunc) {
+	switch {
+	case len(h) > MaxNatsNameBytes:
+		add(field, "is %d bytes, over MaxNatsNameBytes %d", len(h), MaxNatsNameBytes)
+	case strings.ContainsAny(h, " \t\r\n:\x00"):
+		add(field, "%q holds a space, ':' or NUL (not a header name)", h)
+	}
+}
+
 // validateNatsURL checks url: one server or several separated by commas, each
-// nats://host:port or tls://host:port, without credentials.
-func validateNatsURL(u string, add addFunc) {
+// nats://host:port or tls://host:port, without credentials (they are a credential's, in the
+// TaskManager's --secrets-dir).
+func validateNatsURL(field, u string, add addFunc) {
 	if u == "" {
-		add("nats_source.url", "is empty (a server's URL, \"nats://127.0.0.1:4222\")")
+		add(field, "is empty (a server's URL, \"nats://127.0.0.1:4222\")")
 		return
 	}
 	if len(u) > MaxNatsURLBytes {
-		add("nats_source.url", "is %d bytes, over MaxNatsURLBytes %d", len(u), MaxNatsURLBytes)
+		add(field, "is %d bytes, over MaxNatsURLBytes %d", len(u), MaxNatsURLBytes)
 		return
 	}
-	for _, s := range strings.Split(u, ",") {
+	for i, s := range strings.Split(u, ",") {
 		p, err := url.Parse(strings.TrimSpace(s))
 		switch {
 		case err != nil:
-			add("nats_source.url", "%q: %v", s, err)
+			add(field, "server %d of the list is not a URL: %v", i+1, urlErrorCause(err))
 		case p.Scheme != "nats" && p.Scheme != "tls":
-			add("nats_source.url", "%q: scheme %q is not nats or tls", s, p.Scheme)
+			add(field, "%q: scheme %q is not nats or tls", s, p.Scheme)
 		case p.Hostname() == "":
-			add("nats_source.url", "%q has no host", s)
+			add(field, "%q has no host", s)
 		case p.User != nil:
-			add("nats_source.url", "%q holds credentials (a nats_source connects without them)", s)
+			add(field, "%q holds credentials (name a credential in the TaskManager's --secrets-dir instead)", p.Redacted())
 		default:
 			continue
 		}

@@ -88,6 +88,8 @@ var operatorKinds = []OperatorKind{
 	{Name: "wasm", Role: RoleTransform, validate: validateWasm},
 	{Name: "file_source", Role: RoleSource, validate: validateFileSource},
 	{Name: "nats_source", Role: RoleSource, validate: validateNatsSource},
+	{Name: "nats_sink", Role: RoleSink, validate: validateNatsSink},
+	{Name: "postgres_sink", Role: RoleSink, validate: validatePostgresSink, deadLetters: true},
 }
 
 var (
@@ -316,9 +318,10 @@ func checkSinkTemplate(tmpl string, env OperatorEnv) error {
 
 // WiringProblems returns what is wrong with how a vertex whose operator has role r is
 // connected, given its number of inputs and outputs (in a JobGraph its edges; in a task
-// descriptor its input gates and produced results): a source has no inputs, every other
-// operator at least one, and a sink feeds nothing. A role of 0 (no known kind) has no wiring
-// problem: its operator is reported instead.
+// descriptor its input gates and produced results; outputs counts those of records, not of
+// dead letters): a source has no inputs, every other operator at least one, and a sink feeds
+// no records. A role of 0 (no known kind) has no wiring problem: its operator is reported
+// instead.
 func WiringProblems(vertexID string, r OperatorRole, inputs, outputs int) []string {
 	var ps []string
 	switch {

@@ -242,7 +242,9 @@ func (v *validator) edges(jg *pb.JobGraph, ids map[string]int) {
 				ResultID(e.Source, e.Target), src.Parallelism, dst.Parallelism)
 		}
 		inputs[ti]++
-		outputs[si]++
+		if !e.DeadLetters {
+			outputs[si]++ // a sink may send dead letters, never records
+		}
 		valid = append(valid, e)
 	}
 	for i, jv := range jg.Vertices {

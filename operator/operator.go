@@ -53,6 +53,11 @@ type Info struct {
 	// characters): a WebAssembly module the task runs. The TaskManager fetches it from a
 	// JobMaster and caches it; nil when the task cannot fetch artifacts.
 	Artifact func(ctx context.Context, sha256 string) ([]byte, error)
+	// Secret returns the bytes of the credential a connector names (its spec's credential
+	// field; docs/connectors.md#credentials), read from the TaskManager's --secrets-dir. An
+	// operator keeps them only as long as it needs them and never logs them or puts them in
+	// an error or its state. Nil when the task has no way to read credentials.
+	Secret func(name string) ([]byte, error)
 	// DeadLetters hands a dead letter (DeadLetterRecord) to the task's dead-letter partitions;
 	// nil when the job has no dead-letter output (a kind that can send dead letters then
 	// fails the task: the JobGraph's validation requires one).

@@ -120,6 +120,9 @@ type Config struct {
 	// checkpoints, must reach the same directory (a shared volume across machines). Empty:
 	// this TaskManager refuses tasks of checkpointed jobs.
 	CheckpointDir string
+	// SecretsDir holds the credentials connectors name, a file per credential (--secrets-dir;
+	// docs/connectors.md#credentials). Empty: a task whose connector names one fails.
+	SecretsDir string
 	// ArtifactCacheDir keeps the artifacts this TM fetched, a file per sha256, so a restarted
 	// TM does not fetch them again (default: .artifacts under WorkDir; --artifact-cache-dir).
 	ArtifactCacheDir string

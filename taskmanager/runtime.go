@@ -53,6 +53,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	info := taskInfo(d, tm.cfg.WorkDir)
 	info.Logger = tm.opLog.With("job", d.GetJobId(), "vertex", d.GetVertexId(), "subtask", d.GetSubtaskIndex())
 	info.Artifact = tm.artifacts.get
+	info.Secret = secrets{dir: tm.cfg.SecretsDir}.get
 	if info.Restored, err = tm.restoreState(t); err != nil {
 		return false, err
 	}

@@ -59,7 +59,13 @@ func tddProblems(d *pb.TaskDeploymentDescriptor, slots int, shared *sharedLists)
 		pr.Field = strings.TrimSuffix("operator."+pr.Field, ".")
 		add("%s", pr)
 	}
-	for _, w := range graph.WiringProblems(d.GetVertexId(), graph.OperatorRoleOf(op), len(d.GetInputs()), len(d.GetProduced())) {
+	recordOutputs := 0
+	for _, pd := range d.GetProduced() {
+		if !pd.GetDeadLetters() {
+			recordOutputs++
+		}
+	}
+	for _, w := range graph.WiringProblems(d.GetVertexId(), graph.OperatorRoleOf(op), len(d.GetInputs()), recordOutputs) {
 		add("%s", w)
 	}
 	results := map[string]bool{}

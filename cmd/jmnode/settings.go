@@ -183,6 +183,28 @@ func writableDir(flag, dir string) error {
 	return nil
 }
 
+// secretsDir checks --secrets-dir: a directory this process can list, that other users cannot
+// (like ssh with a private key: credentials readable by anyone on the host are refused
+// before a task reads them).
+func secretsDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	st, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return flagError("--secrets-dir", dir, "must be a directory of credentials (%v)", pathReason(err))
+	case !st.IsDir():
+		return flagError("--secrets-dir", dir, "must be a directory of credentials, not a file")
+	case st.Mode().Perm()&0o007 != 0:
+		return flagError("--secrets-dir", dir, "is open to other users (mode %v): chmod o-rwx it", st.Mode().Perm())
+	}
+	if _, err := os.ReadDir(dir); err != nil {
+		return flagError("--secrets-dir", dir, "must be a directory this process can read (%v)", pathReason(err))
+	}
+	return nil
+}
+
 // keyringFile checks --gossip-keyring: its directory must exist (the keyring is written there
 // at start and by every rotation), and a keyring already there must load.
 func keyringFile(path string) error {

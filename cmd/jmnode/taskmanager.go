@@ -38,6 +38,7 @@ func newTaskManagerConfig(fs *flag.FlagSet) *taskManagerConfig {
 	fs.StringVar(&tm.WorkDir, "work-dir", "", "working directory: relative sink paths are written here")
 	fs.StringVar(&tm.ArtifactCacheDir, "artifact-cache-dir", "", "where the artifacts (WebAssembly modules) this TaskManager fetched are kept, a file per sha256, so a restart does not fetch them again (empty: .artifacts under --work-dir)")
 	fs.Int64Var(&tm.ArtifactCacheBytes, "artifact-cache-bytes", taskmanager.DefaultArtifactCacheBytes, "bound in bytes on the artifacts kept in memory (the most recently used)")
+	fs.StringVar(&tm.SecretsDir, "secrets-dir", "", "directory of the credentials connectors name, a file per credential (a password, a token, a NATS .creds file; docs/connectors.md#credentials); read when a task starts, never logged. Empty: a task whose connector names a credential fails")
 	fs.StringVar(&tm.CheckpointDir, "checkpoint-dir", "", "checkpoint storage root: the shared directory every JobMaster and every TaskManager that may restore a task's state must reach (one host: a local directory; across hosts: a shared file system; docs/checkpoints.md). Empty: tasks of checkpointed jobs are refused")
 	fs.StringVar(&c.eventLog, "event-log", "", "append task start/stop events as JSON lines to this file")
 	fs.DurationVar(&tm.LeaderGrace, "leader-grace", def.LeaderGrace, "cancel every task after no leader was reachable for this long")
@@ -69,7 +70,7 @@ func (c *taskManagerConfig) check() error {
 		return errors.New("--jm or --gossip-addr with --gossip-join is needed to find the JobMasters")
 	}
 	return firstError(writableDir("--work-dir", c.agent.TM.WorkDir), writableDir("--checkpoint-dir", c.agent.TM.CheckpointDir),
-		writableDir("--artifact-cache-dir", c.agent.TM.ArtifactCacheDir), eventLogFile(c.eventLog))
+		writableDir("--artifact-cache-dir", c.agent.TM.ArtifactCacheDir), secretsDir(c.agent.TM.SecretsDir), eventLogFile(c.eventLog))
 }
 
 func runTaskManager(args []string) error {

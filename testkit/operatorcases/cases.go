@@ -99,7 +99,7 @@ func (c Case) JobGraph() *pb.JobGraph {
 
 // deadLetterKinds are the kinds whose catalogue entry can send dead letters (graph's
 // OperatorKind.DeadLetters; graph's own tests import this package, so it cannot ask graph).
-var deadLetterKinds = map[string]bool{"json_key_by": true, "json_filter": true, "json_project": true, "window": true}
+var deadLetterKinds = map[string]bool{"json_key_by": true, "json_filter": true, "json_project": true, "window": true, "postgres_sink": true}
 
 // sendsDeadLetters is graph.CanSendDeadLetters of a vertex of op.
 func sendsDeadLetters(op *pb.Operator) bool {
@@ -341,6 +341,8 @@ func All() []Case {
 	cases = append(cases, wasmCases()...)
 	cases = append(cases, fileSourceCases()...)
 	cases = append(cases, natsCases()...)
+	cases = append(cases, natsSinkCases()...)
+	cases = append(cases, postgresCases()...)
 	return cases
 }
 

@@ -327,6 +327,58 @@ func (FileSinkFormat) EnumDescriptor() ([]byte, []int) {
 	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{5}
 }
 
+type PostgresMode int32
+
+const (
+	PostgresMode_POSTGRES_MODE_UNSPECIFIED PostgresMode = 0
+	// INSERT: a row that breaks a constraint goes to the dead-letter output with the server's
+	// error.
+	PostgresMode_POSTGRES_MODE_INSERT PostgresMode = 1
+	// INSERT ... ON CONFLICT (key_columns) DO UPDATE: a row replaces the row of its key.
+	PostgresMode_POSTGRES_MODE_UPSERT PostgresMode = 2
+)
+
+// Enum value maps for PostgresMode.
+var (
+	PostgresMode_name = map[int32]string{
+		0: "POSTGRES_MODE_UNSPECIFIED",
+		1: "POSTGRES_MODE_INSERT",
+		2: "POSTGRES_MODE_UPSERT",
+	}
+	PostgresMode_value = map[string]int32{
+		"POSTGRES_MODE_UNSPECIFIED": 0,
+		"POSTGRES_MODE_INSERT":      1,
+		"POSTGRES_MODE_UPSERT":      2,
+	}
+)
+
+func (x PostgresMode) Enum() *PostgresMode {
+	p := new(PostgresMode)
+	*p = x
+	return p
+}
+
+func (x PostgresMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PostgresMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_jmcluster_v1_graph_proto_enumTypes[6].Descriptor()
+}
+
+func (PostgresMode) Type() protoreflect.EnumType {
+	return &file_jmcluster_v1_graph_proto_enumTypes[6]
+}
+
+func (x PostgresMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PostgresMode.Descriptor instead.
+func (PostgresMode) EnumDescriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{6}
+}
+
 type NatsKey int32
 
 const (
@@ -366,11 +418,11 @@ func (x NatsKey) String() string {
 }
 
 func (NatsKey) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[6].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[7].Descriptor()
 }
 
 func (NatsKey) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[6]
+	return &file_jmcluster_v1_graph_proto_enumTypes[7]
 }
 
 func (x NatsKey) Number() protoreflect.EnumNumber {
@@ -379,7 +431,7 @@ func (x NatsKey) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NatsKey.Descriptor instead.
 func (NatsKey) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{6}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{7}
 }
 
 type TimeFormat int32
@@ -421,11 +473,11 @@ func (x TimeFormat) String() string {
 }
 
 func (TimeFormat) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[7].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[8].Descriptor()
 }
 
 func (TimeFormat) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[7]
+	return &file_jmcluster_v1_graph_proto_enumTypes[8]
 }
 
 func (x TimeFormat) Number() protoreflect.EnumNumber {
@@ -434,7 +486,7 @@ func (x TimeFormat) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TimeFormat.Descriptor instead.
 func (TimeFormat) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{7}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{8}
 }
 
 type CompareOp int32
@@ -482,11 +534,11 @@ func (x CompareOp) String() string {
 }
 
 func (CompareOp) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[8].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[9].Descriptor()
 }
 
 func (CompareOp) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[8]
+	return &file_jmcluster_v1_graph_proto_enumTypes[9]
 }
 
 func (x CompareOp) Number() protoreflect.EnumNumber {
@@ -495,7 +547,7 @@ func (x CompareOp) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CompareOp.Descriptor instead.
 func (CompareOp) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{8}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{9}
 }
 
 // What a WebAssembly function does with each record.
@@ -547,11 +599,11 @@ func (x WasmKind) String() string {
 }
 
 func (WasmKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[9].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[10].Descriptor()
 }
 
 func (WasmKind) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[9]
+	return &file_jmcluster_v1_graph_proto_enumTypes[10]
 }
 
 func (x WasmKind) Number() protoreflect.EnumNumber {
@@ -560,7 +612,7 @@ func (x WasmKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WasmKind.Descriptor instead.
 func (WasmKind) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{9}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
 }
 
 type WindowKind int32
@@ -602,11 +654,11 @@ func (x WindowKind) String() string {
 }
 
 func (WindowKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[10].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[11].Descriptor()
 }
 
 func (WindowKind) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[10]
+	return &file_jmcluster_v1_graph_proto_enumTypes[11]
 }
 
 func (x WindowKind) Number() protoreflect.EnumNumber {
@@ -615,7 +667,7 @@ func (x WindowKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WindowKind.Descriptor instead.
 func (WindowKind) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{10}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
 }
 
 type ExecutionState int32
@@ -675,11 +727,11 @@ func (x ExecutionState) String() string {
 }
 
 func (ExecutionState) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[11].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[12].Descriptor()
 }
 
 func (ExecutionState) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[11]
+	return &file_jmcluster_v1_graph_proto_enumTypes[12]
 }
 
 func (x ExecutionState) Number() protoreflect.EnumNumber {
@@ -688,7 +740,7 @@ func (x ExecutionState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExecutionState.Descriptor instead.
 func (ExecutionState) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{11}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
 }
 
 type JobStatus int32
@@ -751,11 +803,11 @@ func (x JobStatus) String() string {
 }
 
 func (JobStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_jmcluster_v1_graph_proto_enumTypes[12].Descriptor()
+	return file_jmcluster_v1_graph_proto_enumTypes[13].Descriptor()
 }
 
 func (JobStatus) Type() protoreflect.EnumType {
-	return &file_jmcluster_v1_graph_proto_enumTypes[12]
+	return &file_jmcluster_v1_graph_proto_enumTypes[13]
 }
 
 func (x JobStatus) Number() protoreflect.EnumNumber {
@@ -764,7 +816,7 @@ func (x JobStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobStatus.Descriptor instead.
 func (JobStatus) EnumDescriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{13}
 }
 
 type RestartStrategy struct {
@@ -1455,8 +1507,8 @@ func (x *FileSource) GetMaxLineBytes() int64 {
 // kept, without end. Subtask i of P keeps the messages whose stream sequence s has
 // (s-1) % P == i (each subtask reads the whole filter); a record's value is the message's
 // data, its origin the subtask's split and its seq (s-1)/P. With event_time and an empty
-// time_path, a record's event time is the time the server stored the message. Connects
-// without credentials.
+// time_path, a record's event time is the time the server stored the message. Connects with
+// the credential named, if any (docs/connectors.md#credentials).
 type NatsSource struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The server's URL ("nats://127.0.0.1:4222"), or several separated by commas; scheme nats
@@ -1474,8 +1526,11 @@ type NatsSource struct {
 	// Messages fetched ahead of the task and held in memory; 0 means 256, at most
 	// MaxNatsBufferedMessages.
 	MaxBufferedMessages int32 `protobuf:"varint,6,opt,name=max_buffered_messages,json=maxBufferedMessages,proto3" json:"max_buffered_messages,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The name of a credential in the TaskManager's --secrets-dir (docs/connectors.md#credentials):
+	// a NATS .creds file, "user:password", or a token. Empty: connect without one.
+	Credential    string `protobuf:"bytes,7,opt,name=credential,proto3" json:"credential,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NatsSource) Reset() {
@@ -1550,6 +1605,276 @@ func (x *NatsSource) GetMaxBufferedMessages() int32 {
 	return 0
 }
 
+func (x *NatsSource) GetCredential() string {
+	if x != nil {
+		return x.Credential
+	}
+	return ""
+}
+
+// Publishes each record's value to a NATS JetStream stream
+// (docs/connectors.md#nats-jetstream-sink). In a checkpointed job exactly once: the records
+// between two barriers are published once their checkpoint completes, each with a message id
+// (Nats-Msg-Id) made of the job, the vertex, the subtask, the checkpoint and the record's
+// place, so the server drops a publish repeated after a failure within the stream's
+// duplicate window. Without checkpoints, at least once.
+type NatsSink struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server's URL, as nats_source.url.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// The stream that must take subject; a task whose stream is missing, or does not take
+	// subject, fails naming it.
+	Stream string `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	// The subject every record is published to (no wildcard).
+	Subject string `protobuf:"bytes,3,opt,name=subject,proto3" json:"subject,omitempty"`
+	// The name of a credential in the TaskManager's --secrets-dir, as nats_source.credential.
+	Credential string `protobuf:"bytes,4,opt,name=credential,proto3" json:"credential,omitempty"`
+	// The header that carries the record's key; empty means the key is not sent.
+	KeyHeader string `protobuf:"bytes,5,opt,name=key_header,json=keyHeader,proto3" json:"key_header,omitempty"`
+	// Publishes awaiting the server's acknowledgement; 0 means 256, at most
+	// MaxNatsPendingAcks.
+	MaxPendingAcks int32 `protobuf:"varint,6,opt,name=max_pending_acks,json=maxPendingAcks,proto3" json:"max_pending_acks,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *NatsSink) Reset() {
+	*x = NatsSink{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NatsSink) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NatsSink) ProtoMessage() {}
+
+func (x *NatsSink) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NatsSink.ProtoReflect.Descriptor instead.
+func (*NatsSink) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *NatsSink) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *NatsSink) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *NatsSink) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *NatsSink) GetCredential() string {
+	if x != nil {
+		return x.Credential
+	}
+	return ""
+}
+
+func (x *NatsSink) GetKeyHeader() string {
+	if x != nil {
+		return x.KeyHeader
+	}
+	return ""
+}
+
+func (x *NatsSink) GetMaxPendingAcks() int32 {
+	if x != nil {
+		return x.MaxPendingAcks
+	}
+	return 0
+}
+
+// Writes each record as a row of a PostgreSQL table (docs/connectors.md#postgresql-sink): its
+// columns from fields of the record's JSON value. In a checkpointed job exactly once: the rows
+// between two barriers are one transaction, prepared (PREPARE TRANSACTION) at the barrier and
+// committed (COMMIT PREPARED) once the checkpoint completes; a restored task commits or rolls
+// back by name what an earlier attempt prepared. The server needs max_prepared_transactions
+// above 0. Without checkpoints, each batch is committed as it is written (at least once).
+type PostgresSink struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server and database, as a URL without password
+	// ("postgres://clicks@127.0.0.1:5432/clicks?sslmode=disable"), at most MaxPostgresURLBytes.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// The name of a credential in the TaskManager's --secrets-dir: the password. Empty: none.
+	Credential string `protobuf:"bytes,2,opt,name=credential,proto3" json:"credential,omitempty"`
+	// The table: "name" or "schema.name", each an SQL identifier written as is (no quoting).
+	Table string `protobuf:"bytes,3,opt,name=table,proto3" json:"table,omitempty"`
+	// The table's columns and where each value comes from; at least one.
+	Columns []*PostgresColumn `protobuf:"bytes,4,rep,name=columns,proto3" json:"columns,omitempty"`
+	// UNSPECIFIED means POSTGRES_MODE_INSERT.
+	Mode PostgresMode `protobuf:"varint,5,opt,name=mode,proto3,enum=jmcluster.v1.PostgresMode" json:"mode,omitempty"`
+	// UPSERT: the columns of the table's primary key or unique constraint that a row replaces
+	// the row of (ON CONFLICT (key_columns) DO UPDATE); each one of columns.
+	KeyColumns []string `protobuf:"bytes,6,rep,name=key_columns,json=keyColumns,proto3" json:"key_columns,omitempty"`
+	// Rows sent to the server in one round trip; 0 means 500, at most MaxPostgresBatchRows.
+	BatchRows     int32 `protobuf:"varint,7,opt,name=batch_rows,json=batchRows,proto3" json:"batch_rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PostgresSink) Reset() {
+	*x = PostgresSink{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PostgresSink) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PostgresSink) ProtoMessage() {}
+
+func (x *PostgresSink) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PostgresSink.ProtoReflect.Descriptor instead.
+func (*PostgresSink) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PostgresSink) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *PostgresSink) GetCredential() string {
+	if x != nil {
+		return x.Credential
+	}
+	return ""
+}
+
+func (x *PostgresSink) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *PostgresSink) GetColumns() []*PostgresColumn {
+	if x != nil {
+		return x.Columns
+	}
+	return nil
+}
+
+func (x *PostgresSink) GetMode() PostgresMode {
+	if x != nil {
+		return x.Mode
+	}
+	return PostgresMode_POSTGRES_MODE_UNSPECIFIED
+}
+
+func (x *PostgresSink) GetKeyColumns() []string {
+	if x != nil {
+		return x.KeyColumns
+	}
+	return nil
+}
+
+func (x *PostgresSink) GetBatchRows() int32 {
+	if x != nil {
+		return x.BatchRows
+	}
+	return 0
+}
+
+// One column of a postgres_sink's row.
+type PostgresColumn struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The column's name (an SQL identifier).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The path of its value in the record's JSON value (JsonKeyBy.path): a string's
+	// characters, a number's or boolean's JSON text, null as NULL; the server converts the
+	// text to the column's type. Empty: the record's key. A record whose value is not JSON or
+	// lacks the field goes to the job's dead-letter output.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PostgresColumn) Reset() {
+	*x = PostgresColumn{}
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PostgresColumn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PostgresColumn) ProtoMessage() {}
+
+func (x *PostgresColumn) ProtoReflect() protoreflect.Message {
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PostgresColumn.ProtoReflect.Descriptor instead.
+func (*PostgresColumn) Descriptor() ([]byte, []int) {
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *PostgresColumn) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PostgresColumn) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
 type Operator struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Kind:
@@ -1570,6 +1895,8 @@ type Operator struct {
 	//	*Operator_Wasm
 	//	*Operator_FileSource
 	//	*Operator_NatsSource
+	//	*Operator_NatsSink
+	//	*Operator_PostgresSink
 	Kind isOperator_Kind `protobuf_oneof:"kind"`
 	// Sources only: how the source's records get their event time and its watermarks. Absent:
 	// the source emits no watermarks (event-time timers fire when the input ends).
@@ -1580,7 +1907,7 @@ type Operator struct {
 
 func (x *Operator) Reset() {
 	*x = Operator{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1919,7 @@ func (x *Operator) String() string {
 func (*Operator) ProtoMessage() {}
 
 func (x *Operator) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[12]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1932,7 @@ func (x *Operator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operator.ProtoReflect.Descriptor instead.
 func (*Operator) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{12}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Operator) GetKind() isOperator_Kind {
@@ -1759,6 +2086,24 @@ func (x *Operator) GetNatsSource() *NatsSource {
 	return nil
 }
 
+func (x *Operator) GetNatsSink() *NatsSink {
+	if x != nil {
+		if x, ok := x.Kind.(*Operator_NatsSink); ok {
+			return x.NatsSink
+		}
+	}
+	return nil
+}
+
+func (x *Operator) GetPostgresSink() *PostgresSink {
+	if x != nil {
+		if x, ok := x.Kind.(*Operator_PostgresSink); ok {
+			return x.PostgresSink
+		}
+	}
+	return nil
+}
+
 func (x *Operator) GetEventTime() *EventTime {
 	if x != nil {
 		return x.EventTime
@@ -1834,6 +2179,14 @@ type Operator_NatsSource struct {
 	NatsSource *NatsSource `protobuf:"bytes,16,opt,name=nats_source,json=natsSource,proto3,oneof"`
 }
 
+type Operator_NatsSink struct {
+	NatsSink *NatsSink `protobuf:"bytes,17,opt,name=nats_sink,json=natsSink,proto3,oneof"`
+}
+
+type Operator_PostgresSink struct {
+	PostgresSink *PostgresSink `protobuf:"bytes,18,opt,name=postgres_sink,json=postgresSink,proto3,oneof"`
+}
+
 func (*Operator_SequenceSource) isOperator_Kind() {}
 
 func (*Operator_Map) isOperator_Kind() {}
@@ -1866,6 +2219,10 @@ func (*Operator_FileSource) isOperator_Kind() {}
 
 func (*Operator_NatsSource) isOperator_Kind() {}
 
+func (*Operator_NatsSink) isOperator_Kind() {}
+
+func (*Operator_PostgresSink) isOperator_Kind() {}
+
 // Event time at a source (docs/task-runtime.md#event-time-and-watermarks): each split's
 // watermark is the highest event time it emitted minus max_out_of_orderness_ms, minus 1; the
 // source task's is the lowest of its splits' that are not idle, emitted every
@@ -1893,7 +2250,7 @@ type EventTime struct {
 
 func (x *EventTime) Reset() {
 	*x = EventTime{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2262,7 @@ func (x *EventTime) String() string {
 func (*EventTime) ProtoMessage() {}
 
 func (x *EventTime) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[13]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2275,7 @@ func (x *EventTime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventTime.ProtoReflect.Descriptor instead.
 func (*EventTime) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{13}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EventTime) GetTimePath() string {
@@ -1970,7 +2327,7 @@ type JsonKeyBy struct {
 
 func (x *JsonKeyBy) Reset() {
 	*x = JsonKeyBy{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2339,7 @@ func (x *JsonKeyBy) String() string {
 func (*JsonKeyBy) ProtoMessage() {}
 
 func (x *JsonKeyBy) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[14]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2352,7 @@ func (x *JsonKeyBy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JsonKeyBy.ProtoReflect.Descriptor instead.
 func (*JsonKeyBy) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{14}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JsonKeyBy) GetPath() string {
@@ -2021,7 +2378,7 @@ type JsonFilter struct {
 
 func (x *JsonFilter) Reset() {
 	*x = JsonFilter{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2390,7 @@ func (x *JsonFilter) String() string {
 func (*JsonFilter) ProtoMessage() {}
 
 func (x *JsonFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[15]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2403,7 @@ func (x *JsonFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JsonFilter.ProtoReflect.Descriptor instead.
 func (*JsonFilter) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{15}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JsonFilter) GetPath() string {
@@ -2082,7 +2439,7 @@ type JsonProject struct {
 
 func (x *JsonProject) Reset() {
 	*x = JsonProject{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +2451,7 @@ func (x *JsonProject) String() string {
 func (*JsonProject) ProtoMessage() {}
 
 func (x *JsonProject) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[16]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2107,7 +2464,7 @@ func (x *JsonProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JsonProject.ProtoReflect.Descriptor instead.
 func (*JsonProject) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{16}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JsonProject) GetFields() []*ProjectField {
@@ -2129,7 +2486,7 @@ type ProjectField struct {
 
 func (x *ProjectField) Reset() {
 	*x = ProjectField{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2498,7 @@ func (x *ProjectField) String() string {
 func (*ProjectField) ProtoMessage() {}
 
 func (x *ProjectField) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[17]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2511,7 @@ func (x *ProjectField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectField.ProtoReflect.Descriptor instead.
 func (*ProjectField) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{17}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ProjectField) GetPath() string {
@@ -2199,7 +2556,7 @@ type WindowOperator struct {
 
 func (x *WindowOperator) Reset() {
 	*x = WindowOperator{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2568,7 @@ func (x *WindowOperator) String() string {
 func (*WindowOperator) ProtoMessage() {}
 
 func (x *WindowOperator) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[18]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2581,7 @@ func (x *WindowOperator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowOperator.ProtoReflect.Descriptor instead.
 func (*WindowOperator) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{18}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WindowOperator) GetKind() WindowKind {
@@ -2292,7 +2649,7 @@ type WasmOperator struct {
 
 func (x *WasmOperator) Reset() {
 	*x = WasmOperator{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2661,7 @@ func (x *WasmOperator) String() string {
 func (*WasmOperator) ProtoMessage() {}
 
 func (x *WasmOperator) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[19]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2674,7 @@ func (x *WasmOperator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WasmOperator.ProtoReflect.Descriptor instead.
 func (*WasmOperator) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{19}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WasmOperator) GetArtifact() string {
@@ -2374,7 +2731,7 @@ type JobVertex struct {
 
 func (x *JobVertex) Reset() {
 	*x = JobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2743,7 @@ func (x *JobVertex) String() string {
 func (*JobVertex) ProtoMessage() {}
 
 func (x *JobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[20]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2756,7 @@ func (x *JobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobVertex.ProtoReflect.Descriptor instead.
 func (*JobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{20}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *JobVertex) GetId() string {
@@ -2445,7 +2802,7 @@ type JobEdge struct {
 
 func (x *JobEdge) Reset() {
 	*x = JobEdge{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2814,7 @@ func (x *JobEdge) String() string {
 func (*JobEdge) ProtoMessage() {}
 
 func (x *JobEdge) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[21]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2827,7 @@ func (x *JobEdge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEdge.ProtoReflect.Descriptor instead.
 func (*JobEdge) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{21}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *JobEdge) GetSource() string {
@@ -2532,7 +2889,7 @@ type JobGraph struct {
 
 func (x *JobGraph) Reset() {
 	*x = JobGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2901,7 @@ func (x *JobGraph) String() string {
 func (*JobGraph) ProtoMessage() {}
 
 func (x *JobGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[22]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2914,7 @@ func (x *JobGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobGraph.ProtoReflect.Descriptor instead.
 func (*JobGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{22}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *JobGraph) GetJobId() string {
@@ -2635,7 +2992,7 @@ type DeadLetters struct {
 
 func (x *DeadLetters) Reset() {
 	*x = DeadLetters{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +3004,7 @@ func (x *DeadLetters) String() string {
 func (*DeadLetters) ProtoMessage() {}
 
 func (x *DeadLetters) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[23]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +3017,7 @@ func (x *DeadLetters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetters.ProtoReflect.Descriptor instead.
 func (*DeadLetters) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{23}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeadLetters) GetOperator() *Operator {
@@ -2687,7 +3044,7 @@ type SlotID struct {
 
 func (x *SlotID) Reset() {
 	*x = SlotID{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +3056,7 @@ func (x *SlotID) String() string {
 func (*SlotID) ProtoMessage() {}
 
 func (x *SlotID) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[24]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +3069,7 @@ func (x *SlotID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotID.ProtoReflect.Descriptor instead.
 func (*SlotID) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{24}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SlotID) GetTmId() string {
@@ -2739,7 +3096,7 @@ type StateTimestamp struct {
 
 func (x *StateTimestamp) Reset() {
 	*x = StateTimestamp{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2751,7 +3108,7 @@ func (x *StateTimestamp) String() string {
 func (*StateTimestamp) ProtoMessage() {}
 
 func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[25]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2764,7 +3121,7 @@ func (x *StateTimestamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTimestamp.ProtoReflect.Descriptor instead.
 func (*StateTimestamp) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{25}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StateTimestamp) GetState() ExecutionState {
@@ -2799,7 +3156,7 @@ type Execution struct {
 
 func (x *Execution) Reset() {
 	*x = Execution{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +3168,7 @@ func (x *Execution) String() string {
 func (*Execution) ProtoMessage() {}
 
 func (x *Execution) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[26]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2824,7 +3181,7 @@ func (x *Execution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Execution.ProtoReflect.Descriptor instead.
 func (*Execution) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{26}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Execution) GetAttemptId() string {
@@ -2904,7 +3261,7 @@ type InputChannelDescriptor struct {
 
 func (x *InputChannelDescriptor) Reset() {
 	*x = InputChannelDescriptor{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +3273,7 @@ func (x *InputChannelDescriptor) String() string {
 func (*InputChannelDescriptor) ProtoMessage() {}
 
 func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[27]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3286,7 @@ func (x *InputChannelDescriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputChannelDescriptor.ProtoReflect.Descriptor instead.
 func (*InputChannelDescriptor) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{27}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *InputChannelDescriptor) GetResultId() string {
@@ -2981,7 +3338,7 @@ type ExecutionVertex struct {
 
 func (x *ExecutionVertex) Reset() {
 	*x = ExecutionVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2993,7 +3350,7 @@ func (x *ExecutionVertex) String() string {
 func (*ExecutionVertex) ProtoMessage() {}
 
 func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[28]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3006,7 +3363,7 @@ func (x *ExecutionVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{28}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ExecutionVertex) GetVertexId() string {
@@ -3055,7 +3412,7 @@ type ExecutionJobVertex struct {
 
 func (x *ExecutionJobVertex) Reset() {
 	*x = ExecutionJobVertex{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3067,7 +3424,7 @@ func (x *ExecutionJobVertex) String() string {
 func (*ExecutionJobVertex) ProtoMessage() {}
 
 func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[29]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3080,7 +3437,7 @@ func (x *ExecutionJobVertex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionJobVertex.ProtoReflect.Descriptor instead.
 func (*ExecutionJobVertex) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{29}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExecutionJobVertex) GetVertexId() string {
@@ -3117,7 +3474,7 @@ type IntermediateResultPartition struct {
 
 func (x *IntermediateResultPartition) Reset() {
 	*x = IntermediateResultPartition{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3486,7 @@ func (x *IntermediateResultPartition) String() string {
 func (*IntermediateResultPartition) ProtoMessage() {}
 
 func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[30]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3499,7 @@ func (x *IntermediateResultPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResultPartition.ProtoReflect.Descriptor instead.
 func (*IntermediateResultPartition) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{30}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *IntermediateResultPartition) GetPartitionIndex() int32 {
@@ -3194,7 +3551,7 @@ type IntermediateResult struct {
 
 func (x *IntermediateResult) Reset() {
 	*x = IntermediateResult{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3563,7 @@ func (x *IntermediateResult) String() string {
 func (*IntermediateResult) ProtoMessage() {}
 
 func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[31]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3576,7 @@ func (x *IntermediateResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntermediateResult.ProtoReflect.Descriptor instead.
 func (*IntermediateResult) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{31}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *IntermediateResult) GetResultId() string {
@@ -3276,7 +3633,7 @@ type ExecutionGraph struct {
 
 func (x *ExecutionGraph) Reset() {
 	*x = ExecutionGraph{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3645,7 @@ func (x *ExecutionGraph) String() string {
 func (*ExecutionGraph) ProtoMessage() {}
 
 func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[32]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3658,7 @@ func (x *ExecutionGraph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionGraph.ProtoReflect.Descriptor instead.
 func (*ExecutionGraph) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{32}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ExecutionGraph) GetJobId() string {
@@ -3336,7 +3693,7 @@ type JobStatusChange struct {
 
 func (x *JobStatusChange) Reset() {
 	*x = JobStatusChange{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[33]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3348,7 +3705,7 @@ func (x *JobStatusChange) String() string {
 func (*JobStatusChange) ProtoMessage() {}
 
 func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[33]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3361,7 +3718,7 @@ func (x *JobStatusChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatusChange.ProtoReflect.Descriptor instead.
 func (*JobStatusChange) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{33}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *JobStatusChange) GetStatus() JobStatus {
@@ -3408,7 +3765,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[34]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3420,7 +3777,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_jmcluster_v1_graph_proto_msgTypes[34]
+	mi := &file_jmcluster_v1_graph_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3433,7 +3790,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{34}
+	return file_jmcluster_v1_graph_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *JobRecord) GetJobGraph() *JobGraph {
@@ -3556,7 +3913,7 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12(\n" +
 	"\x10poll_interval_ms\x18\x02 \x01(\x03R\x0epollIntervalMs\x12\"\n" +
 	"\rkey_file_name\x18\x03 \x01(\bR\vkeyFileName\x12$\n" +
-	"\x0emax_line_bytes\x18\x04 \x01(\x03R\fmaxLineBytes\"\xcc\x01\n" +
+	"\x0emax_line_bytes\x18\x04 \x01(\x03R\fmaxLineBytes\"\xec\x01\n" +
 	"\n" +
 	"NatsSource\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
@@ -3565,7 +3922,35 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x03key\x18\x04 \x01(\x0e2\x15.jmcluster.v1.NatsKeyR\x03key\x12\x1d\n" +
 	"\n" +
 	"key_header\x18\x05 \x01(\tR\tkeyHeader\x122\n" +
-	"\x15max_buffered_messages\x18\x06 \x01(\x05R\x13maxBufferedMessages\"\x89\b\n" +
+	"\x15max_buffered_messages\x18\x06 \x01(\x05R\x13maxBufferedMessages\x12\x1e\n" +
+	"\n" +
+	"credential\x18\a \x01(\tR\n" +
+	"credential\"\xb7\x01\n" +
+	"\bNatsSink\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x18\n" +
+	"\asubject\x18\x03 \x01(\tR\asubject\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x04 \x01(\tR\n" +
+	"credential\x12\x1d\n" +
+	"\n" +
+	"key_header\x18\x05 \x01(\tR\tkeyHeader\x12(\n" +
+	"\x10max_pending_acks\x18\x06 \x01(\x05R\x0emaxPendingAcks\"\xfe\x01\n" +
+	"\fPostgresSink\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x02 \x01(\tR\n" +
+	"credential\x12\x14\n" +
+	"\x05table\x18\x03 \x01(\tR\x05table\x126\n" +
+	"\acolumns\x18\x04 \x03(\v2\x1c.jmcluster.v1.PostgresColumnR\acolumns\x12.\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x1a.jmcluster.v1.PostgresModeR\x04mode\x12\x1f\n" +
+	"\vkey_columns\x18\x06 \x03(\tR\n" +
+	"keyColumns\x12\x1d\n" +
+	"\n" +
+	"batch_rows\x18\a \x01(\x05R\tbatchRows\"8\n" +
+	"\x0ePostgresColumn\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"\x83\t\n" +
 	"\bOperator\x12G\n" +
 	"\x0fsequence_source\x18\x01 \x01(\v2\x1c.jmcluster.v1.SequenceSourceH\x00R\x0esequenceSource\x12-\n" +
 	"\x03map\x18\x02 \x01(\v2\x19.jmcluster.v1.MapOperatorH\x00R\x03map\x126\n" +
@@ -3587,7 +3972,9 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\vfile_source\x18\x0f \x01(\v2\x18.jmcluster.v1.FileSourceH\x00R\n" +
 	"fileSource\x12;\n" +
 	"\vnats_source\x18\x10 \x01(\v2\x18.jmcluster.v1.NatsSourceH\x00R\n" +
-	"natsSource\x126\n" +
+	"natsSource\x125\n" +
+	"\tnats_sink\x18\x11 \x01(\v2\x16.jmcluster.v1.NatsSinkH\x00R\bnatsSink\x12A\n" +
+	"\rpostgres_sink\x18\x12 \x01(\v2\x1a.jmcluster.v1.PostgresSinkH\x00R\fpostgresSink\x126\n" +
 	"\n" +
 	"event_time\x18\x14 \x01(\v2\x17.jmcluster.v1.EventTimeR\teventTimeB\x06\n" +
 	"\x04kind\"\xf5\x01\n" +
@@ -3745,6 +4132,10 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x1cFILE_SINK_FORMAT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16FILE_SINK_FORMAT_VALUE\x10\x01\x12\"\n" +
 	"\x1eFILE_SINK_FORMAT_KEY_TAB_VALUE\x10\x02*a\n" +
+	"\fPostgresMode\x12\x1d\n" +
+	"\x19POSTGRES_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14POSTGRES_MODE_INSERT\x10\x01\x12\x18\n" +
+	"\x14POSTGRES_MODE_UPSERT\x10\x02*a\n" +
 	"\aNatsKey\x12\x18\n" +
 	"\x14NATS_KEY_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rNATS_KEY_NONE\x10\x01\x12\x14\n" +
@@ -3817,8 +4208,8 @@ func file_jmcluster_v1_graph_proto_rawDescGZIP() []byte {
 	return file_jmcluster_v1_graph_proto_rawDescData
 }
 
-var file_jmcluster_v1_graph_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_jmcluster_v1_graph_proto_enumTypes = make([]protoimpl.EnumInfo, 14)
+var file_jmcluster_v1_graph_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(JobType)(0),                        // 0: jmcluster.v1.JobType
 	(Distribution)(0),                   // 1: jmcluster.v1.Distribution
@@ -3826,112 +4217,120 @@ var file_jmcluster_v1_graph_proto_goTypes = []any{
 	(RestartKind)(0),                    // 3: jmcluster.v1.RestartKind
 	(FailoverStrategy)(0),               // 4: jmcluster.v1.FailoverStrategy
 	(FileSinkFormat)(0),                 // 5: jmcluster.v1.FileSinkFormat
-	(NatsKey)(0),                        // 6: jmcluster.v1.NatsKey
-	(TimeFormat)(0),                     // 7: jmcluster.v1.TimeFormat
-	(CompareOp)(0),                      // 8: jmcluster.v1.CompareOp
-	(WasmKind)(0),                       // 9: jmcluster.v1.WasmKind
-	(WindowKind)(0),                     // 10: jmcluster.v1.WindowKind
-	(ExecutionState)(0),                 // 11: jmcluster.v1.ExecutionState
-	(JobStatus)(0),                      // 12: jmcluster.v1.JobStatus
-	(*RestartStrategy)(nil),             // 13: jmcluster.v1.RestartStrategy
-	(*SequenceSource)(nil),              // 14: jmcluster.v1.SequenceSource
-	(*MapOperator)(nil),                 // 15: jmcluster.v1.MapOperator
-	(*FilterOperator)(nil),              // 16: jmcluster.v1.FilterOperator
-	(*KeyBySumOperator)(nil),            // 17: jmcluster.v1.KeyBySumOperator
-	(*FileSink)(nil),                    // 18: jmcluster.v1.FileSink
-	(*LogSink)(nil),                     // 19: jmcluster.v1.LogSink
-	(*FlatMapOperator)(nil),             // 20: jmcluster.v1.FlatMapOperator
-	(*EventGenerator)(nil),              // 21: jmcluster.v1.EventGenerator
-	(*ChecksumSink)(nil),                // 22: jmcluster.v1.ChecksumSink
-	(*FileSource)(nil),                  // 23: jmcluster.v1.FileSource
-	(*NatsSource)(nil),                  // 24: jmcluster.v1.NatsSource
-	(*Operator)(nil),                    // 25: jmcluster.v1.Operator
-	(*EventTime)(nil),                   // 26: jmcluster.v1.EventTime
-	(*JsonKeyBy)(nil),                   // 27: jmcluster.v1.JsonKeyBy
-	(*JsonFilter)(nil),                  // 28: jmcluster.v1.JsonFilter
-	(*JsonProject)(nil),                 // 29: jmcluster.v1.JsonProject
-	(*ProjectField)(nil),                // 30: jmcluster.v1.ProjectField
-	(*WindowOperator)(nil),              // 31: jmcluster.v1.WindowOperator
-	(*WasmOperator)(nil),                // 32: jmcluster.v1.WasmOperator
-	(*JobVertex)(nil),                   // 33: jmcluster.v1.JobVertex
-	(*JobEdge)(nil),                     // 34: jmcluster.v1.JobEdge
-	(*JobGraph)(nil),                    // 35: jmcluster.v1.JobGraph
-	(*DeadLetters)(nil),                 // 36: jmcluster.v1.DeadLetters
-	(*SlotID)(nil),                      // 37: jmcluster.v1.SlotID
-	(*StateTimestamp)(nil),              // 38: jmcluster.v1.StateTimestamp
-	(*Execution)(nil),                   // 39: jmcluster.v1.Execution
-	(*InputChannelDescriptor)(nil),      // 40: jmcluster.v1.InputChannelDescriptor
-	(*ExecutionVertex)(nil),             // 41: jmcluster.v1.ExecutionVertex
-	(*ExecutionJobVertex)(nil),          // 42: jmcluster.v1.ExecutionJobVertex
-	(*IntermediateResultPartition)(nil), // 43: jmcluster.v1.IntermediateResultPartition
-	(*IntermediateResult)(nil),          // 44: jmcluster.v1.IntermediateResult
-	(*ExecutionGraph)(nil),              // 45: jmcluster.v1.ExecutionGraph
-	(*JobStatusChange)(nil),             // 46: jmcluster.v1.JobStatusChange
-	(*JobRecord)(nil),                   // 47: jmcluster.v1.JobRecord
-	(*CheckpointConfig)(nil),            // 48: jmcluster.v1.CheckpointConfig
-	(*JobCheckpoints)(nil),              // 49: jmcluster.v1.JobCheckpoints
+	(PostgresMode)(0),                   // 6: jmcluster.v1.PostgresMode
+	(NatsKey)(0),                        // 7: jmcluster.v1.NatsKey
+	(TimeFormat)(0),                     // 8: jmcluster.v1.TimeFormat
+	(CompareOp)(0),                      // 9: jmcluster.v1.CompareOp
+	(WasmKind)(0),                       // 10: jmcluster.v1.WasmKind
+	(WindowKind)(0),                     // 11: jmcluster.v1.WindowKind
+	(ExecutionState)(0),                 // 12: jmcluster.v1.ExecutionState
+	(JobStatus)(0),                      // 13: jmcluster.v1.JobStatus
+	(*RestartStrategy)(nil),             // 14: jmcluster.v1.RestartStrategy
+	(*SequenceSource)(nil),              // 15: jmcluster.v1.SequenceSource
+	(*MapOperator)(nil),                 // 16: jmcluster.v1.MapOperator
+	(*FilterOperator)(nil),              // 17: jmcluster.v1.FilterOperator
+	(*KeyBySumOperator)(nil),            // 18: jmcluster.v1.KeyBySumOperator
+	(*FileSink)(nil),                    // 19: jmcluster.v1.FileSink
+	(*LogSink)(nil),                     // 20: jmcluster.v1.LogSink
+	(*FlatMapOperator)(nil),             // 21: jmcluster.v1.FlatMapOperator
+	(*EventGenerator)(nil),              // 22: jmcluster.v1.EventGenerator
+	(*ChecksumSink)(nil),                // 23: jmcluster.v1.ChecksumSink
+	(*FileSource)(nil),                  // 24: jmcluster.v1.FileSource
+	(*NatsSource)(nil),                  // 25: jmcluster.v1.NatsSource
+	(*NatsSink)(nil),                    // 26: jmcluster.v1.NatsSink
+	(*PostgresSink)(nil),                // 27: jmcluster.v1.PostgresSink
+	(*PostgresColumn)(nil),              // 28: jmcluster.v1.PostgresColumn
+	(*Operator)(nil),                    // 29: jmcluster.v1.Operator
+	(*EventTime)(nil),                   // 30: jmcluster.v1.EventTime
+	(*JsonKeyBy)(nil),                   // 31: jmcluster.v1.JsonKeyBy
+	(*JsonFilter)(nil),                  // 32: jmcluster.v1.JsonFilter
+	(*JsonProject)(nil),                 // 33: jmcluster.v1.JsonProject
+	(*ProjectField)(nil),                // 34: jmcluster.v1.ProjectField
+	(*WindowOperator)(nil),              // 35: jmcluster.v1.WindowOperator
+	(*WasmOperator)(nil),                // 36: jmcluster.v1.WasmOperator
+	(*JobVertex)(nil),                   // 37: jmcluster.v1.JobVertex
+	(*JobEdge)(nil),                     // 38: jmcluster.v1.JobEdge
+	(*JobGraph)(nil),                    // 39: jmcluster.v1.JobGraph
+	(*DeadLetters)(nil),                 // 40: jmcluster.v1.DeadLetters
+	(*SlotID)(nil),                      // 41: jmcluster.v1.SlotID
+	(*StateTimestamp)(nil),              // 42: jmcluster.v1.StateTimestamp
+	(*Execution)(nil),                   // 43: jmcluster.v1.Execution
+	(*InputChannelDescriptor)(nil),      // 44: jmcluster.v1.InputChannelDescriptor
+	(*ExecutionVertex)(nil),             // 45: jmcluster.v1.ExecutionVertex
+	(*ExecutionJobVertex)(nil),          // 46: jmcluster.v1.ExecutionJobVertex
+	(*IntermediateResultPartition)(nil), // 47: jmcluster.v1.IntermediateResultPartition
+	(*IntermediateResult)(nil),          // 48: jmcluster.v1.IntermediateResult
+	(*ExecutionGraph)(nil),              // 49: jmcluster.v1.ExecutionGraph
+	(*JobStatusChange)(nil),             // 50: jmcluster.v1.JobStatusChange
+	(*JobRecord)(nil),                   // 51: jmcluster.v1.JobRecord
+	(*CheckpointConfig)(nil),            // 52: jmcluster.v1.CheckpointConfig
+	(*JobCheckpoints)(nil),              // 53: jmcluster.v1.JobCheckpoints
 }
 var file_jmcluster_v1_graph_proto_depIdxs = []int32{
 	3,  // 0: jmcluster.v1.RestartStrategy.kind:type_name -> jmcluster.v1.RestartKind
 	5,  // 1: jmcluster.v1.FileSink.format:type_name -> jmcluster.v1.FileSinkFormat
-	6,  // 2: jmcluster.v1.NatsSource.key:type_name -> jmcluster.v1.NatsKey
-	14, // 3: jmcluster.v1.Operator.sequence_source:type_name -> jmcluster.v1.SequenceSource
-	15, // 4: jmcluster.v1.Operator.map:type_name -> jmcluster.v1.MapOperator
-	16, // 5: jmcluster.v1.Operator.filter:type_name -> jmcluster.v1.FilterOperator
-	17, // 6: jmcluster.v1.Operator.key_by_sum:type_name -> jmcluster.v1.KeyBySumOperator
-	18, // 7: jmcluster.v1.Operator.file_sink:type_name -> jmcluster.v1.FileSink
-	19, // 8: jmcluster.v1.Operator.log_sink:type_name -> jmcluster.v1.LogSink
-	22, // 9: jmcluster.v1.Operator.checksum_sink:type_name -> jmcluster.v1.ChecksumSink
-	20, // 10: jmcluster.v1.Operator.flat_map:type_name -> jmcluster.v1.FlatMapOperator
-	21, // 11: jmcluster.v1.Operator.event_generator:type_name -> jmcluster.v1.EventGenerator
-	27, // 12: jmcluster.v1.Operator.json_key_by:type_name -> jmcluster.v1.JsonKeyBy
-	28, // 13: jmcluster.v1.Operator.json_filter:type_name -> jmcluster.v1.JsonFilter
-	29, // 14: jmcluster.v1.Operator.json_project:type_name -> jmcluster.v1.JsonProject
-	31, // 15: jmcluster.v1.Operator.window:type_name -> jmcluster.v1.WindowOperator
-	32, // 16: jmcluster.v1.Operator.wasm:type_name -> jmcluster.v1.WasmOperator
-	23, // 17: jmcluster.v1.Operator.file_source:type_name -> jmcluster.v1.FileSource
-	24, // 18: jmcluster.v1.Operator.nats_source:type_name -> jmcluster.v1.NatsSource
-	26, // 19: jmcluster.v1.Operator.event_time:type_name -> jmcluster.v1.EventTime
-	7,  // 20: jmcluster.v1.EventTime.time_format:type_name -> jmcluster.v1.TimeFormat
-	8,  // 21: jmcluster.v1.JsonFilter.op:type_name -> jmcluster.v1.CompareOp
-	30, // 22: jmcluster.v1.JsonProject.fields:type_name -> jmcluster.v1.ProjectField
-	10, // 23: jmcluster.v1.WindowOperator.kind:type_name -> jmcluster.v1.WindowKind
-	9,  // 24: jmcluster.v1.WasmOperator.kind:type_name -> jmcluster.v1.WasmKind
-	25, // 25: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
-	1,  // 26: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
-	2,  // 27: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
-	0,  // 28: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
-	33, // 29: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
-	34, // 30: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
-	13, // 31: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
-	4,  // 32: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
-	48, // 33: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
-	36, // 34: jmcluster.v1.JobGraph.dead_letters:type_name -> jmcluster.v1.DeadLetters
-	25, // 35: jmcluster.v1.DeadLetters.operator:type_name -> jmcluster.v1.Operator
-	11, // 36: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
-	11, // 37: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
-	38, // 38: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
-	37, // 39: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
-	39, // 40: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
-	39, // 41: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
-	40, // 42: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
-	41, // 43: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
-	2,  // 44: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
-	1,  // 45: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
-	43, // 46: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
-	42, // 47: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
-	44, // 48: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
-	12, // 49: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
-	35, // 50: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
-	12, // 51: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
-	46, // 52: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
-	45, // 53: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
-	49, // 54: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
-	55, // [55:55] is the sub-list for method output_type
-	55, // [55:55] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	7,  // 2: jmcluster.v1.NatsSource.key:type_name -> jmcluster.v1.NatsKey
+	28, // 3: jmcluster.v1.PostgresSink.columns:type_name -> jmcluster.v1.PostgresColumn
+	6,  // 4: jmcluster.v1.PostgresSink.mode:type_name -> jmcluster.v1.PostgresMode
+	15, // 5: jmcluster.v1.Operator.sequence_source:type_name -> jmcluster.v1.SequenceSource
+	16, // 6: jmcluster.v1.Operator.map:type_name -> jmcluster.v1.MapOperator
+	17, // 7: jmcluster.v1.Operator.filter:type_name -> jmcluster.v1.FilterOperator
+	18, // 8: jmcluster.v1.Operator.key_by_sum:type_name -> jmcluster.v1.KeyBySumOperator
+	19, // 9: jmcluster.v1.Operator.file_sink:type_name -> jmcluster.v1.FileSink
+	20, // 10: jmcluster.v1.Operator.log_sink:type_name -> jmcluster.v1.LogSink
+	23, // 11: jmcluster.v1.Operator.checksum_sink:type_name -> jmcluster.v1.ChecksumSink
+	21, // 12: jmcluster.v1.Operator.flat_map:type_name -> jmcluster.v1.FlatMapOperator
+	22, // 13: jmcluster.v1.Operator.event_generator:type_name -> jmcluster.v1.EventGenerator
+	31, // 14: jmcluster.v1.Operator.json_key_by:type_name -> jmcluster.v1.JsonKeyBy
+	32, // 15: jmcluster.v1.Operator.json_filter:type_name -> jmcluster.v1.JsonFilter
+	33, // 16: jmcluster.v1.Operator.json_project:type_name -> jmcluster.v1.JsonProject
+	35, // 17: jmcluster.v1.Operator.window:type_name -> jmcluster.v1.WindowOperator
+	36, // 18: jmcluster.v1.Operator.wasm:type_name -> jmcluster.v1.WasmOperator
+	24, // 19: jmcluster.v1.Operator.file_source:type_name -> jmcluster.v1.FileSource
+	25, // 20: jmcluster.v1.Operator.nats_source:type_name -> jmcluster.v1.NatsSource
+	26, // 21: jmcluster.v1.Operator.nats_sink:type_name -> jmcluster.v1.NatsSink
+	27, // 22: jmcluster.v1.Operator.postgres_sink:type_name -> jmcluster.v1.PostgresSink
+	30, // 23: jmcluster.v1.Operator.event_time:type_name -> jmcluster.v1.EventTime
+	8,  // 24: jmcluster.v1.EventTime.time_format:type_name -> jmcluster.v1.TimeFormat
+	9,  // 25: jmcluster.v1.JsonFilter.op:type_name -> jmcluster.v1.CompareOp
+	34, // 26: jmcluster.v1.JsonProject.fields:type_name -> jmcluster.v1.ProjectField
+	11, // 27: jmcluster.v1.WindowOperator.kind:type_name -> jmcluster.v1.WindowKind
+	10, // 28: jmcluster.v1.WasmOperator.kind:type_name -> jmcluster.v1.WasmKind
+	29, // 29: jmcluster.v1.JobVertex.operator:type_name -> jmcluster.v1.Operator
+	1,  // 30: jmcluster.v1.JobEdge.distribution:type_name -> jmcluster.v1.Distribution
+	2,  // 31: jmcluster.v1.JobEdge.result_type:type_name -> jmcluster.v1.ResultType
+	0,  // 32: jmcluster.v1.JobGraph.type:type_name -> jmcluster.v1.JobType
+	37, // 33: jmcluster.v1.JobGraph.vertices:type_name -> jmcluster.v1.JobVertex
+	38, // 34: jmcluster.v1.JobGraph.edges:type_name -> jmcluster.v1.JobEdge
+	14, // 35: jmcluster.v1.JobGraph.restart_strategy:type_name -> jmcluster.v1.RestartStrategy
+	4,  // 36: jmcluster.v1.JobGraph.failover_strategy:type_name -> jmcluster.v1.FailoverStrategy
+	52, // 37: jmcluster.v1.JobGraph.checkpoint_config:type_name -> jmcluster.v1.CheckpointConfig
+	40, // 38: jmcluster.v1.JobGraph.dead_letters:type_name -> jmcluster.v1.DeadLetters
+	29, // 39: jmcluster.v1.DeadLetters.operator:type_name -> jmcluster.v1.Operator
+	12, // 40: jmcluster.v1.StateTimestamp.state:type_name -> jmcluster.v1.ExecutionState
+	12, // 41: jmcluster.v1.Execution.state:type_name -> jmcluster.v1.ExecutionState
+	42, // 42: jmcluster.v1.Execution.state_timestamps:type_name -> jmcluster.v1.StateTimestamp
+	41, // 43: jmcluster.v1.Execution.slot:type_name -> jmcluster.v1.SlotID
+	43, // 44: jmcluster.v1.ExecutionVertex.current:type_name -> jmcluster.v1.Execution
+	43, // 45: jmcluster.v1.ExecutionVertex.history:type_name -> jmcluster.v1.Execution
+	44, // 46: jmcluster.v1.ExecutionVertex.inputs:type_name -> jmcluster.v1.InputChannelDescriptor
+	45, // 47: jmcluster.v1.ExecutionJobVertex.subtasks:type_name -> jmcluster.v1.ExecutionVertex
+	2,  // 48: jmcluster.v1.IntermediateResult.result_type:type_name -> jmcluster.v1.ResultType
+	1,  // 49: jmcluster.v1.IntermediateResult.distribution:type_name -> jmcluster.v1.Distribution
+	47, // 50: jmcluster.v1.IntermediateResult.partitions:type_name -> jmcluster.v1.IntermediateResultPartition
+	46, // 51: jmcluster.v1.ExecutionGraph.vertices:type_name -> jmcluster.v1.ExecutionJobVertex
+	48, // 52: jmcluster.v1.ExecutionGraph.results:type_name -> jmcluster.v1.IntermediateResult
+	13, // 53: jmcluster.v1.JobStatusChange.status:type_name -> jmcluster.v1.JobStatus
+	39, // 54: jmcluster.v1.JobRecord.job_graph:type_name -> jmcluster.v1.JobGraph
+	13, // 55: jmcluster.v1.JobRecord.status:type_name -> jmcluster.v1.JobStatus
+	50, // 56: jmcluster.v1.JobRecord.history:type_name -> jmcluster.v1.JobStatusChange
+	49, // 57: jmcluster.v1.JobRecord.execution_graph:type_name -> jmcluster.v1.ExecutionGraph
+	53, // 58: jmcluster.v1.JobRecord.checkpoints:type_name -> jmcluster.v1.JobCheckpoints
+	59, // [59:59] is the sub-list for method output_type
+	59, // [59:59] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_jmcluster_v1_graph_proto_init() }
@@ -3940,7 +4339,7 @@ func file_jmcluster_v1_graph_proto_init() {
 		return
 	}
 	file_jmcluster_v1_checkpoint_proto_init()
-	file_jmcluster_v1_graph_proto_msgTypes[12].OneofWrappers = []any{
+	file_jmcluster_v1_graph_proto_msgTypes[15].OneofWrappers = []any{
 		(*Operator_SequenceSource)(nil),
 		(*Operator_Map)(nil),
 		(*Operator_Filter)(nil),
@@ -3957,14 +4356,16 @@ func file_jmcluster_v1_graph_proto_init() {
 		(*Operator_Wasm)(nil),
 		(*Operator_FileSource)(nil),
 		(*Operator_NatsSource)(nil),
+		(*Operator_NatsSink)(nil),
+		(*Operator_PostgresSink)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jmcluster_v1_graph_proto_rawDesc), len(file_jmcluster_v1_graph_proto_rawDesc)),
-			NumEnums:      13,
-			NumMessages:   35,
+			NumEnums:      14,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
