@@ -23,7 +23,8 @@ const (
 )
 
 // validateNatsSource checks a nats_source: its servers' URLs, the stream's name, the subject
-// filter, the key and the buffer's bound; a BATCH job refuses it (a stream has no end).
+// filter, the key, the buffer's bound, the credential's name and the end; a BATCH job refuses
+// it without an end.
 func validateNatsSource(op *pb.Operator, env OperatorEnv, add addFunc) {
 	n := op.GetNatsSource()
 	validateNatsURL("nats_source.url", n.GetUrl(), add)
@@ -52,8 +53,11 @@ func validateNatsSource(op *pb.Operator, env OperatorEnv, add addFunc) {
 		add("nats_source.max_buffered_messages", "%d is out of range [0, MaxNatsBufferedMessages %d]", b, MaxNatsBufferedMessages)
 	}
 	validateCredential("nats_source.credential", n.GetCredential(), add)
-	if env.JobType == pb.JobType_JOB_TYPE_BATCH {
-		add("nats_source", "a BATCH job needs bounded sources (a JetStream stream has no end)")
+	switch stop := n.GetStopAtSequence(); {
+	case stop < 0:
+		add("nats_source.stop_at_sequence", "%d is negative (0: no end)", stop)
+	case stop == 0 && env.JobType == pb.JobType_JOB_TYPE_BATCH:
+		add("nats_source", "a BATCH job needs bounded sources (a JetStream stream has no end: set stop_at_sequence)")
 	}
 }
 

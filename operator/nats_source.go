@@ -40,23 +40,45 @@ func newNatsSource(cfg *pb.NatsSource, info Info) *natsSource {
 	return &natsSource{cfg: cfg, info: info, buffered: b, parts: 1}
 }
 
-// Splits is one split per subtask, without end.
+// Splits is one split per subtask, without end or ending after stop_at_sequence.
 func (s *natsSource) Splits(parallelism int32) []Split {
 	s.parts = int64(max(parallelism, 1))
 	out := make([]Split, s.parts)
 	for i := range out {
 		out[i] = Split{ID: int32(i)}
+		if stop := s.cfg.GetStopAtSequence(); stop > 0 {
+			out[i].End = stop + 1
+		}
 	}
 	return out
+}
+
+// ended reports whether every split read up to stop_at_sequence (a restored task whose
+// checkpoint saw the end).
+func (s *natsSource) ended(splits []Split) bool {
+	stop := s.cfg.GetStopAtSequence()
+	if stop == 0 {
+		return false
+	}
+	for _, sp := range splits {
+		if sp.Next <= stop {
+			return false
+		}
+	}
+	return true
 }
 
 // Read connects, checks the stream and reads it from the lowest position of splits, emitting
 // each message to the split its stream sequence belongs to, until the task ends. A missing
 // stream, a refused consumer or a lost consumer fails the task with the server's answer.
 func (s *natsSource) Read(sc *SourceContext, splits []Split) error {
-	if len(splits) == 0 {
+	switch {
+	case len(splits) == 0 && s.cfg.GetStopAtSequence() == 0:
 		return sc.Wait(-1)
+	case len(splits) == 0 || s.ended(splits):
+		return nil
 	}
+
 	ctx := sc.Context()
 	nc, err := nats.Connect(s.cfg.GetUrl(), nats.Name(fmt.Sprintf("jmcluster %s/%s[%d]", s.info.Job, s.info.Vertex, s.info.Subtask)),
 		nats.MaxReconnects(-1))
@@ -153,15 +175,20 @@ func (s *natsSource) emitAll(sc *SourceContext, splits []Split, f *natsFeed) err
 			return fmt.Errorf("nats_source: stream %q: a message without JetStream metadata: %w", s.cfg.GetStream(), err)
 		}
 		seq := int64(md.Sequence.Stream)
+		if stop := s.cfg.GetStopAtSequence(); stop > 0 && seq > stop {
+			return nil // the stream is read up to its end: every message of the filter before seq came
+		}
 		i, mine := index[(seq-1)%s.parts]
-		if !mine || seq < splits[i].Next {
-			continue
+		if mine && seq >= splits[i].Next {
+			r := Record{Key: s.key(m), Value: m.Data(), Time: md.Timestamp.UnixMilli(), Origin: splits[i].ID, Seq: (seq - 1) / s.parts}
+			if err := sc.Emit(i, seq, r); err != nil {
+				return err
+			}
+			splits[i].Next = seq + 1
 		}
-		r := Record{Key: s.key(m), Value: m.Data(), Time: md.Timestamp.UnixMilli(), Origin: splits[i].ID, Seq: (seq - 1) / s.parts}
-		if err := sc.Emit(i, seq, r); err != nil {
-			return err
+		if seq == s.cfg.GetStopAtSequence() {
+			return nil
 		}
-		splits[i].Next = seq + 1
 	}
 }
 

@@ -37,6 +37,8 @@ func natsCases() []Case {
 		bad("nats source buffer over the bound", func(n *pb.NatsSource) { n.MaxBufferedMessages = 65537 }, ".max_buffered_messages", "MaxNatsBufferedMessages 65536"),
 		{Name: "nats source in a batch job", Kind: "nats_source", Op: op(func(*pb.NatsSource) {}), JobType: pb.JobType_JOB_TYPE_BATCH, Wiring: Feeds,
 			Field: "operator.nats_source", Msg: "a BATCH job needs bounded sources"},
+		{Name: "bounded nats source in a batch job", Kind: "nats_source", Op: op(func(n *pb.NatsSource) { n.StopAtSequence = 1000 }), JobType: pb.JobType_JOB_TYPE_BATCH, Wiring: Feeds},
+		bad("nats source ending before the start", func(n *pb.NatsSource) { n.StopAtSequence = -1 }, ".stop_at_sequence", "-1 is negative"),
 	}
 }
 

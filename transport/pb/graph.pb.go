@@ -1504,7 +1504,7 @@ func (x *FileSource) GetMaxLineBytes() int64 {
 
 // Reads a NATS JetStream stream (docs/connectors.md#nats-jetstream-source): the messages of
 // stream whose subject matches subject, from the stream sequence each split's checkpoint
-// kept, without end. Subtask i of P keeps the messages whose stream sequence s has
+// kept, without end or up to stop_at_sequence. Subtask i of P keeps the messages whose stream sequence s has
 // (s-1) % P == i (each subtask reads the whole filter); a record's value is the message's
 // data, its origin the subtask's split and its seq (s-1)/P. With event_time and an empty
 // time_path, a record's event time is the time the server stored the message. Connects with
@@ -1528,9 +1528,13 @@ type NatsSource struct {
 	MaxBufferedMessages int32 `protobuf:"varint,6,opt,name=max_buffered_messages,json=maxBufferedMessages,proto3" json:"max_buffered_messages,omitempty"`
 	// The name of a credential in the TaskManager's --secrets-dir (docs/connectors.md#credentials):
 	// a NATS .creds file, "user:password", or a token. Empty: connect without one.
-	Credential    string `protobuf:"bytes,7,opt,name=credential,proto3" json:"credential,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Credential string `protobuf:"bytes,7,opt,name=credential,proto3" json:"credential,omitempty"`
+	// The last stream sequence to read: the source ends once it has read the messages of the
+	// filter up to it (at the first one at or after it). 0 means no end. With it, the source is
+	// bounded: a job of bounded sources finishes, and a BATCH job takes it.
+	StopAtSequence int64 `protobuf:"varint,8,opt,name=stop_at_sequence,json=stopAtSequence,proto3" json:"stop_at_sequence,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NatsSource) Reset() {
@@ -1610,6 +1614,13 @@ func (x *NatsSource) GetCredential() string {
 		return x.Credential
 	}
 	return ""
+}
+
+func (x *NatsSource) GetStopAtSequence() int64 {
+	if x != nil {
+		return x.StopAtSequence
+	}
+	return 0
 }
 
 // Publishes each record's value to a NATS JetStream stream
@@ -3913,7 +3924,7 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12(\n" +
 	"\x10poll_interval_ms\x18\x02 \x01(\x03R\x0epollIntervalMs\x12\"\n" +
 	"\rkey_file_name\x18\x03 \x01(\bR\vkeyFileName\x12$\n" +
-	"\x0emax_line_bytes\x18\x04 \x01(\x03R\fmaxLineBytes\"\xec\x01\n" +
+	"\x0emax_line_bytes\x18\x04 \x01(\x03R\fmaxLineBytes\"\x96\x02\n" +
 	"\n" +
 	"NatsSource\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
@@ -3925,7 +3936,8 @@ const file_jmcluster_v1_graph_proto_rawDesc = "" +
 	"\x15max_buffered_messages\x18\x06 \x01(\x05R\x13maxBufferedMessages\x12\x1e\n" +
 	"\n" +
 	"credential\x18\a \x01(\tR\n" +
-	"credential\"\xb7\x01\n" +
+	"credential\x12(\n" +
+	"\x10stop_at_sequence\x18\b \x01(\x03R\x0estopAtSequence\"\xb7\x01\n" +
 	"\bNatsSink\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x18\n" +
