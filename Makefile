@@ -9,7 +9,7 @@ PKGS := ./...
 TEST_TIMEOUT ?= 15m
 FUZZTIME ?= 60s
 
-.PHONY: postgres wasm-examples cluster-up cluster-down test-docker test-ui help build test test-short demo proto proto-check lint fmt-check fuzz bench bench-short jepsen jepsen-short jepsen-short-tls jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
+.PHONY: demo-pipeline postgres wasm-examples cluster-up cluster-down test-docker test-ui help build test test-short demo proto proto-check lint fmt-check fuzz bench bench-short jepsen jepsen-short jepsen-short-tls jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -33,6 +33,12 @@ test-short: ## the quick tier: pure logic and single-process clusters, -short
 
 demo: build ## a local 3-JM + 3-TM cluster, a streaming job, a leader kill, the reconciliation step by step
 	./bin/jmnode demo
+
+demo-pipeline: build bin/nats-server postgres ## NATS, PostgreSQL and a cluster: clicks -> key by user -> 1-minute windows -> a table, through a TaskManager kill and a leader kill; totals compared
+	./bin/jmnode demo-pipeline
+
+bin/nats-server: go.mod go.sum ## the NATS server demo-pipeline starts, built from the Go module github.com/nats-io/nats-server/v2
+	CGO_ENABLED=0 $(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
 
 docker: deploy/tls/gossip.key ## build the FROM-scratch image jmcluster/jmnode from a static jmnode, and the compose file's development TLS files
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o deploy/jmnode ./cmd/jmnode

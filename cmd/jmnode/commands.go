@@ -33,6 +33,7 @@ func commandTree() *command {
 		{name: "jobmaster", about: "run a JobMaster replica", run: runJobMaster},
 		{name: "taskmanager", about: "run a TaskManager", run: runTaskManager},
 		{name: "demo", about: "run a local 3-JM + 3-TM cluster, a streaming job and a leader kill", run: runDemo},
+		{name: "demo-pipeline", about: "run NATS, PostgreSQL and a cluster: clicks -> per user and minute -> a table, through a TaskManager kill and a leader kill", run: runDemoPipeline},
 		{name: "job", about: "submit, list, show and cancel jobs", subs: []*command{
 			{name: "submit", about: "submit a job spec (JSON, see examples/)", run: jobSubmit},
 			{name: "list", about: "list jobs", run: jobList},

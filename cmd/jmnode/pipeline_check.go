@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// errNotEqual: the sink's output is not what was published.
+var errNotEqual = errors.New("the sink's output differs from what was published")
+
+// report prints the comparison and returns errNotEqual when it found a problem.
+func (d *pipelineDemo) report(got map[windowKey][]windowTotal, extra []string) error {
+	rows := 0
+	var gc, ga int64
+	for _, ts := range got {
+		for _, t := range ts {
+			rows++
+			gc += t.count
+			ga += t.sum
+		}
+	}
+	wc, wa := sums(d.plan.totals)
+	d.say("published: %d clicks in %d user-minute windows, amount %d", wc, len(d.plan.totals), wa)
+	d.say("%-10s %d clicks in %d rows, amount %d", d.sinkShort()+":", gc, rows, ga)
+	problems := append(compareTotals(d.plan.totals, got), extra...)
+	if len(problems) == 0 {
+		d.say("EQUAL: every window exactly once, no duplicate row")
+		d.say("done in %s", time.Since(d.start).Round(10*time.Millisecond))
+		return nil
+	}
+	const show = 10
+	for i, p := range problems {
+		if i == show {
+			d.say("  ... %d more", len(problems)-show)
+			break
+		}
+		d.say("  %s", p)
+	}
+	return fmt.Errorf("%w: %d problems (%s)", errNotEqual, len(problems), strings.Join(problems[:min(3, len(problems))], "; "))
+}
+
+func (d *pipelineDemo) sinkShort() string {
+	if d.sink == "postgres" {
+		return "table"
+	}
+	return "stream"
+}
+
+// results is what the sink committed so far.
+func (d *pipelineDemo) results(ctx context.Context) (map[windowKey][]windowTotal, error) {
+	if d.sink == "postgres" {
+		return d.pg.readTotals(ctx)
+	}
+	got, _, err := d.nats.readTotals(ctx)
+	return got, err
+}
+
+// check compares the sink's output with the plan and what the sink must have left behind: no
+// dead letter, and for PostgreSQL no prepared transaction.
+func (d *pipelineDemo) check(ctx context.Context, jobID string) error {
+	var extra []string
+	var got map[windowKey][]windowTotal
+	var err error
+	if d.sink == "postgres" {
+		if got, err = d.pg.readTotals(ctx); err != nil {
+			return err
+		}
+		prepared, err := d.pg.preparedXacts(ctx)
+		if err != nil {
+			return err
+		}
+		d.say("pg_prepared_xacts: %d transactions left", len(prepared))
+		for _, name := range prepared {
+			extra = append(extra, "prepared transaction left: "+name)
+		}
+	} else {
+		var more []string
+		if got, more, err = d.nats.readTotals(ctx); err != nil {
+			return err
+		}
+		extra = append(extra, more...)
+	}
+	dead, err := d.deadLetters(jobID)
+	if err != nil {
+		return err
+	}
+	d.say("dead letters: %d", len(dead))
+	for _, l := range dead {
+		extra = append(extra, "dead letter: "+l)
+	}
+	return d.report(got, extra)
+}
+
+// deadLetters reads the committed dead-letter lines of the job in every TaskManager's work
+// directory (the dead-letter file sink's part files).
+func (d *pipelineDemo) deadLetters(jobID string) ([]string, error) {
+	var lines []string
+	for _, p := range d.TMs {
+		parts, err := filepath.Glob(filepath.Join(p.WorkDir, "dead-letters-"+jobID+"-*.jsonl.part-*"))
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range parts {
+			if strings.HasSuffix(f, ".tmp") {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return nil, err
+			}
+			for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+				if l != "" {
+					lines = append(lines, l)
+				}
+			}
+		}
+	}
+	return lines, nil
+}
