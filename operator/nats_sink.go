@@ -374,9 +374,9 @@ func (s *natsSink) Close() error {
 
 // natsWindow publishes messages asynchronously, at most maxPending awaiting their acks. A
 // publish the server did not acknowledge for a reason that passes (the connection lost, no
-// ack in time, JetStream not ready after a restart) is sent again, with every message after
-// it in the window, under the same message ids, after a backoff, until it is acknowledged or
-// ctx ends; a duplicate's ack counts as one.
+// ack in time, JetStream not ready after a restart) is sent again after a backoff, alone, and
+// once acknowledged every message after it in the window, under the same message ids, until
+// it is acknowledged or ctx ends; a duplicate's ack counts as one.
 type natsWindow struct {
 	s       *natsSink
 	q       []natsInflight
@@ -390,13 +390,13 @@ type natsInflight struct {
 
 // add publishes m, first waiting for the oldest ack while maxPending are awaited.
 func (w *natsWindow) add(ctx context.Context, m *nats.Msg) error {
-	for len(w.q) >= w.s.maxPending {
+	for len(w.q) >= w.s.maxPending || w.resendDue() {
 		if err := w.settleOldest(ctx); err != nil {
 			return err
 		}
 	}
 	w.q = append(w.q, natsInflight{m: m})
-	f, err := w.s.js.PublishMsgAsync(m)
+	f, err := w.s.js.PublishMsgAsync(m, natsPublishOpts...)
 	if err != nil {
 		return w.failed(ctx, err)
 	}
@@ -414,17 +414,22 @@ func (w *natsWindow) drain(ctx context.Context) error {
 	return nil
 }
 
+// resendDue reports whether the window is to be sent again (a publish failed in a way that
+// passes): before a new message, so that the stream stores them in order.
+func (w *natsWindow) resendDue() bool { return len(w.q) > 0 && w.q[0].f == nil }
+
 // settleOldest waits for the oldest message's ack and removes it from the window, sending the
 // window again when the ack failed in a way that passes.
 func (w *natsWindow) settleOldest(ctx context.Context) error {
 	for {
-		f := w.q[0].f
-		if f == nil {
-			if err := w.resend(ctx); err != nil {
+		if w.resendDue() {
+			settled, err := w.resend(ctx)
+			if err != nil || settled {
 				return err
 			}
 			continue
 		}
+		f := w.q[0].f
 		select {
 		case <-f.Ok():
 			w.q, w.retries = w.q[1:], 0
@@ -456,8 +461,10 @@ func (w *natsWindow) failed(ctx context.Context, err error) error {
 	return ctx.Err()
 }
 
-// resend waits the backoff, then publishes every message of the window again.
-func (w *natsWindow) resend(ctx context.Context) error {
+// resend waits the backoff, then publishes the oldest message of the window again and, once
+// the stream acknowledged it (settled), the others: a server that takes messages again from
+// some point on (JetStream ready after a restart) stores them in order.
+func (w *natsWindow) resend(ctx context.Context) (settled bool, err error) {
 	d := natsRetryMax
 	if w.retries < 8 {
 		d = min(natsRetryFirst<<w.retries, natsRetryMax)
@@ -467,17 +474,33 @@ func (w *natsWindow) resend(ctx context.Context) error {
 	case <-t.C:
 	case <-ctx.Done():
 		t.Stop()
-		return ctx.Err()
+		return false, ctx.Err()
+	}
+	f, err := w.s.js.PublishMsgAsync(w.q[0].m, natsPublishOpts...)
+	if err != nil {
+		return false, w.failed(ctx, err)
+	}
+	select {
+	case <-f.Ok():
+		w.q, w.retries = w.q[1:], 0
+	case err := <-f.Err():
+		return false, w.failed(ctx, err)
+	case <-ctx.Done():
+		return false, ctx.Err()
 	}
 	for i := range w.q {
-		f, err := w.s.js.PublishMsgAsync(w.q[i].m)
+		f, err := w.s.js.PublishMsgAsync(w.q[i].m, natsPublishOpts...)
 		if err != nil {
-			return w.failed(ctx, err)
+			return true, w.failed(ctx, err)
 		}
 		w.q[i].f = f
 	}
-	return nil
+	return true, nil
 }
+
+// natsPublishOpts: a publish that finds no JetStream is not sent again by the client (it would
+// be on a timer of its own, after later messages): the window sends it again, in order.
+var natsPublishOpts = []jetstream.PublishOpt{jetstream.WithRetryAttempts(0)}
 
 // natsRetryable reports whether a publish that failed with err may succeed when sent again
 // (the connection lost or reconnecting, no ack in time, JetStream not answering yet); any
