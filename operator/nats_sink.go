@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats.go"
@@ -23,6 +24,9 @@ func init() {
 const (
 	// defaultNatsPendingAcks is the publishes awaiting an ack when max_pending_acks is 0.
 	defaultNatsPendingAcks = 256
+	// natsSafeDuplicateWindow is the stream's duplicate window (the server's default) below
+	// which the sink warns at Open: a restore may take longer than a shorter one.
+	natsSafeDuplicateWindow = 2 * time.Minute
 	// natsEndSegment names the records after the last barrier of a job whose input ended.
 	natsEndSegment = "end"
 )
@@ -124,7 +128,7 @@ func (s *natsSink) Open(ctx context.Context) error {
 	if len(s.restored) > 0 {
 		s.mu.Lock()
 		s.staged, s.restored = s.restored, nil
-		s.commitTo = s.restoredID
+		s.commitTo = max(s.commitTo, s.restoredID)
 		s.mu.Unlock()
 		if err := s.commitStaged(s.ctx); err != nil {
 			return err
@@ -147,8 +151,12 @@ func (s *natsSink) checkStream(ctx context.Context) error {
 		return fmt.Errorf("nats_sink: subject %q is not one stream %q takes (its subjects %q)", s.cfg.GetSubject(), s.cfg.GetStream(), c.Subjects)
 	}
 	if s.checkpointed {
-		s.log.Info("nats_sink: the stream drops a message id it stored within its duplicate window; a checkpoint's segment published again after it is stored twice",
-			"stream", s.cfg.GetStream(), "duplicate_window", c.Duplicates)
+		log := s.log.Info
+		if c.Duplicates < natsSafeDuplicateWindow {
+			log = s.log.Warn
+		}
+		log("nats_sink: the stream drops a message id it stored within its duplicate window; a checkpoint's segment published again after it (a restore slower than it) is stored twice",
+			"stream", s.cfg.GetStream(), "duplicate_window", c.Duplicates, "warned_below", natsSafeDuplicateWindow)
 	}
 	return nil
 }

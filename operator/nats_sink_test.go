@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jmcluster/jmcluster/testkit/natstest"
@@ -278,6 +280,26 @@ func TestNatsSinkCommitsAcrossAServerRestart(t *testing.T) {
 	// Messages the client had not yet written when the connection dropped go to the restarted
 	// server before those lost with the old connection are sent again: each once, not in order.
 	checkStreamOrder(t, s, "OUT", big+110, false)
+}
+
+// TestNatsSinkWarnsOfAShortDuplicateWindow: a checkpointed sink warns at Open when the
+// stream's duplicate window is under natsSafeDuplicateWindow, and only logs it otherwise.
+func TestNatsSinkWarnsOfAShortDuplicateWindow(t *testing.T) {
+	s := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for name, window := range map[string]time.Duration{"SHORT": 10 * time.Second, "LONG": natsSafeDuplicateWindow} {
+		if _, err := s.JS.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{strings.ToLower(name)}, Duplicates: window}); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		log := hclog.New(&hclog.LoggerOptions{Output: &out, Level: hclog.Info})
+		openNatsSink(t, natsSinkOp(s.URL, name, strings.ToLower(name)), Info{Job: "j", Vertex: "sink", Checkpointed: true, Logger: log})
+		warned := strings.Contains(out.String(), "[WARN]") && strings.Contains(out.String(), "duplicate_window="+window.String())
+		if warned != (name == "SHORT") {
+			t.Fatalf("stream %s, duplicate window %v: the log %q (want a warning: %v)", name, window, out.String(), name == "SHORT")
+		}
+	}
 }
 
 // TestNatsRetryableErrors: what passes is sent again; what the stream refuses fails.
