@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -80,10 +79,9 @@ func (s *natsSource) Read(sc *SourceContext, splits []Split) error {
 	}
 
 	ctx := sc.Context()
-	nc, err := nats.Connect(s.cfg.GetUrl(), nats.Name(fmt.Sprintf("jmcluster %s/%s[%d]", s.info.Job, s.info.Vertex, s.info.Subtask)),
-		nats.MaxReconnects(-1))
+	nc, err := natsConnect(s.info, s.cfg.GetUrl(), s.cfg.GetCredential(), "nats_source")
 	if err != nil {
-		return fmt.Errorf("nats_source: connect to %s: %w", s.cfg.GetUrl(), err)
+		return err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

@@ -4,6 +4,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -22,13 +23,32 @@ type Server struct {
 	opts *server.Options
 }
 
+// Auth is what a server started by StartWith requires of its clients: a user and password,
+// or a token (the zero Auth: nothing).
+type Auth struct {
+	User, Password string
+	Token          string
+}
+
 // Start starts a server and connects a client to it; both stop when t ends.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Server { return StartWith(t, Auth{}) }
+
+// StartWith starts a server that requires auth of its clients and connects a client with it;
+// both stop when t ends.
+func StartWith(t testing.TB, auth Auth) *Server {
 	t.Helper()
-	opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
+	opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Username: auth.User, Password: auth.Password, Authorization: auth.Token}
 	s := run(t, opts)
 	opts.Port = s.Addr().(*net.TCPAddr).Port // a restart listens where the clients reconnect
-	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	copts := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}
+	switch {
+	case auth.User != "":
+		copts = append(copts, nats.UserInfo(auth.User, auth.Password))
+	case auth.Token != "":
+		copts = append(copts, nats.Token(auth.Token))
+	}
+	nc, err := nats.Connect(s.ClientURL(), copts...)
 	if err != nil {
 		t.Fatalf("connect to %s: %v", s.ClientURL(), err)
 	}
@@ -85,4 +105,31 @@ func (s *Server) Publish(t testing.TB, subject string, data []byte, headers nats
 		t.Fatalf("publish on %s: %v", subject, err)
 	}
 	return ack.Sequence
+}
+
+// Messages returns every message stream holds, in stream order.
+func (s *Server) Messages(t testing.TB, stream string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := s.JS.Stream(ctx, stream)
+	if err != nil {
+		t.Fatalf("stream %s: %v", stream, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatalf("stream %s: %v", stream, err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("stream %s, message %d: %v", stream, seq, err)
+		}
+		out = append(out, m)
+	}
+	return out
 }
