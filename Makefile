@@ -9,7 +9,7 @@ PKGS := ./...
 TEST_TIMEOUT ?= 15m
 FUZZTIME ?= 60s
 
-.PHONY: wasm-examples cluster-up cluster-down test-docker test-ui help build test test-short demo proto proto-check lint fmt-check fuzz bench bench-short jepsen jepsen-short jepsen-short-tls jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
+.PHONY: postgres wasm-examples cluster-up cluster-down test-docker test-ui help build test test-short demo proto proto-check lint fmt-check fuzz bench bench-short jepsen jepsen-short jepsen-short-tls jepsen-clean jepsen-root jepsen-selftest docker clean tools FORCE
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -21,9 +21,12 @@ wasm-examples: ## build the example user functions in WebAssembly: bin/wordsplit
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o bin/wordsplit.wasm ./examples/wasm/wordsplit
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o bin/fraud.wasm ./examples/wasm/fraud
 
-test: ## run every test with -race, then the jobs at full size (100,000 executions, the default size limits) without -race
+test: postgres ## run every test with -race, then the jobs at full size (100,000 executions, the default size limits) without -race
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 	$(GO) test -count=1 -p 1 -timeout 15m -v -run 'TestReconcile100kExecutions|TestJobsAtTheDefaultLimits|TestNoLogLineGrowsWithTheJob' ./reconcile/ ./cmd/jmnode/
+
+postgres: ## install Debian's PostgreSQL when initdb is not found (the postgres_sink tests start their own servers: testkit/pgtest)
+	@./scripts/install-postgres.sh
 
 test-short: ## the quick tier: pure logic and single-process clusters, -short
 	$(GO) test -race -count=1 -short $(PKGS)
