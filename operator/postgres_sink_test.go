@@ -1,0 +1,395 @@
+package operator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jmcluster/jmcluster/internal/pgserver"
+	"github.com/jmcluster/jmcluster/testkit/pgtest"
+	"github.com/jmcluster/jmcluster/transport/pb"
+)
+
+// pgPassword is the test user's password; no error may hold it.
+const pgPassword = "s3cret-pw"
+
+// pgFixture is a server with the user and database clicks, and the sinks' dead letters.
+type pgFixture struct {
+	t    testing.TB
+	srv  *pgserver.Server
+	dead []Record
+}
+
+func newPGFixture(t testing.TB, o pgserver.Options, ddl ...string) *pgFixture {
+	t.Helper()
+	f := &pgFixture{t: t, srv: pgtest.StartWith(t, o)}
+	ctx := context.Background()
+	if err := f.srv.CreateUserAndDatabase(ctx, "clicks", pgPassword, "clicks"); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range ddl {
+		if err := f.srv.ExecIn(ctx, "clicks", q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, q := range ddl {
+		if strings.HasPrefix(q, "CREATE TABLE ") {
+			table := strings.Fields(q)[2]
+			if err := f.srv.ExecIn(ctx, "clicks", "ALTER TABLE "+table+" OWNER TO clicks"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return f
+}
+
+// spec is a postgres_sink of table t with columns "name:path".
+func (f *pgFixture) spec(table string, batch int32, cols ...string) *pb.PostgresSink {
+	p := &pb.PostgresSink{Url: f.srv.URL("clicks", "clicks"), Credential: "pg", Table: table, BatchRows: batch}
+	for _, c := range cols {
+		name, path, _ := strings.Cut(c, ":")
+		p.Columns = append(p.Columns, &pb.PostgresColumn{Name: name, Path: path})
+	}
+	return p
+}
+
+// info is subtask 0 of job j's vertex "pg", checkpointed or not, restored from checkpoint
+// restored (0: none), its password "pg" and its dead letters in f.dead.
+func (f *pgFixture) info(checkpointed bool, restored uint64, password string) Info {
+	i := Info{Job: "j", Vertex: "pg", Checkpointed: checkpointed, RestoredCheckpoint: restored,
+		Secret: func(name string) ([]byte, error) {
+			if name != "pg" {
+				return nil, fmt.Errorf("no credential %q", name)
+			}
+			return []byte(password + "\n"), nil
+		},
+		DeadLetters: func(r Record) error { f.dead = append(f.dead, r); return nil }}
+	if restored > 0 {
+		i.Restored = []byte(`{"prepared":"jm:j:pg:0:"}`)
+	}
+	return i
+}
+
+// open builds and opens the sink.
+func (f *pgFixture) open(p *pb.PostgresSink, info Info) (Operator, error) {
+	f.t.Helper()
+	o, err := New(&pb.Operator{Kind: &pb.Operator_PostgresSink{PostgresSink: p}}, info)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := o.Open(context.Background()); err != nil {
+		_ = o.Close()
+		return nil, err
+	}
+	f.t.Cleanup(func() { _ = o.Close() })
+	return o, nil
+}
+
+func (f *pgFixture) mustOpen(p *pb.PostgresSink, info Info) Operator {
+	f.t.Helper()
+	o, err := f.open(p, info)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return o
+}
+
+// write feeds JSON values, keyed "k<i>".
+func (f *pgFixture) write(o Operator, values ...string) {
+	f.t.Helper()
+	for i, v := range values {
+		if err := o.Process(Record{Key: fmt.Appendf(nil, "k%d", i), Value: []byte(v), Time: NoTimestamp, Seq: int64(i)}, nil); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+// rows is the table's rows as "a|b|..." text, sorted.
+func (f *pgFixture) rows(q string) []string {
+	f.t.Helper()
+	conn, err := f.srv.Connect(context.Background(), "clicks")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rs, err := conn.Query(context.Background(), q)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (string, error) {
+		vals, err := r.Values()
+		var parts []string
+		for _, v := range vals {
+			parts = append(parts, fmt.Sprint(v))
+		}
+		return strings.Join(parts, "|"), err
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// reasons is the dead letters' reasons, in order.
+func (f *pgFixture) reasons() []string {
+	var out []string
+	for _, r := range f.dead {
+		var d DeadLetter
+		if err := json.Unmarshal(r.Value, &d); err != nil {
+			f.t.Fatal(err)
+		}
+		out = append(out, d.Value+" => "+d.Reason)
+	}
+	return out
+}
+
+func values(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, fmt.Sprintf(`{"id":%d,"user":"u%d"}`, i, i%3))
+	}
+	return out
+}
+
+func want(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, fmt.Sprintf("%d|u%d", i, i%3))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestPostgresSinkInsertsUpsertsAndSendsDeadLetters: without checkpoints each batch is
+// committed; a record that is not JSON, lacks a field, or that the table refuses (a check, a
+// duplicate key, a value its column cannot take) goes to the dead-letter output with the
+// reason, and the other rows of its batch stay; an upsert keeps a key's last row, also when a
+// batch names a key twice.
+func TestPostgresSinkInsertsUpsertsAndSendsDeadLetters(t *testing.T) {
+	f := newPGFixture(t, pgserver.Options{},
+		"CREATE TABLE clicks (id int PRIMARY KEY, user_id text NOT NULL, n int CHECK (n >= 0), at timestamptz, k text)",
+		"CREATE TABLE totals (user_id text, day date, n bigint, PRIMARY KEY (user_id, day))")
+	o := f.mustOpen(f.spec("clicks", 3, "id:id", "user_id:user", "n:n", "at:at", "k:"), f.info(false, 0, pgPassword))
+	f.write(o,
+		`{"id":1,"user":"a","n":5,"at":"2026-12-06T10:00:00Z"}`,
+		`{"id":2,"user":"b","n":null,"at":null}`,
+		`not json`,
+		`{"id":3,"n":1,"at":null}`,
+		`{"id":4,"user":"c","n":-1,"at":null}`,
+		`{"id":1,"user":"dup","n":1,"at":null}`,
+		`{"id":"x","user":"e","n":1,"at":null}`,
+		`{"id":5,"user":"f","n":7,"at":"2026-12-06T10:00:01Z"}`,
+	)
+	if got := f.rows("SELECT id, user_id, coalesce(n, -100), k FROM clicks WHERE id < 3"); !slices.Equal(got, []string{"1|a|5|k0", "2|b|-100|k1"}) {
+		t.Fatalf("before Finish, the full batches are committed: %q", got)
+	}
+	if err := o.Finish(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, w := f.rows("SELECT id, user_id, k FROM clicks"), []string{"1|a|k0", "2|b|k1", "5|f|k7"}; !slices.Equal(got, w) {
+		t.Fatalf("rows %q, want %q", got, w)
+	}
+	reasons := f.reasons()
+	for i, w := range []string{
+		"not json => not valid JSON",
+		`{"id":3,"n":1,"at":null} => lacks the field user`,
+		`violates check constraint "clicks_n_check"`,
+		`duplicate key value violates unique constraint "clicks_pkey": Key (id)=(1) already exists. (SQLSTATE 23505)`,
+		`invalid input syntax for type integer: "x" (SQLSTATE 22P02)`,
+	} {
+		if i >= len(reasons) || !strings.Contains(reasons[i], w) {
+			t.Fatalf("dead letter %d: want one with %q, have %q", i, w, reasons)
+		}
+	}
+	if len(reasons) != 5 {
+		t.Fatalf("dead letters %q", reasons)
+	}
+
+	up := f.spec("totals", 10, "user_id:user", "day:day", "n:n")
+	up.Mode, up.KeyColumns = pb.PostgresMode_POSTGRES_MODE_UPSERT, []string{"user_id", "day"}
+	u := f.mustOpen(up, f.info(false, 0, pgPassword))
+	f.write(u, `{"user":"a","day":"2026-12-06","n":1}`, `{"user":"b","day":"2026-12-06","n":2}`, `{"user":"a","day":"2026-12-06","n":3}`)
+	if err := u.Finish(nil); err != nil {
+		t.Fatal(err)
+	}
+	f.write(u, `{"user":"b","day":"2026-12-06","n":4}`)
+	if err := u.Finish(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, w := f.rows("SELECT user_id, day::text, n FROM totals"), []string{"a|2026-12-06|3", "b|2026-12-06|4"}; !slices.Equal(got, w) {
+		t.Fatalf("upserted rows %q, want %q", got, w)
+	}
+	if len(f.dead) != 5 {
+		t.Fatalf("the upserts sent dead letters: %q", f.reasons()[5:])
+	}
+}
+
+// TestPostgresSinkCommitsOnlyCompletedCheckpointsAndSettlesThemOnRestore: the rows of a
+// segment are visible once its checkpoint completes; a task restored from checkpoint R commits
+// what the earlier attempt prepared up to R and rolls back what it prepared later, and the
+// replayed rows after R end up in the table once.
+func TestPostgresSinkCommitsOnlyCompletedCheckpointsAndSettlesThemOnRestore(t *testing.T) {
+	f := newPGFixture(t, pgserver.Options{}, "CREATE TABLE ev (id int PRIMARY KEY, user_id text)")
+	spec := f.spec("ev", 4, "id:id", "user_id:user")
+	all := values(0, 40)
+	q := "SELECT id, user_id FROM ev"
+	a := f.mustOpen(spec, f.info(true, 0, pgPassword))
+	c := a.(Committer)
+	step := func(o Operator, id uint64, vals []string) {
+		t.Helper()
+		f.write(o, vals...)
+		if _, err := o.SnapshotState(); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.(Committer).PrepareCommit(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(a, 1, all[0:10])
+	if got := f.rows(q); len(got) != 0 {
+		t.Fatalf("before checkpoint 1 completes: %q", got)
+	}
+	if err := c.CommitCheckpoint(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.rows(q); !slices.Equal(got, want(0, 10)) {
+		t.Fatalf("checkpoint 1 committed: %q", got)
+	}
+	step(a, 2, all[10:20])
+	step(a, 3, all[20:30])
+	f.write(a, all[30:35]...) // in the open transaction, lost with the task
+	if c.Committed() != 1 {
+		t.Fatalf("Committed %d", c.Committed())
+	}
+	_ = a.Close()
+	if got := f.rows("SELECT gid FROM pg_prepared_xacts"); !slices.Equal(got, []string{"jm:j:pg:0:2", "jm:j:pg:0:3"}) {
+		t.Fatalf("prepared: %q", got)
+	}
+
+	b := f.mustOpen(spec, f.info(true, 2, pgPassword))
+	if got := f.rows("SELECT gid FROM pg_prepared_xacts"); len(got) != 0 {
+		t.Fatalf("after the restore from checkpoint 2, still prepared: %q", got)
+	}
+	if got := f.rows(q); !slices.Equal(got, want(0, 20)) {
+		t.Fatalf("after the restore from checkpoint 2: %q", got)
+	}
+	if b.(Committer).Committed() != 2 {
+		t.Fatalf("Committed %d after the restore", b.(Committer).Committed())
+	}
+	step(b, 3, all[20:30]) // the replay
+	f.write(b, all[30:40]...)
+	if err := b.Finish(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.rows(q); !slices.Equal(got, want(0, 40)) {
+		t.Fatalf("after Finish: %d rows, want 40: %q", len(got), got)
+	}
+	if len(f.dead) != 0 {
+		t.Fatalf("dead letters: %q", f.reasons())
+	}
+}
+
+// TestPostgresSinkFailsWithTheServersAnswer: a wrong password, a missing table or column,
+// and a server without prepared transactions under checkpoints fail Open with the server's
+// answer, never holding the password.
+func TestPostgresSinkFailsWithTheServersAnswer(t *testing.T) {
+	f := newPGFixture(t, pgserver.Options{MaxPreparedTransactions: -1}, "CREATE TABLE ev (id int PRIMARY KEY, user_id text)")
+	for _, c := range []struct {
+		name         string
+		spec         *pb.PostgresSink
+		checkpointed bool
+		password     string
+		want         string
+	}{
+		{"wrong password", f.spec("ev", 0, "id:id"), false, "wrong-" + pgPassword, "SQLSTATE 28P01"},
+		{"missing table", f.spec("nope", 0, "id:id"), false, pgPassword, `table nope: ERROR: relation "nope" does not exist (SQLSTATE 42P01)`},
+		{"missing column", f.spec("ev", 0, "id:id", "zzz:z"), false, pgPassword, `column "zzz" of relation "ev" does not exist`},
+		{"no prepared transactions", f.spec("ev", 0, "id:id"), true, pgPassword, "max_prepared_transactions is 0"},
+	} {
+		_, err := f.open(c.spec, f.info(c.checkpointed, 0, c.password))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), pgPassword) {
+			t.Errorf("%s: %v, want an error with %q and without the password", c.name, err, c.want)
+		}
+	}
+}
+
+// TestPostgresSinkSurvivesServerRestarts: the server restarts while a transaction is open
+// (rows sent), and between a PREPARE and its COMMIT PREPARED: the sink reconnects, writes the
+// open transaction again, commits the prepared one, and the table holds every row once.
+func TestPostgresSinkSurvivesServerRestarts(t *testing.T) {
+	f := newPGFixture(t, pgserver.Options{}, "CREATE TABLE ev (id int PRIMARY KEY, user_id text)")
+	var log syncBuffer
+	info := f.info(true, 0, pgPassword)
+	info.Logger = hclog.New(&hclog.LoggerOptions{Output: &log})
+	o := f.mustOpen(f.spec("ev", 10, "id:id", "user_id:user"), info)
+	c := o.(Committer)
+	all := values(0, 100)
+	ctx := context.Background()
+	f.write(o, all[0:25]...) // two batches sent in the open transaction
+	if err := f.srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.write(o, all[25:50]...)
+	if err := c.PrepareCommit(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CommitCheckpoint(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.rows("SELECT id, user_id FROM ev"); !slices.Equal(got, want(0, 50)) {
+		t.Fatalf("checkpoint 1 across a restart: %d rows, want 50", len(got))
+	}
+	f.write(o, all[50:75]...)
+	if err := c.PrepareCommit(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CommitCheckpoint(2); err != nil {
+		t.Fatal(err)
+	}
+	f.write(o, all[75:100]...)
+	if err := o.Finish(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.rows("SELECT id, user_id FROM ev"); !slices.Equal(got, want(0, 100)) {
+		t.Fatalf("after two restarts: %d rows, want 100", len(got))
+	}
+	if got := f.rows("SELECT gid FROM pg_prepared_xacts"); len(got) != 0 {
+		t.Fatalf("still prepared: %q", got)
+	}
+	if len(f.dead) != 0 {
+		t.Fatalf("dead letters: %q", f.reasons())
+	}
+	if n := strings.Count(log.String(), "connection lost, reconnecting"); n < 2 || strings.Contains(log.String(), pgPassword) {
+		t.Fatalf("the log has %d reconnections (want one per restart at least), or the password:\n%s", n, log.String())
+	}
+}
+
+// syncBuffer is a log's output, written from the sink's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
