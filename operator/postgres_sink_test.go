@@ -314,12 +314,19 @@ func TestPostgresSinkFailsWithTheServersAnswer(t *testing.T) {
 		{"missing table", f.spec("nope", 0, "id:id"), false, pgPassword, `table nope: ERROR: relation "nope" does not exist (SQLSTATE 42P01)`},
 		{"missing column", f.spec("ev", 0, "id:id", "zzz:z"), false, pgPassword, `column "zzz" of relation "ev" does not exist`},
 		{"no prepared transactions", f.spec("ev", 0, "id:id"), true, pgPassword, "max_prepared_transactions is 0"},
+		{"upsert without a unique key", upsertOn(f.spec("ev", 0, "id:id", "user_id:user"), "user_id"), false, pgPassword, "SQLSTATE 42P10"},
 	} {
 		_, err := f.open(c.spec, f.info(c.checkpointed, 0, c.password))
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), pgPassword) {
 			t.Errorf("%s: %v, want an error with %q and without the password", c.name, err, c.want)
 		}
 	}
+}
+
+// upsertOn makes p an upsert on keys.
+func upsertOn(p *pb.PostgresSink, keys ...string) *pb.PostgresSink {
+	p.Mode, p.KeyColumns = pb.PostgresMode_POSTGRES_MODE_UPSERT, keys
+	return p
 }
 
 // TestPostgresSinkSurvivesServerRestarts: the server restarts while a transaction is open

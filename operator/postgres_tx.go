@@ -37,14 +37,20 @@ type pgWriter struct {
 	sent int     // rows[:sent] are written in the open transaction
 }
 
-// check connects and has the server describe the statement of one row: a missing table or
-// column, or key columns without a unique constraint, fail the task at Open.
+// check connects and has the server plan the statement of one row (EXPLAIN, which executes
+// nothing): a missing table or column, or key columns without a unique constraint, fail the
+// task at Open.
 func (w *pgWriter) check() error {
 	return w.run(nil, func() error {
-		if _, err := w.conn.Prepare(w.s.ctx, "jm_check", w.s.stmt(1)); err != nil {
+		rs, err := w.conn.Query(w.s.ctx, "EXPLAIN "+w.s.stmt(1), make([]any, len(w.s.cols))...)
+		if err == nil {
+			rs.Close()
+			err = rs.Err()
+		}
+		if err != nil {
 			return fmt.Errorf("table %s: %w", w.s.spec.GetTable(), err)
 		}
-		return w.conn.Deallocate(w.s.ctx, "jm_check")
+		return nil
 	})
 }
 
