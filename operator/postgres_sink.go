@@ -178,15 +178,16 @@ func (s *postgresSink) Open(ctx context.Context) error {
 		s.password = string(bytes.TrimSuffix(line, []byte("\r")))
 		cfg.Password = s.password
 	}
+	cfg.ConnectTimeout = postgresConnectTimeout
 	s.cfg = cfg
+	if s.checkpointed && len(s.gidPrefix)+20 > postgresMaxGIDBytes {
+		return fmt.Errorf("postgres_sink: the name of a prepared transaction, %q and a checkpoint id, would be over the server's %d bytes", s.gidPrefix, postgresMaxGIDBytes)
+	}
 	if err := s.w.check(); err != nil {
 		return err
 	}
 	if !s.checkpointed {
 		return nil
-	}
-	if len(s.gidPrefix)+20 > postgresMaxGIDBytes {
-		return fmt.Errorf("postgres_sink: the name of a prepared transaction, %q and a checkpoint id, would be over the server's %d bytes", s.gidPrefix, postgresMaxGIDBytes)
 	}
 	return s.openCommitted()
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
@@ -399,4 +400,55 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// TestPostgresSinkRewritesATransactionTheServerEnded: the server ends the sink's session
+// while its transaction is open (idle_in_transaction_session_timeout): the sink reconnects,
+// writes the transaction again, and the checkpoint's rows are in the table once.
+func TestPostgresSinkRewritesATransactionTheServerEnded(t *testing.T) {
+	f := newPGFixture(t, pgserver.Options{}, "CREATE TABLE ev (id int PRIMARY KEY, user_id text)")
+	if err := f.srv.Exec(context.Background(), "ALTER ROLE clicks SET idle_in_transaction_session_timeout = '100ms'"); err != nil {
+		t.Fatal(err)
+	}
+	var log syncBuffer
+	info := f.info(true, 0, pgPassword)
+	info.Logger = hclog.New(&hclog.LoggerOptions{Output: &log})
+	o := f.mustOpen(f.spec("ev", 10, "id:id", "user_id:user"), info)
+	all := values(0, 30)
+	f.write(o, all[0:15]...) // one batch sent: the transaction is open
+	pgWaitFor(t, 30*time.Second, "the server ended the sink's session idle in its transaction", func() (bool, string) {
+		got := f.rows("SELECT state FROM pg_stat_activity WHERE usename = 'clicks'")
+		return !slices.Contains(got, "idle in transaction"), fmt.Sprintf("the sessions of clicks: %q", got)
+	})
+	f.write(o, all[15:30]...)
+	c := o.(Committer)
+	if err := c.PrepareCommit(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CommitCheckpoint(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.rows("SELECT id, user_id FROM ev"); !slices.Equal(got, want(0, 30)) {
+		t.Fatalf("%d rows, want 30: %q", len(got), got)
+	}
+	if !strings.Contains(log.String(), "connection lost, reconnecting") {
+		t.Fatalf("no reconnection logged:\n%s", log.String())
+	}
+}
+
+// pgWaitFor polls cond every 20 ms until it holds, failing with what it last saw after
+// timeout.
+func pgWaitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v; last seen: %s", what, timeout, seen)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

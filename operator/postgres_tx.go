@@ -24,6 +24,8 @@ const (
 	// it doubles from the first to the second.
 	postgresBackoffMin = 100 * time.Millisecond
 	postgresBackoffMax = 5 * time.Second
+	// postgresConnectTimeout bounds one attempt to connect (a host that does not answer).
+	postgresConnectTimeout = 10 * time.Second
 	// postgresCloseTimeout bounds the goodbye to a server when a connection is dropped.
 	postgresCloseTimeout = time.Second
 )
@@ -267,8 +269,13 @@ func (s *postgresSink) connLost(err error, c *pgx.Conn) bool {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		// 08: connection exception; 57P01-57P03: the server shutting down or starting up.
-		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+		// 08: connection exception; 57P01-57P03: the server shutting down or starting up;
+		// 25P03: the server ended the session, idle in its transaction too long.
+		switch pe.Code {
+		case "57P01", "57P02", "57P03", "25P03":
+			return true
+		}
+		return strings.HasPrefix(pe.Code, "08")
 	}
 	return c == nil || c.IsClosed()
 }
