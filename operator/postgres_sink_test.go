@@ -436,6 +436,34 @@ func TestPostgresSinkRewritesATransactionTheServerEnded(t *testing.T) {
 	}
 }
 
+// TestPostgresSinkFindsAPrepareWhoseAnswerWasLost: the connection is lost right after a
+// PREPARE went through: the reconnected sink finds the name on the server, writes nothing
+// again, and commits it with its checkpoint.
+func TestPostgresSinkFindsAPrepareWhoseAnswerWasLost(t *testing.T) {
+	f := newPGFixture(t, pgserver.Options{}, "CREATE TABLE ev (id int PRIMARY KEY, user_id text)")
+	o := f.mustOpen(f.spec("ev", 10, "id:id", "user_id:user"), f.info(true, 0, pgPassword))
+	c := o.(Committer)
+	lost := 0
+	postgresLosePrepareAnswer = func() bool { lost++; return lost == 1 }
+	t.Cleanup(func() { postgresLosePrepareAnswer = nil })
+	f.write(o, values(0, 25)...)
+	if err := c.PrepareCommit(1); err != nil {
+		t.Fatal(err)
+	}
+	if lost != 1 {
+		t.Fatalf("%d PREPAREs, want one (the second attempt finds the name)", lost)
+	}
+	if got := f.rows("SELECT gid FROM pg_prepared_xacts"); !slices.Equal(got, []string{"jm:j:pg:0:1"}) {
+		t.Fatalf("prepared: %q", got)
+	}
+	if err := c.CommitCheckpoint(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.rows("SELECT id, user_id FROM ev"); !slices.Equal(got, want(0, 25)) || len(f.dead) != 0 {
+		t.Fatalf("%d rows, want 25; dead letters %q", len(got), f.reasons())
+	}
+}
+
 // pgWaitFor polls cond every 20 ms until it holds, failing with what it last saw after
 // timeout.
 func pgWaitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {

@@ -147,9 +147,18 @@ func (w *pgWriter) prepare(gid string) (bool, error) {
 	if _, err := w.conn.Exec(w.s.ctx, "PREPARE TRANSACTION "+quoteLiteral(gid)); err != nil {
 		return false, err
 	}
+	if postgresLosePrepareAnswer != nil && postgresLosePrepareAnswer() {
+		_ = w.conn.PgConn().Close(w.s.ctx)
+		return false, errors.New("the answer to PREPARE TRANSACTION was lost with the connection")
+	}
 	w.settled()
 	return true, nil
 }
+
+// postgresLosePrepareAnswer, set by a test, closes the connection right after a PREPARE went
+// through, as a network failure before its answer would: the sink must find the name on the
+// server rather than write the transaction again. Nil otherwise.
+var postgresLosePrepareAnswer func() bool
 
 // settled forgets the rows of the transaction just committed or prepared.
 func (w *pgWriter) settled() {
