@@ -193,7 +193,7 @@ func TestPostgresSinkExactlyOnceAcrossTMAndLeaderKills(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	settled := strings.Count(string(log), "postgres_sink: settling a transaction an earlier attempt prepared")
+	settled := strings.Count(string(log), "postgres_sink: settling a transaction another attempt prepared")
 	t.Logf("TaskManager %s (out[0]) killed, the region restored from a checkpoint (%d transactions of the killed attempts settled by name); the leader %s killed", victim, settled, leader.ID)
 	checkPostgresWindows(t, c, srv)
 }

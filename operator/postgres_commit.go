@@ -79,11 +79,16 @@ func (s *postgresSink) Committed() uint64 {
 	return s.committed
 }
 
-// commitPrepared commits the prepared transactions up to id.
-func (s *postgresSink) commitPrepared(id uint64) error {
+// finishCommitted commits every transaction this attempt prepared, then rolls back any other
+// of its names: every input ended, and this attempt wrote every row since the restored
+// checkpoint.
+func (s *postgresSink) finishCommitted() error {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
-	return s.commitPreparedLocked(id)
+	if err := s.commitPreparedLocked(^uint64(0)); err != nil {
+		return err
+	}
+	return s.settleOthers(s.restoredID)
 }
 
 func (s *postgresSink) commitPreparedLocked(id uint64) error {
@@ -140,8 +145,7 @@ func (s *postgresSink) onCommitConn(what string, f func(c *pgx.Conn) error) erro
 func (s *postgresSink) openCommitted() error {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
-	var gids []string
-	err := s.onCommitConn("list the prepared transactions", func(c *pgx.Conn) error {
+	err := s.onCommitConn("check max_prepared_transactions", func(c *pgx.Conn) error {
 		var mpt string
 		if err := c.QueryRow(s.ctx, "SHOW max_prepared_transactions").Scan(&mpt); err != nil {
 			return err
@@ -149,6 +153,25 @@ func (s *postgresSink) openCommitted() error {
 		if mpt == "0" {
 			return errNoPreparedTransactions
 		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.settleOthers(s.restoredID); err != nil {
+		return err
+	}
+	s.committed = s.restoredID
+	return nil
+}
+
+// settleOthers settles the transactions of this subtask's names that this attempt did not
+// prepare (commitMu held): up to upTo committed, later ones rolled back. At Open they are an
+// earlier attempt's; at Finish, after this attempt committed its own, a superseded attempt's
+// that prepared after this one's Open (its rows are this attempt's too).
+func (s *postgresSink) settleOthers(upTo uint64) error {
+	var gids []string
+	err := s.onCommitConn("list the prepared transactions", func(c *pgx.Conn) error {
 		rows, err := c.Query(s.ctx, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, $1)", s.gidPrefix)
 		if err != nil {
 			return err
@@ -161,18 +184,17 @@ func (s *postgresSink) openCommitted() error {
 	}
 	var ids []uint64
 	for _, g := range gids {
-		if id, err := strconv.ParseUint(strings.TrimPrefix(g, s.gidPrefix), 10, 64); err == nil {
+		if id, err := strconv.ParseUint(strings.TrimPrefix(g, s.gidPrefix), 10, 64); err == nil && !slices.Contains(s.prepared, id) {
 			ids = append(ids, id)
 		}
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		commit := id <= s.restoredID
-		s.info.Logger.Info("postgres_sink: settling a transaction an earlier attempt prepared", "checkpoint", id, "restored", s.restoredID, "commit", commit)
+		commit := id <= upTo
+		s.info.Logger.Info("postgres_sink: settling a transaction another attempt prepared", "checkpoint", id, "restored", s.restoredID, "commit", commit)
 		if err := s.settle(id, commit); err != nil {
 			return err
 		}
 	}
-	s.committed = s.restoredID
 	return nil
 }

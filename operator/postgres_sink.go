@@ -252,7 +252,7 @@ func (s *postgresSink) Finish() error {
 		return s.broken
 	}
 	if s.checkpointed {
-		if err := s.commitPrepared(^uint64(0)); err != nil {
+		if err := s.finishCommitted(); err != nil {
 			return err
 		}
 	}

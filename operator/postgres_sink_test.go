@@ -1,174 +1,18 @@
 package operator
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/jmcluster/jmcluster/internal/pgserver"
-	"github.com/jmcluster/jmcluster/testkit/pgtest"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
-
-// pgPassword is the test user's password; no error may hold it.
-const pgPassword = "s3cret-pw"
-
-// pgFixture is a server with the user and database clicks, and the sinks' dead letters.
-type pgFixture struct {
-	t    testing.TB
-	srv  *pgserver.Server
-	dead []Record
-}
-
-func newPGFixture(t testing.TB, o pgserver.Options, ddl ...string) *pgFixture {
-	t.Helper()
-	f := &pgFixture{t: t, srv: pgtest.StartWith(t, o)}
-	ctx := context.Background()
-	if err := f.srv.CreateUserAndDatabase(ctx, "clicks", pgPassword, "clicks"); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range ddl {
-		if err := f.srv.ExecIn(ctx, "clicks", q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	for _, q := range ddl {
-		if strings.HasPrefix(q, "CREATE TABLE ") {
-			table := strings.Fields(q)[2]
-			if err := f.srv.ExecIn(ctx, "clicks", "ALTER TABLE "+table+" OWNER TO clicks"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return f
-}
-
-// spec is a postgres_sink of table t with columns "name:path".
-func (f *pgFixture) spec(table string, batch int32, cols ...string) *pb.PostgresSink {
-	p := &pb.PostgresSink{Url: f.srv.URL("clicks", "clicks"), Credential: "pg", Table: table, BatchRows: batch}
-	for _, c := range cols {
-		name, path, _ := strings.Cut(c, ":")
-		p.Columns = append(p.Columns, &pb.PostgresColumn{Name: name, Path: path})
-	}
-	return p
-}
-
-// info is subtask 0 of job j's vertex "pg", checkpointed or not, restored from checkpoint
-// restored (0: none), its password "pg" and its dead letters in f.dead.
-func (f *pgFixture) info(checkpointed bool, restored uint64, password string) Info {
-	i := Info{Job: "j", Vertex: "pg", Checkpointed: checkpointed, RestoredCheckpoint: restored,
-		Secret: func(name string) ([]byte, error) {
-			if name != "pg" {
-				return nil, fmt.Errorf("no credential %q", name)
-			}
-			return []byte(password + "\n"), nil
-		},
-		DeadLetters: func(r Record) error { f.dead = append(f.dead, r); return nil }}
-	if restored > 0 {
-		i.Restored = []byte(`{"prepared":"jm:j:pg:0:"}`)
-	}
-	return i
-}
-
-// open builds and opens the sink.
-func (f *pgFixture) open(p *pb.PostgresSink, info Info) (Operator, error) {
-	f.t.Helper()
-	o, err := New(&pb.Operator{Kind: &pb.Operator_PostgresSink{PostgresSink: p}}, info)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	if err := o.Open(context.Background()); err != nil {
-		_ = o.Close()
-		return nil, err
-	}
-	f.t.Cleanup(func() { _ = o.Close() })
-	return o, nil
-}
-
-func (f *pgFixture) mustOpen(p *pb.PostgresSink, info Info) Operator {
-	f.t.Helper()
-	o, err := f.open(p, info)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return o
-}
-
-// write feeds JSON values, keyed "k<i>".
-func (f *pgFixture) write(o Operator, values ...string) {
-	f.t.Helper()
-	for i, v := range values {
-		if err := o.Process(Record{Key: fmt.Appendf(nil, "k%d", i), Value: []byte(v), Time: NoTimestamp, Seq: int64(i)}, nil); err != nil {
-			f.t.Fatal(err)
-		}
-	}
-}
-
-// rows is the table's rows as "a|b|..." text, sorted.
-func (f *pgFixture) rows(q string) []string {
-	f.t.Helper()
-	conn, err := f.srv.Connect(context.Background(), "clicks")
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	rs, err := conn.Query(context.Background(), q)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (string, error) {
-		vals, err := r.Values()
-		var parts []string
-		for _, v := range vals {
-			parts = append(parts, fmt.Sprint(v))
-		}
-		return strings.Join(parts, "|"), err
-	})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	slices.Sort(out)
-	return out
-}
-
-// reasons is the dead letters' reasons, in order.
-func (f *pgFixture) reasons() []string {
-	var out []string
-	for _, r := range f.dead {
-		var d DeadLetter
-		if err := json.Unmarshal(r.Value, &d); err != nil {
-			f.t.Fatal(err)
-		}
-		out = append(out, d.Value+" => "+d.Reason)
-	}
-	return out
-}
-
-func values(from, to int) []string {
-	var out []string
-	for i := from; i < to; i++ {
-		out = append(out, fmt.Sprintf(`{"id":%d,"user":"u%d"}`, i, i%3))
-	}
-	return out
-}
-
-func want(from, to int) []string {
-	var out []string
-	for i := from; i < to; i++ {
-		out = append(out, fmt.Sprintf("%d|u%d", i, i%3))
-	}
-	slices.Sort(out)
-	return out
-}
 
 // TestPostgresSinkInsertsUpsertsAndSendsDeadLetters: without checkpoints each batch is
 // committed; a record that is not JSON, lacks a field, or that the table refuses (a check, a
@@ -236,8 +80,9 @@ func TestPostgresSinkInsertsUpsertsAndSendsDeadLetters(t *testing.T) {
 
 // TestPostgresSinkCommitsOnlyCompletedCheckpointsAndSettlesThemOnRestore: the rows of a
 // segment are visible once its checkpoint completes; a task restored from checkpoint R commits
-// what the earlier attempt prepared up to R and rolls back what it prepared later, and the
-// replayed rows after R end up in the table once.
+// what the earlier attempt prepared up to R and rolls back what it prepared later, the
+// replayed rows after R end up in the table once, and Finish rolls back what a superseded
+// attempt prepared after the restore.
 func TestPostgresSinkCommitsOnlyCompletedCheckpointsAndSettlesThemOnRestore(t *testing.T) {
 	f := newPGFixture(t, pgserver.Options{}, "CREATE TABLE ev (id int PRIMARY KEY, user_id text)")
 	spec := f.spec("ev", 4, "id:id", "user_id:user")
@@ -288,11 +133,17 @@ func TestPostgresSinkCommitsOnlyCompletedCheckpointsAndSettlesThemOnRestore(t *t
 	}
 	step(b, 3, all[20:30]) // the replay
 	f.write(b, all[30:40]...)
+	// A superseded attempt that prepares after b's Open (a TaskManager cut off, not yet
+	// fenced): b's Finish rolls it back, its rows being b's too.
+	f.prepareAsUser("jm:j:pg:0:4", `INSERT INTO ev VALUES (999, 'stray')`)
 	if err := b.Finish(nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.rows(q); !slices.Equal(got, want(0, 40)) {
 		t.Fatalf("after Finish: %d rows, want 40: %q", len(got), got)
+	}
+	if got := f.rows("SELECT gid FROM pg_prepared_xacts"); len(got) != 0 {
+		t.Fatalf("after Finish, still prepared: %q", got)
 	}
 	if len(f.dead) != 0 {
 		t.Fatalf("dead letters: %q", f.reasons())
@@ -322,12 +173,6 @@ func TestPostgresSinkFailsWithTheServersAnswer(t *testing.T) {
 			t.Errorf("%s: %v, want an error with %q and without the password", c.name, err, c.want)
 		}
 	}
-}
-
-// upsertOn makes p an upsert on keys.
-func upsertOn(p *pb.PostgresSink, keys ...string) *pb.PostgresSink {
-	p.Mode, p.KeyColumns = pb.PostgresMode_POSTGRES_MODE_UPSERT, keys
-	return p
 }
 
 // TestPostgresSinkSurvivesServerRestarts: the server restarts while a transaction is open
@@ -382,24 +227,6 @@ func TestPostgresSinkSurvivesServerRestarts(t *testing.T) {
 	if n := strings.Count(log.String(), "connection lost, reconnecting"); n < 2 || strings.Contains(log.String(), pgPassword) {
 		t.Fatalf("the log has %d reconnections (want one per restart at least), or the password:\n%s", n, log.String())
 	}
-}
-
-// syncBuffer is a log's output, written from the sink's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // TestPostgresSinkRewritesATransactionTheServerEnded: the server ends the sink's session
@@ -461,22 +288,5 @@ func TestPostgresSinkFindsAPrepareWhoseAnswerWasLost(t *testing.T) {
 	}
 	if got := f.rows("SELECT id, user_id FROM ev"); !slices.Equal(got, want(0, 25)) || len(f.dead) != 0 {
 		t.Fatalf("%d rows, want 25; dead letters %q", len(got), f.reasons())
-	}
-}
-
-// pgWaitFor polls cond every 20 ms until it holds, failing with what it last saw after
-// timeout.
-func pgWaitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v; last seen: %s", what, timeout, seen)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
