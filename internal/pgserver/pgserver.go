@@ -127,6 +127,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		if s.cred, err = serverUser(); err != nil {
 			return nil, err
 		}
+		if err := enterable(filepath.Dir(o.Dir), s.cred); err != nil {
+			return nil, err
+		}
 		if err := chownTree(o.Dir, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
 			return nil, fmt.Errorf("pgserver: give %s to the server's user: %w", o.Dir, err)
 		}
@@ -160,6 +163,29 @@ func serverUser() (*syscall.Credential, error) {
 		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 	}
 	return nil, errors.New("pgserver: running as root, and neither the user postgres nor nobody exists to run the server as (PostgreSQL refuses root)")
+}
+
+// enterable checks that the server's user can enter dir and each of its parents: a
+// directory made by os.MkdirTemp or t.TempDir is 0700 root, and the server would fail at
+// its start with a less direct error.
+func enterable(dir string, cred *syscall.Credential) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("pgserver: %w", err)
+		}
+		perm := st.Mode().Perm()
+		sys, _ := st.Sys().(*syscall.Stat_t)
+		ok := perm&0o001 != 0 ||
+			sys != nil && sys.Uid == cred.Uid && perm&0o100 != 0 ||
+			sys != nil && sys.Gid == cred.Gid && perm&0o010 != 0
+		if !ok {
+			return fmt.Errorf("pgserver: the server runs as uid %d (PostgreSQL refuses root), which cannot enter %s (mode %o): choose a Dir whose parents others may enter, or chmod o+x %s", cred.Uid, d, perm, d)
+		}
+		if parent := filepath.Dir(d); parent == d {
+			return nil
+		}
+	}
 }
 
 func chownTree(dir string, uid, gid int) error {

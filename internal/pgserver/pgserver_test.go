@@ -3,12 +3,15 @@ package pgserver_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/jmcluster/jmcluster/internal/pgserver"
 	"github.com/jmcluster/jmcluster/testkit/pgtest"
 )
 
@@ -65,6 +68,48 @@ func TestServerStartsRestartsAndChecksPasswords(t *testing.T) {
 	}
 	if strings.Contains(s.URL("clicks", "clicks"), "pw") {
 		t.Fatalf("URL holds a password: %s", s.URL("clicks", "clicks"))
+	}
+}
+
+// TestServerStartsAgainOnItsDirectory: a stopped server's directory starts again with its
+// cluster, data and admin password; under root, a directory the server's user cannot reach
+// is refused with the reason.
+func TestServerStartsAgainOnItsDirectory(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.Start(t)
+	if err := s.Exec(ctx, "CREATE TABLE kept (n int)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := pgserver.Start(ctx, pgserver.Options{Dir: s.Dir(), NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Stop()
+	if err := again.Exec(ctx, "INSERT INTO kept VALUES (1)"); err != nil {
+		t.Fatalf("the second start's cluster: %v", err)
+	}
+
+	closed := filepath.Join(t.TempDir(), "pg") // t.TempDir's parent is 0700
+	if err := os.Mkdir(closed, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := pgserver.Start(ctx, pgserver.Options{Dir: closed, NoFsync: true})
+	if os.Geteuid() != 0 {
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = s2.Stop()
+		return
+	}
+	if err == nil {
+		_ = s2.Stop()
+		t.Fatal("a directory the server's user cannot enter was accepted")
+	}
+	if !strings.Contains(err.Error(), "cannot enter") {
+		t.Fatalf("the refusal does not say why: %v", err)
 	}
 }
 
