@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -151,7 +152,12 @@ func (d *pipelineDemo) run(ctx context.Context, work, natsPath string, rate int)
 		}
 		d.say("stream TOTALS over totals.> (duplicate window 10m)")
 	}
-	d.say("credentials nats-clicks and pg-clicks in %s (mode 0700), read by the TaskManagers (--secrets-dir), never in the job", d.secrets)
+	names, _ := os.ReadDir(d.secrets)
+	var creds []string
+	for _, e := range names {
+		creds = append(creds, e.Name())
+	}
+	d.say("credentials %s in %s (mode 0700), read by the TaskManagers (--secrets-dir), never in the job", strings.Join(creds, " and "), d.secrets)
 
 	for _, p := range d.JMs {
 		if err := p.Start(); err != nil {
@@ -227,7 +233,11 @@ func (d *pipelineDemo) run(ctx context.Context, work, natsPath string, rate int)
 	if err := d.check(ctx, jg.JobId); err != nil {
 		return err
 	}
-	return d.checkNoSecretLeaks(ctx, work, jg.JobId)
+	if err := d.checkNoSecretLeaks(ctx, work, jg.JobId); err != nil {
+		return err
+	}
+	d.say("done in %s", time.Since(d.start).Round(10*time.Millisecond))
+	return nil
 }
 
 func (d *pipelineDemo) sinkName() string {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 )
 
 // errNotEqual: the sink's output is not what was published.
@@ -26,11 +25,10 @@ func (d *pipelineDemo) report(got map[windowKey][]windowTotal, extra []string) e
 	}
 	wc, wa := sums(d.plan.totals)
 	d.say("published: %d clicks in %d user-minute windows, amount %d", wc, len(d.plan.totals), wa)
-	d.say("%-10s %d clicks in %d rows, amount %d", d.sinkShort()+":", gc, rows, ga)
+	d.say("%-10s %d clicks in %d %s, amount %d", d.sinkShort()+":", gc, rows, d.rowName(), ga)
 	problems := append(compareTotals(d.plan.totals, got), extra...)
 	if len(problems) == 0 {
 		d.say("EQUAL: every window exactly once, no duplicate row")
-		d.say("done in %s", time.Since(d.start).Round(10*time.Millisecond))
 		return nil
 	}
 	const show = 10
@@ -42,6 +40,13 @@ func (d *pipelineDemo) report(got map[windowKey][]windowTotal, extra []string) e
 		d.say("  %s", p)
 	}
 	return fmt.Errorf("%w: %d problems (%s)", errNotEqual, len(problems), strings.Join(problems[:min(3, len(problems))], "; "))
+}
+
+func (d *pipelineDemo) rowName() string {
+	if d.sink == "postgres" {
+		return "rows"
+	}
+	return "messages"
 }
 
 func (d *pipelineDemo) sinkShort() string {
