@@ -17,6 +17,7 @@ import (
 	"github.com/jmcluster/jmcluster/taskmanager"
 	"github.com/jmcluster/jmcluster/testkit/benchgoal"
 	"github.com/jmcluster/jmcluster/testkit/natstest"
+	"github.com/jmcluster/jmcluster/testkit/pgtest"
 	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -54,7 +55,8 @@ func connectorGoalJob(url, pgURL string, toPostgres bool) *pb.JobGraph {
 // subtask and checkpoint), against the same stream into the file sink, on one cluster, the
 // same stream and a server of each kind in the process, the two jobs alternating,
 // Trials(2, 5) of each; the goal is the median PostgreSQL rate over the median file rate, at
-// least 0.5x. The rate is the stream's messages over the time from the last task RUNNING to
+// least 0.7x: a row costs the sink its JSON lookups and its share of a multi-row INSERT, not a
+// round trip. The rate is the stream's messages over the time from the last task RUNNING to
 // the job FINISHED; a run whose table does not hold every click once fails the test. The
 // PostgreSQL server syncs its log to disk (fsync on), as a server users run does.
 func TestGoalJetStreamToPostgres(t *testing.T) {
@@ -62,7 +64,7 @@ func TestGoalJetStreamToPostgres(t *testing.T) {
 	ns := natstest.Start(t)
 	ns.CreateStream(t, "CLICKS", "clicks.>")
 	publishGoalClicks(t, ns)
-	pg := startDurablePostgres(t)
+	pg := pgtest.StartDurable(t)
 	ctx := context.Background()
 	if err := pg.CreateUserAndDatabase(ctx, "goal", "goal-password", "goal"); err != nil {
 		t.Fatal(err)
@@ -96,7 +98,7 @@ func TestGoalJetStreamToPostgres(t *testing.T) {
 	}
 	mf, mp := median(file), median(toPG)
 	t.Logf("JetStream -> file sink: %s records/s (median %.0f); JetStream -> PostgreSQL: %s records/s (median %.0f)", rates(file), mf, rates(toPG), mp)
-	benchgoal.Report(t, "jetstream-to-postgres-vs-file", mp/mf, 0.5, mp/mf >= 0.5, "x")
+	benchgoal.Report(t, "jetstream-to-postgres-vs-file", mp/mf, 0.7, mp/mf >= 0.7, "x")
 }
 
 func connectorGoalName(pg bool) string {
@@ -180,24 +182,4 @@ func checkGoalRows(t *testing.T, pg *pgserver.Server) {
 	if rows != connectorGoalMessages || distinct != connectorGoalMessages {
 		t.Fatalf("the table holds %d rows of %d distinct clicks, want each of the %d clicks once", rows, distinct, connectorGoalMessages)
 	}
-}
-
-// startDurablePostgres starts a PostgreSQL server for t with fsync on (testkit/pgtest's turn it
-// off), in a directory under the system's temporary directory (the server's user must reach
-// it), stopped and removed when t ends.
-func startDurablePostgres(t *testing.T) *pgserver.Server {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "jmc-goal-pg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := pgserver.Start(ctx, pgserver.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop() })
-	return s
 }

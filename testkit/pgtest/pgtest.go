@@ -21,10 +21,23 @@ func Start(t testing.TB) *pgserver.Server {
 	return StartWith(t, pgserver.Options{})
 }
 
-// StartWith starts a server for t with o (its Dir is set here: a new directory outside
-// t.TempDir, whose parent the server's user could not enter when run as root; without a Log
-// the server's output goes to a file whose end a failed test shows).
+// StartWith starts a server for t with o and fsync off (its Dir is set here: a new directory
+// outside t.TempDir, whose parent the server's user could not enter when run as root; without
+// a Log the server's output goes to a file whose end a failed test shows).
 func StartWith(t testing.TB, o pgserver.Options) *pgserver.Server {
+	t.Helper()
+	o.NoFsync = true
+	return start(t, o)
+}
+
+// StartDurable starts a server for t with fsync on, as a server users run: for the goals that
+// measure what a commit costs.
+func StartDurable(t testing.TB) *pgserver.Server {
+	t.Helper()
+	return start(t, pgserver.Options{})
+}
+
+func start(t testing.TB, o pgserver.Options) *pgserver.Server {
 	t.Helper()
 	if _, err := pgserver.Find(); err != nil {
 		t.Fatal(err)
@@ -35,7 +48,6 @@ func StartWith(t testing.TB, o pgserver.Options) *pgserver.Server {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	o.Dir = dir
-	o.NoFsync = true
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		t.Fatal(err)
