@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jmcluster/jmcluster/internal/pgserver"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/taskmanager"
 	"github.com/jmcluster/jmcluster/testkit/pgtest"
 	"github.com/jmcluster/jmcluster/testkit/testcluster"
@@ -24,7 +25,8 @@ import (
 // apart, out of order by up to 300 ms, paced so the job runs about fifteen seconds and a
 // 60-second window closes every two or three), keyed by user, counted and summed in tumbling
 // windows of 60 s, each result a row of minute_totals written by a postgres_sink of
-// parallelism 2; checkpoints every 200 ms.
+// parallelism 2; beside it every event a row of events (a sink that has rows in every
+// checkpoint's transaction); checkpoints every 200 ms.
 const pgPassword = "e2e-s3cret"
 
 func pgGenerator() *pb.EventGenerator {
@@ -44,6 +46,8 @@ func pgJob(url string) *pb.JobGraph {
 	sink := &pb.PostgresSink{Url: url, Credential: "pg-clicks", Table: "minute_totals", BatchRows: 16,
 		Columns: []*pb.PostgresColumn{{Name: "user_id", Path: "key"}, {Name: "window_start", Path: "start"},
 			{Name: "window_end", Path: "end"}, {Name: "clicks", Path: "count"}, {Name: "amount", Path: "sum"}}}
+	raw := &pb.PostgresSink{Url: url, Credential: "pg-clicks", Table: "events", BatchRows: 16,
+		Columns: []*pb.PostgresColumn{{Name: "user_id", Path: "user"}, {Name: "amount", Path: "amount"}, {Name: "ts", Path: "ts"}}}
 	return &pb.JobGraph{
 		Name: "postgres exactly once", Type: pb.JobType_JOB_TYPE_STREAMING,
 		Vertices: []*pb.JobVertex{
@@ -52,8 +56,10 @@ func pgJob(url string) *pb.JobGraph {
 			{Id: "by-user", Parallelism: 2, Operator: &pb.Operator{Kind: &pb.Operator_JsonKeyBy{JsonKeyBy: &pb.JsonKeyBy{Path: "user"}}}},
 			{Id: "window", Parallelism: 2, Operator: &pb.Operator{Kind: &pb.Operator_Window{Window: pgWindow()}}},
 			{Id: "out", Parallelism: 2, Operator: &pb.Operator{Kind: &pb.Operator_PostgresSink{PostgresSink: sink}}},
+			{Id: "raw", Parallelism: 2, Operator: &pb.Operator{Kind: &pb.Operator_PostgresSink{PostgresSink: raw}}},
 		},
-		Edges: []*pb.JobEdge{edge("events", "by-user", fwd), edge("by-user", "window", all), edge("window", "out", fwd)},
+		Edges: []*pb.JobEdge{edge("events", "by-user", fwd), edge("by-user", "window", all), edge("window", "out", fwd),
+			edge("by-user", "raw", fwd)},
 		DeadLetters: &pb.DeadLetters{Operator: &pb.Operator{Kind: &pb.Operator_FileSink{FileSink: &pb.FileSink{
 			Path: "dead-{subtask}.jsonl", Format: pb.FileSinkFormat_FILE_SINK_FORMAT_VALUE}}}},
 		CheckpointConfig: &pb.CheckpointConfig{IntervalMs: 200},
@@ -74,6 +80,8 @@ func startPostgresForJob(t *testing.T) (*pgserver.Server, func(*taskmanager.Conf
 	for _, q := range []string{
 		"CREATE TABLE minute_totals (user_id text NOT NULL, window_start bigint NOT NULL, window_end bigint NOT NULL, clicks bigint NOT NULL, amount numeric NOT NULL)",
 		"ALTER TABLE minute_totals OWNER TO clicks",
+		"CREATE TABLE events (user_id text NOT NULL, amount bigint NOT NULL, ts bigint NOT NULL)",
+		"ALTER TABLE events OWNER TO clicks",
 	} {
 		if err := srv.ExecIn(ctx, "clicks", q); err != nil {
 			t.Fatal(err)
@@ -145,20 +153,31 @@ func checkPostgresWindows(t *testing.T, c *testcluster.Cluster, srv *pgserver.Se
 		}
 		t.Fatalf("minute_totals holds %d rows, the reference %d: missing %q, extra or twice %q", len(got), len(want), missing, extra)
 	}
+	var events []string
+	for split := range int32(2) {
+		for i := range pgGenerator().GetCount() {
+			e := operator.GeneratedEvent(pgGenerator(), split, i)
+			events = append(events, fmt.Sprintf("%s|%d|%d", e.User, e.Amount, e.TimeMs))
+		}
+	}
+	slices.Sort(events)
+	if got := pgRows(t, srv, "SELECT user_id, amount, ts FROM events"); !slices.Equal(got, events) {
+		t.Fatalf("events holds %d rows, the generator made %d events (each must be there once)", len(got), len(events))
+	}
 	if p := pgRows(t, srv, "SELECT gid FROM pg_prepared_xacts"); len(p) > 0 {
 		t.Fatalf("transactions left prepared after the job finished: %q", p)
 	}
 	if dead := committedLinesOf(t, c, "dead-0.jsonl"); len(dead) > 0 {
 		t.Fatalf("%d dead letters, want none: first %q", len(dead), dead[0])
 	}
-	t.Logf("%d window rows in minute_totals, each once, as the reference computes them; nothing left prepared", len(got))
+	t.Logf("%d window rows in minute_totals and %d events in events, each once; nothing left prepared", len(got), len(events))
 }
 
 // TestPostgresSinkExactlyOnceAcrossTMAndLeaderKills: once two checkpoints completed, the
-// TaskManager of out[0] is killed (the job's one region is restored from the latest
-// checkpoint elsewhere, and the restored sinks commit or roll back by name what the killed
-// attempt prepared), and once a checkpoint completed after that, the leader. The table ends
-// with every window row exactly once.
+// TaskManager of a raw sink seen holding a prepared transaction is killed (the job's one
+// region is restored from the latest checkpoint elsewhere, and the restored sinks commit or
+// roll back by name what the killed attempts prepared), and once a checkpoint completed after
+// that, the leader. The tables end with every window row and every event exactly once.
 func TestPostgresSinkExactlyOnceAcrossTMAndLeaderKills(t *testing.T) {
 	srv, tmCfg := startPostgresForJob(t)
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 3, Slots: 8, Checkpoints: true, TM: tmCfg})
@@ -172,10 +191,26 @@ func TestPostgresSinkExactlyOnceAcrossTMAndLeaderKills(t *testing.T) {
 	}
 	testcluster.WaitFor(t, 30*time.Second, "two completed checkpoints", completed(2))
 
-	victim := before["out[0]"].TM
+	// The victim: the TaskManager of a raw sink seen holding a prepared transaction (its
+	// checkpoint not completed yet, or its commit not arrived), so that the restored sink
+	// settles it by name (unless the commit wins the race with the kill).
+	ctx := context.Background()
+	conn, err := srv.Connect(ctx, "clicks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var gid string
+	testcluster.WaitFor(t, 30*time.Second, "a transaction of a raw sink prepared", func() (bool, string) {
+		err := conn.QueryRow(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'jm:%:raw:%' LIMIT 1").Scan(&gid)
+		return err == nil, fmt.Sprint(err)
+	})
+	parts := strings.Split(gid, ":")
+	task := "raw[" + parts[len(parts)-2] + "]"
+	victim := before[task].TM
 	c.KillTM(tmByID(t, c, victim))
 	restarted := c.WaitJob(id, "the region restored and every task RUNNING", 60*time.Second, func(r *pb.JobRecord) bool {
-		return testcluster.AllRunning(r) && testcluster.Attempts(r)["out[0]"].Number > before["out[0]"].Number
+		return testcluster.AllRunning(r) && testcluster.Attempts(r)[task].Number > before[task].Number
 	})
 	ck, _ := c.Leader().A.State.LatestCompletedCheckpoint(id)
 	testcluster.WaitFor(t, 30*time.Second, "a checkpoint completed after the restore", completed(ck.GetId()+1))
@@ -194,7 +229,7 @@ func TestPostgresSinkExactlyOnceAcrossTMAndLeaderKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	settled := strings.Count(string(log), "postgres_sink: settling a transaction another attempt prepared")
-	t.Logf("TaskManager %s (out[0]) killed, the region restored from a checkpoint (%d transactions of the killed attempts settled by name); the leader %s killed", victim, settled, leader.ID)
+	t.Logf("TaskManager %s (%s, %s prepared) killed, the region restored from a checkpoint (%d transactions of the killed attempts settled by name); the leader %s killed", victim, task, gid, settled, leader.ID)
 	checkPostgresWindows(t, c, srv)
 }
 

@@ -37,7 +37,7 @@ func (s *postgresSink) PrepareCommit(id uint64) error {
 	}
 	gid := s.gid(id)
 	prepared := false
-	err := s.w.run(func() (bool, error) {
+	err := s.w.run(fmt.Sprintf("prepare checkpoint %d", id), func() (bool, error) {
 		ok, err := s.w.isPrepared(gid) // the PREPARE went through before its answer was lost
 		if ok {
 			s.w.settled()
@@ -50,8 +50,8 @@ func (s *postgresSink) PrepareCommit(id uint64) error {
 		return err
 	})
 	if err != nil {
-		s.broken = fmt.Errorf("postgres_sink: prepare the transaction of checkpoint %d: %w", id, err)
-		return s.broken
+		s.broken = err
+		return err
 	}
 	if prepared {
 		s.commitMu.Lock()

@@ -240,9 +240,9 @@ func (s *postgresSink) Write(r Record) error {
 		return nil
 	}
 	if s.checkpointed {
-		return s.w.run(nil, func() error { return s.w.sendRows(s.chunk) })
+		return s.w.run("write a batch", nil, func() error { return s.w.sendRows(s.chunk) })
 	}
-	return s.w.run(nil, func() error { return s.w.commit(s.chunk) })
+	return s.w.run("write and commit a batch", nil, func() error { return s.w.commit(s.chunk) })
 }
 
 // Finish commits everything: the prepared transactions, then the rows since the last barrier
@@ -256,7 +256,7 @@ func (s *postgresSink) Finish() error {
 			return err
 		}
 	}
-	return s.w.run(nil, func() error { return s.w.commit(1) })
+	return s.w.run("write and commit the last rows", nil, func() error { return s.w.commit(1) })
 }
 
 // Close ends both connections; an open transaction is rolled back by the server.

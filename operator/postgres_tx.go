@@ -43,24 +43,21 @@ type pgWriter struct {
 // nothing): a missing table or column, or key columns without a unique constraint, fail the
 // task at Open.
 func (w *pgWriter) check() error {
-	return w.run(nil, func() error {
+	return w.run("check table "+w.s.spec.GetTable(), nil, func() error {
 		rs, err := w.conn.Query(w.s.ctx, "EXPLAIN "+w.s.stmt(1), make([]any, len(w.s.cols))...)
-		if err == nil {
-			rs.Close()
-			err = rs.Err()
-		}
 		if err != nil {
-			return fmt.Errorf("table %s: %w", w.s.spec.GetTable(), err)
+			return err
 		}
-		return nil
+		rs.Close()
+		return rs.Err()
 	})
 }
 
-// run runs f on the connection; when the connection is lost, it reconnects with backoff
-// (postgresRetry), and after a reconnection asks done first whether f's work is already done
-// (a PREPARE whose answer was lost).
-func (w *pgWriter) run(done func() (bool, error), f func() error) error {
-	return w.s.retry("write", func(again bool) error {
+// run runs f, named what, on the connection; when the connection is lost, it reconnects
+// with backoff (retry), and after a reconnection asks done first whether f's work is already
+// done (a PREPARE whose answer was lost).
+func (w *pgWriter) run(what string, done func() (bool, error), f func() error) error {
+	return w.s.retry(what, func(again bool) error {
 		if w.conn == nil {
 			c, err := pgx.ConnectConfig(w.s.ctx, w.s.cfg)
 			if err != nil {
@@ -104,8 +101,8 @@ func (w *pgWriter) tx() error {
 	return nil
 }
 
-// sendRows writes the rows not sent yet, a statement per chunk, while at least least of them
-// are left.
+// sendRows writes the rows not sent yet, a statement per chunk, while at least least rows
+// are left to send.
 func (w *pgWriter) sendRows(least int) error {
 	for n := len(w.rows) - w.sent; n > 0 && n >= least; n = len(w.rows) - w.sent {
 		if err := w.tx(); err != nil {
