@@ -63,7 +63,9 @@ type natsSink struct {
 	pending natsSegment // the records since the last barrier (the task's goroutine)
 	sent    int64       // records published without checkpoints (their message ids)
 
-	pubMu sync.Mutex // one publisher at a time: the commit goroutine, Open or Finish
+	pubMu sync.Mutex    // one publisher at a time: the commit goroutine, Open or Finish
+	wake  chan struct{} // a checkpoint announced to the commit goroutine
+	done  chan struct{} // closed when the commit goroutine returned (nil: none)
 
 	mu        sync.Mutex // the fields below
 	staged    []natsSegment
@@ -71,8 +73,6 @@ type natsSink struct {
 	committed uint64
 	failed    error // a commit that failed: the task fails at its next call
 	closed    bool
-	wake      chan struct{}
-	done      chan struct{} // closed when the commit goroutine returned (nil: none)
 }
 
 // natsRecord is a record as the sink publishes it.
