@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -62,7 +63,9 @@ type natsSink struct {
 	pending natsSegment // the records since the last barrier (the task's goroutine)
 	sent    int64       // records published without checkpoints (their message ids)
 
-	pubMu sync.Mutex // one publisher at a time: the commit goroutine, Open or Finish
+	pubMu sync.Mutex    // one publisher at a time: the commit goroutine, Open or Finish
+	wake  chan struct{} // a checkpoint announced to the commit goroutine
+	done  chan struct{} // closed when the commit goroutine returned (nil: none)
 
 	mu        sync.Mutex // the fields below
 	staged    []natsSegment
@@ -70,8 +73,6 @@ type natsSink struct {
 	committed uint64
 	failed    error // a commit that failed: the task fails at its next call
 	closed    bool
-	wake      chan struct{}
-	done      chan struct{} // closed when the commit goroutine returned (nil: none)
 }
 
 // natsRecord is a record as the sink publishes it.
@@ -166,6 +167,10 @@ func (s *natsSink) Write(r Record) error {
 	if err := s.failure(); err != nil {
 		return err
 	}
+	if s.cfg.GetKeyHeader() != "" && !natsHeaderCarries(r.Key) {
+		return fmt.Errorf("nats_sink: record (origin %d, seq %d): its key holds a carriage return or newline, or begins or ends with a space or tab, which header %q cannot carry as is",
+			r.Origin, r.Seq, s.cfg.GetKeyHeader())
+	}
 	rec := natsRecord{Key: slices.Clone(r.Key), Value: slices.Clone(r.Value)}
 	if s.checkpointed {
 		s.pending.Records = append(s.pending.Records, rec)
@@ -185,6 +190,16 @@ func (s *natsSink) message(seg string, n int64, rec natsRecord) *nats.Msg {
 		m.Header.Set(h, string(rec.Key))
 	}
 	return m
+}
+
+// natsHeaderCarries reports whether a header's value carries v byte for byte: the client
+// replaces a carriage return or newline with a space and trims spaces and tabs at the ends.
+func natsHeaderCarries(v []byte) bool {
+	if bytes.ContainsAny(v, "\r\n") {
+		return false
+	}
+	n := len(v)
+	return n == 0 || (v[0] != ' ' && v[0] != '\t' && v[n-1] != ' ' && v[n-1] != '\t')
 }
 
 // failure is the error of a commit that failed, if any.

@@ -302,6 +302,33 @@ func TestNatsSinkWarnsOfAShortDuplicateWindow(t *testing.T) {
 	}
 }
 
+// TestNatsSinkRefusesAKeyItsHeaderCannotCarry: with key_header, a record whose key the header
+// would change (a newline, a space at an end) fails the write, naming the record; without
+// key_header the key is not sent and nothing is refused.
+func TestNatsSinkRefusesAKeyItsHeaderCannotCarry(t *testing.T) {
+	s := natstest.Start(t)
+	s.CreateStream(t, "OUT", "out")
+	o := openNatsSink(t, natsSinkOp(s.URL, "OUT", "out"), Info{Job: "j", Vertex: "sink"})
+	for _, key := range []string{"a\nb", " lead", "trail\t", "cr\r"} {
+		err := o.Process(Record{Key: []byte(key), Value: []byte("v"), Origin: 1, Seq: 7}, nil)
+		if err == nil || !strings.Contains(err.Error(), "record (origin 1, seq 7)") || !strings.Contains(err.Error(), `header "Key"`) {
+			t.Fatalf("key %q: error %v, want one naming the record and the header", key, err)
+		}
+	}
+	op := natsSinkOp(s.URL, "OUT", "out")
+	op.GetNatsSink().KeyHeader = ""
+	o = openNatsSink(t, op, Info{Job: "j", Vertex: "sink"})
+	if err := o.Process(Record{Key: []byte("a\nb"), Value: []byte("v0")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Finish(nil); err != nil {
+		t.Fatal(err)
+	}
+	if msgs := s.Messages(t, "OUT"); len(msgs) != 1 || string(msgs[0].Data) != "v0" || len(msgs[0].Header.Values("Key")) != 0 {
+		t.Fatalf("without key_header: messages %v", msgs)
+	}
+}
+
 // TestNatsRetryableErrors: what passes is sent again; what the stream refuses fails.
 func TestNatsRetryableErrors(t *testing.T) {
 	for _, c := range []struct {

@@ -76,12 +76,26 @@ func run(t testing.TB, opts *server.Options) *server.Server {
 }
 
 // Restart shuts the server down and starts it again on the same port and store: its streams
-// and messages are kept, and clients reconnect.
+// and messages are kept, and clients reconnect. It returns once the test's client is
+// connected again and JetStream answers it.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.S.Shutdown()
 	s.S.WaitForShutdown()
 	s.S = run(t, s.opts)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := s.JS.AccountInfo(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nats server restarted at %s: JetStream does not answer after 30s: %v", s.URL, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // CreateStream creates stream over subjects.
