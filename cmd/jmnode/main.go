@@ -17,6 +17,8 @@ processes:
   jobmaster        run a JobMaster replica (Raft voter; the leader is the active JobMaster)
   taskmanager      run a TaskManager (slots, tasks, record exchange)
   demo             run a local 3-JM + 3-TM cluster, a streaming job and a leader kill
+  demo-pipeline    run NATS, PostgreSQL and a cluster: clicks -> per user and minute -> a
+                   table (or a stream), through a TaskManager kill and a leader kill
 
 operator CLI (talks gRPC to any JobMaster: --addr or JMNODE_ADDR, default 127.0.0.1:7100):
   job submit FILE [--wait]   submit a job spec (JSON, see examples/; --checkpoint-interval DUR)
