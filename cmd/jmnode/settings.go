@@ -197,7 +197,7 @@ func secretsDir(dir string) error {
 	case !st.IsDir():
 		return flagError("--secrets-dir", dir, "must be a directory of credentials, not a file")
 	case st.Mode().Perm()&0o007 != 0:
-		return flagError("--secrets-dir", dir, "is open to other users (mode %v): chmod o-rwx it", st.Mode().Perm())
+		return flagError("--secrets-dir", dir, "is open to other users (mode %04o): chmod o-rwx it", st.Mode().Perm())
 	}
 	if _, err := os.ReadDir(dir); err != nil {
 		return flagError("--secrets-dir", dir, "must be a directory this process can read (%v)", pathReason(err))
