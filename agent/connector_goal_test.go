@@ -147,23 +147,7 @@ func runConnectorGoalJob(t *testing.T, c *testcluster.Cluster, jg *pb.JobGraph) 
 	if done.Status != pb.JobStatus_JOB_STATUS_FINISHED {
 		t.Fatalf("%s ended %s", jg.Name, testcluster.Describe(done))
 	}
-	var running, finished int64
-	for _, ev := range testcluster.Executions(done) {
-		for _, st := range ev.GetCurrent().GetStateTimestamps() {
-			if st.GetState() == pb.ExecutionState_EXECUTION_STATE_RUNNING {
-				running = max(running, st.GetTimestamp())
-			}
-		}
-	}
-	for _, h := range done.GetHistory() {
-		if h.GetStatus() == pb.JobStatus_JOB_STATUS_FINISHED {
-			finished = h.GetTimestamp()
-		}
-	}
-	if running == 0 || finished <= running {
-		t.Fatalf("no measurable run: last RUNNING at %d, FINISHED at %d (%s)", running, finished, testcluster.Describe(done))
-	}
-	elapsed := time.Duration(finished-running) * time.Millisecond
+	elapsed := runningToFinished(t, done)
 	return float64(connectorGoalMessages) / elapsed.Seconds(), elapsed
 }
 

@@ -127,23 +127,7 @@ func runWindowGoalJob(t *testing.T, c *testcluster.Cluster, windowed bool, wantR
 	if done.Status != pb.JobStatus_JOB_STATUS_FINISHED {
 		t.Fatalf("the goal job ended %s", testcluster.Describe(done))
 	}
-	var running, finished int64
-	for _, ev := range testcluster.Executions(done) {
-		for _, st := range ev.GetCurrent().GetStateTimestamps() {
-			if st.GetState() == pb.ExecutionState_EXECUTION_STATE_RUNNING {
-				running = max(running, st.GetTimestamp())
-			}
-		}
-	}
-	for _, h := range done.GetHistory() {
-		if h.GetStatus() == pb.JobStatus_JOB_STATUS_FINISHED {
-			finished = h.GetTimestamp()
-		}
-	}
-	if running == 0 || finished <= running {
-		t.Fatalf("no measurable run: last RUNNING at %d, FINISHED at %d (%s)", running, finished, testcluster.Describe(done))
-	}
-	r := windowRun{elapsed: time.Duration(finished-running) * time.Millisecond, cpu: cpu}
+	r := windowRun{elapsed: runningToFinished(t, done), cpu: cpu}
 	r.rate = float64(2*windowGoalEvents) / r.elapsed.Seconds()
 	var keyed, results int64
 	for _, tm := range c.TMs {
@@ -171,6 +155,29 @@ func runWindowGoalJob(t *testing.T, c *testcluster.Cluster, windowed bool, wantR
 	}
 	r.results = results
 	return r
+}
+
+// runningToFinished is a finished job's run: from its last task RUNNING to the job FINISHED,
+// by the leader's committed timestamps.
+func runningToFinished(t *testing.T, done *pb.JobRecord) time.Duration {
+	t.Helper()
+	var running, finished int64
+	for _, ev := range testcluster.Executions(done) {
+		for _, st := range ev.GetCurrent().GetStateTimestamps() {
+			if st.GetState() == pb.ExecutionState_EXECUTION_STATE_RUNNING {
+				running = max(running, st.GetTimestamp())
+			}
+		}
+	}
+	for _, h := range done.GetHistory() {
+		if h.GetStatus() == pb.JobStatus_JOB_STATUS_FINISHED {
+			finished = h.GetTimestamp()
+		}
+	}
+	if running == 0 || finished <= running {
+		t.Fatalf("no measurable run: last RUNNING at %d, FINISHED at %d (%s)", running, finished, testcluster.Describe(done))
+	}
+	return time.Duration(finished-running) * time.Millisecond
 }
 
 // processCPU is the CPU time (user and system) of this process so far: the cluster's, every
