@@ -189,9 +189,12 @@ func TestGoalFailoverAtScale(t *testing.T) {
 func reportP99(t *testing.T, size failoverSize, ratios, est, run []float64) {
 	t.Helper()
 	p50, p99 := quantile(ratios, 0.5), quantile(ratios, 0.99)
-	t.Logf("%s executions, %d trials: kill -> RUNNING / kill -> established p50 %.3fx, p99 %.3fx (the %s of %d); established p50 %.0f ms, p99 %.0f ms; RUNNING p50 %.0f ms, p99 %.0f ms",
-		size.name, len(ratios), p50, p99, map[bool]string{true: "largest", false: "nearest rank"}[len(ratios) <= 100], len(ratios),
-		quantile(est, 0.5), quantile(est, 0.99), quantile(run, 0.5), quantile(run, 0.99))
+	rank := "nearest rank"
+	if len(ratios) <= 100 {
+		rank = "nearest rank: the largest"
+	}
+	t.Logf("%s executions, %d trials: kill -> RUNNING / kill -> established p50 %.3fx, p99 %.3fx (%s); established p50 %.0f ms, p99 %.0f ms; RUNNING p50 %.0f ms, p99 %.0f ms",
+		size.name, len(ratios), p50, p99, rank, quantile(est, 0.5), quantile(est, 0.99), quantile(run, 0.5), quantile(run, 0.99))
 	if len(ratios) < p99Trials {
 		t.Logf("no p99 goal line from %d trials: it takes %d (JMC_FAILOVER_TRIALS)", len(ratios), p99Trials)
 		return
