@@ -40,7 +40,8 @@ func cancelJob(t *testing.T, c *testcluster.Cluster, id string) {
 // emission minus that emission. That checkpoint's barrier follows the record on every FORWARD
 // channel, so the sink commits the record with it (a record emitted in the moment between the
 // trigger and its barrier's injection at the source is counted against the next checkpoint:
-// an upper bound; and the sink's own commit follows the completion by a notification).
+// an upper bound; and the sink's own commit follows the completion by a notification). Then
+// the 10 s around one checkpoint of the job checkpointed every 20 s (latencyAroundACheckpoint).
 // Logged, without a goal.
 func TestGoalLatencyWithCheckpoints(t *testing.T) {
 	benchgoal.Skip(t)
@@ -117,5 +118,33 @@ func TestGoalLatencyWithCheckpoints(t *testing.T) {
 	if restarted := testcluster.Changed(attempts, testcluster.Attempts(c.Job(id))); len(restarted) > 0 {
 		t.Errorf("%d tasks restarted: %v", len(restarted), restarted[:min(len(restarted), 10)])
 	}
+	cancelJob(t, c, id)
+	latencyAroundACheckpoint(t, c, log)
+}
+
+// latencyAroundACheckpoint: the job checkpointed every 20 s, the 10 s before one checkpoint's
+// trigger against the 10 s from it (no other checkpoint in either), as the failover goal takes
+// the 10 s around a leader kill. Logged, without a goal.
+func latencyAroundACheckpoint(t *testing.T, c *testcluster.Cluster, log *latencyLog) {
+	t.Helper()
+	id, _ := startLatencyJob(t, c, log, "latency, a checkpoint every 20 s", 20_000, 3*time.Second)
+	earliest := time.Now().Add(latencyWindow - 3*time.Second) // records flowed for 3 s already
+	var ck *pb.CheckpointRecord
+	testcluster.WaitFor(t, time.Minute, "a checkpoint triggered 10 s or more after records began to flow, completed", func() (bool, string) {
+		cp, _ := c.Leader().A.State.Checkpoints(id)
+		for _, r := range cp.GetCompleted() {
+			if r.TriggerUnixMs >= earliest.UnixMilli() {
+				ck = r
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d checkpoints completed", len(cp.GetCompleted()))
+	})
+	trigger := time.UnixMilli(ck.TriggerUnixMs)
+	waitUntil(t, trigger.Add(latencyWindow), "the 10 s from the trigger")
+	before := statsOf(latencies(log.between(trigger.Add(-latencyWindow), trigger)))
+	after := statsOf(latencies(log.between(trigger, trigger.Add(latencyWindow))))
+	t.Logf("a checkpoint every 20 s: the 10 s before checkpoint %d's trigger: %s; the 10 s from it: %s (p99 %.2fx); trigger to completion %s",
+		ck.Id, before, after, float64(after.p99)/float64(max(before.p99, 1)), time.Duration(ck.CompleteUnixMs-ck.TriggerUnixMs)*time.Millisecond)
 	cancelJob(t, c, id)
 }
