@@ -28,7 +28,7 @@ type runtime struct {
 // (TestEveryKindHasARuntime); each operator's file registers its own. Adding an operator:
 // docs/checklists.md.
 var (
-	runtimesMu sync.RWMutex // ReplaceTransform's swap against the tasks that look up
+	runtimesMu sync.RWMutex // ReplaceTransform's and ReplaceSource's swap against the tasks that look up
 	runtimes   = map[string]runtime{}
 )
 
@@ -61,6 +61,27 @@ func ReplaceTransform(tb interface{ Cleanup(func()) }, kind string, keyed bool, 
 		panic("operator: ReplaceTransform of " + kind + ", which is not a transform kind")
 	}
 	runtimes[kind] = runtime{transform: newT, keyed: keyed}
+	runtimesMu.Unlock()
+	tb.Cleanup(func() {
+		runtimesMu.Lock()
+		runtimes[kind] = old
+		runtimesMu.Unlock()
+	})
+}
+
+// ReplaceSource makes the source kind run newS's sources until tb's cleanup, as
+// ReplaceTransform does for a transform: for a test that emits records of its own (a latency
+// test stamps each with the clock at emission) through a real task. The catalogue's
+// validation of kind stays; tests that replace a kind must not run in parallel with tests
+// that use it.
+func ReplaceSource(tb interface{ Cleanup(func()) }, kind string, newS func(op *pb.Operator, info Info) Source) {
+	runtimesMu.Lock()
+	old, ok := runtimes[kind]
+	if !ok || old.source == nil {
+		runtimesMu.Unlock()
+		panic("operator: ReplaceSource of " + kind + ", which is not a source kind")
+	}
+	runtimes[kind] = runtime{source: newS}
 	runtimesMu.Unlock()
 	tb.Cleanup(func() {
 		runtimesMu.Lock()
