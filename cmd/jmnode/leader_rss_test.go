@@ -71,10 +71,11 @@ func TestGoalLeaderRSSVsFollower(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("submit: %v", err)
 	}
+	peak := samplePeak(pprofs[leader.LeaderId])
 	if _, err := d.waitAllRunning(ctx, jg.JobId, 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("[%v] 10,000 tasks RUNNING", since())
+	t.Logf("[%v] 10,000 tasks RUNNING; while they deployed, %s", since(), peak())
 	now, err := d.waitSelfLeader(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -176,9 +177,17 @@ func writeHeapProfile(t *testing.T, addr, path string) {
 // "# Name = value" lines of /debug/pprof/heap?debug=1), read without a collection.
 func memStats(t *testing.T, addr string) map[string]uint64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?debug=1")
+	m, err := readMemStats(addr)
 	if err != nil {
 		t.Fatalf("memory statistics of %s: %v", addr, err)
+	}
+	return m
+}
+
+func readMemStats(addr string) (map[string]uint64, error) {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		return nil, err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -193,5 +202,47 @@ func memStats(t *testing.T, addr string) map[string]uint64 {
 			m[name] = n
 		}
 	}
-	return m
+	return m, nil
+}
+
+// samplePeak reads the memory statistics and goroutine count of the process serving pprof at
+// addr every 100 ms until the returned function is called; that returns the largest of each
+// seen.
+func samplePeak(addr string) func() string {
+	stop, done := make(chan struct{}), make(chan string, 1)
+	go func() {
+		var heap, stack, sys, goroutines uint64
+		for {
+			if m, err := readMemStats(addr); err == nil {
+				heap, stack, sys = max(heap, m["HeapInuse"]), max(stack, m["Stack"]), max(sys, m["Sys"])
+			}
+			goroutines = max(goroutines, goroutineCount(addr))
+			select {
+			case <-stop:
+				done <- fmt.Sprintf("the leader's largest heap in use %.1f MB, stacks %.1f MB, Go's Sys %.1f MB, goroutines %d",
+					float64(heap)/1e6, float64(stack)/1e6, float64(sys)/1e6, goroutines)
+				return
+			case <-time.After(100 * time.Millisecond): // sampling
+			}
+		}
+	}()
+	return func() string { close(stop); return <-done }
+}
+
+// goroutineCount is the number of goroutines of the process serving pprof at addr (0 when it
+// does not answer).
+func goroutineCount(addr string) uint64 {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	line, _, _ := strings.Cut(readAllString(resp.Body), "\n")
+	n, _ := strconv.ParseUint(strings.TrimPrefix(line, "goroutine profile: total "), 10, 64)
+	return n
+}
+
+func readAllString(r io.Reader) string {
+	b, _ := io.ReadAll(r)
+	return string(b)
 }
