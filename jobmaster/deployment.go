@@ -102,6 +102,11 @@ func (t *term) prune(now time.Time) {
 			delete(t.cancelSent, k)
 		}
 	}
+	// A Go map keeps its buckets when its entries are deleted: one that held every attempt of
+	// a deployment (in flight, acknowledged) would keep that memory for the whole term. An
+	// emptied one is replaced.
+	t.acked, t.submitting = emptied(t.acked), emptied(t.submitting)
+	t.cancelSent, t.missing = emptied(t.cancelSent), emptied(t.missing)
 	ids := make([]string, 0, len(t.missing))
 	for id := range t.missing {
 		ids = append(ids, id)
@@ -120,4 +125,13 @@ func (t *term) prune(now time.Time) {
 		delete(t.missing, id)
 	}
 	t.mu.Unlock()
+}
+
+// emptied is m, or a new map when m is empty (and may hold the buckets of many deleted
+// entries).
+func emptied[K comparable, V any](m map[K]V) map[K]V {
+	if len(m) == 0 {
+		return map[K]V{}
+	}
+	return m
 }
