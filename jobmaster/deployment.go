@@ -38,8 +38,8 @@ func (t *term) checkDeployment(req *pb.HeartbeatRequest) {
 	}
 	// The graph's live attempts on this TM, from the FSM's index of them (no walk of the jobs).
 	type placed struct{ jobID, attemptID string }
-	var running []placed
-	var where map[string]flowPlace // the RUNNING attempts, for the flow samples (flow.go)
+	running := make([]placed, 0, len(req.Deployed)) // as many as the TM reports, usually
+	var where map[string]flowPlace                  // the RUNNING attempts, for the flow samples (flow.go)
 	if req.FlowClockNs != 0 {
 		where = map[string]flowPlace{}
 	}
