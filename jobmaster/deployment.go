@@ -19,27 +19,33 @@ const ackedRetention = time.Minute
 // before the TM took a batch (and delayed behind a slow call) does not show it yet. The graph's
 // attempts on the TM come from the FSM's index of them (FSM.OnTaskManager): a heartbeat costs
 // what the TM holds, not what every job holds.
+//
+// One heartbeat is checked at a time (checkMu): the check's set of attempts is the size of the
+// TM's, and heartbeats of many large TaskManagers checked at once each held their own.
 func (t *term) checkDeployment(req *pb.HeartbeatRequest) {
 	arrived := time.Now()
 	tm, ok := t.jm.tms.Get(req.TmId)
 	if !ok {
 		return
 	}
-	reported := make(map[string]bool, len(req.Deployed))
+	t.checkMu.Lock()
+	defer t.checkMu.Unlock()
+	// One set of the attempts the TM reported and the graph places there, by attempt id.
+	const reportedBit, ownedBit = 1, 2
+	marks := make(map[string]uint8, len(req.Deployed))
 	for _, d := range req.Deployed {
-		reported[d.AttemptId] = true
+		marks[d.AttemptId] |= reportedBit
 	}
 	// The graph's live attempts on this TM, from the FSM's index of them (no walk of the jobs).
 	type placed struct{ jobID, attemptID string }
-	owned := map[string]bool{}
-	var running []placed
-	var where map[string]flowPlace // the RUNNING attempts, for the flow samples (flow.go)
+	running := make([]placed, 0, len(req.Deployed)) // as many as the TM reports, usually
+	var where map[string]flowPlace                  // the RUNNING attempts, for the flow samples (flow.go)
 	if req.FlowClockNs != 0 {
 		where = map[string]flowPlace{}
 	}
 	t.jm.state.OnTaskManager(req.TmId, func(jobID string, ev *pb.ExecutionVertex) {
 		e := ev.GetCurrent()
-		owned[e.AttemptId] = true
+		marks[e.AttemptId] |= ownedBit
 		switch e.State {
 		case stDeploying, pb.ExecutionState_EXECUTION_STATE_INITIALIZING, stRunning:
 			running = append(running, placed{jobID, e.AttemptId})
@@ -50,7 +56,7 @@ func (t *term) checkDeployment(req *pb.HeartbeatRequest) {
 	})
 	t.flow.observe(req.TmId, req.FlowClockNs, arrived, req.Deployed, where)
 	for _, d := range req.Deployed {
-		if !owned[d.AttemptId] && !isTerminal(d.State) {
+		if marks[d.AttemptId]&ownedBit == 0 && !isTerminal(d.State) {
 			t.jm.log.Info("cancelling attempt the graph does not own", "tm", req.TmId, "job", d.JobId, "attempt", d.AttemptId)
 			t.cancelOnTM(tm.GRPCAddr, d.JobId, d.AttemptId)
 		}
@@ -60,7 +66,7 @@ func (t *term) checkDeployment(req *pb.HeartbeatRequest) {
 	t.mu.Lock()
 	for _, p := range running {
 		id := p.attemptID
-		if t.submitting[id] || reported[id] {
+		if t.submitting[id] || marks[id]&reportedBit != 0 {
 			delete(t.missing, id)
 			delete(t.acked, id)
 			continue
@@ -102,6 +108,11 @@ func (t *term) prune(now time.Time) {
 			delete(t.cancelSent, k)
 		}
 	}
+	// A Go map keeps its buckets when its entries are deleted: one that held every attempt of
+	// a deployment (in flight, acknowledged) would keep that memory for the whole term. An
+	// emptied one is replaced.
+	t.acked, t.submitting = emptied(t.acked), emptied(t.submitting)
+	t.cancelSent, t.missing = emptied(t.cancelSent), emptied(t.missing)
 	ids := make([]string, 0, len(t.missing))
 	for id := range t.missing {
 		ids = append(ids, id)
@@ -120,4 +131,13 @@ func (t *term) prune(now time.Time) {
 		delete(t.missing, id)
 	}
 	t.mu.Unlock()
+}
+
+// emptied is m, or a new map when m is empty (and may hold the buckets of many deleted
+// entries).
+func emptied[K comparable, V any](m map[K]V) map[K]V {
+	if len(m) == 0 {
+		return map[K]V{}
+	}
+	return m
 }

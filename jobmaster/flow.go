@@ -43,16 +43,33 @@ type flowPlace struct {
 	key flowKey
 }
 
+// flowSample is one heartbeat's cumulative counters of a subtask that rates are taken between.
 type flowSample struct {
-	clock                           int64 // the TM's flow clock, ns
-	in, out, blocked, watermark, dl int64
+	clock            int64 // the TM's flow clock, ns
+	in, out, blocked int64
 }
 
+// flowEntry is one subtask's last two samples, kept by value in its job's map: about 120
+// bytes a running subtask, the leader's only memory of each (the attempt is kept as a hash of
+// its id, not the id, which would keep the heartbeat's string alive).
 type flowEntry struct {
-	attempt, tm string
-	prev, last  flowSample
-	pair        bool      // prev is set
-	at          time.Time // when last arrived (the leader's clock)
+	attempt       uint64 // attemptHash of the sampled attempt's id
+	tm            string
+	prev, last    flowSample
+	watermark, dl int64 // of the last sample
+	pair          bool  // prev is set
+	at            int64 // when last arrived (the leader's clock, unix ns)
+}
+
+// attemptHash is the FNV-1a hash of an attempt id: a new attempt of a subtask starts its
+// counters again, and telling it from the sampled one is all the hash is for.
+func attemptHash(id string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // flowStore is the term's samples, by job and subtask. Entries not refreshed for staleAfter
@@ -62,12 +79,12 @@ type flowStore struct {
 	staleAfter time.Duration
 
 	mu        sync.Mutex
-	jobs      map[string]map[flowKey]*flowEntry
+	jobs      map[string]map[flowKey]flowEntry
 	lastPrune time.Time
 }
 
 func newFlowStore(staleAfter time.Duration) *flowStore {
-	return &flowStore{staleAfter: staleAfter, jobs: map[string]map[flowKey]*flowEntry{}}
+	return &flowStore{staleAfter: staleAfter, jobs: map[string]map[flowKey]flowEntry{}}
 }
 
 // observe records one heartbeat's counters: those of the RUNNING attempts the graph places
@@ -84,25 +101,28 @@ func (s *flowStore) observe(tm string, clock int64, now time.Time, deployed []*p
 		if !ok || d.State != stRunning {
 			continue
 		}
-		smp := flowSample{clock: clock, in: d.RecordsIn, out: d.RecordsOut, blocked: d.BlockedNs, watermark: d.WatermarkMs, dl: d.DeadLetters}
+		smp := flowSample{clock: clock, in: d.RecordsIn, out: d.RecordsOut, blocked: d.BlockedNs}
 		job := s.jobs[p.job]
 		if job == nil {
-			job = map[flowKey]*flowEntry{}
+			job = map[flowKey]flowEntry{}
 			s.jobs[p.job] = job
 		}
-		e := job[p.key]
-		if e == nil || e.attempt != d.AttemptId || e.tm != tm || clock <= e.last.clock {
+		a := attemptHash(d.AttemptId)
+		e, ok := job[p.key]
+		if !ok || e.attempt != a || e.tm != tm || clock <= e.last.clock {
 			// A new attempt, or the TM's clock started again: the counters start again too.
-			job[p.key] = &flowEntry{attempt: d.AttemptId, tm: tm, last: smp, at: now}
+			job[p.key] = flowEntry{attempt: a, tm: tm, last: smp, watermark: d.WatermarkMs, dl: d.DeadLetters, at: now.UnixNano()}
 			continue
 		}
-		e.prev, e.last, e.pair, e.at = e.last, smp, true, now
+		e.prev, e.last, e.pair, e.at = e.last, smp, true, now.UnixNano()
+		e.watermark, e.dl = d.WatermarkMs, d.DeadLetters
+		job[p.key] = e
 	}
 	if now.Sub(s.lastPrune) >= s.staleAfter {
 		s.lastPrune = now
 		for id, job := range s.jobs {
 			for k, e := range job {
-				if now.Sub(e.at) > s.staleAfter {
+				if now.UnixNano()-e.at > int64(s.staleAfter) {
 					delete(job, k)
 				}
 			}
@@ -121,14 +141,14 @@ func (s *flowStore) flow(jobID string, now time.Time) map[string]VertexFlow {
 	return s.flowLocked(s.jobs[jobID], now)
 }
 
-func (s *flowStore) flowLocked(job map[flowKey]*flowEntry, now time.Time) map[string]VertexFlow {
+func (s *flowStore) flowLocked(job map[flowKey]flowEntry, now time.Time) map[string]VertexFlow {
 	if len(job) == 0 {
 		return nil
 	}
 	out := map[string]VertexFlow{}
 	noWatermark := map[string]bool{}
 	for k, e := range job {
-		if !e.pair || now.Sub(e.at) > s.staleAfter {
+		if !e.pair || now.UnixNano()-e.at > int64(s.staleAfter) {
 			continue
 		}
 		secs := float64(e.last.clock-e.prev.clock) / 1e9
@@ -139,12 +159,12 @@ func (s *flowStore) flowLocked(job map[flowKey]*flowEntry, now time.Time) map[st
 		v.RecordsOutPerS += float64(max(e.last.out-e.prev.out, 0)) / secs
 		bp := min(max(float64(e.last.blocked-e.prev.blocked)/float64(e.last.clock-e.prev.clock), 0), 1)
 		v.Backpressure = max(v.Backpressure, bp)
-		v.DeadLetters += e.last.dl
+		v.DeadLetters += e.dl
 		switch {
-		case e.last.watermark == 0:
+		case e.watermark == 0:
 			noWatermark[k.vertex] = true
-		case v.Watermark == 0 || e.last.watermark < v.Watermark:
-			v.Watermark = e.last.watermark
+		case v.Watermark == 0 || e.watermark < v.Watermark:
+			v.Watermark = e.watermark
 		}
 		out[k.vertex] = v
 	}

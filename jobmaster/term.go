@@ -25,6 +25,8 @@ type term struct {
 	batch   *batcher
 	ckpt    *coordinator // checkpoints.go
 	started sync.Once
+	// checkMu: one heartbeat's deployment check at a time (deployment.go).
+	checkMu sync.Mutex
 
 	mu          sync.Mutex
 	stopping    bool                         // stop has begun: no CancelTask is started

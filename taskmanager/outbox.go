@@ -50,9 +50,18 @@ func (m *outMsg) setSeq(n uint64) {
 	}
 }
 
+// outboxMaxInFlight bounds the outbox's calls to the leader at once. A leader serves each open
+// call with a goroutine and gRPC stream state (about 10 KB) that it keeps until its batcher
+// has committed the update, and the runtime never frees a goroutine's descriptor: a TaskManager
+// deploying thousands of attempts at once would otherwise raise the leader's memory by that
+// much per attempt, for good. With the bound it is per TaskManager; the leader's batcher still
+// gets every update that arrives during one commit (a few milliseconds) into the next.
+const outboxMaxInFlight = 128
+
 // outbox delivers UpdateTaskExecutionState and ScheduleOrUpdateConsumers to the leader: FIFO
 // per attempt (exactly one worker goroutine per attempt with pending messages, sending its
-// head until accepted), attempts independent, retried while transport.Retryable with backoff and jitter.
+// head until accepted), attempts independent, retried while transport.Retryable with backoff
+// and jitter; at most outboxMaxInFlight calls open at once.
 type outbox struct {
 	cfg    Config
 	log    hclog.Logger
@@ -75,11 +84,14 @@ type outbox struct {
 	stopped bool
 	nudge   chan struct{} // closed and replaced to wake every backing-off worker
 	retries atomic.Int64  // sends that failed and were retried (metrics)
+	// inFlight holds a token per open call (outboxMaxInFlight).
+	inFlight chan struct{}
 }
 
 func newOutbox(cfg Config, log hclog.Logger, link *leaderLink, events *eventLog, disown func(attempt string)) *outbox {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &outbox{cfg: cfg, log: log, link: link, events: events, disown: disown, ctx: ctx, cancel: cancel, queues: map[string][]*outMsg{}, workers: map[string]bool{}, nudge: make(chan struct{})}
+	return &outbox{cfg: cfg, log: log, link: link, events: events, disown: disown, ctx: ctx, cancel: cancel, queues: map[string][]*outMsg{}, workers: map[string]bool{}, nudge: make(chan struct{}),
+		inFlight: make(chan struct{}, outboxMaxInFlight)}
 }
 
 func (o *outbox) len() int {
@@ -255,8 +267,15 @@ func (o *outbox) worker(attempt string) {
 	}
 }
 
-// send delivers one message to the current leader.
+// send delivers one message to the current leader, once one of the outboxMaxInFlight calls
+// is free (the leader is read then: a call waiting for its turn goes to the latest).
 func (o *outbox) send(m *outMsg) (accepted bool, reason, addr string, err error) {
+	select {
+	case o.inFlight <- struct{}{}:
+	case <-o.ctx.Done():
+		return false, "", "", o.ctx.Err()
+	}
+	defer func() { <-o.inFlight }()
 	addr = o.link.leader()
 	if addr == "" {
 		o.link.wake()

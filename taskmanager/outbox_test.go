@@ -1,10 +1,15 @@
 package taskmanager
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -161,4 +166,61 @@ func TestFinalRefusalCancelsAttempt(t *testing.T) {
 			t.Fatalf("the refused attempt reported %v after the refusal", u.state)
 		}
 	}
+}
+
+// heldJM is a testJM whose UpdateTaskExecutionState calls wait until release is closed,
+// counting the calls open at once.
+type heldJM struct {
+	*testJM
+	release    chan struct{}
+	open, peak atomic.Int64
+}
+
+func (h *heldJM) UpdateTaskExecutionState(ctx context.Context, r *pb.UpdateTaskExecutionStateRequest) (*pb.UpdateTaskExecutionStateResponse, error) {
+	n := h.open.Add(1)
+	defer h.open.Add(-1)
+	for p := h.peak.Load(); n > p && !h.peak.CompareAndSwap(p, n); p = h.peak.Load() {
+	}
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return h.testJM.UpdateTaskExecutionState(ctx, r)
+}
+
+// TestOutboxBoundsCallsInFlight: with 3 x outboxMaxInFlight attempts each sending a state
+// update to a leader that holds every call, the leader sees outboxMaxInFlight calls open at
+// once, never more; released, every update arrives.
+func TestOutboxBoundsCallsInFlight(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jm := &testJM{addr: l.Addr().String(), srv: grpc.NewServer(), disown: map[string]bool{}, reject: map[string]bool{}, epoch: 1}
+	h := &heldJM{testJM: jm, release: make(chan struct{})}
+	pb.RegisterJobMasterServiceServer(jm.srv, h)
+	pb.RegisterClientServiceServer(jm.srv, jm)
+	go func() { _ = jm.srv.Serve(l) }()
+	t.Cleanup(jm.srv.Stop)
+	tm := newTM(t, "tm1", jm, nil)
+	const n = 3 * outboxMaxInFlight
+	for i := range n {
+		a := fmt.Sprintf("a%d", i)
+		tm.outbox.enqueue(&outMsg{attempt: a, state: &pb.UpdateTaskExecutionStateRequest{TmId: "tm1", JobId: "job", AttemptId: a, State: running}})
+	}
+	waitFor(t, 20*time.Second, "the bound's calls open at the leader", func() (bool, string) {
+		return h.open.Load() == outboxMaxInFlight, fmt.Sprintf("%d open", h.open.Load())
+	})
+	close(h.release)
+	waitFor(t, 20*time.Second, "every update delivered", func() (bool, string) {
+		jm.mu.Lock()
+		got := len(jm.updates)
+		jm.mu.Unlock()
+		return tm.outbox.len() == 0 && got >= n, fmt.Sprintf("pending %d, delivered %d", tm.outbox.len(), got)
+	})
+	if p := h.peak.Load(); p > outboxMaxInFlight {
+		t.Fatalf("the leader saw %d calls open at once, more than %d", p, outboxMaxInFlight)
+	}
+	t.Logf("%d updates, at most %d calls open at once", n, h.peak.Load())
 }

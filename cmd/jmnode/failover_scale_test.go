@@ -153,7 +153,8 @@ func (f failoverTrial) String() string {
 // Trials: 1 at 1k, 3 at 10k and 10 at 100k, or JMC_FAILOVER_TRIALS each (`make bench`: 10);
 // JMC_FAILOVER_SIZES=10k,100k runs only those sizes, JMC_FAILOVER_FAST_RAFT=1 adds --fast-raft
 // (figures without goal lines), JMC_FAILOVER_PPROF=DIR writes a CPU profile of the new leader
-// during each reconciliation into DIR.
+// during each reconciliation into DIR, JMC_HEAP_PROFILES=DIR each JobMaster's heap profile once
+// the job runs (SIZE-NAME-leader.pb.gz, SIZE-NAME-follower.pb.gz).
 func TestGoalFailoverAtScale(t *testing.T) {
 	benchgoal.Skip(t)
 	fast := os.Getenv("JMC_FAILOVER_FAST_RAFT") != ""
@@ -269,6 +270,12 @@ func runFailoverTrials(t *testing.T, size failoverSize) []failoverTrial {
 		perExec := float64(lh-min(lh, heapBefore)) / float64(n)
 		t.Logf("heap in use after GC: leader %s %.1f MB (%.1f MB before the job: %.0f bytes per execution), follower %.1f MB (%.2fx)",
 			leader.LeaderId, float64(lh)/1e6, float64(heapBefore)/1e6, perExec, float64(fh)/1e6, float64(lh)/float64(max(fh, 1)))
+		if dir := os.Getenv("JMC_HEAP_PROFILES"); dir != "" {
+			for name, addr := range pprofs {
+				role := map[bool]string{true: "leader", false: "follower"}[name == leader.LeaderId]
+				writeHeapProfile(t, addr, filepath.Join(dir, size.name+"-"+name+"-"+role+".pb.gz"))
+			}
+		}
 		if size.heapGoals {
 			benchgoal.Report(t, "leader-heap-per-execution-"+size.name, perExec, 1024, perExec <= 1024, "B")
 			ratio := float64(lh) / float64(max(fh, 1))
