@@ -11,8 +11,15 @@ import (
 // TestWriteBatch: a batch of states of two checkpoints and several tasks is read back as
 // Write would have written it (the same paths, checksums and files), with no temporary file
 // left; a state the batch refuses (over the size limit, a bad vertex id) fails alone, naming
-// its cause, and the others are written.
+// its cause, and the others are written. A small batch (synced file by file) and a large one
+// (synced at once) alike.
 func TestWriteBatch(t *testing.T) {
+	for _, subtasks := range []int32{2, syncManyFrom} {
+		t.Run(fmt.Sprintf("%d subtasks", subtasks), func(t *testing.T) { writeBatch(t, subtasks) })
+	}
+}
+
+func writeBatch(t *testing.T, subtasks int32) {
 	dir := filepath.Join(t.TempDir(), "root")
 	s, err := Open(dir, Options{MaxStateBytes: 1 << 10})
 	if err != nil {
@@ -21,7 +28,7 @@ func TestWriteBatch(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	var states []State
 	for id := uint64(3); id <= 4; id++ {
-		for sub := int32(0); sub < 5; sub++ {
+		for sub := int32(0); sub < subtasks; sub++ {
 			states = append(states, State{Job: job, ID: id, Vertex: "map", Subtask: sub, Attempt: 1,
 				Data: []byte(fmt.Sprintf("map[%d] at %d", sub, id))})
 		}
