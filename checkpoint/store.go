@@ -183,7 +183,7 @@ func (s *Store) Write(job string, id uint64, vertex string, subtask, attempt int
 	}
 	tmp := dir + "/." + path.Base(rel) + ".tmp-" + hex.EncodeToString(suffix[:])
 	checksum = Checksum(data)
-	if err := s.writeFile(tmp, checksum, data); err != nil {
+	if err := createFile(s.root, tmp, checksum, data, true); err != nil {
 		_ = s.root.Remove(filepath.FromSlash(tmp))
 		return "", 0, stateErr(rel, err, "write")
 	}
@@ -197,9 +197,10 @@ func (s *Store) Write(job string, id uint64, vertex string, subtask, attempt int
 	return rel, checksum, nil
 }
 
-// writeFile writes the header and the payload to a new file and syncs it.
-func (s *Store) writeFile(name string, checksum uint32, data []byte) error {
-	f, err := s.root.OpenFile(filepath.FromSlash(name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+// createFile writes the header and the payload to a new file under root, and syncs it if told
+// to.
+func createFile(root *os.Root, name string, checksum uint32, data []byte, sync bool) error {
+	f, err := root.OpenFile(filepath.FromSlash(name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
 	}
@@ -212,7 +213,7 @@ func (s *Store) writeFile(name string, checksum uint32, data []byte) error {
 	if err == nil {
 		_, err = f.Write(data)
 	}
-	if err == nil {
+	if err == nil && sync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -242,6 +243,19 @@ func (s *Store) mkdirs(job, dir string) error {
 
 func (s *Store) syncDir(dir string) error {
 	d, err := s.root.Open(filepath.FromSlash(dir))
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// syncRoot syncs the directory a root is opened on.
+func syncRoot(r *os.Root) error {
+	d, err := r.Open(".")
 	if err != nil {
 		return err
 	}

@@ -35,8 +35,9 @@ func (tm *TaskManager) restoreState(t *task) ([]byte, error) {
 	return b, nil
 }
 
-// persistCheckpoint writes t's state for checkpoint id and acknowledges it, on a goroutine of
-// its own: the task goes on with the records after the barrier meanwhile (the state was taken
+// persistCheckpoint queues t's state for checkpoint id to the TaskManager's state writer
+// (statewriter.go), which writes it to the checkpoint storage and acknowledges it once it is
+// durable: the task goes on with the records after the barrier meanwhile (the state was taken
 // before). A failure to write declines the checkpoint. The acknowledgement carries the
 // barrier alignment's duration.
 func (tm *TaskManager) persistCheckpoint(t *task, id uint64, state []byte, alignment time.Duration) {
@@ -44,24 +45,7 @@ func (tm *TaskManager) persistCheckpoint(t *task, id uint64, state []byte, align
 		tm.declineCheckpoint(t, id, "no checkpoint storage (--checkpoint-dir)")
 		return
 	}
-	d := t.tdd
-	go func() { // nothing waits for it: a TM that stops meanwhile drops the ack (its outbox is stopped)
-		path, sum, err := tm.ckpt.Write(d.GetJobId(), id, d.GetVertexId(), d.GetSubtaskIndex(), d.GetAttemptNumber(), state)
-		if err != nil {
-			tm.declineCheckpoint(t, id, fmt.Sprintf("write its state: %v", err))
-			return
-		}
-		ack := &pb.TaskCheckpointAck{
-			VertexId: d.GetVertexId(), SubtaskIndex: d.GetSubtaskIndex(), AttemptNumber: d.GetAttemptNumber(),
-			StateSizeBytes: int64(len(state)), StatePath: path, Checksum: sum, AlignmentUs: alignment.Microseconds(),
-		}
-		tm.mu.Lock()
-		if id > t.ackedID {
-			t.ackedID, t.acked = id, ack
-		}
-		tm.mu.Unlock()
-		tm.outbox.enqueueAck(d, id, ack)
-	}()
+	tm.states.enqueue(queuedState{t: t, id: id, state: state, alignment: alignment})
 }
 
 // declineCheckpoint tells the leader that t cannot take part in checkpoint id.

@@ -31,6 +31,8 @@ type TaskManager struct {
 	log hclog.Logger
 	// ckpt is the checkpoint storage (Config.CheckpointDir), or nil.
 	ckpt *checkpoint.Store
+	// states writes the tasks' checkpoint states to ckpt in batches (statewriter.go).
+	states stateWriter
 	// opLog is log named for operators, made once: a per-task Named costs a deployment of
 	// hundreds of tasks measurable time.
 	opLog hclog.Logger
@@ -121,6 +123,7 @@ func New(cfg Config) (*TaskManager, error) {
 		serveErrs:       make(chan error, 2),
 	}
 	tm.opLog = tm.log.Named("operator")
+	tm.states.tm = tm
 	tm.dp = dataplane.New(ctx, dataplane.Config{ID: cfg.ID, DataAddr: cfg.AdvertiseData, MaxMessageSize: cfg.MaxMessageSize,
 		InputConnectTimeout: cfg.InputConnectTimeout, ExchangeWithoutGroups: cfg.ExchangeWithoutGroups,
 		Int64Records: cfg.Int64Records, Logger: tm.log, Dial: tm.conns.peer})
