@@ -97,6 +97,9 @@ type Partition struct {
 	finished chan struct{} // closed when the producer FINISHED (BLOCKING: readable)
 	released chan struct{} // closed when released: writers and readers abort
 	gone     atomic.Bool   // released, for the writer's check per record
+	// failure is why the producer failed when its failure released the partition (set before
+	// gone, so a reader that sees gone sees it): a consumer's error names the root cause.
+	failure string
 	// bytesOut counts the encoded record batches sent from this partition over Exchange
 	// streams: the producer task's (nil: not counted).
 	bytesOut *atomic.Int64
@@ -379,9 +382,12 @@ func (p *Partition) Finish() {
 	})
 }
 
-// release aborts writers and readers (an armed reader is woken to find it) and frees the data.
-func (p *Partition) release() {
+// release aborts writers and readers (an armed reader is woken to find it) and frees the data;
+// failure is the producer's failure that released it ("" for a cancel or a release of data no
+// longer needed).
+func (p *Partition) release(failure string) {
 	p.once.Do(func() {
+		p.failure = failure
 		p.gone.Store(true)
 		close(p.released)
 		for _, sp := range p.subs {
@@ -425,4 +431,13 @@ func (p *Partition) allDrained() bool {
 		}
 	}
 	return true
+}
+
+// releasedBy is what a reader of a released partition says: the producer released it, and when
+// its failure did, the failure (the cause a consumer's own failure then names).
+func (p *Partition) releasedBy() string {
+	if p.failure != "" {
+		return "released by its producer, which failed: " + p.failure
+	}
+	return "released by its producer"
 }

@@ -124,7 +124,14 @@ func (dp *Plane) Holds(k PartitionKey) bool { return dp.parts.has(k) }
 func (dp *Plane) Release(k PartitionKey) { dp.parts.remove(k) }
 
 // ReleaseAttempt releases every partition of a producer attempt.
-func (dp *Plane) ReleaseAttempt(attempt string) { dp.parts.removeAttempt(attempt) }
+func (dp *Plane) ReleaseAttempt(attempt string) { dp.parts.removeAttempt(attempt, "") }
+
+// ReleaseFailedAttempt releases every partition of a producer attempt that failed: a consumer
+// reading one fails naming the producer's failure, so whichever failure the JobMaster sees
+// first names the root cause.
+func (dp *Plane) ReleaseFailedAttempt(attempt, failure string) {
+	dp.parts.removeAttempt(attempt, failure)
+}
 
 // ReleaseAll releases every partition (the TaskManager stops).
 func (dp *Plane) ReleaseAll() { dp.parts.removeAll() }

@@ -39,7 +39,7 @@ func TestPollRacingReleaseNeverStrandsTheReader(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		wg.Add(1)
-		go func() { defer wg.Done(); p.release() }()
+		go func() { defer wg.Done(); p.release("") }()
 		runtime.Gosched()
 		rs, eop, perr := r.poll(nil, 10)
 		wg.Wait()
@@ -61,7 +61,7 @@ func TestReaderOfRacingReleaseIsWokenOrRefused(t *testing.T) {
 		w := &countWaker{}
 		var wg sync.WaitGroup
 		wg.Add(1)
-		go func() { defer wg.Done(); p.release() }()
+		go func() { defer wg.Done(); p.release("") }()
 		_, ready, err := dp.readerOf(p, readReq("r", "a"), w, nil)
 		wg.Wait()
 		if err == nil && !ready && w.n.Load() == 0 {

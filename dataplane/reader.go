@@ -106,7 +106,7 @@ type blockingReader struct {
 
 func (r *blockingReader) poll(dst []operator.Record, max int) ([]operator.Record, bool, error) {
 	if r.p.isReleased() {
-		return nil, false, status.Errorf(codes.Aborted, "partition %s released", r.p.key)
+		return nil, false, status.Errorf(codes.Aborted, "partition %s %s", r.p.key, r.p.releasedBy())
 	}
 	n := batchOf(r.data[:min(len(r.data), max)])
 	dst = append(dst, r.data[:n]...)
@@ -128,7 +128,7 @@ func (r *pipelinedReader) poll(dst []operator.Record, max int) ([]operator.Recor
 	// this sees it, or the release comes after and finds this reader armed (and wakes it).
 	if r.p.gone.Load() {
 		r.sp.mu.Unlock()
-		return nil, false, status.Errorf(codes.Aborted, "partition %s released by its producer", r.p.key)
+		return nil, false, status.Errorf(codes.Aborted, "partition %s %s", r.p.key, r.p.releasedBy())
 	}
 	dst, eop := r.sp.take(dst, max)
 	if eop {

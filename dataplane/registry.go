@@ -159,12 +159,13 @@ func (r *registry) remove(k PartitionKey) {
 	delete(r.parts, k)
 	r.mu.Unlock()
 	if p != nil {
-		p.release()
+		p.release("")
 	}
 }
 
-// removeAttempt removes every partition of a producer attempt.
-func (r *registry) removeAttempt(attempt string) {
+// removeAttempt removes every partition of a producer attempt; failure is the attempt's
+// failure when it released them ("" otherwise).
+func (r *registry) removeAttempt(attempt, failure string) {
 	r.mu.Lock()
 	var ps []*Partition
 	for k, p := range r.parts {
@@ -175,7 +176,7 @@ func (r *registry) removeAttempt(attempt string) {
 	}
 	r.mu.Unlock()
 	for _, p := range ps {
-		p.release()
+		p.release(failure)
 	}
 }
 
@@ -186,6 +187,6 @@ func (r *registry) removeAll() {
 	r.parts = map[PartitionKey]*Partition{}
 	r.mu.Unlock()
 	for _, p := range ps {
-		p.release()
+		p.release("")
 	}
 }

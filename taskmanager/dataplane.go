@@ -23,6 +23,7 @@ type dataPlane interface {
 	Holds(k dataplane.PartitionKey) bool
 	Release(k dataplane.PartitionKey)
 	ReleaseAttempt(attempt string)
+	ReleaseFailedAttempt(attempt, failure string)
 	ReleaseAll()
 	// Wait waits for the streams' goroutines once the TaskManager's context ended.
 	Wait()

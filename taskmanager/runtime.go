@@ -190,7 +190,10 @@ func (tm *TaskManager) complete(t *task, started bool, err error) {
 	default:
 		state, cause = pb.ExecutionState_EXECUTION_STATE_FAILED, err.Error()
 	}
-	if state != pb.ExecutionState_EXECUTION_STATE_FINISHED {
+	switch state {
+	case pb.ExecutionState_EXECUTION_STATE_FAILED:
+		tm.dp.ReleaseFailedAttempt(t.attempt(), cause)
+	case pb.ExecutionState_EXECUTION_STATE_CANCELED:
 		tm.dp.ReleaseAttempt(t.attempt())
 	}
 
