@@ -316,6 +316,7 @@ func (s *state) addJob(rec *pb.JobRecord) error {
 		}
 	}
 	graph.StripInputs(rec.ExecutionGraph) // the state keeps no channels (withInputs)
+	s.canon.canonRecord(rec)
 	s.jobs[id] = rec
 	s.indexJob(rec)
 	s.countJob(rec, 1)

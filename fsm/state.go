@@ -52,6 +52,9 @@ type state struct {
 	// counts are the jobs by status and the current executions by state, kept by every change
 	// so that metrics read them without walking the jobs. Not in snapshots: a restore recounts.
 	counts counts
+	// canon keeps one copy of the values many executions hold alike (canon.go). Not in
+	// snapshots, and nothing reads it but the store methods that share values through it.
+	canon canon
 }
 
 type counts struct {
@@ -143,6 +146,7 @@ func newState() *state {
 		uploads:   map[string]*pb.ArtifactUpload{},
 		counts: counts{jobs: map[pb.JobStatus]int64{}, execs: map[pb.ExecutionState]int64{}, slots: map[slotKey]int{}, tmSlots: map[string]int{}, onTM: map[string]map[string]struct{}{},
 			ckJobs: map[string]ckSummary{}},
+		canon: newCanon(),
 	}
 }
 
@@ -217,7 +221,7 @@ func (s *state) setExecutionState(ex *pb.Execution, st pb.ExecutionState, ts int
 	} else {
 		ex.State = st
 	}
-	graph.AddStateTimestamp(ex, st, ts)
+	graph.AppendStateTimestamp(ex, s.canon.stamp(st, ts))
 	if st == pb.ExecutionState_EXECUTION_STATE_FAILED && cause != "" {
 		ex.FailureCause = cause
 	}

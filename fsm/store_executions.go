@@ -79,15 +79,15 @@ func (s *state) createAttempts(index uint64, c *pb.CreateAttemptsCommand) error 
 			StartTimestamp: c.Timestamp,
 			State:          scheduled,
 			StateTimestamps: []*pb.StateTimestamp{
-				{State: pb.ExecutionState_EXECUTION_STATE_CREATED, Timestamp: c.Timestamp},
-				{State: scheduled, Timestamp: c.Timestamp},
+				s.canon.stamp(pb.ExecutionState_EXECUTION_STATE_CREATED, c.Timestamp),
+				s.canon.stamp(scheduled, c.Timestamp),
 			},
-			Slot:          a.Slot,
-			TmGrpcAddress: a.TmGrpcAddress,
-			TmDataAddress: a.TmDataAddress,
+			Slot:          s.canon.slot(a.Slot),
+			TmGrpcAddress: s.canon.str(a.TmGrpcAddress),
+			TmDataAddress: s.canon.str(a.TmDataAddress),
 		}
 		s.replaceCurrent(old, ev.Current)
-		s.attempts[a.AttemptId] = attemptRef{jobID: c.JobId, vertexID: a.VertexId, subtask: a.SubtaskIndex}
+		s.attempts[a.AttemptId] = attemptRef{jobID: jobID(rec), vertexID: ev.VertexId, subtask: ev.SubtaskIndex}
 		updateConsumable(eg, a.VertexId, a.SubtaskIndex, scheduled)
 	}
 	graph.RefreshProducers(eg)

@@ -159,15 +159,18 @@ func (s *state) reconcileJob(index uint64, c *pb.ReconcileJobCommand) error {
 			delete(s.attempts, old.AttemptId)
 			if old.AttemptId != re.Execution.AttemptId {
 				retire(ev, old, keep)
+			} else {
+				re.Execution.AttemptId = old.AttemptId // one copy, which the partitions share
 			}
 			refresh = refresh || old.AttemptId != re.Execution.AttemptId || old.TmDataAddress != re.Execution.TmDataAddress
 		} else {
 			refresh = true
 		}
+		graph.BoundStateTimestamps(re.Execution)
+		s.canon.execution(re.Execution)
 		s.replaceCurrent(ev.Current, re.Execution)
 		ev.Current = re.Execution
-		graph.BoundStateTimestamps(ev.Current)
-		s.attempts[re.Execution.AttemptId] = attemptRef{jobID: c.JobId, vertexID: ev.VertexId, subtask: ev.SubtaskIndex}
+		s.attempts[re.Execution.AttemptId] = attemptRef{jobID: jobID(rec), vertexID: ev.VertexId, subtask: ev.SubtaskIndex}
 		setConsumable(produced[ev.VertexId], ev.SubtaskIndex, re.Execution.State)
 	}
 	if refresh {

@@ -128,8 +128,13 @@ func BuildExecutionGraph(jg *pb.JobGraph) (*pb.ExecutionGraph, error) {
 			Parallelism: jv.Parallelism,
 			Subtasks:    make([]*pb.ExecutionVertex, jv.Parallelism),
 		}
+		// A vertex's subtasks are allocated together (one object instead of one per subtask,
+		// without each rounding up to its size class); they live and go with the job.
+		evs := make([]pb.ExecutionVertex, jv.Parallelism)
 		for s := range ejv.Subtasks {
-			ejv.Subtasks[s] = &pb.ExecutionVertex{VertexId: jv.Id, SubtaskIndex: int32(s)}
+			ev := &evs[s]
+			ev.VertexId, ev.SubtaskIndex = jv.Id, int32(s)
+			ejv.Subtasks[s] = ev
 		}
 		ejvs[i] = ejv
 		eg.Vertices = append(eg.Vertices, ejv)
@@ -154,8 +159,11 @@ func BuildExecutionGraph(jg *pb.JobGraph) (*pb.ExecutionGraph, error) {
 		if forward {
 			subs = 1
 		}
+		parts := make([]pb.IntermediateResultPartition, prod.Parallelism) // together, as the subtasks
 		for p := range r.Partitions {
-			r.Partitions[p] = &pb.IntermediateResultPartition{PartitionIndex: int32(p), NumSubpartitions: subs}
+			part := &parts[p]
+			part.PartitionIndex, part.NumSubpartitions = int32(p), subs
+			r.Partitions[p] = part
 		}
 		// The consumers' input channels are not built: they follow from the result (Inputs).
 		eg.Results = append(eg.Results, r)

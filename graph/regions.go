@@ -156,17 +156,35 @@ func FailoverRegions(jg *pb.JobGraph) ([]Region, error) {
 		}
 		s.edgeLinks(e, uf.union)
 	}
+	// Every node's region, then the regions' members in one array, each region's of its exact
+	// length (the leader keeps a job's regions for its term: appending member by member kept
+	// up to twice the room).
 	regionOfRoot := map[int]int{}
-	var regions []Region
-	for n, ref := range refs {
+	regionOf := make([]int, len(refs))
+	var sizes []int
+	for n := range refs {
 		root := uf.find(n)
 		id, ok := regionOfRoot[root]
 		if !ok {
-			id = len(regions)
+			id = len(sizes)
 			regionOfRoot[root] = id
-			regions = append(regions, Region{ID: id})
+			sizes = append(sizes, 0)
 		}
-		regions[id].Members = append(regions[id].Members, ref)
+		regionOf[n] = id
+		sizes[id]++
+	}
+	if len(sizes) == 0 {
+		return nil, nil
+	}
+	regions := make([]Region, len(sizes))
+	members := make([]SubtaskRef, len(refs))
+	start := 0
+	for id, size := range sizes {
+		regions[id] = Region{ID: id, Members: members[start : start : start+size]}
+		start += size
+	}
+	for n, ref := range refs {
+		regions[regionOf[n]].Members = append(regions[regionOf[n]].Members, ref)
 	}
 	return regions, nil
 }

@@ -45,6 +45,11 @@ func TestFailoverRegions(t *testing.T) {
 			if got := describe(rs); got != tc.want {
 				t.Errorf("regions = %s, want %s", got, tc.want)
 			}
+			for _, r := range rs {
+				if len(r.Members) != cap(r.Members) {
+					t.Errorf("region %d: %d members, room for %d (the leader keeps regions for its term)", r.ID, len(r.Members), cap(r.Members))
+				}
+			}
 			tc.jg.FailoverStrategy = pb.FailoverStrategy_FAILOVER_STRATEGY_FULL
 			full, err := FailoverRegions(tc.jg)
 			if err != nil || len(full) != 1 || full[0].ID != 0 {
