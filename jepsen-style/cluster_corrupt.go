@@ -171,5 +171,5 @@ func storeKind(k nemesis.Kind) bool {
 
 // expectInvalid: the scenarios that may be invalid by design, with the reason.
 var expectInvalid = map[nemesis.Kind]string{
-	nemesis.LostUnsynced: "a disk that acknowledges writes it has not made breaks Raft's assumption that what a replica acknowledged survives its crash: an entry committed with the lying replica's acknowledgement is lost when it and the leader crash and the replica that never had the entry is elected (docs/fsm.md, \"What a lying disk can lose\")",
+	nemesis.LostUnsynced: "a disk that acknowledges writes it has not made breaks Raft's assumption that what a replica acknowledged survives its crash: an entry committed with the lying replica's acknowledgement is lost when it and the leader crash and the replica that never had the entry is elected (docs/operations.md, \"What a lying disk can lose\")",
 }
