@@ -257,3 +257,27 @@ func TestEntryChecksumKeepsExtensions(t *testing.T) {
 		}
 	}
 }
+
+// TestLogGapAfterSnapshotRefusesToStart: a log compacted behind its snapshot, whose snapshots
+// are then lost, no longer covers the state: the start refuses naming raft.db.
+func TestLogGapAfterSnapshotRefusesToStart(t *testing.T) {
+	nodes := startStaticWith(t, 1, nil, func(c *Config) { c.TrailingLogs = 1 })
+	leader := establishedLeader(t, nodes, 1)
+	for i := 0; i < 10; i++ {
+		mustApply(t, leader.Node, fmt.Sprintf("mark-%04d", i))
+	}
+	if err := leader.raft.Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	mustApply(t, leader.Node, "after")
+	leader.stop()
+	cfg := leader.cfg
+	cfg.Peers = nil
+	if _, err := VerifyDataDir(cfg.ID, cfg.DataDir); err != nil {
+		t.Fatalf("the compacted log with its snapshot: %v", err)
+	}
+	if err := os.RemoveAll(filepath.Join(cfg.DataDir, snapshotsDir)); err != nil {
+		t.Fatal(err)
+	}
+	mustRefuse(t, cfg, filepath.Join(cfg.DataDir, raftDBFile))
+}
