@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 )
 
 // writtenDir runs a one-replica cluster that commits n values ("mark-%04d-...") and, with snap,
@@ -280,4 +282,56 @@ func TestLogGapAfterSnapshotRefusesToStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustRefuse(t, cfg, filepath.Join(cfg.DataDir, raftDBFile))
+}
+
+// TestUnverifiedSnapshotsToday shows what raft does with a damaged newest snapshot when nothing
+// verifies it (the planted bug skip-store-verify; the replica before verification): a state.bin
+// failing its CRC is skipped for the older snapshot, and the log, still covering it, restores
+// every value; but a meta.json whose index changed (14 to 114) still parses and is restored as
+// it says: the replica skips the committed entries after the snapshot (the last value is lost)
+// and believes it applied index 114. VerifyDataDir refuses both (TestDamagedSnapshotRefusesToStart).
+func TestUnverifiedSnapshotsToday(t *testing.T) {
+	nodes := startStatic(t, 1, nil)
+	leader := establishedLeader(t, nodes, 1)
+	var want []string
+	for i := 0; i < 10; i++ {
+		want = append(want, fmt.Sprintf("v-%d", i))
+		mustApply(t, leader.Node, want[i])
+		if i == 4 || i == 8 {
+			if err := leader.raft.Snapshot().Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	leader.stop()
+	base := leader.cfg
+	base.Peers = nil
+	rep, err := VerifyDataDir(base.ID, base.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failpoint.Set(t, "skip-store-verify")
+	start := func(file string, f func([]byte) []byte) *testNode {
+		cfg := copyDir(t, base)
+		damage(t, filepath.Join(cfg.DataDir, snapshotsDir, rep.Snapshot, file), f)
+		cfg.RaftBindAddr = "127.0.0.1:0"
+		tn := newTestNode(t, cfg, listen(t, "127.0.0.1:0"))
+		if err := tn.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		establishedLeader(t, []*testNode{tn}, 2)
+		return tn
+	}
+	tn := start("state.bin", func(raw []byte) []byte { raw[len(raw)/2] ^= 1; return raw })
+	waitValues(t, []*testNode{tn}, want)
+	tn.stop()
+
+	tn = start("meta.json", func(raw []byte) []byte {
+		return bytes.Replace(raw, []byte(`"Index":`), []byte(`"Index":1`), 1)
+	})
+	got := tn.fsm.Values()
+	if len(got) != 9 || tn.raft.AppliedIndex() < 100 {
+		t.Fatalf("with meta.json's index raised: values %v, applied index %d", got, tn.raft.AppliedIndex())
+	}
+	t.Logf("meta.json index raised: %d values of %d, applied index %d", len(got), len(want), tn.raft.AppliedIndex())
 }
