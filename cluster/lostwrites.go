@@ -77,6 +77,7 @@ func (s *lossyStore) flushLocked() error {
 		}
 		sort.Slice(ls, func(i, j int) bool { return ls[i].Index < ls[j].Index })
 		errs = append(errs, s.logs.StoreLogs(ls))
+		s.logger.Info("disk-lose-unsynced: held writes written", "entries", len(ls), "first", ls[0].Index, "last", ls[len(ls)-1].Index, "stable_values", len(s.values))
 	}
 	keys := make([]string, 0, len(s.values))
 	for k := range s.values {
@@ -138,6 +139,9 @@ func (l lossyLogs) StoreLogs(ls []*raft.Log) error {
 	defer l.s.mu.Unlock()
 	if !l.s.holding() {
 		return l.s.logs.StoreLogs(ls)
+	}
+	if len(l.s.entries) == 0 && len(ls) > 0 {
+		l.s.logger.Info("disk-lose-unsynced: holding writes", "from_index", ls[0].Index)
 	}
 	for _, e := range ls {
 		c := *e

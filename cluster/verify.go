@@ -64,6 +64,7 @@ func (e *DamageError) Unwrap() error { return ErrDamaged }
 // VerifyReport is what VerifyDataDir found on undamaged files.
 type VerifyReport struct {
 	Entries       uint64 // log entries checked
+	LastIndex     uint64 // the log's last index
 	LegacyEntries uint64 // of them, written without a checksum (an older version)
 	LegacyValues  int    // stable-store values without a checksum
 	Snapshot      string // the newest snapshot's id, "" when none
@@ -85,6 +86,7 @@ func VerifyDataDir(id, dir string) (VerifyReport, error) {
 		}
 		var what string
 		first, last, what = checkLog(dbPath, &rep)
+		rep.LastIndex = last
 		if what != "" {
 			return rep, damage(dbPath, "%s", what)
 		}
@@ -376,7 +378,7 @@ func verifyOnStart(cfg Config, logger hclog.Logger) error {
 	if err != nil {
 		return err
 	}
-	logger.Info("stores verified", "entries", rep.Entries, "entries_without_checksum", rep.LegacyEntries,
+	logger.Info("stores verified", "entries", rep.Entries, "last_index", rep.LastIndex, "entries_without_checksum", rep.LegacyEntries,
 		"stable_values_without_checksum", rep.LegacyValues, "snapshot", rep.Snapshot, "snapshot_meta_without_checksum", rep.LegacySnap,
 		"took", time.Since(start).Round(time.Millisecond))
 	return nil
