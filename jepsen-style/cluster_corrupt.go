@@ -173,3 +173,15 @@ func storeKind(k nemesis.Kind) bool {
 var expectInvalid = map[nemesis.Kind]string{
 	nemesis.LostUnsynced: "a disk that acknowledges writes it has not made breaks Raft's assumption that what a replica acknowledged survives its crash: an entry committed with the lying replica's acknowledgement is lost when it and the leader crash and the replica that never had the entry is elected (docs/operations.md, \"What a lying disk can lose\")",
 }
+
+// describeStore is the store fault's part of a fault's description in the report.
+func describeStore(a nemesis.Action) string {
+	s := ""
+	if c := a.Corrupt; c != nil {
+		s += fmt.Sprintf("%s of %s's %s ", c.Mode, c.Node, map[nemesis.Kind]string{nemesis.CorruptRaftLog: "raft.db", nemesis.CorruptSnapshot: "newest snapshot"}[c.Kind])
+	}
+	if len(a.KillAtHeal) > 0 {
+		s += fmt.Sprintf("kill %v at the end ", a.KillAtHeal)
+	}
+	return s
+}

@@ -295,6 +295,7 @@ func describe(a nemesis.Action) string {
 	if len(a.FillDisk) > 0 {
 		s += fmt.Sprintf("fill the data disk of %v ", a.FillDisk)
 	}
+	s += describeStore(a)
 	if a.Leader != "" {
 		s += "(leader " + a.Leader + ")"
 	}
