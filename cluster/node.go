@@ -126,6 +126,9 @@ func NewNode(cfg Config, sm StateMachine, hooks LeaderHooks) (n *Node, err error
 		}
 	}()
 
+	if err := verifyOnStart(cfg, logger); err != nil {
+		return nil, err
+	}
 	// One bolt file is both the log store and the stable store; every write is fsynced.
 	store, err := raftboltdb.New(raftboltdb.Options{
 		Path:        filepath.Join(cfg.DataDir, raftDBFile),
@@ -137,7 +140,10 @@ func NewNode(cfg Config, sm StateMachine, hooks LeaderHooks) (n *Node, err error
 	}
 	closers = append(closers, store.Close)
 	health := newDiskHealth(logger, diskFailHoldoff)
-	logs, err := raft.NewLogCache(logCacheSize, faultyLogStore{store, health})
+	// Beneath the disk failpoints, every entry and value is checksummed (logchecksum.go), then
+	// held in memory while disk-lose-unsynced is on (lostwrites.go).
+	lossy := newLossyStore(store, store, logger)
+	logs, err := raft.NewLogCache(logCacheSize, faultyLogStore{checksumLogStore{LogStore: lossyLogs{lossy}}, health})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: log cache: %w", err)
 	}
@@ -168,7 +174,9 @@ func NewNode(cfg Config, sm StateMachine, hooks LeaderHooks) (n *Node, err error
 	closers = append(closers, trans.Close)
 
 	notifyCh := make(chan bool, 16)
-	r, err := raft.NewRaft(cfg.raftConfig(notifyCh), sm, logs, faultyStableStore{store, health}, faultySnapshotStore{snaps}, diskAwareTransport{trans, health})
+	stable := faultyStableStore{checksumStableStore{lossyStable{lossy}}, health}
+	snapStore := faultySnapshotStore{checksumSnapshotStore{snaps, filepath.Join(cfg.DataDir, snapshotsDir)}}
+	r, err := raft.NewRaft(cfg.raftConfig(notifyCh), sm, logs, stable, snapStore, diskAwareTransport{trans, health})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}

@@ -64,6 +64,8 @@ type ClusterOptions struct {
 	// TLS runs every process with mutual TLS and encrypted gossip, with credentials the
 	// harness makes in <run>/tls (tls.go).
 	TLS bool
+	// JMFlags are extra flags of every JM (a scenario's: Scenario.storeFlags).
+	JMFlags []string
 }
 
 // DataDiskSize is the size of a JM's tmpfs data disk: far more than a run writes, so it fills
@@ -130,6 +132,7 @@ func NewCluster(topo *netns.Topology, jmnode, runDir string, opts ClusterOptions
 			node.Flags = []string{"--report-deadline", reportDeadline.String(), "--fence-timeout", (reportDeadline / 2).String(),
 				"--retain-jobs", "1000000", "--retain-job-age", "24h", "--checkpoint-dir", checkpoints,
 				"--pprof-addr", addr(PortPprof)}
+			node.Flags = append(node.Flags, opts.JMFlags...)
 		} else {
 			node.Role, node.Slots = proccluster.TaskManager, 6
 			node.Addrs = proccluster.Addrs{GRPC: addr(PortTMGRPC), Data: addr(PortTMData), Gossip: addr(PortGossip)}

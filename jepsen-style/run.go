@@ -78,7 +78,7 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 func (r *run) execute(ctx context.Context) (*report.Report, error) {
 	p := r.cfg.Progress
 	var err error
-	r.cluster, err = NewCluster(r.topo, r.cfg.JMNode, r.dir, ClusterOptions{Failpoints: r.cfg.Failpoints, DataDisk: r.scenario.needsDataDisk(), TLS: r.cfg.TLS}, r.cfg.ReportDeadline)
+	r.cluster, err = NewCluster(r.topo, r.cfg.JMNode, r.dir, ClusterOptions{Failpoints: r.cfg.Failpoints, DataDisk: r.scenario.needsDataDisk(), TLS: r.cfg.TLS, JMFlags: r.scenario.storeFlags()}, r.cfg.ReportDeadline)
 	if err != nil {
 		return nil, err
 	}
@@ -295,6 +295,7 @@ func describe(a nemesis.Action) string {
 	if len(a.FillDisk) > 0 {
 		s += fmt.Sprintf("fill the data disk of %v ", a.FillDisk)
 	}
+	s += describeStore(a)
 	if a.Leader != "" {
 		s += "(leader " + a.Leader + ")"
 	}

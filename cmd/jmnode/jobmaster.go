@@ -28,6 +28,9 @@ type jobMasterConfig struct {
 	expect                                                           int
 	fast                                                             bool
 	tokenFile                                                        string
+	// Raft's snapshot cadence (hashicorp/raft's defaults: 8192 entries, checked every 120 s).
+	snapThreshold int64
+	snapInterval  time.Duration
 	// grpcFlag names the flag the advertised gRPC address comes from (build).
 	grpcFlag string
 }
@@ -71,6 +74,8 @@ func newJobMasterConfig(fs *flag.FlagSet) *jobMasterConfig {
 	fs.Int64Var(&jm.ArtifactMaxBytes, "artifact-max-bytes", fsm.DefaultArtifactMaxBytes, fmt.Sprintf("refuse an artifact upload of more bytes; at most %d (fsm.ArtifactCeilingBytes)", fsm.ArtifactCeilingBytes))
 	fs.Int64Var(&jm.ArtifactMaxTotalBytes, "artifact-max-total-bytes", fsm.DefaultArtifactMaxTotalBytes, fmt.Sprintf("refuse an artifact upload that would take the stored artifacts and uploads in progress over this many bytes; at most %d (fsm.ArtifactCeilingTotalBytes)", fsm.ArtifactCeilingTotalBytes))
 	fs.IntVar(&jm.ArtifactMaxCount, "artifact-max-count", fsm.DefaultArtifactMaxCount, fmt.Sprintf("refuse an artifact upload beyond this many stored artifacts and uploads in progress; at most %d (fsm.ArtifactCeilingCount)", fsm.ArtifactCeilingCount))
+	fs.Int64Var(&c.snapThreshold, "raft-snapshot-threshold", 8192, "Raft takes a snapshot once this many log entries were written since the last one")
+	fs.DurationVar(&c.snapInterval, "raft-snapshot-interval", 120*time.Second, "how often Raft checks whether a snapshot is due")
 	fs.BoolVar(&c.fast, "fast-raft", false, "use fast Raft timings (loopback clusters, demos and tests)")
 	c.proc.register(fs, "this JobMaster's jobmaster", "<data-dir>/gossip.keyring")
 	fs.StringVar(&c.tokenFile, "token-file", "", "file of bearer tokens the gRPC server and HTTP accept besides certificates, a line each: NAME ROLE SECRET (role operator or reader); needs --tls-*; read again when it changes")
@@ -95,6 +100,7 @@ func (c *jobMasterConfig) build() error {
 	}
 	ccfg.ID, ccfg.DataDir, ccfg.RaftBindAddr, ccfg.RaftAdvertiseAddr = c.id, c.dataDir, c.raftAddr, c.raftAdvertise
 	ccfg.GRPCAddr, ccfg.BootstrapExpect, ccfg.Join = c.grpcAdvertise, c.expect, splitList(c.join)
+	ccfg.SnapshotThreshold, ccfg.SnapshotInterval = uint64(max(c.snapThreshold, 1)), c.snapInterval
 	for _, p := range splitList(c.peers) {
 		peer, err := parsePeer(p)
 		if err != nil {

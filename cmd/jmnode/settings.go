@@ -84,7 +84,17 @@ func (c *jobMasterConfig) flagRules() []error {
 		atLeast("--min-quorum", int64(a.MinQuorum), 1),
 		slotTimeoutFlag(jm.SlotTimeout),
 		setting.HostPort(nil, "--grpc-addr", a.GRPCAddr, 1),
+		between("--raft-snapshot-threshold", c.snapThreshold, 1, 1<<40),
+		durationBetween("--raft-snapshot-interval", c.snapInterval, 100*time.Millisecond, 8760*time.Hour),
 	}
+}
+
+// durationBetween refuses a duration flag outside [lo, hi].
+func durationBetween(flag string, d, lo, hi time.Duration) error {
+	if d < lo || d > hi {
+		return flagError(flag, d, "must be in [%s, %s]", lo, hi)
+	}
+	return nil
 }
 
 // flagRules are the rules of `jmnode taskmanager`'s flags that the library does not have: a

@@ -17,6 +17,9 @@ var (
 	CompleteTwice         = newSwitch("complete-twice", "the leader proposes each COMPLETE_CHECKPOINT twice and the FSM applies the second (its guard against completing a completed checkpoint is off): the checkpoint is listed completed twice and counted twice")
 	OutboxDoubleWorker    = newSwitch("outbox-double-worker", "a TaskManager's outbox starts a second sender for an attempt whose sender just sent its last message: duplicate and out-of-order updates")
 
+	// A JobMaster's store verification (cluster/verify.go).
+	SkipStoreVerify = newSwitch("skip-store-verify", "a JobMaster starts without verifying its raft.db and newest snapshot (checksums of log entries, bolt's consistency check, the snapshot's CRC): it serves whatever its damaged files hold")
+
 	// Disk faults of a JobMaster replica: every write of the Raft log, the stable store and a
 	// snapshot (cluster/faultstore.go). Switches too, but an injected fault the system must
 	// survive, not a broken mechanism: `jepsen selftest` has no row for them.
@@ -24,6 +27,9 @@ var (
 	DiskFailBeforeWrite = newFault("disk-fail-before-write", "every Raft log, stable-store and snapshot write of a JobMaster fails before it is made (an I/O error)")
 	DiskFailAfterWrite  = newFault("disk-fail-after-write", "every Raft log, stable-store and snapshot write of a JobMaster is made, then reported failed")
 	DiskPanicMidWrite   = newFault("disk-panic-mid-write", "a JobMaster's Raft log write stores the first half of its entries, then the process panics (a crash mid-write)")
+
+	// A lying disk (cluster/lostwrites.go).
+	DiskLoseUnsynced = newFault("disk-lose-unsynced", "a JobMaster's Raft log and stable-store writes are acknowledged at once, kept in memory and written 1-2 s later: a kill -9 loses what was acknowledged and not yet written (a disk that lies about fsync)")
 
 	// Hooks: a point between a commit and the RPC it guards (or another window a fault can
 	// land in), where Inject pauses.

@@ -128,6 +128,9 @@ func (e *Executor) Apply(ctx context.Context, a Action) error {
 			}
 		}
 	}
+	if err := e.applyCorrupt(ctx, a); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -168,6 +171,7 @@ func (e *Executor) applyNetem(ctx context.Context, node string, n Netem, pick in
 // paused processes and restarts killed ones.
 func (e *Executor) Heal(ctx context.Context, a Action) error {
 	var errs []error
+	errs = append(errs, e.healStore(ctx, a, true))
 	for _, n := range a.Nodes() {
 		errs = append(errs, e.clearNet(ctx, n))
 	}
@@ -186,6 +190,7 @@ func (e *Executor) Heal(ctx context.Context, a Action) error {
 	for _, n := range append(append(append([]string(nil), a.Pause...), a.Kill...), a.FillDisk...) {
 		errs = append(errs, e.T.Revive(ctx, n))
 	}
+	errs = append(errs, e.healStore(ctx, a, false))
 	return errors.Join(errs...)
 }
 

@@ -38,11 +38,19 @@ const (
 	Loss             Kind = "netem-loss"        // tc netem loss on one JM
 )
 
+// The store faults of a JobMaster (corrupt.go).
+const (
+	CorruptRaftLog  Kind = "corrupt-raft-log"     // a killed JM's raft.db damaged, the JM started again
+	CorruptSnapshot Kind = "corrupt-snapshot"     // a killed JM's newest snapshot damaged, the JM started again
+	LostUnsynced    Kind = "lost-unsynced-writes" // one JM's disk lies about fsync; it and the leader are killed
+)
+
 // AllKinds lists every fault kind, in matrix order.
 func AllKinds() []Kind {
 	return []Kind{KillJM, KillLeader, KillTM, RestartTM, KillMajority, PauseLeader, IsolateNode, IsolateLeader,
 		MajorityMinority, Bridge, MajoritiesRing, TMsFromLeader, TMFromJMs, JMOutage, TMMajorityCut,
-		StallLeader, FlapLeader, TransferLeader, SlowDisk, DiskFull, Delay, Loss}
+		StallLeader, FlapLeader, TransferLeader, SlowDisk, DiskFull, Delay, Loss,
+		CorruptRaftLog, CorruptSnapshot, LostUnsynced}
 }
 
 // JMOutageLength is how long a jm-outage keeps every JobMaster down: long enough that every
@@ -86,6 +94,11 @@ var timings = map[Kind]Timing{
 	FlapLeader:     {MinFault: 2 * time.Second, MaxFault: 2500 * time.Millisecond, MinGap: 2 * time.Second, MaxGap: 2500 * time.Millisecond},
 	SlowDisk:       {MinFault: 10 * time.Second, MaxFault: 15 * time.Second},
 	DiskFull:       {MinFault: 8 * time.Second, MaxFault: 12 * time.Second},
+	// Store faults: room for the damaged JM to refuse (or start), then for the repaired one
+	// to join again; the lying disk holds writes for 1-2 s, so a kill 5-8 s in loses some.
+	CorruptRaftLog:  {MinFault: 8 * time.Second, MaxFault: 12 * time.Second, MinGap: 6 * time.Second, MaxGap: 10 * time.Second},
+	CorruptSnapshot: {MinFault: 8 * time.Second, MaxFault: 12 * time.Second, MinGap: 6 * time.Second, MaxGap: 10 * time.Second},
+	LostUnsynced:    {MinFault: 5 * time.Second, MaxFault: 8 * time.Second, MinGap: 4 * time.Second, MaxGap: 6 * time.Second},
 }
 
 // KindTiming reports the timing of a kind that has its own.
@@ -149,6 +162,11 @@ type Action struct {
 	Transfer string `json:"transfer,omitempty"`
 	// Leader is the leader when the fault was resolved ("" when none was found).
 	Leader string `json:"leader,omitempty"`
+	// Corrupt is the store fault: a JM killed, a file of it damaged, the JM started again
+	// (corrupt.go).
+	Corrupt *Corruption `json:"corrupt,omitempty"`
+	// KillAtHeal lists the JMs killed when the fault ends, then started again (lost-unsynced-writes).
+	KillAtHeal []string `json:"kill_at_heal,omitempty"`
 }
 
 // Nodes lists every node the action touches, sorted.
@@ -177,6 +195,12 @@ func (a Action) Nodes() []string {
 	}
 	if a.Transfer != "" {
 		set[a.Transfer] = true
+	}
+	if a.Corrupt != nil {
+		set[a.Corrupt.Node] = true
+	}
+	for _, n := range a.KillAtHeal {
+		set[n] = true
 	}
 	return sortedKeys(set)
 }

@@ -45,6 +45,9 @@ func Resolve(f Fault, v View) (Action, error) {
 		}
 		return out
 	}
+	if ok, err := resolveStore(&a, rng, v); ok {
+		return a, err
+	}
 	switch f.Kind {
 	case KillJM:
 		a.Kill = []string{pickOf(v.JMs)}
