@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jmcluster/jmcluster/checkpoint"
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -27,10 +29,18 @@ func (tm *TaskManager) restoreState(t *task) ([]byte, error) {
 	if tm.ckpt == nil {
 		return nil, fmt.Errorf("restore from checkpoint %d: %s has no checkpoint storage (--checkpoint-dir)", id, tm.cfg.ID)
 	}
-	b, err := tm.ckpt.ReadChecksum(from.GetStatePath(), from.GetChecksum())
+	var b []byte
+	var err error
+	if failpoint.Enabled(failpoint.RestoreUnverified) {
+		b, err = tm.ckpt.ReadUnverified(from.GetStatePath()) // the planted bug: no checksum
+	} else {
+		b, err = tm.ckpt.ReadChecksum(from.GetStatePath(), from.GetChecksum())
+	}
 	if err != nil {
-		return nil, fmt.Errorf("restore from checkpoint %d (the state attempt %d of %s[%d] acknowledged): %w",
-			id, from.GetAttemptNumber(), d.GetVertexId(), d.GetSubtaskIndex(), err)
+		// A state the store refuses (missing, truncated, corrupt, another checksum) is a
+		// RestoreError: the leader reads the checkpoint and the file back from the failure
+		// cause and restores the region from an older checkpoint.
+		return nil, fmt.Errorf("restore: %w", checkpoint.AsRestoreError(err, id, d.GetVertexId(), d.GetSubtaskIndex(), from.GetAttemptNumber()))
 	}
 	return b, nil
 }

@@ -17,6 +17,9 @@ var (
 	CompleteTwice         = newSwitch("complete-twice", "the leader proposes each COMPLETE_CHECKPOINT twice and the FSM applies the second (its guard against completing a completed checkpoint is off): the checkpoint is listed completed twice and counted twice")
 	OutboxDoubleWorker    = newSwitch("outbox-double-worker", "a TaskManager's outbox starts a second sender for an attempt whose sender just sent its last message: duplicate and out-of-order updates")
 
+	// A damaged checkpoint (docs/checkpoints.md).
+	RestoreUnverified = newSwitch("restore-unverified", "a TaskManager restoring a task reads its checkpointed state without checking the CRC-32C (the header's or the acknowledged one): a damaged state is restored as if it were whole")
+
 	// Disk faults of a JobMaster replica: every write of the Raft log, the stable store and a
 	// snapshot (cluster/faultstore.go). Switches too, but an injected fault the system must
 	// survive, not a broken mechanism: `jepsen selftest` has no row for them.

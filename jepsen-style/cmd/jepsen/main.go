@@ -239,6 +239,9 @@ var brokenBuilds = []brokenBuild{
 		"every sink writes its document at the barrier, milliseconds before the leader stamps the checkpoint's completion (or never, when the checkpoint is aborted)"},
 	{"complete-twice", "", "kill-leader", 1, 0, []string{"checkpoint-ids"},
 		"every checkpoint is completed twice: listed twice in the record and counted twice, so the counts exceed the ids triggered"},
+	// A damaged checkpoint: the seed's damage is a bit flip in a digit of the source's state.
+	{"restore-unverified", "", "corrupt-checkpoint", 1, 0, []string{"committed-exactly-once"},
+		"the restore reads the damaged state without its checksum: the source resumes at a position one bit away, and its region's sink commits a duplicate or a gap"},
 }
 
 // notCaught are the planted bugs no scenario of the suite can expose, each with the reason;
