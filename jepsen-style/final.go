@@ -106,6 +106,7 @@ func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Gen
 		checker.CommittedExactlyOnce(checker.CommittedInput{JobID: r.streamID, Subtasks: client.StreamParallelism, Contiguous: contiguous,
 			Views: ckViews, Final: finalCheckpoints, AtHeal: sinkAtHeal, End: sinkAtEnd}),
 		checker.CheckpointIDs(ckViews),
+		checker.CheckpointFallback(r.checkpointFallbackInput(streamRec)),
 	}
 	r.rep.Stalls = r.stalls.close()
 	writeJSON(filepath.Join(r.dir, "stalls.json"), r.rep.Stalls)

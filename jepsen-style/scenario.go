@@ -74,6 +74,9 @@ func Scenarios() []Scenario {
 		nemesis.DiskFull:         "the leader's data disk (a tmpfs of its own) filled to the last byte, freed 8-12 s later: errors, never a false acknowledgement",
 		nemesis.Delay:            "tc netem delay (50-200 ms, jitter) on every JM",
 		nemesis.Loss:             "tc netem loss (10-30%) on one JM",
+
+		// A damaged checkpoint (nemesis/corruptckpt.go).
+		nemesis.CorruptCheckpoint: "kill -9 one TM; while it is down, flip a bit of, truncate or copy a chunk within the state file of its source task in the stream job's newest completed checkpoint; restart it: the region's restore refuses the file and falls back to the previous checkpoint, committed output still exactly once",
 	}
 	var out, mixed []Scenario
 	var mixedKinds []nemesis.Kind

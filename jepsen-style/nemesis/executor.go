@@ -128,6 +128,9 @@ func (e *Executor) Apply(ctx context.Context, a Action) error {
 			}
 		}
 	}
+	if err := e.corruptCheckpoint(ctx, a); err != nil { // corruptckpt.go
+		return err
+	}
 	return nil
 }
 

@@ -38,11 +38,20 @@ const (
 	Loss             Kind = "netem-loss"        // tc netem loss on one JM
 )
 
+// A damaged checkpoint (corruptckpt.go).
+const (
+	// CorruptCheckpoint: kill -9 one TM; while it is down, damage the state file of one of its
+	// stream tasks in the newest completed checkpoint (a bit flip, a truncation or a chunk
+	// copied within the file); restart it at the end.
+	CorruptCheckpoint Kind = "corrupt-checkpoint"
+)
+
 // AllKinds lists every fault kind, in matrix order.
 func AllKinds() []Kind {
 	return []Kind{KillJM, KillLeader, KillTM, RestartTM, KillMajority, PauseLeader, IsolateNode, IsolateLeader,
 		MajorityMinority, Bridge, MajoritiesRing, TMsFromLeader, TMFromJMs, JMOutage, TMMajorityCut,
-		StallLeader, FlapLeader, TransferLeader, SlowDisk, DiskFull, Delay, Loss}
+		StallLeader, FlapLeader, TransferLeader, SlowDisk, DiskFull, Delay, Loss,
+		CorruptCheckpoint}
 }
 
 // JMOutageLength is how long a jm-outage keeps every JobMaster down: long enough that every
@@ -86,6 +95,9 @@ var timings = map[Kind]Timing{
 	FlapLeader:     {MinFault: 2 * time.Second, MaxFault: 2500 * time.Millisecond, MinGap: 2 * time.Second, MaxGap: 2500 * time.Millisecond},
 	SlowDisk:       {MinFault: 10 * time.Second, MaxFault: 15 * time.Second},
 	DiskFull:       {MinFault: 8 * time.Second, MaxFault: 12 * time.Second},
+	// corrupt-checkpoint: the TM down 2-4 s (its region restores elsewhere meanwhile), then
+	// gaps long enough for checkpoints to complete again after the fallback.
+	CorruptCheckpoint: {MinFault: 2 * time.Second, MaxFault: 4 * time.Second, MinGap: 6 * time.Second, MaxGap: 9 * time.Second},
 }
 
 // KindTiming reports the timing of a kind that has its own.
@@ -149,6 +161,9 @@ type Action struct {
 	Transfer string `json:"transfer,omitempty"`
 	// Leader is the leader when the fault was resolved ("" when none was found).
 	Leader string `json:"leader,omitempty"`
+	// CorruptCheckpoint: once the TMs of Kill are down, a state file of one of their stream
+	// tasks in the newest completed checkpoint is damaged (corruptckpt.go).
+	CorruptCheckpoint *CheckpointDamage `json:"corrupt_checkpoint,omitempty"`
 }
 
 // Nodes lists every node the action touches, sorted.
