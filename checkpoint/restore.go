@@ -3,7 +3,10 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"path"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -82,4 +85,49 @@ func ParseRestoreFailure(cause string) (RestoreFailure, bool) {
 		return RestoreFailure{}, false
 	}
 	return RestoreFailure{Checkpoint: id, Path: p, Reason: m[3], Cause: cause}, true
+}
+
+// NewerState returns the newest state of vertex[subtask] that reads whole (its header's
+// CRC-32C holds) in a checkpoint directory of the job later than id, with that checkpoint's
+// id; nil when there is none. A sink restored from id after its region fell back past a
+// damaged checkpoint learns from it what its output may have committed since (the directory
+// of the completed checkpoint the fallback skipped, or of one that was pending then).
+func (s *Store) NewerState(job string, id uint64, vertex string, subtask int32) ([]byte, uint64, error) {
+	ids, err := s.Checkpoints(job)
+	if err != nil {
+		return nil, 0, err
+	}
+	prefix := fmt.Sprintf("%s-%d-", vertex, subtask)
+	for i := len(ids) - 1; i >= 0 && ids[i] > id; i-- {
+		dir, err := CheckpointDir(job, ids[i])
+		if err != nil {
+			return nil, 0, err
+		}
+		entries, err := fs.ReadDir(s.root.FS(), dir)
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		var names []string
+		for _, e := range entries {
+			if n := e.Name(); strings.HasPrefix(n, prefix) && strings.HasSuffix(n, stateSuffix) {
+				names = append(names, n)
+			}
+		}
+		sort.Slice(names, func(a, b int) bool { return attemptOf(names[a], prefix) > attemptOf(names[b], prefix) })
+		for _, n := range names {
+			if b, err := s.Read(path.Join(dir, n)); err == nil {
+				return b, ids[i], nil
+			}
+		}
+	}
+	return nil, 0, nil
+}
+
+// attemptOf is the attempt number in a state file's name (-1 when it names none).
+func attemptOf(name, prefix string) int64 {
+	n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(name, prefix), stateSuffix), 10, 32)
+	if err != nil {
+		return -1
+	}
+	return n
 }

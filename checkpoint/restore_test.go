@@ -52,3 +52,42 @@ func TestRestoreErrorRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestNewerState: the newest state of a subtask in a checkpoint after the given one that reads
+// whole, its newest attempt first; a damaged one is passed over; none after the newest.
+func TestNewerState(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, w := range []struct {
+		id      uint64
+		attempt int32
+		data    string
+	}{{3, 0, "three"}, {4, 0, "four-0"}, {4, 1, "four-1"}, {5, 1, "five"}} {
+		if _, _, err := s.Write("job", w.id, "sink", 0, w.attempt, []byte(w.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := s.Write("job", 6, "sink", 1, 0, []byte("other subtask")); err != nil {
+		t.Fatal(err)
+	}
+	five, _ := StatePath("job", 5, "sink", 0, 1)
+	b, _ := os.ReadFile(filepath.Join(dir, five))
+	b[len(b)-1] ^= 1
+	if err := os.WriteFile(filepath.Join(dir, five), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		after  uint64
+		want   string
+		wantID uint64
+	}{{2, "four-1", 4}, {3, "four-1", 4}, {4, "", 0}, {5, "", 0}} {
+		got, id, err := s.NewerState("job", tc.after, "sink", 0)
+		if err != nil || string(got) != tc.want || id != tc.wantID {
+			t.Fatalf("NewerState after %d = %q, %d, %v; want %q, %d", tc.after, got, id, err, tc.want, tc.wantID)
+		}
+	}
+}

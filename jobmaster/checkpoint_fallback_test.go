@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/checkpoint"
+	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/testkit/testcluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -92,6 +93,36 @@ func TestDamagedCheckpointFallsBackToThePreviousOne(t *testing.T) {
 	if after.GetStatus() != pb.JobStatus_JOB_STATUS_RUNNING {
 		t.Fatalf("job %s: %s", after.GetStatus(), after.GetFailureCause())
 	}
+
+	// The committed output never goes back: while the region replays what it had committed
+	// at the damaged checkpoint, every document committed on another TaskManager holds at
+	// least what the killed one's did (the restored sink holds its commits until it does).
+	var dead operator.Checksum
+	for _, tm := range c.TMs {
+		if tm.ID == victim {
+			dead, _ = operator.ReadChecksum(filepath.Join(tm.WorkDir, fmt.Sprintf("checksum-%s-0.json", id)))
+		}
+	}
+	regressions, seen := 0, map[uint64]bool{}
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, tm := range c.TMs {
+			if tm.ID == victim {
+				continue
+			}
+			d, err := operator.ReadChecksum(filepath.Join(tm.WorkDir, fmt.Sprintf("checksum-%s-0.json", id)))
+			if err != nil || seen[d.CommittedCheckpoint] || d.CommittedCheckpoint <= dead.CommittedCheckpoint {
+				continue
+			}
+			seen[d.CommittedCheckpoint] = true
+			if d.Count < dead.Count {
+				regressions++
+				t.Errorf("sink[0] on %s committed checkpoint %d with %d records, fewer than the %d of checkpoint %d on %s", tm.ID, d.CommittedCheckpoint, d.Count, dead.Count, dead.CommittedCheckpoint, victim)
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // sampling the committed files, not waiting for a condition
+	}
+	t.Logf("sink[0] on %s had committed checkpoint %d (%d records); %d later commits sampled, %d behind it", victim, dead.CommittedCheckpoint, dead.Count, len(seen), regressions)
 
 	// Checkpoints complete again, and the committed output is exactly once.
 	last := uint64(0)

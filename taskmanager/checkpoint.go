@@ -45,6 +45,26 @@ func (tm *TaskManager) restoreState(t *task) ([]byte, error) {
 	return b, nil
 }
 
+// newerState returns, for a sink restored from a checkpoint, the newest intact state of its
+// subtask in a later checkpoint directory (checkpoint.Store.NewerState), or nil: after its
+// region fell back past a damaged checkpoint, the output the sink committed may be ahead of
+// the state it restored, and a sink whose committed output is cumulative holds its commits
+// until its document covers that state (docs/checkpoints.md, "A damaged checkpoint").
+func (tm *TaskManager) newerState(t *task) []byte {
+	d := t.tdd
+	id := d.GetRestoreCheckpointId()
+	if id == 0 || tm.ckpt == nil || graph.OperatorRoleOf(d.GetOperator()) != graph.RoleSink {
+		return nil
+	}
+	b, newer, err := tm.ckpt.NewerState(d.GetJobId(), id, d.GetVertexId(), d.GetSubtaskIndex())
+	if err != nil || b == nil {
+		return nil
+	}
+	tm.log.Info("a sink restored from a checkpoint older than a state of its own", "job", d.GetJobId(), "vertex", d.GetVertexId(),
+		"subtask", d.GetSubtaskIndex(), "restored", id, "newer", newer)
+	return b
+}
+
 // persistCheckpoint queues t's state for checkpoint id to the TaskManager's state writer
 // (statewriter.go), which writes it to the checkpoint storage and acknowledges it once it is
 // durable: the task goes on with the records after the barrier meanwhile (the state was taken
