@@ -107,6 +107,7 @@ func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Gen
 			Views: ckViews, Final: finalCheckpoints, AtHeal: sinkAtHeal, End: sinkAtEnd}),
 		checker.CheckpointIDs(ckViews),
 		checker.StoreDamage(r.cluster.DamageRecords()),
+		checker.CheckpointFallback(r.checkpointFallbackInput(streamRec)),
 	}
 	r.rep.Stalls = r.stalls.close()
 	writeJSON(filepath.Join(r.dir, "stalls.json"), r.rep.Stalls)

@@ -80,6 +80,9 @@ func Scenarios() []Scenario {
 		nemesis.CorruptRaftLog:   "kill -9 one JM, damage its raft.db (a bit flipped, the file truncated or a chunk copied within it: all three in turn), start it: it refuses naming the file; the heal is the documented repair (raft remove, data moved away, started to join)",
 		nemesis.CorruptSnapshot:  "snapshots every 128 entries; kill -9 one JM, damage its newest snapshot's state.bin or meta.json (bit flip, truncation, copied chunk in turn), start it: it refuses naming the file; the heal is the documented repair",
 		nemesis.LostUnsynced:     "one JM's disk lies (disk-lose-unsynced: writes acknowledged, written 1-2 s later); at the fault's end it and the leader are killed and started again: may lose acknowledged entries (invalid by design if it does)",
+
+		// A damaged checkpoint (nemesis/corruptckpt.go).
+		nemesis.CorruptCheckpoint: "kill -9 one TM; while it is down, flip a bit of, truncate or copy a chunk within the state file of its source task in the stream job's newest completed checkpoint; restart it: the region's restore refuses the file and falls back to the previous checkpoint, committed output still exactly once",
 	}
 	var out, mixed []Scenario
 	var mixedKinds []nemesis.Kind

@@ -105,7 +105,7 @@ func nextSteps(rec *pb.JobRecord, v view) []action {
 	case jobFailing:
 		// A failure the restart strategy still covers restarts the affected regions
 		// (FAILING -> RESTARTING -> RUNNING); otherwise every task is cancelled and the job FAILS.
-		if !restartsExhausted(rec) && !strings.HasPrefix(rec.FailureCause, SlotTimeoutCause) {
+		if !restartsExhausted(rec) && !strings.HasPrefix(rec.FailureCause, SlotTimeoutCause) && !strings.HasPrefix(rec.FailureCause, RestoreRefusedCause) {
 			return []action{setStatus(rec, jobRestarting, rec.FailureCause, true)}
 		}
 		if steps, live := cancelAll(rec, v.now); live {
@@ -230,6 +230,9 @@ func runningSteps(rec *pb.JobRecord, v view) []action {
 				}
 				continue
 			}
+		}
+		if cause := restoreRefusal(rec, r, damagedCheckpoints(rec)); cause != "" {
+			return append(out, setStatus(rec, jobFailing, cause, false)) // checkpoint_fallback.go
 		}
 		// Every member is undeployed, stopped or finished here: the region goes out whole, in
 		// graph order (placement pairs the k-th subtask of each vertex in one slot).

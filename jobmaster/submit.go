@@ -60,8 +60,12 @@ func (t *term) submitCommitted(jobID string, attempts []*pb.AttemptSpec) error {
 	var shared []*pb.SharedChannels
 	if !t.jm.state.WithJob(jobID, func(committed *pb.JobRecord) {
 		b := graph.NewDescriptorBuilder(committed)
+		damaged := damagedCheckpoints(committed) // a region restores past a damaged checkpoint
 		for i, a := range attempts {
 			tdd, err := b.Build(a.VertexId, a.SubtaskIndex)
+			if err == nil {
+				err = restoreDescriptor(committed, damaged, tdd)
+			}
 			descs[i] = built{a, tdd, err}
 		}
 		shared = b.Shared

@@ -137,6 +137,9 @@ type checksumSink struct {
 	root     *os.Root // open from Open to Close
 
 	restored *Checksum // the checkpointed document to continue (RestoreState), or nil
+	// ahead: a newer state of this subtask than the restored one (Info.RestoredAhead): no
+	// commit until a staged document covers it, so the committed output never goes back.
+	ahead *Checksum
 
 	// two-phase commit (checkpointed jobs): the documents staged at barriers, oldest first, and
 	// the newest checkpoint committed (guarded by commitMu, which orders commits)
@@ -361,7 +364,27 @@ func (s *checksumSink) CommitCheckpoint(id uint64) error {
 	}
 	st := s.staged[k]
 	s.staged = dropStaged(s.staged, id)
+	if s.ahead != nil {
+		if !covers(st.doc, *s.ahead) {
+			return nil // behind what may be committed already: a later document will be
+		}
+		s.ahead = nil
+	}
 	return s.commitLocked(st.id, st.doc)
+}
+
+// covers reports whether doc holds everything ahead holds: as many records, and every origin
+// of ahead up to its last seq.
+func covers(doc, ahead Checksum) bool {
+	if doc.Count < ahead.Count {
+		return false
+	}
+	for o, a := range ahead.Origins {
+		if d, ok := doc.Origins[o]; !ok || d.LastSeq < a.LastSeq {
+			return false
+		}
+	}
+	return true
 }
 
 // dropStaged keeps the documents staged after id.
@@ -435,5 +458,11 @@ func (s *checksumSink) RestoreState(b []byte) error {
 		return fmt.Errorf("the state is of %s/%s[%d], not of this task", doc.Job, doc.Vertex, doc.Subtask)
 	}
 	s.restored = &doc
+	if len(s.info.RestoredAhead) > 0 {
+		var ahead Checksum
+		if err := json.Unmarshal(s.info.RestoredAhead, &ahead); err == nil && ahead.Job == doc.Job && !covers(doc, ahead) {
+			s.ahead = &ahead
+		}
+	}
 	return nil
 }

@@ -46,6 +46,12 @@ type Info struct {
 	// checkpoint's id.
 	Restored           []byte
 	RestoredCheckpoint uint64
+	// RestoredAhead is, for a restored sink, the newest intact state of its subtask in a
+	// checkpoint later than RestoredCheckpoint (the region fell back past a damaged
+	// checkpoint, or one was pending when the task failed), or nil: the output the sink
+	// committed may be ahead of Restored. A sink whose committed output is cumulative (the
+	// checksum sink) commits nothing until its document covers it.
+	RestoredAhead []byte
 	// Checkpointed: the job is checkpointed, so a Committer sink commits its output only with
 	// completed checkpoints.
 	Checkpointed bool

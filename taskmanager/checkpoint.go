@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jmcluster/jmcluster/checkpoint"
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/operator"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -27,12 +29,40 @@ func (tm *TaskManager) restoreState(t *task) ([]byte, error) {
 	if tm.ckpt == nil {
 		return nil, fmt.Errorf("restore from checkpoint %d: %s has no checkpoint storage (--checkpoint-dir)", id, tm.cfg.ID)
 	}
-	b, err := tm.ckpt.ReadChecksum(from.GetStatePath(), from.GetChecksum())
+	var b []byte
+	var err error
+	if failpoint.Enabled(failpoint.RestoreUnverified) {
+		b, err = tm.ckpt.ReadUnverified(from.GetStatePath()) // the planted bug: no checksum
+	} else {
+		b, err = tm.ckpt.ReadChecksum(from.GetStatePath(), from.GetChecksum())
+	}
 	if err != nil {
-		return nil, fmt.Errorf("restore from checkpoint %d (the state attempt %d of %s[%d] acknowledged): %w",
-			id, from.GetAttemptNumber(), d.GetVertexId(), d.GetSubtaskIndex(), err)
+		// A state the store refuses (missing, truncated, corrupt, another checksum) is a
+		// RestoreError: the leader reads the checkpoint and the file back from the failure
+		// cause and restores the region from an older checkpoint.
+		return nil, fmt.Errorf("restore: %w", checkpoint.AsRestoreError(err, id, d.GetVertexId(), d.GetSubtaskIndex(), from.GetAttemptNumber()))
 	}
 	return b, nil
+}
+
+// newerState returns, for a sink restored from a checkpoint, the newest intact state of its
+// subtask in a later checkpoint directory (checkpoint.Store.NewerState), or nil: after its
+// region fell back past a damaged checkpoint, the output the sink committed may be ahead of
+// the state it restored, and a sink whose committed output is cumulative holds its commits
+// until its document covers that state (docs/checkpoints.md, "A damaged checkpoint").
+func (tm *TaskManager) newerState(t *task) []byte {
+	d := t.tdd
+	id := d.GetRestoreCheckpointId()
+	if id == 0 || tm.ckpt == nil || graph.OperatorRoleOf(d.GetOperator()) != graph.RoleSink {
+		return nil
+	}
+	b, newer, err := tm.ckpt.NewerState(d.GetJobId(), id, d.GetVertexId(), d.GetSubtaskIndex())
+	if err != nil || b == nil {
+		return nil
+	}
+	tm.log.Info("a sink restored from a checkpoint older than a state of its own", "job", d.GetJobId(), "vertex", d.GetVertexId(),
+		"subtask", d.GetSubtaskIndex(), "restored", id, "newer", newer)
+	return b
 }
 
 // persistCheckpoint queues t's state for checkpoint id to the TaskManager's state writer

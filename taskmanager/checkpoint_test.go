@@ -189,8 +189,12 @@ func TestCheckpointAlignsAcrossTwoTMsAndRestores(t *testing.T) {
 	jm.waitState(t, "src-1", canceled)
 	submit(t, c1, 1, bad)
 	cause := jm.waitState(t, "src-1b", failed)
-	if !strings.Contains(cause, "restore from checkpoint 1") || !strings.Contains(cause, filepath.Base(acks["src[1]"].GetStatePath())) {
+	if !strings.Contains(cause, "unusable checkpoint 1") || !strings.Contains(cause, filepath.Base(acks["src[1]"].GetStatePath())) {
 		t.Fatalf("failure cause %q does not name the checkpoint and the file", cause)
+	}
+	// The leader reads the checkpoint and the file back from the cause (a typed failure).
+	if f, ok := checkpoint.ParseRestoreFailure(cause); !ok || f.Checkpoint != 1 || f.Path != acks["src[1]"].GetStatePath() {
+		t.Fatalf("ParseRestoreFailure(%q) = %+v, %v; want checkpoint 1, %s", cause, f, ok, acks["src[1]"].GetStatePath())
 	}
 }
 

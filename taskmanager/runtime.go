@@ -57,6 +57,7 @@ func (tm *TaskManager) execute(t *task) (started bool, err error) {
 	if info.Restored, err = tm.restoreState(t); err != nil {
 		return false, err
 	}
+	info.RestoredAhead = tm.newerState(t) // checkpoint.go: a sink restored past a damaged checkpoint
 	info.Checkpointed, info.RestoredCheckpoint = d.GetCheckpointed(), d.GetRestoreCheckpointId()
 	var out *outputs // the partitions by what they carry (outputs.go), once produced
 	info.DeadLetters = deadLetterEmit(d, &out)

@@ -19,6 +19,8 @@ var (
 
 	// A JobMaster's store verification (cluster/verify.go).
 	SkipStoreVerify = newSwitch("skip-store-verify", "a JobMaster starts without verifying its raft.db and newest snapshot (checksums of log entries, bolt's consistency check, the snapshot's CRC): it serves whatever its damaged files hold")
+	// A damaged checkpoint (docs/checkpoints.md).
+	RestoreUnverified = newSwitch("restore-unverified", "a TaskManager restoring a task reads its checkpointed state without checking the CRC-32C (the header's or the acknowledged one): a damaged state is restored as if it were whole")
 
 	// Disk faults of a JobMaster replica: every write of the Raft log, the stable store and a
 	// snapshot (cluster/faultstore.go). Switches too, but an injected fault the system must

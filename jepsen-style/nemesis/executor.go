@@ -131,6 +131,9 @@ func (e *Executor) Apply(ctx context.Context, a Action) error {
 	if err := e.applyCorrupt(ctx, a); err != nil {
 		return err
 	}
+	if err := e.corruptCheckpoint(ctx, a); err != nil { // corruptckpt.go
+		return err
+	}
 	return nil
 }
 

@@ -45,12 +45,21 @@ const (
 	LostUnsynced    Kind = "lost-unsynced-writes" // one JM's disk lies about fsync; it and the leader are killed
 )
 
+// A damaged checkpoint (corruptckpt.go).
+const (
+	// CorruptCheckpoint: kill -9 one TM; while it is down, damage the state file of one of its
+	// stream tasks in the newest completed checkpoint (a bit flip, a truncation or a chunk
+	// copied within the file); restart it at the end.
+	CorruptCheckpoint Kind = "corrupt-checkpoint"
+)
+
 // AllKinds lists every fault kind, in matrix order.
 func AllKinds() []Kind {
 	return []Kind{KillJM, KillLeader, KillTM, RestartTM, KillMajority, PauseLeader, IsolateNode, IsolateLeader,
 		MajorityMinority, Bridge, MajoritiesRing, TMsFromLeader, TMFromJMs, JMOutage, TMMajorityCut,
 		StallLeader, FlapLeader, TransferLeader, SlowDisk, DiskFull, Delay, Loss,
-		CorruptRaftLog, CorruptSnapshot, LostUnsynced}
+		CorruptRaftLog, CorruptSnapshot, LostUnsynced,
+		CorruptCheckpoint}
 }
 
 // JMOutageLength is how long a jm-outage keeps every JobMaster down: long enough that every
@@ -99,6 +108,9 @@ var timings = map[Kind]Timing{
 	CorruptRaftLog:  {MinFault: 8 * time.Second, MaxFault: 12 * time.Second, MinGap: 6 * time.Second, MaxGap: 10 * time.Second},
 	CorruptSnapshot: {MinFault: 8 * time.Second, MaxFault: 12 * time.Second, MinGap: 6 * time.Second, MaxGap: 10 * time.Second},
 	LostUnsynced:    {MinFault: 5 * time.Second, MaxFault: 8 * time.Second, MinGap: 4 * time.Second, MaxGap: 6 * time.Second},
+	// corrupt-checkpoint: the TM down 2-4 s (its region restores elsewhere meanwhile), then
+	// gaps long enough for checkpoints to complete again after the fallback.
+	CorruptCheckpoint: {MinFault: 2 * time.Second, MaxFault: 4 * time.Second, MinGap: 6 * time.Second, MaxGap: 9 * time.Second},
 }
 
 // KindTiming reports the timing of a kind that has its own.
@@ -167,6 +179,9 @@ type Action struct {
 	Corrupt *Corruption `json:"corrupt,omitempty"`
 	// KillAtHeal lists the JMs killed when the fault ends, then started again (lost-unsynced-writes).
 	KillAtHeal []string `json:"kill_at_heal,omitempty"`
+	// CorruptCheckpoint: once the TMs of Kill are down, a state file of one of their stream
+	// tasks in the newest completed checkpoint is damaged (corruptckpt.go).
+	CorruptCheckpoint *CheckpointDamage `json:"corrupt_checkpoint,omitempty"`
 }
 
 // Nodes lists every node the action touches, sorted.

@@ -12,6 +12,9 @@ type View struct {
 	TMs    []string // tm1..tm3
 	Client string   // the client node; it is cut only by faults that isolate a node from all
 	Leader string   // current leader, "" when unknown
+	// SourceTMs are the TMs running a source task of the stream job, sorted (read only for
+	// corrupt-checkpoint, which kills one of them so that its region restores).
+	SourceTMs []string
 }
 
 func (v View) cluster() []string { return append(append([]string(nil), v.JMs...), v.TMs...) }
@@ -149,6 +152,8 @@ func Resolve(f Fault, v View) (Action, error) {
 		}
 	case Loss:
 		a.Netem = map[string]Netem{pickOf(v.JMs): {LossPct: 10 + rng.Intn(21)}}
+	case CorruptCheckpoint:
+		a.Kill, a.CorruptCheckpoint = []string{pickOf(orTMs(v.SourceTMs, v.TMs))}, resolveDamage(rng)
 	default:
 		return a, fmt.Errorf("%w: %q", ErrUnknownKind, f.Kind)
 	}

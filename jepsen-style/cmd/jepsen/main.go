@@ -243,6 +243,9 @@ var brokenBuilds = []brokenBuild{
 		"every checkpoint is completed twice: listed twice in the record and counted twice, so the counts exceed the ids triggered"},
 	{"skip-store-verify", "", "corrupt-raft-log", 1, 0, []string{"store-damage", "state-hash"},
 		"a JM started on a damaged raft.db without verifying it: it crashes on what it reads (a panic, a memory fault past the truncated file's end) instead of refusing with the file named, or serves entries whose bytes changed"},
+	// A damaged checkpoint: the seed's damage is a bit flip in a digit of the source's state.
+	{"restore-unverified", "", "corrupt-checkpoint", 1, 0, []string{"committed-exactly-once"},
+		"the restore reads the damaged state without its checksum: the source resumes at a position one bit away, and its region's sink commits a duplicate or a gap"},
 }
 
 // notCaught are the planted bugs no scenario of the suite can expose, each with the reason;
