@@ -295,6 +295,9 @@ func describe(a nemesis.Action) string {
 	if len(a.FillDisk) > 0 {
 		s += fmt.Sprintf("fill the data disk of %v ", a.FillDisk)
 	}
+	if len(a.Throttle) > 0 {
+		s += fmt.Sprintf("cpu quota (µs per 100 ms) %v ", a.Throttle)
+	}
 	if a.Leader != "" {
 		s += "(leader " + a.Leader + ")"
 	}

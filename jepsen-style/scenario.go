@@ -74,6 +74,8 @@ func Scenarios() []Scenario {
 		nemesis.DiskFull:         "the leader's data disk (a tmpfs of its own) filled to the last byte, freed 8-12 s later: errors, never a false acknowledgement",
 		nemesis.Delay:            "tc netem delay (50-200 ms, jitter) on every JM",
 		nemesis.Loss:             "tc netem loss (10-30%) on one JM",
+		nemesis.ThrottleLeader:   "the leader's process in a cgroup with a CPU quota of 5-10 % of one core for 30 s: no TM fenced or declared lost because the leader was slow (a starved leader hands leadership over), zero restarts",
+		nemesis.ClockStepTM:      "one TM's wall clock stepped by +30 s or -30 s for 10-20 s (failpoint clock-offset): event time, timeouts and checkpoints unaffected, zero restarts",
 	}
 	var out, mixed []Scenario
 	var mixedKinds []nemesis.Kind

@@ -17,6 +17,9 @@ var (
 	CompleteTwice         = newSwitch("complete-twice", "the leader proposes each COMPLETE_CHECKPOINT twice and the FSM applies the second (its guard against completing a completed checkpoint is off): the checkpoint is listed completed twice and counted twice")
 	OutboxDoubleWorker    = newSwitch("outbox-double-worker", "a TaskManager's outbox starts a second sender for an attempt whose sender just sent its last message: duplicate and out-of-order updates")
 
+	// A starved leader (jobmaster/starvation.go).
+	StarvedLeaderFences = newSwitch("starved-leader-fences", "a leader starved of CPU keeps counting its TaskManagers' silence while it is starved and never hands leadership over (its starvation guard is off)")
+
 	// Disk faults of a JobMaster replica: every write of the Raft log, the stable store and a
 	// snapshot (cluster/faultstore.go). Switches too, but an injected fault the system must
 	// survive, not a broken mechanism: `jepsen selftest` has no row for them.
@@ -24,6 +27,10 @@ var (
 	DiskFailBeforeWrite = newFault("disk-fail-before-write", "every Raft log, stable-store and snapshot write of a JobMaster fails before it is made (an I/O error)")
 	DiskFailAfterWrite  = newFault("disk-fail-after-write", "every Raft log, stable-store and snapshot write of a JobMaster is made, then reported failed")
 	DiskPanicMidWrite   = newFault("disk-panic-mid-write", "a JobMaster's Raft log write stores the first half of its entries, then the process panics (a crash mid-write)")
+
+	// Values: an injected fault with a duration, written NAME=DUR (failpoint.Duration).
+
+	ClockOffset = newValue("clock-offset", "this process's wall clock (failpoint.Now: a TaskManager's heartbeat clock and sink commit stamps) reads DUR ahead of the host's, or behind when negative: a stepped clock; Go's monotonic clock, which timeouts use, does not move")
 
 	// Hooks: a point between a commit and the RPC it guards (or another window a fault can
 	// land in), where Inject pauses.

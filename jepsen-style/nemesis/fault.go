@@ -38,11 +38,18 @@ const (
 	Loss             Kind = "netem-loss"        // tc netem loss on one JM
 )
 
+// The starved and skewed nodes (throttle.go, clock.go).
+const (
+	ThrottleLeader Kind = "throttle-leader" // the leader's process under a CPU quota of 5-10 % of a core for 30 s
+	ClockStepTM    Kind = "clock-step-tm"   // one TM's wall clock stepped by +30 s or -30 s (failpoint clock-offset)
+)
+
 // AllKinds lists every fault kind, in matrix order.
 func AllKinds() []Kind {
 	return []Kind{KillJM, KillLeader, KillTM, RestartTM, KillMajority, PauseLeader, IsolateNode, IsolateLeader,
 		MajorityMinority, Bridge, MajoritiesRing, TMsFromLeader, TMFromJMs, JMOutage, TMMajorityCut,
-		StallLeader, FlapLeader, TransferLeader, SlowDisk, DiskFull, Delay, Loss}
+		StallLeader, FlapLeader, TransferLeader, SlowDisk, DiskFull, Delay, Loss,
+		ThrottleLeader, ClockStepTM}
 }
 
 // JMOutageLength is how long a jm-outage keeps every JobMaster down: long enough that every
@@ -59,7 +66,9 @@ const TMMajorityCutLength = 30 * time.Second
 var StallLengths = []time.Duration{2 * time.Second, 5 * time.Second, 15 * time.Second}
 
 // fixedLength is the length of the faults whose length is not drawn from the schedule's range.
-var fixedLength = map[Kind]time.Duration{JMOutage: JMOutageLength, TMMajorityCut: TMMajorityCutLength}
+var fixedLength = map[Kind]time.Duration{JMOutage: JMOutageLength, TMMajorityCut: TMMajorityCutLength,
+	ThrottleLeader: ThrottleLength,
+}
 
 // FixedLength reports the fixed length of a fault kind, if it has one.
 func FixedLength(k Kind) (time.Duration, bool) {
@@ -86,6 +95,8 @@ var timings = map[Kind]Timing{
 	FlapLeader:     {MinFault: 2 * time.Second, MaxFault: 2500 * time.Millisecond, MinGap: 2 * time.Second, MaxGap: 2500 * time.Millisecond},
 	SlowDisk:       {MinFault: 10 * time.Second, MaxFault: 15 * time.Second},
 	DiskFull:       {MinFault: 8 * time.Second, MaxFault: 12 * time.Second},
+	// clock-step-tm: a step held 10-20 s, several checkpoints and heartbeats long.
+	ClockStepTM: {MinFault: 10 * time.Second, MaxFault: 20 * time.Second},
 }
 
 // KindTiming reports the timing of a kind that has its own.
@@ -149,6 +160,9 @@ type Action struct {
 	Transfer string `json:"transfer,omitempty"`
 	// Leader is the leader when the fault was resolved ("" when none was found).
 	Leader string `json:"leader,omitempty"`
+	// Throttle maps a node to the CPU quota its process runs under during the fault, in µs of
+	// CPU per netns.CgroupPeriodUs (throttle.go).
+	Throttle map[string]int `json:"throttle,omitempty"`
 }
 
 // Nodes lists every node the action touches, sorted.
@@ -178,6 +192,9 @@ func (a Action) Nodes() []string {
 	if a.Transfer != "" {
 		set[a.Transfer] = true
 	}
+	for n := range a.Throttle {
+		set[n] = true
+	}
 	return sortedKeys(set)
 }
 
@@ -192,6 +209,11 @@ func (a Action) AffectedTMs(jms, tms []string) []string {
 		isTM[tm] = true
 	}
 	for _, n := range append(append(append([]string(nil), a.Kill...), a.Pause...), sortedNetem(a.Netem)...) {
+		if isTM[n] {
+			set[n] = true
+		}
+	}
+	for n := range a.Throttle { // a throttled TM is slowed
 		if isTM[n] {
 			set[n] = true
 		}

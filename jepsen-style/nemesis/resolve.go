@@ -146,6 +146,14 @@ func Resolve(f Fault, v View) (Action, error) {
 		}
 	case Loss:
 		a.Netem = map[string]Netem{pickOf(v.JMs): {LossPct: 10 + rng.Intn(21)}}
+	case ThrottleLeader:
+		l, err := needLeader()
+		if err != nil {
+			return a, err
+		}
+		a.Throttle = resolveThrottle(rng, l)
+	case ClockStepTM:
+		a.Failpoints = resolveClockStep(rng, v.TMs)
 	default:
 		return a, fmt.Errorf("%w: %q", ErrUnknownKind, f.Kind)
 	}

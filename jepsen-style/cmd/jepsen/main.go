@@ -239,6 +239,8 @@ var brokenBuilds = []brokenBuild{
 		"every sink writes its document at the barrier, milliseconds before the leader stamps the checkpoint's completion (or never, when the checkpoint is aborted)"},
 	{"complete-twice", "", "kill-leader", 1, 0, []string{"checkpoint-ids"},
 		"every checkpoint is completed twice: listed twice in the record and counted twice, so the counts exceed the ids triggered"},
+	{"starved-leader-fences", "", "throttle-leader", 1, 0, []string{"starved-leader-hands-over"},
+		"the leader throttled to 5-10 % of a core keeps leading through the fault: clients and TaskManagers wait on it"},
 }
 
 // notCaught are the planted bugs no scenario of the suite can expose, each with the reason;
