@@ -35,6 +35,7 @@ import (
 type starveRule struct {
 	Tick          time.Duration // the meter's period
 	Window        time.Duration // the lateness judged: the last Window
+	MinLate       time.Duration // a wake-up later than this counts; the scheduling jitter of a loaded host does not
 	Share         float64       // starved when the lateness fills at least this share of Window
 	ExitShare     float64       // a starved stretch ends when the lateness falls below this share
 	HandOverAfter time.Duration // starved this long without a break: hand leadership over
@@ -42,7 +43,9 @@ type starveRule struct {
 }
 
 // starveRuleFor derives the rule from the TM heartbeat interval: a 10 ms tick (1/100 of the
-// interval, at least 1 ms), a window of one interval, half of it late to start a stretch and
+// interval, at least 1 ms), wake-ups counted when 20 ms late or more (a CPU quota stops a
+// process for most of its 100 ms period; an oversubscribed host delays a thread by a few
+// milliseconds at a time), a window of one interval, half of it late to start a stretch and
 // under a quarter to end it, a hand-over after
 // three intervals starved (the TMs' fence timeout is five by default: the new leader reaches
 // them first), not in the first five intervals of a term (a cluster whose every replica is
@@ -51,6 +54,7 @@ func starveRuleFor(heartbeat time.Duration) starveRule {
 	return starveRule{
 		Tick:          max(heartbeat/100, time.Millisecond),
 		Window:        heartbeat,
+		MinLate:       max(heartbeat/50, 2*time.Millisecond),
 		Share:         0.5,
 		ExitShare:     0.25,
 		HandOverAfter: 3 * heartbeat,
@@ -84,9 +88,9 @@ type starveInput struct {
 }
 
 // judgeStarvation decides whether the leader is starved and whether it hands leadership over.
-// Pure: no clock, no state. The lateness of each wake-up in the window counts, clipped to the
-// window; so does the time since the last wake-up beyond one tick (a meter that has not run
-// yet is late too). A term younger than one window is not judged.
+// Pure: no clock, no state. The lateness of each wake-up in the window at least MinLate late
+// counts, clipped to the window; so does the time since the last wake-up beyond one tick (a
+// meter that has not run yet is late too). A term younger than one window is not judged.
 func judgeStarvation(in starveInput, r starveRule) starveVerdict {
 	var v starveVerdict
 	if r.Window <= 0 || in.Now.Sub(in.TermStart) < r.Window {
@@ -99,12 +103,12 @@ func judgeStarvation(in starveInput, r starveRule) starveVerdict {
 		if t.At.After(last) {
 			last = t.At
 		}
-		if !t.At.After(from) || t.Late <= 0 {
+		if !t.At.After(from) || t.Late < r.MinLate {
 			continue
 		}
 		late += min(t.Late, t.At.Sub(from))
 	}
-	if pending := in.Now.Sub(last) - r.Tick; pending > 0 {
+	if pending := in.Now.Sub(last) - r.Tick; pending >= r.MinLate {
 		late += min(pending, r.Window)
 	}
 	v.Share = min(float64(late)/float64(r.Window), 1)

@@ -26,6 +26,14 @@ func TestJudgeStarvation(t *testing.T) {
 		}
 		return out
 	}
+	// every: a wake-up every gap, each late by late, over the window before now.
+	every := func(now, gap, late time.Duration) []tickSeen {
+		var out []tickSeen
+		for d := now - time.Second + gap; d <= now; d += gap {
+			out = append(out, tickSeen{At: at(d), Late: late})
+		}
+		return out
+	}
 	cases := []struct {
 		name     string
 		in       starveInput
@@ -41,6 +49,10 @@ func TestJudgeStarvation(t *testing.T) {
 			in: starveInput{Ticks: quota(20*time.Second, 80), Now: at(20 * time.Second)}, starved: true, since: at(20 * time.Second)},
 		{name: "wake-ups 30 ms late every 100 ms (a loaded machine) are not starved",
 			in: starveInput{Ticks: quota(20*time.Second, 30), Now: at(20 * time.Second)}},
+		{name: "every wake-up 15 ms late (an oversubscribed host's jitter) counts for nothing",
+			in: starveInput{Ticks: every(20*time.Second, 25*time.Millisecond, 15*time.Millisecond), Now: at(20 * time.Second)}},
+		{name: "every wake-up 15 ms late counts for nothing inside a stretch either",
+			in: starveInput{Ticks: every(20*time.Second, 25*time.Millisecond, 15*time.Millisecond), Now: at(20 * time.Second), Since: at(19 * time.Second)}},
 		{name: "one GC-sized pause of 200 ms in the window is not starved",
 			in: starveInput{Ticks: append(free(20*time.Second), tickSeen{At: at(20*time.Second + 200*time.Millisecond), Late: 190 * time.Millisecond}), Now: at(20*time.Second + 200*time.Millisecond)}},
 		{name: "lateness before the window does not count",

@@ -8,7 +8,9 @@ import (
 func TestStarvedLeaderHandsOver(t *testing.T) {
 	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	mark := func(node string, s float64, kind string) StarveMark { return StarveMark{Node: node, Time: at(s), Kind: kind} }
+	mark := func(node string, s float64, kind string) StarveMark {
+		return StarveMark{Node: node, Time: at(s), Kind: kind}
+	}
 	end := at(60)
 	cases := []struct {
 		name    string
