@@ -42,23 +42,26 @@ type starveRule struct {
 	MinTerm       time.Duration // a term younger than this does not hand over
 }
 
-// starveRuleFor derives the rule from the TM heartbeat interval: a 10 ms tick (1/100 of the
-// interval, at least 1 ms), wake-ups counted when 20 ms late or more (a CPU quota stops a
-// process for most of its 100 ms period; an oversubscribed host delays a thread by a few
-// milliseconds at a time), a window of one interval, half of it late to start a stretch and
-// under a quarter to end it, a hand-over after
-// three intervals starved (the TMs' fence timeout is five by default: the new leader reaches
-// them first), not in the first five intervals of a term (a cluster whose every replica is
-// starved changes leader at most that often).
+// starveRuleFor derives the rule from the TM heartbeat interval, with floors that do not
+// scale down with it (a process's scheduling does not get finer because its heartbeats are
+// frequent: the tests' 200 ms interval under the race detector on a loaded host read as
+// starved at a 4 ms bound, and their leaders handed over again and again): a 10 ms tick,
+// wake-ups counted when 25 ms late or more (a CPU quota stops a process for most of its
+// 100 ms period; an oversubscribed host delays a thread by a few milliseconds at a time), a
+// window of one interval and at least a second, half of it late to start a stretch and under
+// a quarter to end it, a hand-over after three intervals starved and at least three seconds
+// (the TMs' fence timeout is five intervals by default: the new leader reaches them first),
+// not in the first five intervals of a term and five seconds (a cluster whose every replica
+// is starved changes leader at most that often).
 func starveRuleFor(heartbeat time.Duration) starveRule {
 	return starveRule{
-		Tick:          max(heartbeat/100, time.Millisecond),
-		Window:        heartbeat,
-		MinLate:       max(heartbeat/50, 2*time.Millisecond),
+		Tick:          10 * time.Millisecond,
+		Window:        max(heartbeat, time.Second),
+		MinLate:       25 * time.Millisecond,
 		Share:         0.5,
 		ExitShare:     0.25,
-		HandOverAfter: 3 * heartbeat,
-		MinTerm:       5 * heartbeat,
+		HandOverAfter: max(3*heartbeat, 3*time.Second),
+		MinTerm:       max(5*heartbeat, 5*time.Second),
 	}
 }
 

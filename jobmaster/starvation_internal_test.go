@@ -113,3 +113,15 @@ func TestStarvationMeterPrunesToTheWindow(t *testing.T) {
 		t.Fatalf("the latest wake-up was dropped: %v", m.ticks)
 	}
 }
+
+// TestStarvationRuleHasFloors: a fast heartbeat (the tests' 200 ms) does not make the meter
+// finer: its bounds stay those of a second.
+func TestStarvationRuleHasFloors(t *testing.T) {
+	fast, suite := starveRuleFor(200*time.Millisecond), starveRuleFor(time.Second)
+	if fast != suite {
+		t.Fatalf("rule for 200ms %+v, for 1s %+v: want the same", fast, suite)
+	}
+	if slow := starveRuleFor(2 * time.Second); slow.Window != 2*time.Second || slow.HandOverAfter != 6*time.Second || slow.MinTerm != 10*time.Second {
+		t.Fatalf("rule for 2s: %+v", slow)
+	}
+}
