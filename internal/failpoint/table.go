@@ -30,7 +30,7 @@ var (
 
 	// Values: an injected fault with a duration, written NAME=DUR (failpoint.Duration).
 
-	ClockOffset = newValue("clock-offset", "this process's wall clock (failpoint.Now: a TaskManager's heartbeat clock and sink commit stamps) reads DUR ahead of the host's, or behind when negative: a stepped clock; Go's monotonic clock, which timeouts use, does not move")
+	ClockOffset = newValue("clock-offset", "this process's wall clock (failpoint.Now: a TaskManager's sink commit stamps) reads DUR ahead of the host's, or behind when negative: a stepped clock; Go's monotonic clock, which timeouts use, does not move")
 
 	// Hooks: a point between a commit and the RPC it guards (or another window a fault can
 	// land in), where Inject pauses.

@@ -1,7 +1,12 @@
 package netns
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -60,5 +65,41 @@ func TestCgroupStepsRunOnAFileTree(t *testing.T) {
 	}
 	if err := RunCgroupSteps([]CgroupStep{{Op: "rmdir", Path: root + "/never-made"}}); err != nil {
 		t.Fatalf("removing what is not there: %v", err)
+	}
+}
+
+// TestThrottleAndCleanOnTheHost: as root, on a host with a CPU cgroup, a process throttled into
+// a marked cgroup runs under the quota there, and CleanCgroups (what `jepsen clean` runs)
+// moves it back to the root and removes the directory, as after a crashed run.
+func TestThrottleAndCleanOnTheHost(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	cg, err := DetectCgroups()
+	if err != nil {
+		t.Skip(err)
+	}
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	marker := fmt.Sprintf("jmc-cgtest%d-", os.Getpid())
+	name := marker + "jm1"
+	if err := cg.Throttle(name, cmd.Process.Pid, 5000); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(cg.Root, name, "cgroup.procs"))
+	if err != nil || !strings.Contains(" "+strings.Join(strings.Fields(string(b)), " ")+" ", fmt.Sprintf(" %d ", cmd.Process.Pid)) {
+		t.Fatalf("the process is not in %s: %q (%v)", name, b, err)
+	}
+	if err := CleanCgroups(marker); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(cg.Root, name)); !os.IsNotExist(err) {
+		t.Fatalf("%s still there after clean: %v", name, err)
+	}
+	if err := cg.Release(name); err != nil {
+		t.Fatalf("releasing what is gone: %v", err)
 	}
 }
