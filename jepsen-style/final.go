@@ -104,10 +104,11 @@ func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Gen
 		checker.SinkContinuity(checker.SinkInput{JobID: r.streamID, Subtasks: client.StreamParallelism,
 			JMOnly: r.rep.JMOnly, AtHeal: sinkAtHeal, End: sinkAtEnd}),
 		checker.CommittedExactlyOnce(checker.CommittedInput{JobID: r.streamID, Subtasks: client.StreamParallelism, Contiguous: contiguous,
-			Views: ckViews, Final: finalCheckpoints, AtHeal: sinkAtHeal, End: sinkAtEnd}),
+			Views: ckViews, Final: finalCheckpoints, AtHeal: sinkAtHeal, End: sinkAtEnd, ClockSteps: r.clockSteps()}),
 		checker.CheckpointIDs(ckViews),
 		checker.StoreDamage(r.cluster.DamageRecords()),
 		checker.CheckpointFallback(r.checkpointFallbackInput(streamRec)),
+		checker.StarvedLeaderHandsOver(starveMarks(r.dir, JMs()), time.Now(), checker.HandOverBound),
 	}
 	r.rep.Stalls = r.stalls.close()
 	writeJSON(filepath.Join(r.dir, "stalls.json"), r.rep.Stalls)

@@ -297,6 +297,9 @@ func describe(a nemesis.Action) string {
 		s += fmt.Sprintf("fill the data disk of %v ", a.FillDisk)
 	}
 	s += describeStore(a)
+	if len(a.Throttle) > 0 {
+		s += fmt.Sprintf("cpu quota (µs per 100 ms) %v ", a.Throttle)
+	}
 	if a.Leader != "" {
 		s += "(leader " + a.Leader + ")"
 	}

@@ -134,6 +134,9 @@ func (w *tmWatch) answersTaskManagers(now time.Time) error {
 
 // pulse runs for the whole term: it keeps the term's heartbeat (awake) and probes suspect TMs.
 func (w *tmWatch) pulse() {
+	if !w.spawn(w.meter) { // the starvation meter (starvation.go)
+		return
+	}
 	tick := time.NewTicker(min(w.probeInterval(), w.stallAfter()/4))
 	defer tick.Stop()
 	probing := map[string]bool{} // TMs with a probe in flight (this goroutine only)

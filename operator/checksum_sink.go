@@ -43,7 +43,8 @@ type Checksum struct {
 	Finished bool                  `json:"finished"`
 	// CommittedCheckpoint is set in a checkpointed job: the file is written only when a
 	// checkpoint completed, and holds what the sink had at that checkpoint's barrier (two-phase
-	// commit; docs/checkpoints.md). CommittedUnixMs is when this TaskManager wrote it.
+	// commit; docs/checkpoints.md). CommittedUnixMs is when this TaskManager wrote it, on its wall
+	// clock (failpoint.Now, which the fault clock-offset steps).
 	CommittedCheckpoint uint64 `json:"committed_checkpoint,omitempty"`
 	CommittedUnixMs     int64  `json:"committed_unix_ms,omitempty"`
 }
@@ -422,7 +423,7 @@ func (s *checksumSink) commitLocked(id uint64, doc Checksum) error {
 	if s.closed {
 		return fmt.Errorf("checksum sink: commit checkpoint %d: %w", id, ErrSinkClosed)
 	}
-	doc.CommittedCheckpoint, doc.CommittedUnixMs = id, time.Now().UnixMilli()
+	doc.CommittedCheckpoint, doc.CommittedUnixMs = id, failpoint.Now().UnixMilli() // the TM's wall clock (clock-offset steps it)
 	if err := s.write(doc); err != nil {
 		return err
 	}

@@ -91,6 +91,7 @@ func runFailpoints(args []string) error {
 func printFailpoints(w io.Writer) {
 	fmt.Fprintf(w, "%s=TERM,TERM,... sets failpoints at start-up; never in production.\n", failpoint.EnvVar)
 	fmt.Fprintln(w, "A switch is written NAME; a hook pause(NAME) (until released) or pause(NAME)=DUR (at most DUR).")
+	fmt.Fprintln(w, "A value is written NAME=DUR, a Go duration, negative allowed (clock-offset=-30s).")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tKIND\tEFFECT")

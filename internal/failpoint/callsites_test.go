@@ -213,7 +213,15 @@ func TestEveryFailpointHasACallSite(t *testing.T) {
 				return true
 			}
 			fn, ok := call.Fun.(*ast.SelectorExpr)
-			if !ok || !isIdent(fn.X, local) || (fn.Sel.Name != "Enabled" && fn.Sel.Name != "Inject") {
+			if ok && isIdent(fn.X, local) && len(call.Args) == 0 {
+				// A value read through a clock of this package (clock-offset: Now).
+				for value, reader := range valueReaders {
+					if fn.Sel.Name == reader {
+						sites[value] = append(sites[value], "Duration (through "+reader+") at "+sf.fset.Position(call.Pos()).String())
+					}
+				}
+			}
+			if !ok || !isIdent(fn.X, local) || (fn.Sel.Name != "Enabled" && fn.Sel.Name != "Inject" && fn.Sel.Name != "Duration") || len(call.Args) == 0 {
 				return true
 			}
 			arg := call.Args[len(call.Args)-1]
@@ -229,7 +237,7 @@ func TestEveryFailpointHasACallSite(t *testing.T) {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		want := map[string]string{"newSwitch": "Enabled", "newFault": "Enabled", "newHook": "Inject"}[rows[name]]
+		want := map[string]string{"newSwitch": "Enabled", "newFault": "Enabled", "newHook": "Inject", "newValue": "Duration"}[rows[name]]
 		if len(sites[name]) == 0 {
 			t.Errorf("failpoint.%s has no call site: add failpoint.%s(..., failpoint.%s) where it acts, or remove its row", name, want, name)
 		}
@@ -240,6 +248,10 @@ func TestEveryFailpointHasACallSite(t *testing.T) {
 		}
 	}
 }
+
+// valueReaders: the values this package reads for its callers, and the function that reads
+// each (a call of it outside the package is the value's call site).
+var valueReaders = map[string]string{"ClockOffset": "Now"}
 
 func isIdent(e ast.Expr, name string) bool {
 	id, ok := e.(*ast.Ident)

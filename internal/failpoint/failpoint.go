@@ -27,6 +27,9 @@ const (
 	KindSwitch Kind = iota + 1
 	// KindHook pauses each pass: written pause(name) or pause(name)=DUR, run with Inject.
 	KindHook
+	// KindValue carries a duration: written name=DUR (a Go duration, negative allowed, not 0),
+	// read by the code it concerns (clock-offset: Now).
+	KindValue
 )
 
 func (k Kind) String() string {
@@ -35,6 +38,8 @@ func (k Kind) String() string {
 		return "switch"
 	case KindHook:
 		return "hook"
+	case KindValue:
+		return "value"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -49,6 +54,9 @@ type point struct {
 	pause   atomic.Pointer[pause] // a hook; nil when off
 	waiting atomic.Int64          // passes blocked in Inject now
 	hits    atomic.Int64          // passes that met the pause since it was set
+
+	value    atomic.Int64 // a value's duration, when valueSet
+	valueSet atomic.Bool
 }
 
 // Switch is a failpoint checked with Enabled.
@@ -56,6 +64,27 @@ type Switch struct{ point }
 
 // Hook is a failpoint run with Inject.
 type Hook struct{ point }
+
+// Value is a failpoint that carries a duration (KindValue).
+type Value struct{ point }
+
+// Name is the failpoint's name in a spec.
+func (v *Value) Name() string { return v.name }
+
+// newValue is a failpoint with a duration; like newFault, an injected fault, not a planted bug.
+func newValue(name, desc string) *Value {
+	v := &Value{point{name: name, desc: desc, kind: KindValue, fault: true}}
+	register(&v.point)
+	return v
+}
+
+// Duration returns the value's duration and whether it is set.
+func Duration(v *Value) (time.Duration, bool) {
+	if !v.valueSet.Load() {
+		return 0, false
+	}
+	return time.Duration(v.value.Load()), true
+}
 
 // Name is the failpoint's name in a spec.
 func (s *Switch) Name() string { return s.name }
@@ -171,9 +200,19 @@ func releaseLocked(p *point) {
 	}
 }
 
-// Now is the wall clock, for the failpoint that breaks determinism on purpose
-// (nondeterministic-apply): fsm/ reads no clock of its own.
-func Now() time.Time { return time.Now() }
+// Now is this process's wall clock: the host's, stepped by clock-offset when that is set. It is
+// the clock of every wall-clock reading a TaskManager sends or writes (a heartbeat's clock,
+// a sink's commit stamp), and of the failpoint that breaks determinism on purpose
+// (nondeterministic-apply: fsm/ reads no clock of its own). With an offset the time has no
+// monotonic reading, as a stepped clock would not: durations measured with it jump by the
+// step, so timeouts use time.Now (whose monotonic reading no step moves), never this.
+func Now() time.Time {
+	now := time.Now()
+	if d, ok := Duration(ClockOffset); ok {
+		return now.Round(0).Add(d)
+	}
+	return now
+}
 
 // Configure parses spec (the syntax of JMNODE_FAILPOINTS, see Parse) and makes it the whole
 // setting: every failpoint it does not name is turned off, and passes blocked in a hook are
@@ -199,6 +238,9 @@ func Apply(s Spec) {
 		case KindHook:
 			t.p.hits.Store(0)
 			t.p.pause.Store(&pause{bound: t.bound, release: make(chan struct{})})
+		case KindValue:
+			t.p.value.Store(int64(t.bound))
+			t.p.valueSet.Store(true)
 		}
 	}
 	current = specLocked()
@@ -215,6 +257,8 @@ func Reset() {
 func resetLocked() {
 	for _, p := range registry {
 		p.on.Store(false)
+		p.valueSet.Store(false)
+		p.value.Store(0)
 		releaseLocked(p)
 	}
 }
@@ -236,6 +280,9 @@ func specLocked() string {
 		if ps := p.pause.Load(); ps != nil {
 			terms = append(terms, term{p: p, bound: ps.bound}.String())
 		}
+		if p.valueSet.Load() {
+			terms = append(terms, term{p: p, bound: time.Duration(p.value.Load())}.String())
+		}
 	}
 	return strings.Join(terms, ",")
 }
@@ -245,9 +292,9 @@ type Info struct {
 	Name        string
 	Kind        Kind
 	Description string
-	// Fault: a switch that injects a fault the system must survive (a failing disk), not a
-	// broken safety mechanism; every other switch is a planted bug `jepsen selftest` must
-	// see caught.
+	// Fault: a switch (or a value) that injects a fault the system must survive (a failing
+	// disk, a stepped clock), not a broken safety mechanism; every other switch is a planted
+	// bug `jepsen selftest` must see caught.
 	Fault bool
 }
 

@@ -232,7 +232,7 @@ func TestTableRows(t *testing.T) {
 		if !validName(p.Name) || p.Description == "" || strings.ContainsAny(p.Description, "\n\t") {
 			t.Errorf("row %+v: want a lower-case dashed name and a one-line description", p)
 		}
-		if p.Kind != KindSwitch && p.Kind != KindHook {
+		if p.Kind != KindSwitch && p.Kind != KindHook && p.Kind != KindValue {
 			t.Errorf("row %s: kind %v", p.Name, p.Kind)
 		}
 	}

@@ -25,12 +25,15 @@ type Spec struct{ terms []term }
 
 type term struct {
 	p     *point
-	bound time.Duration // a hook's bound; 0: until released
+	bound time.Duration // a hook's bound (0: until released), or a value's duration
 }
 
 func (t term) String() string {
 	if t.p.kind == KindSwitch {
 		return t.p.name
+	}
+	if t.p.kind == KindValue {
+		return t.p.name + "=" + t.bound.String()
 	}
 	if t.bound > 0 {
 		return "pause(" + t.p.name + ")=" + t.bound.String()
@@ -56,6 +59,7 @@ func (s Spec) Empty() bool { return len(s.terms) == 0 }
 //	pause(NAME)        each pass through a hook blocks until it is released (tests) or its
 //	                   caller's context ends
 //	pause(NAME)=DUR    each pass blocks at most DUR (a Go duration above 0, e.g. 2s): a delay
+//	NAME=DUR           a value (clock-offset=30s, clock-offset=-30s): a Go duration, not 0
 //
 // Spaces around terms are ignored; an empty spec sets nothing. An unknown name, a name written
 // as the wrong kind, a name given twice or a bad duration is an error naming the term.
@@ -83,9 +87,15 @@ func Parse(spec string) (Spec, error) {
 func parseTerm(text string) (term, error) {
 	inner, isPause := strings.CutPrefix(text, "pause(")
 	if !isPause {
+		if name, value, isValue := strings.Cut(text, "="); isValue {
+			return parseValue(strings.TrimSpace(name), strings.TrimSpace(value))
+		}
 		p, err := lookup(text)
 		if err != nil {
 			return term{}, err
+		}
+		if p.kind == KindValue {
+			return term{}, fmt.Errorf("%s takes a value: write %s=DUR (a Go duration such as 30s or -30s)", p.name, p.name)
 		}
 		if p.kind != KindSwitch {
 			return term{}, fmt.Errorf("%s is a hook: write pause(%s) or pause(%s)=DUR", p.name, p.name, p.name)
@@ -99,6 +109,9 @@ func parseTerm(text string) (term, error) {
 	p, err := lookup(strings.TrimSpace(name))
 	if err != nil {
 		return term{}, err
+	}
+	if p.kind == KindValue {
+		return term{}, fmt.Errorf("%s is a value: write %s=DUR, without pause(...)", p.name, p.name)
 	}
 	if p.kind != KindHook {
 		return term{}, fmt.Errorf("%s is a switch: write it bare, without pause(...)", p.name)
@@ -120,6 +133,28 @@ func parseTerm(text string) (term, error) {
 	}
 	t.bound = d
 	return t, nil
+}
+
+// parseValue reads NAME=DUR for a value failpoint.
+func parseValue(name, value string) (term, error) {
+	p, err := lookup(name)
+	if err != nil {
+		return term{}, err
+	}
+	switch p.kind {
+	case KindSwitch:
+		return term{}, fmt.Errorf("%s is a switch: write it bare, without =%s", p.name, value)
+	case KindHook:
+		return term{}, fmt.Errorf("%s is a hook: write pause(%s)=%s", p.name, p.name, value)
+	}
+	d, err := time.ParseDuration(value)
+	if err != nil {
+		return term{}, fmt.Errorf("%s value %q: %v (a Go duration such as 30s or -30s)", p.name, value, err)
+	}
+	if d == 0 {
+		return term{}, fmt.Errorf("%s value 0 sets nothing: leave the term out", p.name)
+	}
+	return term{p: p, bound: d}, nil
 }
 
 func lookup(name string) (*point, error) {

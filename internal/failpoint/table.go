@@ -21,6 +21,8 @@ var (
 	SkipStoreVerify = newSwitch("skip-store-verify", "a JobMaster starts without verifying its raft.db and newest snapshot (checksums of log entries, bolt's consistency check, the snapshot's CRC): it serves whatever its damaged files hold")
 	// A damaged checkpoint (docs/checkpoints.md).
 	RestoreUnverified = newSwitch("restore-unverified", "a TaskManager restoring a task reads its checkpointed state without checking the CRC-32C (the header's or the acknowledged one): a damaged state is restored as if it were whole")
+	// A starved leader (jobmaster/starvation.go).
+	StarvedLeaderFences = newSwitch("starved-leader-fences", "a leader starved of CPU keeps counting its TaskManagers' silence while it is starved and never hands leadership over (its starvation guard is off)")
 
 	// Disk faults of a JobMaster replica: every write of the Raft log, the stable store and a
 	// snapshot (cluster/faultstore.go). Switches too, but an injected fault the system must
@@ -32,6 +34,8 @@ var (
 
 	// A lying disk (cluster/lostwrites.go).
 	DiskLoseUnsynced = newFault("disk-lose-unsynced", "a JobMaster's Raft log and stable-store writes are acknowledged at once, kept in memory and written 1-2 s later: a kill -9 loses what was acknowledged and not yet written (a disk that lies about fsync)")
+	// Values: an injected fault with a duration, written NAME=DUR (failpoint.Duration).
+	ClockOffset = newValue("clock-offset", "this process's wall clock (failpoint.Now: a TaskManager's sink commit stamps) reads DUR ahead of the host's, or behind when negative: a stepped clock; Go's monotonic clock, which timeouts use, does not move")
 
 	// Hooks: a point between a commit and the RPC it guards (or another window a fault can
 	// land in), where Inject pauses.

@@ -117,6 +117,9 @@ func (e *Executor) Apply(ctx context.Context, a Action) error {
 			e.Logf("transfer-leader: %s did not hand leadership over: %v", a.Transfer, err)
 		}
 	}
+	if err := e.applyThrottle(a); err != nil {
+		return err
+	}
 	if len(a.FillDisk) > 0 {
 		df, ok := e.T.(DiskFiller)
 		if !ok {
@@ -188,6 +191,7 @@ func (e *Executor) Heal(ctx context.Context, a Action) error {
 			errs = append(errs, df.FreeDisk(n))
 		}
 	}
+	errs = append(errs, e.healThrottle(sortedKeysOf(a.Throttle)))
 	// A JM whose disk filled may have ended itself (a failed write of its term is fatal to
 	// hashicorp/raft): it is restarted like a killed one.
 	for _, n := range append(append(append([]string(nil), a.Pause...), a.Kill...), a.FillDisk...) {
@@ -213,6 +217,7 @@ func (e *Executor) HealAll(ctx context.Context, netNodes, processNodes []string)
 			errs = append(errs, df.FreeDisk(n))
 		}
 	}
+	errs = append(errs, e.healThrottle(processNodes))
 	for _, n := range processNodes {
 		errs = append(errs, e.T.Revive(ctx, n))
 	}

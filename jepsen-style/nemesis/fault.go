@@ -53,13 +53,20 @@ const (
 	CorruptCheckpoint Kind = "corrupt-checkpoint"
 )
 
+// The starved and skewed nodes (throttle.go, clock.go).
+const (
+	ThrottleLeader Kind = "throttle-leader" // the leader's process under a CPU quota of 5-10 % of a core for 30 s
+	ClockStepTM    Kind = "clock-step-tm"   // one TM's wall clock stepped by +30 s or -30 s (failpoint clock-offset)
+)
+
 // AllKinds lists every fault kind, in matrix order.
 func AllKinds() []Kind {
 	return []Kind{KillJM, KillLeader, KillTM, RestartTM, KillMajority, PauseLeader, IsolateNode, IsolateLeader,
 		MajorityMinority, Bridge, MajoritiesRing, TMsFromLeader, TMFromJMs, JMOutage, TMMajorityCut,
 		StallLeader, FlapLeader, TransferLeader, SlowDisk, DiskFull, Delay, Loss,
 		CorruptRaftLog, CorruptSnapshot, LostUnsynced,
-		CorruptCheckpoint}
+		CorruptCheckpoint,
+		ThrottleLeader, ClockStepTM}
 }
 
 // JMOutageLength is how long a jm-outage keeps every JobMaster down: long enough that every
@@ -76,7 +83,9 @@ const TMMajorityCutLength = 30 * time.Second
 var StallLengths = []time.Duration{2 * time.Second, 5 * time.Second, 15 * time.Second}
 
 // fixedLength is the length of the faults whose length is not drawn from the schedule's range.
-var fixedLength = map[Kind]time.Duration{JMOutage: JMOutageLength, TMMajorityCut: TMMajorityCutLength}
+var fixedLength = map[Kind]time.Duration{JMOutage: JMOutageLength, TMMajorityCut: TMMajorityCutLength,
+	ThrottleLeader: ThrottleLength,
+}
 
 // FixedLength reports the fixed length of a fault kind, if it has one.
 func FixedLength(k Kind) (time.Duration, bool) {
@@ -111,6 +120,8 @@ var timings = map[Kind]Timing{
 	// corrupt-checkpoint: the TM down 2-4 s (its region restores elsewhere meanwhile), then
 	// gaps long enough for checkpoints to complete again after the fallback.
 	CorruptCheckpoint: {MinFault: 2 * time.Second, MaxFault: 4 * time.Second, MinGap: 6 * time.Second, MaxGap: 9 * time.Second},
+	// clock-step-tm: a step held 10-20 s, several checkpoints and heartbeats long.
+	ClockStepTM: {MinFault: 10 * time.Second, MaxFault: 20 * time.Second},
 }
 
 // KindTiming reports the timing of a kind that has its own.
@@ -182,6 +193,9 @@ type Action struct {
 	// CorruptCheckpoint: once the TMs of Kill are down, a state file of one of their stream
 	// tasks in the newest completed checkpoint is damaged (corruptckpt.go).
 	CorruptCheckpoint *CheckpointDamage `json:"corrupt_checkpoint,omitempty"`
+	// Throttle maps a node to the CPU quota its process runs under during the fault, in µs of
+	// CPU per netns.CgroupPeriodUs (throttle.go).
+	Throttle map[string]int `json:"throttle,omitempty"`
 }
 
 // Nodes lists every node the action touches, sorted.
@@ -217,6 +231,9 @@ func (a Action) Nodes() []string {
 	for _, n := range a.KillAtHeal {
 		set[n] = true
 	}
+	for n := range a.Throttle {
+		set[n] = true
+	}
 	return sortedKeys(set)
 }
 
@@ -231,6 +248,11 @@ func (a Action) AffectedTMs(jms, tms []string) []string {
 		isTM[tm] = true
 	}
 	for _, n := range append(append(append([]string(nil), a.Kill...), a.Pause...), sortedNetem(a.Netem)...) {
+		if isTM[n] {
+			set[n] = true
+		}
+	}
+	for n := range a.Throttle { // a throttled TM is slowed
 		if isTM[n] {
 			set[n] = true
 		}

@@ -154,6 +154,14 @@ func Resolve(f Fault, v View) (Action, error) {
 		a.Netem = map[string]Netem{pickOf(v.JMs): {LossPct: 10 + rng.Intn(21)}}
 	case CorruptCheckpoint:
 		a.Kill, a.CorruptCheckpoint = []string{pickOf(orTMs(v.SourceTMs, v.TMs))}, resolveDamage(rng)
+	case ThrottleLeader:
+		l, err := needLeader()
+		if err != nil {
+			return a, err
+		}
+		a.Throttle = resolveThrottle(rng, l)
+	case ClockStepTM:
+		a.Failpoints = resolveClockStep(rng, v.TMs)
 	default:
 		return a, fmt.Errorf("%w: %q", ErrUnknownKind, f.Kind)
 	}

@@ -107,6 +107,8 @@ func Clean(ctx context.Context, runID string) error {
 	for _, mp := range MarkedMounts(marker) {
 		keep(syscall.Unmount(mp, syscall.MNT_DETACH))
 	}
+	// CPU cgroups of throttled nodes (cgroup.go), named with the marker.
+	keep(CleanCgroups(marker))
 	// Namespaces are deleted last so no process is left holding one anonymously.
 	for i := len(owned) - 1; i >= 0; i-- {
 		_, err := IP(ctx, "netns", "del", owned[i])

@@ -246,6 +246,8 @@ var brokenBuilds = []brokenBuild{
 	// A damaged checkpoint: the seed's damage is a bit flip in a digit of the source's state.
 	{"restore-unverified", "", "corrupt-checkpoint", 1, 0, []string{"committed-exactly-once"},
 		"the restore reads the damaged state without its checksum: the source resumes at a position one bit away, and its region's sink commits a duplicate or a gap"},
+	{"starved-leader-fences", "", "throttle-leader", 1, 0, []string{"starved-leader-hands-over"},
+		"the leader throttled to 5-10 % of a core keeps leading through the fault: clients and TaskManagers wait on it"},
 }
 
 // notCaught are the planted bugs no scenario of the suite can expose, each with the reason;
