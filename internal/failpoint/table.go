@@ -17,6 +17,10 @@ var (
 	CompleteTwice         = newSwitch("complete-twice", "the leader proposes each COMPLETE_CHECKPOINT twice and the FSM applies the second (its guard against completing a completed checkpoint is off): the checkpoint is listed completed twice and counted twice")
 	OutboxDoubleWorker    = newSwitch("outbox-double-worker", "a TaskManager's outbox starts a second sender for an attempt whose sender just sent its last message: duplicate and out-of-order updates")
 
+	// Raft membership (cluster/bootstrap.go).
+
+	RemovedRejoins = newSwitch("removed-rejoins", "a JobMaster that knows no leader for 3 s asks its --join addresses to add it as a voter again, although it has Raft state: a member removed while it was cut off rejoins by itself")
+
 	// Disk faults of a JobMaster replica: every write of the Raft log, the stable store and a
 	// snapshot (cluster/faultstore.go). Switches too, but an injected fault the system must
 	// survive, not a broken mechanism: `jepsen selftest` has no row for them.
