@@ -74,6 +74,7 @@ func Scenarios() []Scenario {
 		nemesis.DiskFull:         "the leader's data disk (a tmpfs of its own) filled to the last byte, freed 8-12 s later: errors, never a false acknowledgement",
 		nemesis.Delay:            "tc netem delay (50-200 ms, jitter) on every JM",
 		nemesis.Loss:             "tc netem loss (10-30%) on one JM",
+		nemesis.MembershipChange: "one JM (seeded pick, may be the leader) cut from the others, removed from the Raft configuration (jmnode raft remove against the majority) and a new JM, jm4, started with --join and added while the cut lasts; the cut heals, the removed JM runs on, is restarted with its old flags and data, and the final phase saves and restores a snapshot: it is never a voter again, and the final checks compare the new three",
 	}
 	var out, mixed []Scenario
 	var mixedKinds []nemesis.Kind

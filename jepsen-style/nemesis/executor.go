@@ -128,7 +128,7 @@ func (e *Executor) Apply(ctx context.Context, a Action) error {
 			}
 		}
 	}
-	return nil
+	return e.applyMembership(ctx, a)
 }
 
 // AddressBook is implemented by targets that know node addresses (needed for grudges).
@@ -186,6 +186,7 @@ func (e *Executor) Heal(ctx context.Context, a Action) error {
 	for _, n := range append(append(append([]string(nil), a.Pause...), a.Kill...), a.FillDisk...) {
 		errs = append(errs, e.T.Revive(ctx, n))
 	}
+	errs = append(errs, e.healMembership(ctx, a))
 	return errors.Join(errs...)
 }
 

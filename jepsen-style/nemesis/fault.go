@@ -36,13 +36,18 @@ const (
 	DiskFull         Kind = "disk-full"         // the leader's data disk (a tmpfs) filled to the last byte
 	Delay            Kind = "netem-delay"       // tc netem delay on every JM
 	Loss             Kind = "netem-loss"        // tc netem loss on one JM
+
+	// MembershipChange: one JM cut from the others, removed from the Raft configuration from
+	// the majority side and a new JM added while the cut lasts (membership.go).
+	MembershipChange Kind = "membership-change"
 )
 
 // AllKinds lists every fault kind, in matrix order.
 func AllKinds() []Kind {
 	return []Kind{KillJM, KillLeader, KillTM, RestartTM, KillMajority, PauseLeader, IsolateNode, IsolateLeader,
 		MajorityMinority, Bridge, MajoritiesRing, TMsFromLeader, TMFromJMs, JMOutage, TMMajorityCut,
-		StallLeader, FlapLeader, TransferLeader, SlowDisk, DiskFull, Delay, Loss}
+		StallLeader, FlapLeader, TransferLeader, SlowDisk, DiskFull, Delay, Loss,
+		MembershipChange}
 }
 
 // JMOutageLength is how long a jm-outage keeps every JobMaster down: long enough that every
@@ -59,7 +64,9 @@ const TMMajorityCutLength = 30 * time.Second
 var StallLengths = []time.Duration{2 * time.Second, 5 * time.Second, 15 * time.Second}
 
 // fixedLength is the length of the faults whose length is not drawn from the schedule's range.
-var fixedLength = map[Kind]time.Duration{JMOutage: JMOutageLength, TMMajorityCut: TMMajorityCutLength}
+var fixedLength = map[Kind]time.Duration{JMOutage: JMOutageLength, TMMajorityCut: TMMajorityCutLength,
+	MembershipChange: MembershipChangeLength,
+}
 
 // FixedLength reports the fixed length of a fault kind, if it has one.
 func FixedLength(k Kind) (time.Duration, bool) {
@@ -149,6 +156,10 @@ type Action struct {
 	Transfer string `json:"transfer,omitempty"`
 	// Leader is the leader when the fault was resolved ("" when none was found).
 	Leader string `json:"leader,omitempty"`
+	// Remove is the JM a membership change cuts off and removes from the Raft configuration;
+	// Add the spare JM it starts to join as a voter (membership.go).
+	Remove string `json:"remove,omitempty"`
+	Add    string `json:"add,omitempty"`
 }
 
 // Nodes lists every node the action touches, sorted.

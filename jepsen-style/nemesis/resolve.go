@@ -146,6 +146,8 @@ func Resolve(f Fault, v View) (Action, error) {
 		}
 	case Loss:
 		a.Netem = map[string]Netem{pickOf(v.JMs): {LossPct: 10 + rng.Intn(21)}}
+	case MembershipChange:
+		return resolveMembership(a, rng, v)
 	default:
 		return a, fmt.Errorf("%w: %q", ErrUnknownKind, f.Kind)
 	}

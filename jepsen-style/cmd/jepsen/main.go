@@ -239,6 +239,8 @@ var brokenBuilds = []brokenBuild{
 		"every sink writes its document at the barrier, milliseconds before the leader stamps the checkpoint's completion (or never, when the checkpoint is aborted)"},
 	{"complete-twice", "", "kill-leader", 1, 0, []string{"checkpoint-ids"},
 		"every checkpoint is completed twice: listed twice in the record and counted twice, so the counts exceed the ids triggered"},
+	{"removed-rejoins", "", "membership-change", 1, 0, []string{"membership"},
+		"the removed JM, knowing no leader once its cut heals, asks its --join addresses to add it again, and the leader does"},
 }
 
 // notCaught are the planted bugs no scenario of the suite can expose, each with the reason;
