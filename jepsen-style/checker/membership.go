@@ -121,8 +121,8 @@ func MembershipChange(in MembershipInput) Result {
 			leaders = append(leaders, s.Leader)
 		}
 	}
+	r.Counts["leader-changes-after-heal"] = max(len(leaders)-1, 0)
 	if len(leaders) > 1 {
-		r.Counts["leader-changes-after-heal"] = len(leaders) - 1
 		r.problem("the leader changed %d times between the heal and the restore: %s", len(leaders)-1, strings.Join(leaders, " -> "))
 	}
 	if in.RestoreErr != "" {
