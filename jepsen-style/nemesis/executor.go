@@ -128,7 +128,10 @@ func (e *Executor) Apply(ctx context.Context, a Action) error {
 			}
 		}
 	}
-	return e.applyMembership(ctx, a)
+	if err := e.applyMembership(ctx, a); err != nil {
+		return err
+	}
+	return nil
 }
 
 // AddressBook is implemented by targets that know node addresses (needed for grudges).
