@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/internal/logsum"
 	"github.com/jmcluster/jmcluster/transport"
 	"github.com/jmcluster/jmcluster/transport/pb"
@@ -36,6 +37,10 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.wg.Add(1)
 	go n.monitorLeadership()
+	if failpoint.Enabled(failpoint.RemovedRejoins) && len(n.cfg.Join) > 0 {
+		n.wg.Add(1)
+		go n.plantedRejoin()
+	}
 
 	switch {
 	case n.hasState():
@@ -224,4 +229,48 @@ func (n *Node) dialOptions() []grpc.DialOption {
 		opts = append([]grpc.DialOption(nil), n.cfg.DialOptions...)
 	}
 	return append(opts, transport.DialOptions(n.cfg.MaxMessageSize, "JobMaster")...)
+}
+
+// plantedRejoinAfter is how long a node under the removed-rejoins failpoint waits without a
+// leader before it asks to be added again.
+const plantedRejoinAfter = 3 * time.Second
+
+// plantedRejoin is the removed-rejoins planted bug: a node with Raft state that has known no
+// leader for plantedRejoinAfter asks its Join addresses to add it as a voter, as a node without
+// state does. A member removed while it was cut off knows no leader once the cut heals (nobody
+// sends it entries), so it asks, and the leader adds it back. The correct build never asks
+// once it has state: a removed member stays out until an operator adds it (DESIGN.md,
+// "Removed members").
+func (n *Node) plantedRejoin() {
+	defer n.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var since time.Time
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if id, _ := n.Leader(); id != "" || !n.hasState() {
+			since = time.Time{}
+			continue
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		if time.Since(since) < plantedRejoinAfter {
+			continue
+		}
+		for _, info := range n.pollJoin(n.ctx) {
+			if info.GetLeaderId() == "" {
+				continue
+			}
+			if err := n.requestJoin(n.ctx, info.GetGrpcAddress()); err == nil {
+				n.logger.Warn("removed-rejoins: asked to be added as a voter again", "via", info.GetGrpcAddress())
+				since = time.Time{}
+				break
+			}
+		}
+	}
 }

@@ -52,6 +52,7 @@ type Cluster struct {
 	mounts     map[string]string // JM -> its data disk (tmpfs), when the scenario needs one
 	creds      *credentials      // TLS mode's files; nil: plaintext
 	jmnode     string            // the binary, for operator commands
+	memb       *membershipState  // the membership change's record (cluster_membership.go); nil in other scenarios
 }
 
 // ClusterOptions are the choices a scenario makes about the processes.

@@ -24,6 +24,7 @@ import (
 func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Generator, sinkAtHeal []checker.SinkFile) (*report.Report, error) {
 	p := r.cfg.Progress
 	r.waitRunning(ctx)
+	r.useVoters()
 
 	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	rounds := client.HashRounds(fctx, r.pool)
@@ -52,6 +53,7 @@ func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Gen
 	writeJSON(filepath.Join(r.dir, "checkpoints.json"), ckViews)
 	p("final: %d checkpoint views", len(ckViews))
 
+	r.finalMembership(ctx)
 	r.rep.End = time.Now()
 	r.cluster.Stop(5 * time.Second)
 	lifetimes := r.cluster.Lifetimes()
@@ -110,6 +112,7 @@ func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Gen
 		checker.CheckpointFallback(r.checkpointFallbackInput(streamRec)),
 		checker.StarvedLeaderHandsOver(starveMarks(r.dir, JMs()), time.Now(), checker.HandOverBound),
 	}
+	r.rep.Checkers = append(r.rep.Checkers, r.membershipCheckers(rounds)...)
 	r.rep.Stalls = r.stalls.close()
 	writeJSON(filepath.Join(r.dir, "stalls.json"), r.rep.Stalls)
 	if n := len(r.rep.Stalls); n > 0 {

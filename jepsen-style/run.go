@@ -32,6 +32,10 @@ type run struct {
 	rep      *report.Report
 	actions  []nemesis.Action
 	stalls   *stallWatch
+	// memb and votersPool: the membership change's record and the final phase's pool of the
+	// voters after it (cluster_membership.go); nil in other scenarios.
+	memb       *membershipState
+	votersPool *client.Pool
 }
 
 // Run executes one scenario and writes its report into RunsDir/<runid>/. The network and every
@@ -50,6 +54,9 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	}
 	topo, err := netns.NewTopologyWith(cfg.RunID, sc.tms())
 	if err != nil {
+		return nil, err
+	}
+	if err := topo.AddSpareJMs(sc.spareJMs()); err != nil {
 		return nil, err
 	}
 	r := &run{cfg: cfg, scenario: sc, topo: topo, dir: filepath.Join(cfg.RunsDir, cfg.RunID)}
@@ -86,6 +93,9 @@ func (r *run) execute(ctx context.Context) (*report.Report, error) {
 	// Delay and loss are made in user space (netdelay), so every kernel runs every scenario.
 	r.exec = &nemesis.Executor{T: r.cluster, Dev: netns.NodeDevice, NetNS: r.topo.NS, Logf: p}
 	if err := r.exec.Prepare(ctx, append(append(JMs(), r.topo.TMs()...), ClientNode)); err != nil {
+		return nil, err
+	}
+	if err := r.prepareSpares(ctx); err != nil {
 		return nil, err
 	}
 	defer r.cluster.Stop(5 * time.Second)
@@ -193,6 +203,7 @@ func (r *run) workload(ctx context.Context) (*report.Report, error) {
 	bg.Add(1)
 	go func() { defer bg.Done(); r.monitor.Run(monCtx) }()
 	defer func() { stopMon(); bg.Wait() }()
+	defer r.watchMembership(monCtx)()
 
 	gen := client.NewGenerator(client.GeneratorConfig{Processes: r.cfg.Clients, Seed: r.cfg.Seed, JobRate: r.cfg.JobRate}, r.pool, rec)
 	genCtx, stopGen := context.WithCancel(ctx)

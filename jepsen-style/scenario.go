@@ -85,6 +85,7 @@ func Scenarios() []Scenario {
 		nemesis.CorruptCheckpoint: "kill -9 one TM; while it is down, flip a bit of, truncate or copy a chunk within the state file of its source task in the stream job's newest completed checkpoint; restart it: the region's restore refuses the file and falls back to the previous checkpoint, committed output still exactly once",
 		nemesis.ThrottleLeader:    "the leader's process in a cgroup with a CPU quota of 5-10 % of one core for 30 s: no TM fenced or declared lost because the leader was slow (a starved leader hands leadership over), zero restarts",
 		nemesis.ClockStepTM:       "one TM's wall clock stepped by +30 s or -30 s for 10-20 s (failpoint clock-offset): event time, timeouts and checkpoints unaffected, zero restarts",
+		nemesis.MembershipChange:  "one JM (seeded pick, may be the leader) cut from the others, removed from the Raft configuration (jmnode raft remove against the majority) and a new JM, jm4, started with --join and added while the cut lasts; the cut heals, the removed JM runs on, is restarted with its old flags and data, and the final phase saves and restores a snapshot: it is never a voter again, and the final checks compare the new three",
 	}
 	var out, mixed []Scenario
 	var mixedKinds []nemesis.Kind

@@ -23,6 +23,9 @@ var (
 	RestoreUnverified = newSwitch("restore-unverified", "a TaskManager restoring a task reads its checkpointed state without checking the CRC-32C (the header's or the acknowledged one): a damaged state is restored as if it were whole")
 	// A starved leader (jobmaster/starvation.go).
 	StarvedLeaderFences = newSwitch("starved-leader-fences", "a leader starved of CPU keeps counting its TaskManagers' silence while it is starved and never hands leadership over (its starvation guard is off)")
+	// Raft membership (cluster/bootstrap.go).
+
+	RemovedRejoins = newSwitch("removed-rejoins", "a JobMaster that knows no leader for 3 s asks its --join addresses to add it as a voter again, although it has Raft state: a member removed while it was cut off rejoins by itself")
 
 	// Disk faults of a JobMaster replica: every write of the Raft log, the stable store and a
 	// snapshot (cluster/faultstore.go). Switches too, but an injected fault the system must

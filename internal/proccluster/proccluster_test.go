@@ -116,3 +116,26 @@ func TestStopContinuesAPausedProcess(t *testing.T) {
 		t.Fatal("running after Stop")
 	}
 }
+
+func TestAddJoinerJoinsTheOthersWithoutBootstrap(t *testing.T) {
+	c, err := New("jmnode", []Node{
+		{Name: "jm1", Role: JobMaster, Addrs: Addrs{GRPC: "10.0.0.1:7100", Gossip: "10.0.0.1:7300"}},
+		{Name: "jm2", Role: JobMaster, Addrs: Addrs{GRPC: "10.0.0.2:7100", Gossip: "10.0.0.2:7300"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.AddJoiner(Node{Name: "jm4", Role: JobMaster, Addrs: Addrs{Raft: "10.0.0.4:7000", GRPC: "10.0.0.4:7100", Gossip: "10.0.0.4:7300"},
+		DataDir: "/d/jm4", Flags: []string{"--x", "1"}, Wrap: []string{"ip", "netns", "exec", "ns4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Join(p.Args(), " ")
+	if !strings.Contains(args, "--join 10.0.0.1:7100,10.0.0.2:7100") || !strings.Contains(args, "--gossip-join 10.0.0.1:7300,10.0.0.2:7300") ||
+		strings.Contains(args, "--bootstrap-expect") || !strings.HasSuffix(args, "--x 1") || c.Proc("jm4") != p {
+		t.Fatalf("joiner's command line: %s", args)
+	}
+	if _, err := c.AddJoiner(Node{Name: "jm4", Role: JobMaster}); err == nil {
+		t.Fatal("a repeated name was added")
+	}
+}

@@ -137,6 +137,9 @@ func (e *Executor) Apply(ctx context.Context, a Action) error {
 	if err := e.corruptCheckpoint(ctx, a); err != nil { // corruptckpt.go
 		return err
 	}
+	if err := e.applyMembership(ctx, a); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -198,6 +201,7 @@ func (e *Executor) Heal(ctx context.Context, a Action) error {
 		errs = append(errs, e.T.Revive(ctx, n))
 	}
 	errs = append(errs, e.healStore(ctx, a, false))
+	errs = append(errs, e.healMembership(ctx, a))
 	return errors.Join(errs...)
 }
 

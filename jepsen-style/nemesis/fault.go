@@ -36,6 +36,10 @@ const (
 	DiskFull         Kind = "disk-full"         // the leader's data disk (a tmpfs) filled to the last byte
 	Delay            Kind = "netem-delay"       // tc netem delay on every JM
 	Loss             Kind = "netem-loss"        // tc netem loss on one JM
+
+	// MembershipChange: one JM cut from the others, removed from the Raft configuration from
+	// the majority side and a new JM added while the cut lasts (membership.go).
+	MembershipChange Kind = "membership-change"
 )
 
 // The store faults of a JobMaster (corrupt.go).
@@ -66,7 +70,8 @@ func AllKinds() []Kind {
 		StallLeader, FlapLeader, TransferLeader, SlowDisk, DiskFull, Delay, Loss,
 		CorruptRaftLog, CorruptSnapshot, LostUnsynced,
 		CorruptCheckpoint,
-		ThrottleLeader, ClockStepTM}
+		ThrottleLeader, ClockStepTM,
+		MembershipChange}
 }
 
 // JMOutageLength is how long a jm-outage keeps every JobMaster down: long enough that every
@@ -84,7 +89,8 @@ var StallLengths = []time.Duration{2 * time.Second, 5 * time.Second, 15 * time.S
 
 // fixedLength is the length of the faults whose length is not drawn from the schedule's range.
 var fixedLength = map[Kind]time.Duration{JMOutage: JMOutageLength, TMMajorityCut: TMMajorityCutLength,
-	ThrottleLeader: ThrottleLength,
+	ThrottleLeader:   ThrottleLength,
+	MembershipChange: MembershipChangeLength,
 }
 
 // FixedLength reports the fixed length of a fault kind, if it has one.
@@ -196,6 +202,10 @@ type Action struct {
 	// Throttle maps a node to the CPU quota its process runs under during the fault, in µs of
 	// CPU per netns.CgroupPeriodUs (throttle.go).
 	Throttle map[string]int `json:"throttle,omitempty"`
+	// Remove is the JM a membership change cuts off and removes from the Raft configuration;
+	// Add the spare JM it starts to join as a voter (membership.go).
+	Remove string `json:"remove,omitempty"`
+	Add    string `json:"add,omitempty"`
 }
 
 // Nodes lists every node the action touches, sorted.

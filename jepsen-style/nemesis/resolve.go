@@ -162,6 +162,8 @@ func Resolve(f Fault, v View) (Action, error) {
 		a.Throttle = resolveThrottle(rng, l)
 	case ClockStepTM:
 		a.Failpoints = resolveClockStep(rng, v.TMs)
+	case MembershipChange:
+		return resolveMembership(a, rng, v)
 	default:
 		return a, fmt.Errorf("%w: %q", ErrUnknownKind, f.Kind)
 	}

@@ -111,3 +111,39 @@ func TestTopologyWithFiveTMs(t *testing.T) {
 		}
 	}
 }
+
+func TestSpareJobMasterIsANamespaceButNotAStartingJM(t *testing.T) {
+	topo, err := NewTopology("spare")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.AddSpareJMs(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(topo.JMs(), ","); got != "jm1,jm2,jm3" {
+		t.Fatalf("JMs = %s, want the three that start", got)
+	}
+	if got := strings.Join(topo.Spares(), ","); got != "jm4" || topo.IP("jm4") != "10.77.0.14" {
+		t.Fatalf("Spares = %s at %s, want jm4 at 10.77.0.14", got, topo.IP("jm4"))
+	}
+	ns, found := topo.NS("jm4"), false
+	for _, n := range topo.Namespaces() {
+		found = found || n == ns
+	}
+	if !found {
+		t.Fatalf("namespaces %v lack %s", topo.Namespaces(), ns)
+	}
+	veth := false
+	for _, c := range topo.SetupCommands() {
+		if c[0] != "-n" && !(c[0] == "netns" && c[1] == "add") {
+			t.Fatalf("command %v names no namespace", c)
+		}
+		veth = veth || strings.Join(c, " ") == "-n "+ns+" addr add 10.77.0.14/24 dev eth0"
+	}
+	if !veth {
+		t.Fatalf("no address for jm4 in %v", topo.SetupCommands())
+	}
+	if err := topo.AddSpareJMs(MaxSpareJMs); !errors.Is(err, ErrBadSpareCount) {
+		t.Fatalf("AddSpareJMs past the limit: %v", err)
+	}
+}

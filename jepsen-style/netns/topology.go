@@ -34,6 +34,10 @@ var ErrBadRunID = errors.New("netns: run id must be 1-40 characters of [a-z0-9-]
 type Node struct {
 	Name string // short name: jm1, tm2, cl
 	Host int    // last octet in 10.77.0.0/24
+	// Spare marks a JobMaster namespace whose process is not part of the cluster at the
+	// start (jm4 .14, ...): a scenario adds it to the Raft configuration later. JMs leaves it
+	// out, Spares lists it, Namespaces and SetupCommands include it.
+	Spare bool
 }
 
 // IP returns the node's address.
@@ -109,7 +113,39 @@ func (t *Topology) TMs() []string { return t.named("tm") }
 func (t *Topology) named(prefix string) []string {
 	var out []string
 	for _, n := range t.Nodes {
-		if strings.HasPrefix(n.Name, prefix) {
+		if strings.HasPrefix(n.Name, prefix) && !n.Spare {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// MaxSpareJMs is the most spare JobMaster namespaces a topology has (hosts .14-.19).
+const MaxSpareJMs = 6
+
+// ErrBadSpareCount is returned for a spare JobMaster count outside 0..MaxSpareJMs.
+var ErrBadSpareCount = fmt.Errorf("netns: a topology has 0 to %d spare JobMasters", MaxSpareJMs)
+
+// AddSpareJMs adds n spare JobMaster namespaces, jm4 (.14), jm5 (.15), ...: namespaces on the
+// bridge whose processes a scenario starts later, to join the running cluster. Call it before
+// Setup.
+func (t *Topology) AddSpareJMs(n int) error {
+	if n < 0 || n > MaxSpareJMs || len(t.Spares())+n > MaxSpareJMs {
+		return fmt.Errorf("%w (asked for %d more, have %d)", ErrBadSpareCount, n, len(t.Spares()))
+	}
+	first := len(t.JMs()) + len(t.Spares()) + 1
+	for i := 0; i < n; i++ {
+		num := first + i
+		t.Nodes = append(t.Nodes, Node{Name: fmt.Sprintf("jm%d", num), Host: 10 + num, Spare: true})
+	}
+	return nil
+}
+
+// Spares names the topology's spare JobMasters, in order.
+func (t *Topology) Spares() []string {
+	var out []string
+	for _, n := range t.Nodes {
+		if n.Spare {
 			out = append(out, n.Name)
 		}
 	}

@@ -248,6 +248,8 @@ var brokenBuilds = []brokenBuild{
 		"the restore reads the damaged state without its checksum: the source resumes at a position one bit away, and its region's sink commits a duplicate or a gap"},
 	{"starved-leader-fences", "", "throttle-leader", 1, 0, []string{"starved-leader-hands-over"},
 		"the leader throttled to 5-10 % of a core keeps leading through the fault: clients and TaskManagers wait on it"},
+	{"removed-rejoins", "", "membership-change", 1, 0, []string{"membership"},
+		"the removed JM, knowing no leader once its cut heals, asks its --join addresses to add it again, and the leader does"},
 }
 
 // notCaught are the planted bugs no scenario of the suite can expose, each with the reason;
