@@ -3,11 +3,14 @@ package jepsen
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jmcluster/jmcluster/internal/pipelinecheck"
 	"github.com/jmcluster/jmcluster/jepsen-style/checker"
+	"github.com/jmcluster/jmcluster/jepsen-style/client"
 )
 
 // pipelineClosing is the number of closing clicks: a few per source subtask (the sources
@@ -25,7 +28,7 @@ func (r *run) finishPipeline(ctx context.Context) {
 	p := r.cfg.Progress
 	pl.stopPub()
 	pl.pubWG.Wait()
-	in := checker.PipelineInput{WindowMs: PipelineWindow.Milliseconds()}
+	in := checker.PipelineInput{WindowMs: PipelineWindow.Milliseconds(), Restarts: -1}
 	var closingErr error
 	if pl.pub.Err() != nil {
 		in.Unacked = 1
@@ -65,9 +68,49 @@ func (r *run) finishPipeline(ctx context.Context) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if rec, fr := client.ConsistentRead(rctx, r.pool, pl.jobID); rec != nil {
+		table.Restarts, stream.Restarts = int(rec.GetRestarts()), int(rec.GetRestarts())
+	} else {
+		r.rep.Notes = append(r.rep.Notes, "pipeline: the job's final read failed: "+fr.Err)
+	}
+	cancel()
+	dead, err := r.pipelineDeadLetters(pl.jobID)
+	if err != nil {
+		r.rep.Notes = append(r.rep.Notes, "pipeline: dead letters: "+err.Error())
+	}
+	table.DeadLetters = dead
 	writeJSON(filepath.Join(pl.dir, "table.json"), table.Rows)
 	writeJSON(filepath.Join(pl.dir, "stream.json"), stream.Rows)
 	pl.results = []checker.Result{checker.PipelineTable(table), checker.PipelineStream(stream)}
+}
+
+// pipelineDeadLetters reads the job's committed dead letters in every TM's work dir (the
+// dead-letter file sink's part files; a file still .tmp is not committed).
+func (r *run) pipelineDeadLetters(jobID string) ([]string, error) {
+	var lines []string
+	for _, tm := range r.topo.TMs() {
+		pattern := strings.NewReplacer("{job}", jobID, "{subtask}", "*").Replace(pipelineDeadLetters) + ".part-*"
+		parts, err := filepath.Glob(filepath.Join(NodeDir(r.dir, r.topo, tm), "work", pattern))
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range parts {
+			if strings.HasSuffix(f, ".tmp") {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return nil, err
+			}
+			for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+				if l != "" {
+					lines = append(lines, tm+": "+l)
+				}
+			}
+		}
+	}
+	return lines, nil
 }
 
 // covered counts the windows of want rows hold at least once.
