@@ -25,6 +25,7 @@ func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Gen
 	p := r.cfg.Progress
 	r.waitRunning(ctx)
 	r.useVoters()
+	r.finishPipeline(ctx)
 
 	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	rounds := client.HashRounds(fctx, r.pool)
@@ -113,6 +114,7 @@ func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Gen
 		checker.StarvedLeaderHandsOver(starveMarks(r.dir, JMs()), time.Now(), checker.HandOverBound),
 	}
 	r.rep.Checkers = append(r.rep.Checkers, r.membershipCheckers(rounds)...)
+	r.rep.Checkers = append(r.rep.Checkers, r.pipelineResults()...)
 	r.rep.Stalls = r.stalls.close()
 	writeJSON(filepath.Join(r.dir, "stalls.json"), r.rep.Stalls)
 	if n := len(r.rep.Stalls); n > 0 {

@@ -36,6 +36,7 @@ type run struct {
 	// voters after it (cluster_membership.go); nil in other scenarios.
 	memb       *membershipState
 	votersPool *client.Pool
+	pipe       *pipeline // the pipeline workload (pipeline.go); nil when off
 }
 
 // Run executes one scenario and writes its report into RunsDir/<runid>/. The network and every
@@ -119,6 +120,7 @@ func (r *run) execute(ctx context.Context) (*report.Report, error) {
 		return nil, err
 	}
 	defer r.pool.Close()
+	defer r.stopPipeline()
 	if err := r.waitReady(ctx); err != nil {
 		return nil, err
 	}
@@ -187,6 +189,9 @@ func (r *run) workload(ctx context.Context) (*report.Report, error) {
 		return nil, err
 	}
 	defer monFile.Close()
+	if err := r.startPipeline(ctx); err != nil {
+		return nil, err
+	}
 
 	schedule := nemesis.Generate(nemesis.ScheduleConfig{Kinds: r.scenario.Kinds, Seed: r.cfg.Seed,
 		Duration: r.cfg.Duration, Warmup: r.cfg.Warmup})
