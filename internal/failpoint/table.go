@@ -17,6 +17,14 @@ var (
 	CompleteTwice         = newSwitch("complete-twice", "the leader proposes each COMPLETE_CHECKPOINT twice and the FSM applies the second (its guard against completing a completed checkpoint is off): the checkpoint is listed completed twice and counted twice")
 	OutboxDoubleWorker    = newSwitch("outbox-double-worker", "a TaskManager's outbox starts a second sender for an attempt whose sender just sent its last message: duplicate and out-of-order updates")
 
+	// Planted bugs of the records' path (windows, watermarks, the PostgreSQL sink, WebAssembly
+	// state): each caught by the pipeline workload's checkers after a restore.
+
+	WindowStateUnchecked    = newSwitch("window-state-unchecked", "the window operator's snapshot leaves its open windows out (timers and watermark kept): a restored window counts only the records after the checkpoint")
+	WatermarkRegress        = newSwitch("watermark-regress", "a restored keyed transform's watermark is not restored: until its inputs' first watermark it takes records behind the checkpoint's watermark, and a window counts late records it had dropped and fires again")
+	PostgresCommitAtBarrier = newSwitch("postgres-commit-at-barrier", "a checkpointed postgres_sink COMMITs its transaction at the barrier instead of PREPARE TRANSACTION and COMMIT PREPARED once the checkpoint completed: rows of a checkpoint that never completes are replayed and written again")
+	WasmStateLost           = newSwitch("wasm-state-lost", "the wasm operator's snapshot holds its keyed state as of the previous snapshot: a restore loses the state writes of the last checkpoint interval")
+
 	// Disk faults of a JobMaster replica: every write of the Raft log, the stable store and a
 	// snapshot (cluster/faultstore.go). Switches too, but an injected fault the system must
 	// survive, not a broken mechanism: `jepsen selftest` has no row for them.
