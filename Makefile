@@ -17,9 +17,10 @@ help: ## list the targets
 build: wasm-examples ## build bin/jmnode and the example user functions
 	CGO_ENABLED=0 $(GO) build -o bin/jmnode ./cmd/jmnode
 
-wasm-examples: ## build the example user functions in WebAssembly: bin/wordsplit.wasm, bin/fraud.wasm (docs/user-functions.md)
+wasm-examples: ## build the example user functions in WebAssembly: bin/wordsplit.wasm, bin/fraud.wasm, bin/ordinal.wasm (docs/user-functions.md)
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o bin/wordsplit.wasm ./examples/wasm/wordsplit
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o bin/fraud.wasm ./examples/wasm/fraud
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o bin/ordinal.wasm ./examples/wasm/ordinal
 
 test: postgres ## run every test with -race, then the jobs at full size (100,000 executions, the default size limits) without -race
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)

@@ -49,6 +49,8 @@ type Config struct {
 	// seconds each); 5 makes them run 2-10 s, so some are still running when a new leader
 	// collects its reports.
 	JobRate int64
+	// Pipeline is the pipeline workload's settings (pipeline_config.go).
+	Pipeline PipelineConfig
 	// Progress receives one line per step; nil means silent.
 	Progress func(format string, args ...any)
 }

@@ -24,6 +24,7 @@ import (
 func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Generator, sinkAtHeal []checker.SinkFile) (*report.Report, error) {
 	p := r.cfg.Progress
 	r.waitRunning(ctx)
+	r.finishPipeline(ctx)
 
 	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	rounds := client.HashRounds(fctx, r.pool)
@@ -107,6 +108,7 @@ func (r *run) finish(ctx context.Context, rec *history.Recorder, gen *client.Gen
 			Views: ckViews, Final: finalCheckpoints, AtHeal: sinkAtHeal, End: sinkAtEnd}),
 		checker.CheckpointIDs(ckViews),
 	}
+	r.rep.Checkers = append(r.rep.Checkers, r.pipelineResults()...)
 	r.rep.Stalls = r.stalls.close()
 	writeJSON(filepath.Join(r.dir, "stalls.json"), r.rep.Stalls)
 	if n := len(r.rep.Stalls); n > 0 {

@@ -32,6 +32,7 @@ type run struct {
 	rep      *report.Report
 	actions  []nemesis.Action
 	stalls   *stallWatch
+	pipe     *pipeline // the pipeline workload (pipeline.go); nil when off
 }
 
 // Run executes one scenario and writes its report into RunsDir/<runid>/. The network and every
@@ -109,6 +110,7 @@ func (r *run) execute(ctx context.Context) (*report.Report, error) {
 		return nil, err
 	}
 	defer r.pool.Close()
+	defer r.stopPipeline()
 	if err := r.waitReady(ctx); err != nil {
 		return nil, err
 	}
@@ -177,6 +179,9 @@ func (r *run) workload(ctx context.Context) (*report.Report, error) {
 		return nil, err
 	}
 	defer monFile.Close()
+	if err := r.startPipeline(ctx); err != nil {
+		return nil, err
+	}
 
 	schedule := nemesis.Generate(nemesis.ScheduleConfig{Kinds: r.scenario.Kinds, Seed: r.cfg.Seed,
 		Duration: r.cfg.Duration, Warmup: r.cfg.Warmup})

@@ -59,6 +59,18 @@ type Options struct {
 	NoFsync bool
 	// Log gets the server's output; nil discards it.
 	Log io.Writer
+
+	// Host is the address the server listens on and the URLs name; "" means 127.0.0.1.
+	Host string
+	// HBA are lines added to the cluster's pg_hba.conf when it is made (initdb allows host
+	// connections from loopback only), e.g. "host clicks clicks 10.77.0.0/24 trust".
+	HBA []string
+	// Dial connects this process to the server (Connect, the wait at Start); nil dials
+	// directly. A server started in another network namespace is reached through one.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Spawn starts the postgres process; nil is cmd.Start. A caller that runs the server in
+	// another network namespace starts it from a thread inside that namespace.
+	Spawn func(cmd *exec.Cmd) error
 }
 
 // Server is a running PostgreSQL server.
@@ -121,6 +133,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
 	}
 	s := &Server{o: o, bindir: bindir}
 	if os.Geteuid() == 0 {
@@ -230,6 +245,19 @@ func (s *Server) initCluster(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pgserver: initdb in %s: %w: %s", s.o.Dir, err, lastLines(string(out), 5))
 	}
+	if len(s.o.HBA) > 0 {
+		f, err := os.OpenFile(filepath.Join(s.o.Dir, dataDir, "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("pgserver: %w", err)
+		}
+		_, err = f.WriteString(strings.Join(s.o.HBA, "\n") + "\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("pgserver: pg_hba.conf: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -250,7 +278,7 @@ func freePort() (int, error) {
 // start runs the postgres process and waits until it accepts the admin's connections.
 func (s *Server) start(ctx context.Context) error {
 	args := []string{"-D", filepath.Join(s.o.Dir, dataDir), "-p", strconv.Itoa(s.o.Port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + s.o.Dir,
+		"-c", "listen_addresses=" + s.o.Host, "-c", "unix_socket_directories=" + s.o.Dir,
 		"-c", "max_prepared_transactions=" + strconv.Itoa(s.o.MaxPreparedTransactions),
 		"-c", "max_connections=100", "-c", "shared_buffers=16MB"}
 	if s.o.NoFsync {
@@ -261,7 +289,11 @@ func (s *Server) start(ctx context.Context) error {
 	cmd.Dir = s.o.Dir
 	tail := &tailWriter{w: s.o.Log}
 	cmd.Stdout, cmd.Stderr = tail, tail
-	if err := cmd.Start(); err != nil {
+	spawn := s.o.Spawn
+	if spawn == nil {
+		spawn = (*exec.Cmd).Start
+	}
+	if err := spawn(cmd); err != nil {
 		return fmt.Errorf("pgserver: start postgres: %w", err)
 	}
 	done := make(chan struct{})
@@ -284,7 +316,7 @@ func (s *Server) start(ctx context.Context) error {
 		default:
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		conn, err := pgx.Connect(cctx, s.AdminURL())
+		conn, err := s.connectURL(cctx, s.AdminURL())
 		cancel()
 		if err == nil {
 			_ = conn.Close(ctx)
@@ -309,7 +341,19 @@ func (s *Server) exitErr() error {
 	return s.err
 }
 
-// Port is the server's TCP port on 127.0.0.1.
+// connectURL connects to url through Options.Dial when it is set.
+func (s *Server) connectURL(ctx context.Context, url string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	if s.o.Dial != nil {
+		cfg.DialFunc = s.o.Dial
+	}
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// Port is the server's TCP port on Options.Host.
 func (s *Server) Port() int { return s.o.Port }
 
 // Dir is the server's directory (Options.Dir).
@@ -323,20 +367,20 @@ func (s *Server) AdminURL() string { return s.adminURL("postgres") }
 
 func (s *Server) adminURL(db string) string {
 	u := url.URL{Scheme: "postgres", User: url.UserPassword(AdminUser, s.password),
-		Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(s.o.Port)), Path: "/" + db, RawQuery: "sslmode=disable"}
+		Host: net.JoinHostPort(s.o.Host, strconv.Itoa(s.o.Port)), Path: "/" + db, RawQuery: "sslmode=disable"}
 	return u.String()
 }
 
 // URL is the URL of database db as user, without a password.
 func (s *Server) URL(user, db string) string {
 	u := url.URL{Scheme: "postgres", User: url.User(user),
-		Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(s.o.Port)), Path: "/" + db, RawQuery: "sslmode=disable"}
+		Host: net.JoinHostPort(s.o.Host, strconv.Itoa(s.o.Port)), Path: "/" + db, RawQuery: "sslmode=disable"}
 	return u.String()
 }
 
 // Connect connects to database db as the superuser.
 func (s *Server) Connect(ctx context.Context, db string) (*pgx.Conn, error) {
-	return pgx.Connect(ctx, s.adminURL(db))
+	return s.connectURL(ctx, s.adminURL(db))
 }
 
 // Exec runs sql as the superuser on database postgres.

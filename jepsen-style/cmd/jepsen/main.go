@@ -103,6 +103,7 @@ func common(fs *flag.FlagSet) *jepsen.Config {
 	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "concurrent client processes")
 	fs.Int64Var(&cfg.JobRate, "job-rate", 0, "records per second of the clients' bounded jobs (default 20: 0.5-2.5 s each; 5: 2-10 s, still running when a new leader collects its reports)")
 	fs.BoolVar(&cfg.TLS, "tls", false, "mutual TLS on every connection and encrypted gossip, with a CA, certificates and a gossip key the harness makes in <run>/tls")
+	jepsen.PipelineFlags(fs, &cfg)
 	fs.StringVar(&cfg.Failpoints, "failpoints", "", "JMNODE_FAILPOINTS for every jmnode, e.g. early-gate or pause(before-submit-task)=2s (jmnode failpoints lists them)")
 	cfg.Progress = progress
 	return &cfg

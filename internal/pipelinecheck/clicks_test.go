@@ -1,0 +1,40 @@
+package pipelinecheck
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestWindowStart(t *testing.T) {
+	for _, c := range []struct{ ts, size, want int64 }{
+		{0, 2000, 0}, {1999, 2000, 0}, {2000, 2000, 2000}, {-1, 2000, -2000}, {1796515200123, 60000, 1796515200000},
+	} {
+		if got := WindowStart(c.ts, c.size); got != c.want {
+			t.Errorf("WindowStart(%d, %d) = %d, want %d", c.ts, c.size, got, c.want)
+		}
+	}
+}
+
+func TestTotalsAndCompare(t *testing.T) {
+	clicks := []Click{{"a", 3, 10}, {"a", 4, 1999}, {"b", 5, 2000}, {"a", 1, 2001}}
+	want := map[WindowKey]Total{{"a", 0}: {2, 7}, {"b", 2000}: {1, 5}, {"a", 2000}: {1, 1}}
+	got := Totals(clicks, 2000)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Totals = %v, want %v", got, want)
+	}
+	if c, a := Sums(got); c != 4 || a != 13 {
+		t.Errorf("Sums = %d, %d; want 4, 13", c, a)
+	}
+	same := map[WindowKey][]Total{{"a", 0}: {{2, 7}}, {"b", 2000}: {{1, 5}}, {"a", 2000}: {{1, 1}}}
+	if p := CompareTotals(want, same); len(p) != 0 {
+		t.Errorf("equal totals: %v", p)
+	}
+	bad := map[WindowKey][]Total{{"a", 0}: {{2, 7}, {2, 7}}, {"b", 2000}: {{1, 6}}, {"c", 0}: {{1, 1}}}
+	p := strings.Join(CompareTotals(want, bad), "\n")
+	for _, w := range []string{"a 0 written 2 times", "b 2000: 1 clicks, amount 6; want 1, 5", "missing a 2000", "unexpected window c 0"} {
+		if !strings.Contains(p, w) {
+			t.Errorf("problems %q lack %q", p, w)
+		}
+	}
+}

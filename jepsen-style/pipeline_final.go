@@ -1,0 +1,128 @@
+package jepsen
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/jmcluster/jmcluster/internal/pipelinecheck"
+	"github.com/jmcluster/jmcluster/jepsen-style/checker"
+)
+
+// pipelineClosing is the number of closing clicks: a few per source subtask (the sources
+// split the stream by sequence), so every subtask's watermark passes every window.
+const pipelineClosing = 4 * PipelineParallelism
+
+// finishPipeline stops the publisher, publishes the clicks that close every window, waits
+// (up to PipelineWait) until the table and the output stream hold every window of the
+// acknowledged clicks, reads both and runs the pipeline checkers.
+func (r *run) finishPipeline(ctx context.Context) {
+	pl := r.pipe
+	if pl == nil || pl.pub == nil {
+		return
+	}
+	p := r.cfg.Progress
+	pl.stopPub()
+	pl.pubWG.Wait()
+	in := checker.PipelineInput{WindowMs: PipelineWindow.Milliseconds()}
+	var closingErr error
+	if pl.pub.Err() != nil {
+		in.Unacked = 1
+		r.rep.Notes = append(r.rep.Notes, "pipeline: a publish failed for good: "+pl.pub.Err().Error())
+	}
+	after := pl.pub.LastTS() + 2*PipelineWindow.Milliseconds() + PipelineOutOfOrder.Milliseconds() + 1000
+	closingErr = pl.pub.Close(ctx, pipelineClosing, after)
+	for _, c := range pl.pub.Acked() {
+		if !c.Closing {
+			in.Published = append(in.Published, c.Click)
+		}
+	}
+	want := pipelinecheck.Totals(in.Published, in.WindowMs)
+	if closingErr != nil {
+		r.rep.Notes = append(r.rep.Notes, "pipeline: the closing clicks: "+closingErr.Error())
+	}
+	p("pipeline: %d clicks acknowledged in %d windows; closing clicks at event time %d; waiting for the sinks", len(in.Published), len(want), after)
+
+	start := time.Now()
+	var table, stream checker.PipelineInput
+	lastSaid := time.Now()
+	for {
+		table, stream = in, in
+		table.Rows, table.ReadErr = pl.readTable(ctx)
+		stream.Rows, stream.Unparsed, stream.ReadErr = pl.readStream(ctx)
+		inTable, inStream := covered(want, table.Rows), covered(want, stream.Rows)
+		done := inTable == len(want) && inStream == len(want)
+		if done || time.Since(start) > PipelineWait || ctx.Err() != nil {
+			p("pipeline: after %s the table holds %d of the %d windows (%d rows), the stream %d (%d messages)",
+				time.Since(start).Round(time.Millisecond), inTable, len(want), len(table.Rows), inStream, len(stream.Rows))
+			break
+		}
+		if time.Since(lastSaid) >= 5*time.Second {
+			p("pipeline: waiting: the table holds %d of the %d windows, the stream %d (%s; last errors: %q, %q)",
+				inTable, len(want), inStream, time.Since(start).Round(time.Second), table.ReadErr, stream.ReadErr)
+			lastSaid = time.Now()
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	writeJSON(filepath.Join(pl.dir, "table.json"), table.Rows)
+	writeJSON(filepath.Join(pl.dir, "stream.json"), stream.Rows)
+	pl.results = []checker.Result{checker.PipelineTable(table), checker.PipelineStream(stream)}
+}
+
+// covered counts the windows of want rows hold at least once.
+func covered(want map[pipelinecheck.WindowKey]pipelinecheck.Total, rows []checker.PipelineRow) int {
+	seen := map[pipelinecheck.WindowKey]bool{}
+	for _, r := range rows {
+		k := pipelinecheck.WindowKey{User: r.User, Start: r.Start}
+		if _, ok := want[k]; ok {
+			seen[k] = true
+		}
+	}
+	return len(seen)
+}
+
+// readTable reads every row of the pipeline's table.
+func (pl *pipeline) readTable(ctx context.Context) ([]checker.PipelineRow, string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pl.pg.Connect(ctx, pipelineDB)
+	if err != nil {
+		return nil, err.Error()
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, "SELECT user_id, window_start, clicks, amount, ordinal FROM "+pipelineTable)
+	if err != nil {
+		return nil, err.Error()
+	}
+	defer rows.Close()
+	var out []checker.PipelineRow
+	for rows.Next() {
+		var r checker.PipelineRow
+		if err := rows.Scan(&r.User, &r.Start, &r.Count, &r.Sum, &r.Ordinal); err != nil {
+			return nil, err.Error()
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err.Error()
+	}
+	return out, ""
+}
+
+// readStream reads every message of the output stream.
+func (pl *pipeline) readStream(ctx context.Context) (rows []checker.PipelineRow, unparsed []string, readErr string) {
+	msgs, err := pipelinecheck.ReadStream(ctx, pl.nats.js, pipelineOutStream, 30*time.Second)
+	if err != nil {
+		return nil, nil, err.Error()
+	}
+	for _, m := range msgs {
+		res, err := pipelinecheck.ParseResult(m.Data)
+		if err != nil {
+			unparsed = append(unparsed, fmt.Sprintf("sequence %d: %v", m.Seq, err))
+			continue
+		}
+		rows = append(rows, checker.PipelineRow{User: res.Key, Start: res.Start, Count: res.Count, Sum: res.Sum, Ordinal: res.Ordinal, ID: m.ID})
+	}
+	return rows, unparsed, ""
+}
