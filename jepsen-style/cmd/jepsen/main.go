@@ -242,13 +242,13 @@ var brokenBuilds = []brokenBuild{
 		"every checkpoint is completed twice: listed twice in the record and counted twice, so the counts exceed the ids triggered"},
 	// The planted bugs of the records' path, caught on the pipeline workload (JetStream, key
 	// by, window, wasm, PostgreSQL and JetStream sinks) after a TaskManager's tasks restore.
-	{"window-state-unchecked", "", "kill-tm", 1, 0, []string{"pipeline-table", "pipeline-stream"},
+	{"window-state-unchecked", "", "kill-tm", 10, 0, []string{"pipeline-table", "pipeline-stream"},
 		"a restored window holds none of the windows open at its checkpoint: their rows count only the clicks after it"},
-	{"watermark-regress", "", "restart-tm", 1, 0, []string{"pipeline-table", "pipeline-stream"},
+	{"watermark-regress", "", "restart-tm", 63, 0, []string{"pipeline-table", "pipeline-stream"},
 		"a restored window task has no watermark until the sources' first: the late clicks it replays meanwhile are counted and their old window fires again"},
-	{"postgres-commit-at-barrier", "pause(before-complete-checkpoint)=2s", "kill-tm", 1, 0, []string{"pipeline-table"},
+	{"postgres-commit-at-barrier", "pause(before-complete-checkpoint)=2s", "restart-tm", 63, 0, []string{"pipeline-table"},
 		"the sink commits at the barrier; a TM killed while the checkpoint waits for its completion (held 2 s) restores the previous one, and the replay writes the rows again"},
-	{"wasm-state-lost", "", "restart-tm", 1, 0, []string{"pipeline-table"},
+	{"wasm-state-lost", "", "restart-tm", 63, 0, []string{"pipeline-table"},
 		"each snapshot of the wasm function's keyed state is the previous one's: a restore loses the ordinals of the last interval and a user's ordinal repeats"},
 }
 
