@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 )
 
 // The postgres_sink's two-phase commit (docs/checkpoints.md, docs/connectors.md). In a
@@ -34,6 +36,15 @@ func (s *postgresSink) PrepareCommit(id uint64) error {
 	}
 	if s.broken != nil {
 		return s.broken
+	}
+	if failpoint.Enabled(failpoint.PostgresCommitAtBarrier) {
+		// The planted bug: the rows are committed at the barrier, before the checkpoint
+		// completed; a restore from an earlier checkpoint writes them again.
+		if err := s.w.run(fmt.Sprintf("commit at the barrier of checkpoint %d", id), nil, func() error { return s.w.commit(1) }); err != nil {
+			s.broken = err
+			return err
+		}
+		return nil
 	}
 	gid := s.gid(id)
 	prepared := false

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/jmcluster/jmcluster/internal/failpoint"
 	"github.com/jmcluster/jmcluster/transport/pb"
 	"github.com/jmcluster/jmcluster/wasmhost"
 )
@@ -52,6 +54,9 @@ type wasmOp struct {
 	first time.Time     // when the batch's first record came
 	delay time.Duration // WasmBatchDelay (tests that count calls make it longer)
 	err   error         // a failed call: the instance is broken, every later record fails
+	// stale is, with the planted bug wasm-state-lost, the keyed values of the previous
+	// snapshot (or of the restore): what the next snapshot holds instead of the current ones.
+	stale map[string]*keyValue
 }
 
 // kindName is the operator's kind as the spec names it (MAP, ...).
@@ -101,7 +106,34 @@ func (w *wasmOp) Open(ctx *Context) error {
 		return fmt.Errorf("wasm: init with wasm.config: %w", err)
 	}
 	w.st.ctx = ctx
+	if failpoint.Enabled(failpoint.WasmStateLost) {
+		w.stale = cloneValues(ctx.values)
+	}
 	return nil
+}
+
+// snapshotContext is the operator's checkpointed state: the Context's snapshot, a PROCESS
+// function's keyed values with it (contextSnapshotter). The planted bug wasm-state-lost
+// snapshots the values as they were at the previous snapshot (or the restore), timers and
+// watermark as they are: a task restored from it has lost every state write of the interval.
+func (w *wasmOp) snapshotContext(ctx *Context) ([]byte, error) {
+	if w.stale == nil || !failpoint.Enabled(failpoint.WasmStateLost) {
+		return ctx.snapshot()
+	}
+	c := *ctx
+	c.values = w.stale
+	b, err := c.snapshot()
+	w.stale = cloneValues(ctx.values)
+	return b, err
+}
+
+// cloneValues is a copy of a Context's values (wasm-state-lost's stale state).
+func cloneValues(m map[string]*keyValue) map[string]*keyValue {
+	out := make(map[string]*keyValue, len(m))
+	for k, v := range m {
+		out[k] = &keyValue{slices.Clone(v.b)}
+	}
+	return out
 }
 
 func shortSHA(s string) string { return s[:min(len(s), 12)] }

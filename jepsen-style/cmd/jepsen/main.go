@@ -251,6 +251,16 @@ var brokenBuilds = []brokenBuild{
 		"the leader throttled to 5-10 % of a core keeps leading through the fault: clients and TaskManagers wait on it"},
 	{"removed-rejoins", "", "membership-change", 1, 0, []string{"membership"},
 		"the removed JM, knowing no leader once its cut heals, asks its --join addresses to add it again, and the leader does"},
+	// The planted bugs of the records' path, caught on the pipeline workload (JetStream, key
+	// by, window, wasm, PostgreSQL and JetStream sinks) after a TaskManager's tasks restore.
+	{"window-state-unchecked", "", "kill-tm", 10, 0, []string{"pipeline-table", "pipeline-stream"},
+		"a restored window holds none of the windows open at its checkpoint: their rows count only the clicks after it"},
+	{"watermark-regress", "", "restart-tm", 63, 0, []string{"pipeline-table", "pipeline-stream"},
+		"a restored window task has no watermark until the sources' first: the late clicks it replays meanwhile are counted and their old window fires again"},
+	{"postgres-commit-at-barrier", "pause(before-complete-checkpoint)=2s", "restart-tm", 63, 0, []string{"pipeline-table"},
+		"the sink commits at the barrier; a TM killed while the checkpoint waits for its completion (held 2 s) restores the previous one, and the replay writes the rows again"},
+	{"wasm-state-lost", "", "restart-tm", 63, 0, []string{"pipeline-table"},
+		"each snapshot of the wasm function's keyed state is the previous one's: a restore loses the ordinals of the last interval and a user's ordinal repeats"},
 }
 
 // notCaught are the planted bugs no scenario of the suite can expose, each with the reason;
