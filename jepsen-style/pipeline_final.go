@@ -2,6 +2,7 @@ package jepsen
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,10 +37,24 @@ func (r *run) finishPipeline(ctx context.Context) {
 	}
 	after := pl.pub.LastTS() + 2*PipelineWindow.Milliseconds() + PipelineOutOfOrder.Milliseconds() + 1000
 	closingErr = pl.pub.Close(ctx, pipelineClosing, after)
+	acked := map[string]bool{}
 	for _, c := range pl.pub.Acked() {
+		acked[c.ID] = true
 		if !c.Closing {
 			in.Published = append(in.Published, c.Click)
 		}
+	}
+	// The stream is the job's input: a click stored without its acknowledgement (a publish
+	// given up) is counted as published, and named.
+	stored, lost, err := pl.storedClicks(ctx, acked)
+	switch {
+	case err != nil:
+		r.rep.Notes = append(r.rep.Notes, "pipeline: reading the stream "+pipelineClicksStream+": "+err.Error())
+	case len(stored) > 0 || lost > 0:
+		in.Published = append(in.Published, stored...)
+		in.Unacked = len(stored)
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("pipeline: %d clicks in %s never acknowledged (counted as published), %d acknowledged ones not in it",
+			len(stored), pipelineClicksStream, lost))
 	}
 	want := pipelinecheck.Totals(in.Published, in.WindowMs)
 	if closingErr != nil {
@@ -111,6 +126,33 @@ func (r *run) pipelineDeadLetters(jobID string) ([]string, error) {
 		}
 	}
 	return lines, nil
+}
+
+// storedClicks reads the clicks stream: the clicks it holds that were never acknowledged,
+// and how many acknowledged ones it does not hold.
+func (pl *pipeline) storedClicks(ctx context.Context, acked map[string]bool) (unacked []pipelinecheck.Click, lost int, err error) {
+	msgs, err := pipelinecheck.ReadStream(ctx, pl.nats.js, pipelineClicksStream, 30*time.Second)
+	if err != nil {
+		return nil, 0, err
+	}
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		seen[m.ID] = true
+		if acked[m.ID] {
+			continue
+		}
+		var c pipelinecheck.Click
+		if err := json.Unmarshal(m.Data, &c); err != nil {
+			return nil, 0, fmt.Errorf("sequence %d: %w", m.Seq, err)
+		}
+		unacked = append(unacked, c)
+	}
+	for id := range acked {
+		if !seen[id] {
+			lost++
+		}
+	}
+	return unacked, lost, nil
 }
 
 // covered counts the windows of want rows hold at least once.
