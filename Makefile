@@ -118,16 +118,16 @@ bin/jepsen: FORCE
 jepsen-root:
 	@test "$$(id -u)" = 0 || { echo "jepsen needs root: it creates network namespaces, veth pairs and iptables rules (inside its own namespaces only)"; exit 1; }
 
-jepsen-short: jepsen-root build bin/jepsen ## the short fault suite (kill, pause, isolate the leader; majority/minority), under 5 minutes, root
+jepsen-short: jepsen-root build bin/jepsen bin/nats-server postgres ## the short fault suite (kill, pause, isolate the leader; majority/minority), under 5 minutes, root
 	./bin/jepsen short --jmnode ./bin/jmnode
 
-jepsen-short-tls: jepsen-root build bin/jepsen ## the short fault suite with mutual TLS on every connection and encrypted gossip, root
+jepsen-short-tls: jepsen-root build bin/jepsen bin/nats-server postgres ## the short fault suite with mutual TLS on every connection and encrypted gossip, root
 	./bin/jepsen short --tls --jmnode ./bin/jmnode
 
-jepsen-selftest: jepsen-root build bin/jepsen ## deliberately broken builds, each caught by its checker, root
+jepsen-selftest: jepsen-root build bin/jepsen bin/nats-server postgres ## deliberately broken builds, each caught by its checker, root
 	./bin/jepsen selftest --jmnode ./bin/jmnode
 
-jepsen: jepsen-root build bin/jepsen ## every fault scenario with seeds 1, 2, 3 and the report, root
+jepsen: jepsen-root build bin/jepsen bin/nats-server postgres ## every fault scenario with seeds 1, 2, 3 and the report, root
 	./bin/jepsen matrix --seeds 1,2,3 --jmnode ./bin/jmnode
 
 jepsen-clean: bin/jepsen ## remove namespaces and processes a crashed fault run left behind, root
