@@ -2,12 +2,16 @@ package jepsen
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jmcluster/jmcluster/internal/pipelinecheck"
 	"github.com/jmcluster/jmcluster/jepsen-style/checker"
+	"github.com/jmcluster/jmcluster/jepsen-style/client"
 )
 
 // pipelineClosing is the number of closing clicks: a few per source subtask (the sources
@@ -25,7 +29,7 @@ func (r *run) finishPipeline(ctx context.Context) {
 	p := r.cfg.Progress
 	pl.stopPub()
 	pl.pubWG.Wait()
-	in := checker.PipelineInput{WindowMs: PipelineWindow.Milliseconds()}
+	in := checker.PipelineInput{WindowMs: PipelineWindow.Milliseconds(), Restarts: -1}
 	var closingErr error
 	if pl.pub.Err() != nil {
 		in.Unacked = 1
@@ -33,10 +37,24 @@ func (r *run) finishPipeline(ctx context.Context) {
 	}
 	after := pl.pub.LastTS() + 2*PipelineWindow.Milliseconds() + PipelineOutOfOrder.Milliseconds() + 1000
 	closingErr = pl.pub.Close(ctx, pipelineClosing, after)
+	acked := map[string]bool{}
 	for _, c := range pl.pub.Acked() {
+		acked[c.ID] = true
 		if !c.Closing {
 			in.Published = append(in.Published, c.Click)
 		}
+	}
+	// The stream is the job's input: a click stored without its acknowledgement (a publish
+	// given up) is counted as published, and named.
+	stored, lost, err := pl.storedClicks(ctx, acked)
+	switch {
+	case err != nil:
+		r.rep.Notes = append(r.rep.Notes, "pipeline: reading the stream "+pipelineClicksStream+": "+err.Error())
+	case len(stored) > 0 || lost > 0:
+		in.Published = append(in.Published, stored...)
+		in.Unacked = len(stored)
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("pipeline: %d clicks in %s never acknowledged (counted as published), %d acknowledged ones not in it",
+			len(stored), pipelineClicksStream, lost))
 	}
 	want := pipelinecheck.Totals(in.Published, in.WindowMs)
 	if closingErr != nil {
@@ -65,9 +83,76 @@ func (r *run) finishPipeline(ctx context.Context) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if rec, fr := client.ConsistentRead(rctx, r.pool, pl.jobID); rec != nil {
+		table.Restarts, stream.Restarts = int(rec.GetRestarts()), int(rec.GetRestarts())
+	} else {
+		r.rep.Notes = append(r.rep.Notes, "pipeline: the job's final read failed: "+fr.Err)
+	}
+	cancel()
+	dead, err := r.pipelineDeadLetters(pl.jobID)
+	if err != nil {
+		r.rep.Notes = append(r.rep.Notes, "pipeline: dead letters: "+err.Error())
+	}
+	table.DeadLetters = dead
 	writeJSON(filepath.Join(pl.dir, "table.json"), table.Rows)
 	writeJSON(filepath.Join(pl.dir, "stream.json"), stream.Rows)
 	pl.results = []checker.Result{checker.PipelineTable(table), checker.PipelineStream(stream)}
+}
+
+// pipelineDeadLetters reads the job's committed dead letters in every TM's work dir (the
+// dead-letter file sink's part files; a file still .tmp is not committed).
+func (r *run) pipelineDeadLetters(jobID string) ([]string, error) {
+	var lines []string
+	for _, tm := range r.topo.TMs() {
+		pattern := strings.NewReplacer("{job}", jobID, "{subtask}", "*").Replace(pipelineDeadLetters) + ".part-*"
+		parts, err := filepath.Glob(filepath.Join(NodeDir(r.dir, r.topo, tm), "work", pattern))
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range parts {
+			if strings.HasSuffix(f, ".tmp") {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return nil, err
+			}
+			for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+				if l != "" {
+					lines = append(lines, tm+": "+l)
+				}
+			}
+		}
+	}
+	return lines, nil
+}
+
+// storedClicks reads the clicks stream: the clicks it holds that were never acknowledged,
+// and how many acknowledged ones it does not hold.
+func (pl *pipeline) storedClicks(ctx context.Context, acked map[string]bool) (unacked []pipelinecheck.Click, lost int, err error) {
+	msgs, err := pipelinecheck.ReadStream(ctx, pl.nats.js, pipelineClicksStream, 30*time.Second)
+	if err != nil {
+		return nil, 0, err
+	}
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		seen[m.ID] = true
+		if acked[m.ID] {
+			continue
+		}
+		var c pipelinecheck.Click
+		if err := json.Unmarshal(m.Data, &c); err != nil {
+			return nil, 0, fmt.Errorf("sequence %d: %w", m.Seq, err)
+		}
+		unacked = append(unacked, c)
+	}
+	for id := range acked {
+		if !seen[id] {
+			lost++
+		}
+	}
+	return unacked, lost, nil
 }
 
 // covered counts the windows of want rows hold at least once.

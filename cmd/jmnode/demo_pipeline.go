@@ -14,6 +14,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/examples"
 	"github.com/jmcluster/jmcluster/graph"
+	"github.com/jmcluster/jmcluster/internal/pipelinecheck"
 	"github.com/jmcluster/jmcluster/internal/proccluster"
 	"github.com/jmcluster/jmcluster/transport/pb"
 )
@@ -194,7 +195,7 @@ func (d *pipelineDemo) run(ctx context.Context, work, natsPath string, rate int)
 	var published atomic.Int64
 	pubDone := make(chan error, 1)
 	go func() { pubDone <- publishClicks(ctx, d.nats.js, d.plan, rate, &published) }()
-	clicks, amount := sums(d.plan.totals)
+	clicks, amount := pipelinecheck.Sums(d.plan.totals)
 	d.say("publishing %d clicks of %d users over %d minutes of event time at %d/s (%d windows, %d clicks, amount %d)",
 		n, len(d.users()), d.minutes(), rate, len(d.plan.totals), clicks, amount)
 
@@ -250,7 +251,7 @@ func (d *pipelineDemo) sinkName() string {
 func (d *pipelineDemo) users() map[string]bool {
 	u := map[string]bool{}
 	for k := range d.plan.totals {
-		u[k.user] = true
+		u[k.User] = true
 	}
 	return u
 }

@@ -7,26 +7,28 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/jmcluster/jmcluster/internal/pipelinecheck"
 )
 
 // errNotEqual: the sink's output is not what was published.
 var errNotEqual = errors.New("the sink's output differs from what was published")
 
 // report prints the comparison and returns errNotEqual when it found a problem.
-func (d *pipelineDemo) report(got map[windowKey][]windowTotal, extra []string) error {
+func (d *pipelineDemo) report(got map[pipelinecheck.WindowKey][]pipelinecheck.Total, extra []string) error {
 	rows := 0
 	var gc, ga int64
 	for _, ts := range got {
 		for _, t := range ts {
 			rows++
-			gc += t.count
-			ga += t.sum
+			gc += t.Count
+			ga += t.Sum
 		}
 	}
-	wc, wa := sums(d.plan.totals)
+	wc, wa := pipelinecheck.Sums(d.plan.totals)
 	d.say("published: %d clicks in %d user-minute windows, amount %d", wc, len(d.plan.totals), wa)
 	d.say("%-10s %d clicks in %d %s, amount %d", d.sinkShort()+":", gc, rows, d.rowName(), ga)
-	problems := append(compareTotals(d.plan.totals, got), extra...)
+	problems := append(pipelinecheck.CompareTotals(d.plan.totals, got), extra...)
 	if len(problems) == 0 {
 		d.say("EQUAL: every window exactly once, no duplicate row")
 		return nil
@@ -57,7 +59,7 @@ func (d *pipelineDemo) sinkShort() string {
 }
 
 // results is what the sink committed so far.
-func (d *pipelineDemo) results(ctx context.Context) (map[windowKey][]windowTotal, error) {
+func (d *pipelineDemo) results(ctx context.Context) (map[pipelinecheck.WindowKey][]pipelinecheck.Total, error) {
 	if d.sink == "postgres" {
 		return d.pg.readTotals(ctx)
 	}
@@ -69,7 +71,7 @@ func (d *pipelineDemo) results(ctx context.Context) (map[windowKey][]windowTotal
 // dead letter, and for PostgreSQL no prepared transaction.
 func (d *pipelineDemo) check(ctx context.Context, jobID string) error {
 	var extra []string
-	var got map[windowKey][]windowTotal
+	var got map[pipelinecheck.WindowKey][]pipelinecheck.Total
 	var err error
 	if d.sink == "postgres" {
 		if got, err = d.pg.readTotals(ctx); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jmcluster/jmcluster/internal/pipelinecheck"
 	"github.com/jmcluster/jmcluster/internal/proccluster"
 )
 
@@ -133,70 +133,31 @@ func (n *natsProc) stop() {
 	}
 }
 
-// windowResult is the part of a window's JSON result (operator/window_state.go appendResult)
-// the demo compares.
-type windowResult struct {
-	Key   string `json:"key"`
-	Start int64  `json:"start"`
-	Count int64  `json:"count"`
-	Sum   int64  `json:"sum"`
-}
-
 // readTotals reads every message of the stream TOTALS: the window results by user and minute,
 // and what is wrong beyond them (a message without its id, or two of one id).
-func (n *natsProc) readTotals(ctx context.Context) (map[windowKey][]windowTotal, []string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	st, err := n.js.Stream(ctx, "TOTALS")
+func (n *natsProc) readTotals(ctx context.Context) (map[pipelinecheck.WindowKey][]pipelinecheck.Total, []string, error) {
+	msgs, err := pipelinecheck.ReadStream(ctx, n.js, "TOTALS", 30*time.Second)
 	if err != nil {
 		return nil, nil, err
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	got := map[windowKey][]windowTotal{}
-	total := int(info.State.Msgs)
-	if total == 0 {
-		return got, nil, nil
-	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return nil, nil, err
-	}
+	got := map[pipelinecheck.WindowKey][]pipelinecheck.Total{}
 	var extra []string
 	ids := map[string]bool{}
-	for read := 0; read < total; {
-		batch, err := cons.Fetch(min(total-read, 1000), jetstream.FetchMaxWait(5*time.Second))
+	for _, m := range msgs {
+		r, err := pipelinecheck.ParseResult(m.Data)
 		if err != nil {
-			return nil, nil, err
+			extra = append(extra, err.Error())
+			continue
 		}
-		k := 0
-		for m := range batch.Messages() {
-			k++
-			var r windowResult
-			if err := json.Unmarshal(m.Data(), &r); err != nil {
-				extra = append(extra, fmt.Sprintf("message %q is not a window result: %v", m.Data(), err))
-				continue
-			}
-			id := m.Headers().Get(jetstream.MsgIDHeader)
-			switch {
-			case id == "":
-				extra = append(extra, fmt.Sprintf("the result of %s %d has no message id", r.Key, r.Start))
-			case ids[id]:
-				extra = append(extra, fmt.Sprintf("message id %s twice", id))
-			}
-			ids[id] = true
-			key := windowKey{r.Key, r.Start}
-			got[key] = append(got[key], windowTotal{r.Count, r.Sum})
+		switch {
+		case m.ID == "":
+			extra = append(extra, fmt.Sprintf("the result of %s %d has no message id", r.Key, r.Start))
+		case ids[m.ID]:
+			extra = append(extra, fmt.Sprintf("message id %s twice", m.ID))
 		}
-		if batch.Error() != nil {
-			return nil, nil, batch.Error()
-		}
-		if k == 0 {
-			return nil, nil, fmt.Errorf("stream TOTALS: read %d of its %d messages, then none", read, total)
-		}
-		read += k
+		ids[m.ID] = true
+		key := pipelinecheck.WindowKey{User: r.Key, Start: r.Start}
+		got[key] = append(got[key], pipelinecheck.Total{Count: r.Count, Sum: r.Sum})
 	}
 	return got, extra, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jmcluster/jmcluster/internal/pgserver"
+	"github.com/jmcluster/jmcluster/internal/pipelinecheck"
 )
 
 // pgMaxPrepared is the demo server's max_prepared_transactions: the sink prepares one
@@ -61,7 +62,7 @@ func (p *pgProc) url() string { return p.srv.URL("clicks", "clicks") }
 func (p *pgProc) stop()       { _ = p.srv.Stop() }
 
 // readTotals reads the table's rows by user and minute.
-func (p *pgProc) readTotals(ctx context.Context) (map[windowKey][]windowTotal, error) {
+func (p *pgProc) readTotals(ctx context.Context) (map[pipelinecheck.WindowKey][]pipelinecheck.Total, error) {
 	conn, err := p.srv.Connect(ctx, "clicks")
 	if err != nil {
 		return nil, err
@@ -72,11 +73,11 @@ func (p *pgProc) readTotals(ctx context.Context) (map[windowKey][]windowTotal, e
 		return nil, err
 	}
 	defer rows.Close()
-	got := map[windowKey][]windowTotal{}
+	got := map[pipelinecheck.WindowKey][]pipelinecheck.Total{}
 	for rows.Next() {
-		var k windowKey
-		var t windowTotal
-		if err := rows.Scan(&k.user, &k.start, &t.count, &t.sum); err != nil {
+		var k pipelinecheck.WindowKey
+		var t pipelinecheck.Total
+		if err := rows.Scan(&k.User, &k.Start, &t.Count, &t.Sum); err != nil {
 			return nil, err
 		}
 		got[k] = append(got[k], t)

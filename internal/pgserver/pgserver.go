@@ -62,8 +62,9 @@ type Options struct {
 
 	// Host is the address the server listens on and the URLs name; "" means 127.0.0.1.
 	Host string
-	// HBA are lines added to the cluster's pg_hba.conf when it is made (initdb allows host
-	// connections from loopback only), e.g. "host clicks clicks 10.77.0.0/24 trust".
+	// HBA are lines put first in the cluster's pg_hba.conf when it is made (initdb's allow
+	// host connections from loopback, with a password), e.g. "host clicks clicks
+	// 10.77.0.0/24 trust": the first line that matches a connection decides.
 	HBA []string
 	// Dial connects this process to the server (Connect, the wait at Start); nil dials
 	// directly. A server started in another network namespace is reached through one.
@@ -246,13 +247,14 @@ func (s *Server) initCluster(ctx context.Context) error {
 		return fmt.Errorf("pgserver: initdb in %s: %w: %s", s.o.Dir, err, lastLines(string(out), 5))
 	}
 	if len(s.o.HBA) > 0 {
-		f, err := os.OpenFile(filepath.Join(s.o.Dir, dataDir, "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
-		if err != nil {
-			return fmt.Errorf("pgserver: %w", err)
+		// Before initdb's lines: the first line that matches a connection decides.
+		hba := filepath.Join(s.o.Dir, dataDir, "pg_hba.conf")
+		b, err := os.ReadFile(hba)
+		if err == nil {
+			err = os.WriteFile(hba, append([]byte(strings.Join(s.o.HBA, "\n")+"\n"), b...), 0o600)
 		}
-		_, err = f.WriteString(strings.Join(s.o.HBA, "\n") + "\n")
-		if cerr := f.Close(); err == nil {
-			err = cerr
+		if err == nil && s.cred != nil {
+			err = os.Chown(hba, int(s.cred.Uid), int(s.cred.Gid))
 		}
 		if err != nil {
 			return fmt.Errorf("pgserver: pg_hba.conf: %w", err)

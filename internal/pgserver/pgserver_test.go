@@ -3,9 +3,12 @@ package pgserver_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -116,4 +119,50 @@ func TestServerStartsAgainOnItsDirectory(t *testing.T) {
 func isCode(err error, code string) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == code
+}
+
+// TestServerOptionsForAnotherNamespace: the options the fault suite's pipeline uses to run a
+// server in another network namespace are all taken: Spawn starts the postgres process, Dial
+// makes this process's connections, HBA's lines are the cluster's (a user trusted by its line
+// connects with any password, where a user without one is refused), Host is the address the
+// URLs name.
+func TestServerOptionsForAnotherNamespace(t *testing.T) {
+	ctx := context.Background()
+	var spawned, dialed atomic.Int32
+	s := pgtest.StartWith(t, pgserver.Options{Host: "127.0.0.1",
+		HBA: []string{"host trusting trusty 127.0.0.1/32 trust"},
+		Spawn: func(cmd *exec.Cmd) error {
+			spawned.Add(1)
+			return cmd.Start()
+		},
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dialed.Add(1)
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}})
+	if spawned.Load() != 1 || dialed.Load() == 0 {
+		t.Fatalf("Spawn called %d times (want 1), Dial %d (want some)", spawned.Load(), dialed.Load())
+	}
+	for _, u := range []string{"trusty", "other"} {
+		if err := s.CreateUserAndDatabase(ctx, u, "right-"+u, map[string]string{"trusty": "trusting", "other": "others"}[u]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrong := func(user, db string) error {
+		url := strings.Replace(s.URL(user, db), user+"@", user+":wrong@", 1)
+		conn, err := pgx.Connect(ctx, url)
+		if err == nil {
+			_ = conn.Close(ctx)
+		}
+		return err
+	}
+	if !strings.Contains(s.URL("trusty", "trusting"), "@127.0.0.1:") {
+		t.Errorf("URL %s does not name the Host", s.URL("trusty", "trusting"))
+	}
+	if err := wrong("trusty", "trusting"); err != nil {
+		t.Errorf("the user the HBA line trusts was refused: %v", err)
+	}
+	if err := wrong("other", "others"); err == nil {
+		t.Error("a user without a trust line connected with a wrong password")
+	}
 }

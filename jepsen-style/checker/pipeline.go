@@ -31,6 +31,11 @@ type PipelineInput struct {
 	Unparsed []string
 	// ReadErr is why the sink could not be read ("" when it was).
 	ReadErr string
+	// DeadLetters are the job's committed dead letters (a late click, a value the operators
+	// refused): each is a click left out of its window.
+	DeadLetters []string
+	// Restarts is the pipeline job's restart count at the end (-1: unknown); reported only.
+	Restarts int
 }
 
 // PipelineTable checks the pipeline's PostgreSQL table against the published clicks: every
@@ -88,6 +93,13 @@ func checkPipeline(name, unit string, in PipelineInput) Result {
 	for _, p := range pipelinecheck.CompareTotals(want, got) {
 		r.problem("%s", p)
 	}
+	for _, l := range in.DeadLetters {
+		r.problem("dead letter: %s", l)
+	}
+	r.Counts["dead-letters"] = len(in.DeadLetters)
+	if in.Restarts >= 0 {
+		r.Counts["job-restarts"] = in.Restarts
+	}
 	// Ordinals: the rank of each row's window among its user's published windows.
 	starts := map[string][]int64{}
 	for k := range want {
@@ -116,6 +128,9 @@ func checkPipeline(name, unit string, in PipelineInput) Result {
 	}
 	r.Summary = fmt.Sprintf("%d clicks in %d windows of %d users published (amount %d); %d %s hold %d clicks, amount %d",
 		clicks, len(want), len(starts), amount, len(in.Rows), unit, gc, ga)
+	if in.Restarts >= 0 {
+		r.Summary += fmt.Sprintf("; the job restarted %d times", in.Restarts)
+	}
 	if r.Verdict == Fail {
 		r.Summary += fmt.Sprintf("; %d problems", len(r.Problems)+r.Truncated)
 	}

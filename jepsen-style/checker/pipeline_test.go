@@ -32,6 +32,7 @@ func TestPipelineCheckers(t *testing.T) {
 		rows      []PipelineRow
 		unparsed  []string
 		readErr   string
+		dead      []string
 		tableWant string // "" passes; else a problem holding it
 		// streamWant is the stream checker's (the same unless set).
 		streamWant string
@@ -56,12 +57,14 @@ func TestPipelineCheckers(t *testing.T) {
 			return r
 		}), tableWant: "a 0: ordinal 0, want 1"},
 		{name: "unreadable", readErr: "connection refused", tableWant: "could not read"},
+		{name: "a dead letter", rows: pipelineRows(), dead: []string{`{"user":"a","amount":1,"ts":5}`}, tableWant: "dead letter: {"},
 		{name: "a message that is not a window result", rows: pipelineRows(), unparsed: []string{"sequence 9: not JSON"},
 			tableWant: "", streamWant: "sequence 9: not JSON"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			in := PipelineInput{WindowMs: 2000, Published: pipelineClicks(), Rows: c.rows, Unparsed: c.unparsed, ReadErr: c.readErr}
+			in := PipelineInput{WindowMs: 2000, Published: pipelineClicks(), Rows: c.rows, Unparsed: c.unparsed, ReadErr: c.readErr,
+				DeadLetters: c.dead, Restarts: -1}
 			streamWant := c.streamWant
 			if streamWant == "" && c.unparsed == nil {
 				streamWant = c.tableWant
