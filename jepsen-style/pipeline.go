@@ -26,9 +26,12 @@ import (
 // table and a JetStream stream, checkpointed every second; at the end the table and the
 // stream are compared with what the server acknowledged.
 const (
-	PipelineWindow       = 2 * time.Second
-	PipelineOutOfOrder   = 500 * time.Millisecond
-	PipelineRate         = 50 // clicks per second
+	PipelineWindow     = 2 * time.Second
+	PipelineOutOfOrder = 500 * time.Millisecond
+	PipelineRate       = 50 // clicks per second
+	// PipelineLateEvery: once a window result is committed, every 20th click is followed by a
+	// late one (client.Publisher), which only a window task that lost its watermark counts.
+	PipelineLateEvery    = 20
 	PipelineUsers        = 8
 	PipelineParallelism  = 2
 	PipelineWasm         = "ordinal.wasm" // beside jmnode (make wasm-examples)
@@ -119,11 +122,12 @@ func (r *run) startPipeline(ctx context.Context) error {
 		return err
 	}
 	pl.pub = client.NewPublisher(pl.nats.js, client.PublisherConfig{Seed: r.cfg.Seed, Rate: PipelineRate, Users: PipelineUsers,
-		Subject: "clicks", Record: pl.pubFile})
+		Subject: "clicks", Record: pl.pubFile, LateEvery: PipelineLateEvery})
 	pctx, stop := context.WithCancel(context.Background())
 	pl.stopPub = stop
-	pl.pubWG.Add(1)
+	pl.pubWG.Add(2)
 	go func() { defer pl.pubWG.Done(); pl.pub.Run(pctx) }()
+	go func() { defer pl.pubWG.Done(); pl.lateAfterFirstRow(pctx, p) }()
 	p("pipeline: job %s RUNNING (module %s); publishing %d clicks/s of %d users; ready in %s", pl.jobID, sha[:12],
 		PipelineRate, PipelineUsers, time.Since(start).Round(time.Millisecond))
 	return nil
@@ -224,4 +228,28 @@ func randomHex() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// lateAfterFirstRow turns the publisher's late clicks on once the table holds a row and a few
+// checkpoints more completed: a committed row means its window task's checkpoint held a
+// watermark past the first window, so every restore from then on restores one too, and a late
+// click (event time before the first click's) is late for every window task of the intact build.
+func (pl *pipeline) lateAfterFirstRow(ctx context.Context, p func(string, ...any)) {
+	for ctx.Err() == nil {
+		if rows, _ := pl.readTable(ctx); len(rows) > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(3 * client.StreamCheckpointInterval):
+			}
+			pl.pub.StartLate()
+			p("pipeline: the first window committed; a late click after every %d clicks from now on", PipelineLateEvery)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

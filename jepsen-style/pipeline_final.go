@@ -40,7 +40,10 @@ func (r *run) finishPipeline(ctx context.Context) {
 	acked := map[string]bool{}
 	for _, c := range pl.pub.Acked() {
 		acked[c.ID] = true
-		if !c.Closing {
+		switch {
+		case c.Late:
+			in.LatePublished++
+		case !c.Closing:
 			in.Published = append(in.Published, c.Click)
 		}
 	}
@@ -145,7 +148,9 @@ func (pl *pipeline) storedClicks(ctx context.Context, acked map[string]bool) (un
 		if err := json.Unmarshal(m.Data, &c); err != nil {
 			return nil, 0, fmt.Errorf("sequence %d: %w", m.Seq, err)
 		}
-		unacked = append(unacked, c)
+		if !c.Late { // a late click is in no window, acknowledged or not
+			unacked = append(unacked, c)
+		}
 	}
 	for id := range acked {
 		if !seen[id] {

@@ -9,11 +9,14 @@ import (
 	"sort"
 )
 
-// Click is one event as published: {"user":"user-07","amount":3,"ts":1796515200020}.
+// Click is one event as published: {"user":"user-07","amount":3,"ts":1796515200020}. A late
+// click ({"late":true}) is published with an event time behind every window's watermark: a
+// correct pipeline sends it to its dead letters and counts it in no window.
 type Click struct {
 	User   string `json:"user"`
 	Amount int64  `json:"amount"`
 	TS     int64  `json:"ts"`
+	Late   bool   `json:"late,omitempty"`
 }
 
 // WindowKey names one window row: a user and the start of its window (unix ms).

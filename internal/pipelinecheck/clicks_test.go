@@ -17,7 +17,7 @@ func TestWindowStart(t *testing.T) {
 }
 
 func TestTotalsAndCompare(t *testing.T) {
-	clicks := []Click{{"a", 3, 10}, {"a", 4, 1999}, {"b", 5, 2000}, {"a", 1, 2001}}
+	clicks := []Click{{User: "a", Amount: 3, TS: 10}, {User: "a", Amount: 4, TS: 1999}, {User: "b", Amount: 5, TS: 2000}, {User: "a", Amount: 1, TS: 2001}}
 	want := map[WindowKey]Total{{"a", 0}: {2, 7}, {"b", 2000}: {1, 5}, {"a", 2000}: {1, 1}}
 	got := Totals(clicks, 2000)
 	if !reflect.DeepEqual(got, want) {

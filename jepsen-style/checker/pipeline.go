@@ -1,8 +1,10 @@
 package checker
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/jmcluster/jmcluster/internal/pipelinecheck"
 )
@@ -31,9 +33,13 @@ type PipelineInput struct {
 	Unparsed []string
 	// ReadErr is why the sink could not be read ("" when it was).
 	ReadErr string
-	// DeadLetters are the job's committed dead letters (a late click, a value the operators
-	// refused): each is a click left out of its window.
+	// DeadLetters are the job's committed dead letters, each "<tm>: <the click's JSON>": a late
+	// click there is what the window must do with it; any other is a click left out of its
+	// window.
 	DeadLetters []string
+	// LatePublished counts the late clicks acknowledged (pipelinecheck.Click.Late): in no
+	// window's total, so a row of their window is an unexpected window.
+	LatePublished int
 	// Restarts is the pipeline job's restart count at the end (-1: unknown); reported only.
 	Restarts int
 }
@@ -93,10 +99,17 @@ func checkPipeline(name, unit string, in PipelineInput) Result {
 	for _, p := range pipelinecheck.CompareTotals(want, got) {
 		r.problem("%s", p)
 	}
+	late := 0
 	for _, l := range in.DeadLetters {
+		if isLateClick(l) {
+			late++
+			continue
+		}
 		r.problem("dead letter: %s", l)
 	}
-	r.Counts["dead-letters"] = len(in.DeadLetters)
+	r.Counts["dead-letters"] = len(in.DeadLetters) - late
+	r.Counts["late-published"] = in.LatePublished
+	r.Counts["late-dropped"] = late
 	if in.Restarts >= 0 {
 		r.Counts["job-restarts"] = in.Restarts
 	}
@@ -131,8 +144,21 @@ func checkPipeline(name, unit string, in PipelineInput) Result {
 	if in.Restarts >= 0 {
 		r.Summary += fmt.Sprintf("; the job restarted %d times", in.Restarts)
 	}
+	if in.LatePublished > 0 || late > 0 {
+		r.Summary += fmt.Sprintf("; %d late clicks published, %d in the dead letters", in.LatePublished, late)
+	}
 	if r.Verdict == Fail {
 		r.Summary += fmt.Sprintf("; %d problems", len(r.Problems)+r.Truncated)
 	}
 	return *r
+}
+
+// isLateClick reports whether a dead letter ("<tm>: <value>") is a late click.
+func isLateClick(line string) bool {
+	v := line
+	if _, after, ok := strings.Cut(line, ": "); ok {
+		v = after
+	}
+	var c pipelinecheck.Click
+	return json.Unmarshal([]byte(v), &c) == nil && c.Late
 }

@@ -58,6 +58,13 @@ func TestPipelineCheckers(t *testing.T) {
 		}), tableWant: "a 0: ordinal 0, want 1"},
 		{name: "unreadable", readErr: "connection refused", tableWant: "could not read"},
 		{name: "a dead letter", rows: pipelineRows(), dead: []string{`{"user":"a","amount":1,"ts":5}`}, tableWant: "dead letter: {"},
+		{name: "a late click in the dead letters (dropped, as it must be)", rows: pipelineRows(),
+			dead: []string{`tm3: {"user":"a","amount":1,"ts":-9000,"late":true}`}},
+		{name: "a late click counted (a window task restored without its watermark)",
+			rows:      append(pipelineRows(), PipelineRow{User: "a", Start: -10000, Count: 1, Sum: 1, Ordinal: 1, ID: "j/out/0/7/0"}),
+			tableWant: "unexpected window a -10000"},
+		{name: "an on-time click in the dead letters beside a late one", rows: pipelineRows(),
+			dead: []string{`tm3: {"user":"a","amount":1,"ts":-9000,"late":true}`, `tm3: {"user":"a","amount":1,"ts":5}`}, tableWant: `dead letter: tm3: {"user":"a","amount":1,"ts":5}`},
 		{name: "a message that is not a window result", rows: pipelineRows(), unparsed: []string{"sequence 9: not JSON"},
 			tableWant: "", streamWant: "sequence 9: not JSON"},
 	}

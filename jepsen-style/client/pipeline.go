@@ -24,7 +24,8 @@ func (p *Pool) Artifacts(node string) pb.ArtifactServiceClient {
 
 // PublishedClick is one line of the publisher's record: a click the server acknowledged, its
 // message id, and whether it is one of the closing clicks (sent at the end to close every
-// window: their own windows never close, and no check counts them).
+// window: their own windows never close, and no check counts them). A late click (Click.Late)
+// is in no window's total either.
 type PublishedClick struct {
 	pipelinecheck.Click
 	ID      string `json:"id"`
@@ -39,23 +40,44 @@ type PublisherConfig struct {
 	Subject string // clicks are published to Subject.<user>
 	// Record gets one JSON line per acknowledged click (nil: none).
 	Record io.Writer
+	// LateEvery makes every LateEvery-th click, once StartLate was called, followed by a late
+	// click of its user (0: none).
+	LateEvery int
 }
 
 // Publisher publishes click events to a JetStream stream at a steady rate, each under a
 // message id of its own (click-<n>) and tried again under the same id until the server
 // acknowledges it, so a click is stored once; it keeps every acknowledged click. Event times
 // are the wall clock's milliseconds, strictly increasing in publishing order, so the stream
-// holds them in event-time order and none is late.
+// holds them in event-time order and none is late — but the late clicks StartLate turns on:
+// under ids of their own (late-<n>), each at the event time of the first click minus
+// LateBehind, in a window no on-time click falls in and that every window task's watermark has
+// passed once a window result was committed (a restored window task keeps its checkpoint's
+// watermark, so it drops them too; one restored without it counts them).
 type Publisher struct {
 	cfg PublisherConfig
 	js  jetstream.JetStream
 	rng *rand.Rand
 
-	mu     sync.Mutex
-	acked  []PublishedClick
-	sent   int // message ids given: click-0 .. click-<sent-1>
-	lastTS int64
-	err    error // the last publish that failed for good
+	mu      sync.Mutex
+	acked   []PublishedClick
+	sent    int // message ids given: click-0 .. click-<sent-1>
+	late    int // late message ids given: late-0 .. late-<late-1>
+	lateOn  bool
+	firstTS int64
+	lastTS  int64
+	err     error // the last publish that failed for good
+}
+
+// LateBehind is how far behind the first click a late click's event time is: ten seconds, five
+// windows of the pipeline's two seconds.
+const LateBehind = 10 * time.Second
+
+// StartLate turns the late clicks on (PublisherConfig.LateEvery).
+func (p *Publisher) StartLate() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lateOn = true
 }
 
 // NewPublisher returns a publisher over js.
@@ -82,7 +104,14 @@ func (p *Publisher) Run(ctx context.Context) {
 		c := pipelinecheck.Click{User: fmt.Sprintf("user-%02d", p.rng.Intn(p.cfg.Users)), Amount: 1 + p.rng.Int63n(9)}
 		// A publish under way when ctx ends is seen through to its acknowledgement: given up,
 		// it might be stored without being counted.
-		if err := p.publish(context.WithoutCancel(ctx), c, false); err != nil {
+		err := p.publish(context.WithoutCancel(ctx), c, false)
+		p.mu.Lock()
+		late := err == nil && p.lateOn && p.cfg.LateEvery > 0 && p.sent%p.cfg.LateEvery == 0
+		p.mu.Unlock()
+		if late {
+			err = p.publish(context.WithoutCancel(ctx), pipelinecheck.Click{User: c.User, Amount: c.Amount, Late: true}, false)
+		}
+		if err != nil {
 			p.mu.Lock()
 			p.err = err
 			p.mu.Unlock()
@@ -106,10 +135,20 @@ func (p *Publisher) Close(ctx context.Context, n int, after int64) error {
 // again is stored once) or 30 s passed.
 func (p *Publisher) publish(ctx context.Context, c pipelinecheck.Click, closing bool) error {
 	p.mu.Lock()
-	c.TS = max(c.TS, time.Now().UnixMilli(), p.lastTS+1)
-	p.lastTS = c.TS
-	pc := PublishedClick{Click: c, ID: fmt.Sprintf("click-%d", p.sent), Closing: closing}
-	p.sent++
+	var pc PublishedClick
+	if c.Late {
+		c.TS = p.firstTS - LateBehind.Milliseconds()
+		pc = PublishedClick{Click: c, ID: fmt.Sprintf("late-%d", p.late)}
+		p.late++
+	} else {
+		c.TS = max(c.TS, time.Now().UnixMilli(), p.lastTS+1)
+		if p.firstTS == 0 {
+			p.firstTS = c.TS
+		}
+		p.lastTS = c.TS
+		pc = PublishedClick{Click: c, ID: fmt.Sprintf("click-%d", p.sent), Closing: closing}
+		p.sent++
+	}
 	p.mu.Unlock()
 	b, _ := json.Marshal(c)
 	deadline := time.Now().Add(30 * time.Second)
