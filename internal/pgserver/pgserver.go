@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jmcluster/jmcluster/internal/freeport"
 )
 
 // The server's defaults and bounds.
@@ -268,13 +269,13 @@ func (s *Server) procAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
 }
 
+// freePort is a loopback port below the kernel's ephemeral range (internal/freeport).
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := freeport.Ports("127.0.0.1", 1)
 	if err != nil {
 		return 0, fmt.Errorf("pgserver: a free port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
 }
 
 // start runs the postgres process and waits until it accepts the admin's connections.

@@ -2,8 +2,9 @@ package proccluster
 
 import (
 	"fmt"
-	"net"
 	"path/filepath"
+
+	"github.com/jmcluster/jmcluster/internal/freeport"
 )
 
 // LocalOptions shape a loopback cluster.
@@ -46,23 +47,7 @@ func Local(dir string, o LocalOptions) ([]Node, error) {
 	return nodes, nil
 }
 
-// FreePorts returns n distinct free loopback addresses. They are free when chosen; a process
-// started soon after binds them (another could take one first, which fails that start loudly).
-func FreePorts(n int) ([]string, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	out := make([]string, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
-}
+// FreePorts returns n distinct free loopback addresses, below the kernel's ephemeral range
+// (internal/freeport): free when chosen, and no outgoing connection takes one as its source
+// port before the process started soon after binds it.
+func FreePorts(n int) ([]string, error) { return freeport.Addrs("127.0.0.1", n) }

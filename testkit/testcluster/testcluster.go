@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/jmcluster/jmcluster/agent"
 	"github.com/jmcluster/jmcluster/cluster"
+	"github.com/jmcluster/jmcluster/internal/freeport"
 	"github.com/jmcluster/jmcluster/jobmaster"
 	"github.com/jmcluster/jmcluster/membership"
 	"github.com/jmcluster/jmcluster/reconcile"
@@ -148,21 +148,13 @@ func start(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
-// FreePorts returns n distinct free loopback addresses.
+// FreePorts returns n distinct free loopback addresses, below the kernel's ephemeral range
+// (internal/freeport).
 func FreePorts(t testing.TB, n int) []string {
 	t.Helper()
-	var ls []net.Listener
-	var out []string
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
-		l.Close()
+	out, err := freeport.Addrs("127.0.0.1", n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
