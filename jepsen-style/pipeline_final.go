@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -109,24 +108,11 @@ func (r *run) pipelineDeadLetters(jobID string) ([]string, error) {
 	var lines []string
 	for _, tm := range r.topo.TMs() {
 		pattern := strings.NewReplacer("{job}", jobID, "{subtask}", "*").Replace(pipelineDeadLetters) + ".part-*"
-		parts, err := filepath.Glob(filepath.Join(NodeDir(r.dir, r.topo, tm), "work", pattern))
+		l, err := pipelinecheck.CommittedLines(filepath.Join(NodeDir(r.dir, r.topo, tm), "work", pattern), tm+": ")
 		if err != nil {
 			return nil, err
 		}
-		for _, f := range parts {
-			if strings.HasSuffix(f, ".tmp") {
-				continue
-			}
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return nil, err
-			}
-			for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
-				if l != "" {
-					lines = append(lines, tm+": "+l)
-				}
-			}
-		}
+		lines = append(lines, l...)
 	}
 	return lines, nil
 }

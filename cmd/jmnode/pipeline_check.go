@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -108,24 +107,11 @@ func (d *pipelineDemo) check(ctx context.Context, jobID string) error {
 func (d *pipelineDemo) deadLetters(jobID string) ([]string, error) {
 	var lines []string
 	for _, p := range d.TMs {
-		parts, err := filepath.Glob(filepath.Join(p.WorkDir, "dead-letters-"+jobID+"-*.jsonl.part-*"))
+		l, err := pipelinecheck.CommittedLines(filepath.Join(p.WorkDir, "dead-letters-"+jobID+"-*.jsonl.part-*"), "")
 		if err != nil {
 			return nil, err
 		}
-		for _, f := range parts {
-			if strings.HasSuffix(f, ".tmp") {
-				continue
-			}
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return nil, err
-			}
-			for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
-				if l != "" {
-					lines = append(lines, l)
-				}
-			}
-		}
+		lines = append(lines, l...)
 	}
 	return lines, nil
 }
