@@ -153,11 +153,26 @@ func checkPipeline(name, unit string, in PipelineInput) Result {
 	return *r
 }
 
-// isLateClick reports whether a dead letter ("<tm>: <value>") is a late click.
+// isLateClick reports whether a dead letter ("<tm>: <dead letter>") is a late click the
+// window refused as late: the dead letter's JSON ({"reason":"late: ...","value":"<the
+// click>",...}) or the click itself.
 func isLateClick(line string) bool {
 	v := line
-	if _, after, ok := strings.Cut(line, ": "); ok {
+	if _, after, ok := strings.Cut(line, ": "); ok && strings.HasPrefix(after, "{") {
 		v = after
+	}
+	var dl struct {
+		Reason string `json:"reason"`
+		Value  string `json:"value"`
+	}
+	if err := json.Unmarshal([]byte(v), &dl); err != nil {
+		return false
+	}
+	if dl.Value != "" {
+		if !strings.HasPrefix(dl.Reason, "late:") {
+			return false
+		}
+		v = dl.Value
 	}
 	var c pipelinecheck.Click
 	return json.Unmarshal([]byte(v), &c) == nil && c.Late
