@@ -114,17 +114,15 @@ func (w *wasmOp) Open(ctx *Context) error {
 
 // snapshotContext is the operator's checkpointed state: the Context's snapshot, a PROCESS
 // function's keyed values with it (contextSnapshotter). The planted bug wasm-state-lost
-// snapshots the values as they were at the previous snapshot (or the restore), timers and
-// watermark as they are: a task restored from it has lost every state write of the interval.
+// snapshots the values as they were when the task opened (its restore), timers and watermark
+// as they are: a task restored from it has lost every state write since its own start.
 func (w *wasmOp) snapshotContext(ctx *Context) ([]byte, error) {
 	if w.stale == nil || !failpoint.Enabled(failpoint.WasmStateLost) {
 		return ctx.snapshot()
 	}
 	c := *ctx
 	c.values = w.stale
-	b, err := c.snapshot()
-	w.stale = cloneValues(ctx.values)
-	return b, err
+	return c.snapshot()
 }
 
 // cloneValues is a copy of a Context's values (wasm-state-lost's stale state).

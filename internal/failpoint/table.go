@@ -32,7 +32,7 @@ var (
 	WindowStateUnchecked    = newSwitch("window-state-unchecked", "the window operator's snapshot leaves its open windows out (timers and watermark kept): a restored window counts only the records after the checkpoint")
 	WatermarkRegress        = newSwitch("watermark-regress", "a restored keyed transform's watermark is not restored: until its inputs' first watermark it takes records behind the checkpoint's watermark, and a window counts late records it had dropped and fires again")
 	PostgresCommitAtBarrier = newSwitch("postgres-commit-at-barrier", "a checkpointed postgres_sink COMMITs its transaction at the barrier instead of PREPARE TRANSACTION and COMMIT PREPARED once the checkpoint completed: rows of a checkpoint that never completes are replayed and written again")
-	WasmStateLost           = newSwitch("wasm-state-lost", "the wasm operator's snapshot holds its keyed state as of the previous snapshot: a restore loses the state writes of the last checkpoint interval")
+	WasmStateLost           = newSwitch("wasm-state-lost", "the wasm operator's snapshot holds its keyed state as the task opened with it: a restore loses every state write since the task started")
 
 	// Disk faults of a JobMaster replica: every write of the Raft log, the stable store and a
 	// snapshot (cluster/faultstore.go). Switches too, but an injected fault the system must

@@ -258,7 +258,7 @@ var brokenBuilds = []brokenBuild{
 	{"postgres-commit-at-barrier", "pause(before-complete-checkpoint)=2s", "restart-tm", 63, 0, []string{"pipeline-table"},
 		"the sink commits at the barrier; a TM killed while the checkpoint waits for its completion (held 2 s) restores the previous one, and the replay writes the rows again"},
 	{"wasm-state-lost", "", "restart-tm", 63, 0, []string{"pipeline-table", "pipeline-stream"},
-		"each snapshot of the wasm function's keyed state is the previous one's: a restore loses the ordinals of the last interval and a user's ordinal repeats"},
+		"each snapshot of the wasm function's keyed state is the one its task opened with: a restore loses every ordinal since, and a user's ordinals start again"},
 	{"watermark-regress", "", "restart-tm", 63, 0, []string{"pipeline-table", "pipeline-stream"},
 		"a restored window task has no watermark until its inputs' first: the late clicks it replays meanwhile are counted, and their window (ten seconds before the first click) fires"},
 }
