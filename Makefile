@@ -121,8 +121,8 @@ jepsen-root:
 jepsen-short: jepsen-root build bin/jepsen bin/nats-server postgres ## the short fault suite (kill, pause, isolate the leader; majority/minority), under 5 minutes, root
 	./bin/jepsen short --jmnode ./bin/jmnode
 
-jepsen-short-tls: jepsen-root build bin/jepsen bin/nats-server postgres ## the short fault suite with mutual TLS on every connection and encrypted gossip, root
-	./bin/jepsen short --tls --jmnode ./bin/jmnode
+jepsen-short-tls: jepsen-root build bin/jepsen bin/nats-server postgres ## the short fault suite with mutual TLS on every connection and encrypted gossip (SCENARIOS=a,b: only those), root
+	./bin/jepsen short --tls --jmnode ./bin/jmnode $(if $(SCENARIOS),--scenarios $(SCENARIOS))
 
 jepsen-selftest: jepsen-root build bin/jepsen bin/nats-server postgres ## deliberately broken builds, each caught by its checker, root
 	./bin/jepsen selftest --jmnode ./bin/jmnode

@@ -217,6 +217,17 @@ type brokenBuild struct {
 	why      string
 }
 
+// pipeline says whether the build's run needs the pipeline workload: only the pipeline
+// checkers read it, and a run without it starts quicker and loads the machine less.
+func (b brokenBuild) pipeline() bool {
+	for _, name := range b.anyOf {
+		if strings.HasPrefix(name, "pipeline-") {
+			return true
+		}
+	}
+	return false
+}
+
 func (b brokenBuild) failpoints() string {
 	if b.hooks == "" {
 		return b.bug
@@ -335,6 +346,7 @@ func selftestCmd(ctx context.Context, args []string) error {
 	type runKey struct {
 		failpoints, scenario string
 		seed, jobRate        int64
+		pipeline             bool
 	}
 	runs := map[runKey]map[string]string{} // run -> checker -> verdict
 	missed := 0
@@ -342,11 +354,12 @@ func selftestCmd(ctx context.Context, args []string) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		k := runKey{b.failpoints(), b.scenario, b.seed, b.jobRate}
+		k := runKey{b.failpoints(), b.scenario, b.seed, b.jobRate, b.pipeline()}
 		verdicts, ok := runs[k]
 		if !ok {
 			c := *cfg
 			c.Scenario, c.Seed, c.RunID, c.Failpoints, c.JobRate = b.scenario, b.seed, "", b.failpoints(), b.jobRate
+			c.Pipeline.Off = c.Pipeline.Off || !b.pipeline()
 			progress("selftest: broken build %q, %s seed %d (%s)", b.failpoints(), b.scenario, b.seed, b.why)
 			rep, err := jepsen.Run(ctx, c)
 			if err != nil && !errors.Is(err, jepsen.ErrInvalid) {

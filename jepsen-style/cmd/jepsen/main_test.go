@@ -42,3 +42,27 @@ func TestEveryPlantedBugHasABrokenBuild(t *testing.T) {
 		}
 	}
 }
+
+// TestSelftestStartsThePipelineOnlyWhereItsCheckersCatch: a broken build runs with the pipeline
+// workload exactly when one of its checkers reads it; the four planted bugs of the records'
+// path do, the Raft and checkpoint bugs do not.
+func TestSelftestStartsThePipelineOnlyWhereItsCheckersCatch(t *testing.T) {
+	want := map[string]bool{"window-state-unchecked": true, "postgres-commit-at-barrier": true,
+		"wasm-state-lost": true, "watermark-regress": true, "restart-on-failover": false, "restore-unverified": false}
+	seen := map[string]bool{}
+	for _, b := range brokenBuilds {
+		w, ok := want[b.bug]
+		if !ok {
+			continue
+		}
+		seen[b.bug] = true
+		if got := b.pipeline(); got != w {
+			t.Errorf("row %q (checkers %v): pipeline %v, want %v", b.bug, b.anyOf, got, w)
+		}
+	}
+	for name := range want {
+		if !seen[name] {
+			t.Errorf("no row for %q", name)
+		}
+	}
+}
