@@ -48,7 +48,7 @@ func (r *run) finishPipeline(ctx context.Context) {
 	}
 	// The stream is the job's input: a click stored without its acknowledgement (a publish
 	// given up) is counted as published, and named.
-	stored, lost, err := pl.storedClicks(ctx, acked)
+	stored, lateStored, lost, err := pl.storedClicks(ctx, acked)
 	switch {
 	case err != nil:
 		r.rep.Notes = append(r.rep.Notes, "pipeline: reading the stream "+pipelineClicksStream+": "+err.Error())
@@ -58,6 +58,7 @@ func (r *run) finishPipeline(ctx context.Context) {
 		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("pipeline: %d clicks in %s never acknowledged (counted as published), %d acknowledged ones not in it",
 			len(stored), pipelineClicksStream, lost))
 	}
+	in.LateStored = lateStored
 	want := pipelinecheck.Totals(in.Published, in.WindowMs)
 	if closingErr != nil {
 		r.rep.Notes = append(r.rep.Notes, "pipeline: the closing clicks: "+closingErr.Error())
@@ -69,18 +70,21 @@ func (r *run) finishPipeline(ctx context.Context) {
 	lastSaid := time.Now()
 	for {
 		table, stream = in, in
+		stream.LateStored = nil // the dead letters are the table checker's
 		table.Rows, table.ReadErr = pl.readTable(ctx)
 		stream.Rows, stream.Unparsed, stream.ReadErr = pl.readStream(ctx)
 		inTable, inStream := covered(want, table.Rows), covered(want, stream.Rows)
-		done := inTable == len(want) && inStream == len(want)
+		dead, _ := r.pipelineDeadLetters(pl.jobID)
+		inDead := lateCovered(lateStored, dead)
+		done := inTable == len(want) && inStream == len(want) && inDead == len(lateStored)
 		if done || time.Since(start) > PipelineWait || ctx.Err() != nil {
-			p("pipeline: after %s the table holds %d of the %d windows (%d rows), the stream %d (%d messages)",
-				time.Since(start).Round(time.Millisecond), inTable, len(want), len(table.Rows), inStream, len(stream.Rows))
+			p("pipeline: after %s the table holds %d of the %d windows (%d rows), the stream %d (%d messages), the dead letters %d of the %d late clicks",
+				time.Since(start).Round(time.Millisecond), inTable, len(want), len(table.Rows), inStream, len(stream.Rows), inDead, len(lateStored))
 			break
 		}
 		if time.Since(lastSaid) >= 5*time.Second {
-			p("pipeline: waiting: the table holds %d of the %d windows, the stream %d (%s; last errors: %q, %q)",
-				inTable, len(want), inStream, time.Since(start).Round(time.Second), table.ReadErr, stream.ReadErr)
+			p("pipeline: waiting: the table holds %d of the %d windows, the stream %d, the dead letters %d of the %d late clicks (%s; last errors: %q, %q)",
+				inTable, len(want), inStream, inDead, len(lateStored), time.Since(start).Round(time.Second), table.ReadErr, stream.ReadErr)
 			lastSaid = time.Now()
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -102,39 +106,37 @@ func (r *run) finishPipeline(ctx context.Context) {
 	pl.results = []checker.Result{checker.PipelineTable(table), checker.PipelineStream(stream)}
 }
 
-// pipelineDeadLetters reads the job's committed dead letters in every TM's work dir (the
-// dead-letter file sink's part files; a file still .tmp is not committed).
+// pipelineDeadLetters reads the job's committed dead letters: the union of the dead-letter
+// file sink's parts over every TM's work dir (a part committed again on another TM after a
+// restore is read once; a file still .tmp is not committed), each line "<tm>: <dead letter>".
 func (r *run) pipelineDeadLetters(jobID string) ([]string, error) {
-	var lines []string
+	var dirs []pipelinecheck.PartDir
 	for _, tm := range r.topo.TMs() {
-		pattern := strings.NewReplacer("{job}", jobID, "{subtask}", "*").Replace(pipelineDeadLetters) + ".part-*"
-		l, err := pipelinecheck.CommittedLines(filepath.Join(NodeDir(r.dir, r.topo, tm), "work", pattern), tm+": ")
-		if err != nil {
-			return nil, err
-		}
-		lines = append(lines, l...)
+		dirs = append(dirs, pipelinecheck.PartDir{Dir: filepath.Join(NodeDir(r.dir, r.topo, tm), "work"), Name: tm})
 	}
-	return lines, nil
+	return pipelinecheck.CommittedLines(dirs, strings.NewReplacer("{job}", jobID, "{subtask}", "*").Replace(pipelineDeadLetters)+".part-*")
 }
 
 // storedClicks reads the clicks stream: the clicks it holds that were never acknowledged,
-// and how many acknowledged ones it does not hold.
-func (pl *pipeline) storedClicks(ctx context.Context, acked map[string]bool) (unacked []pipelinecheck.Click, lost int, err error) {
+// the lineage the source gives each late click it holds (acknowledged or not: each must be in
+// the dead letters once), and how many acknowledged clicks it does not hold.
+func (pl *pipeline) storedClicks(ctx context.Context, acked map[string]bool) (unacked []pipelinecheck.Click, late []pipelinecheck.Lineage, lost int, err error) {
 	msgs, err := pipelinecheck.ReadStream(ctx, pl.nats.js, pipelineClicksStream, 30*time.Second)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	seen := map[string]bool{}
+	late = []pipelinecheck.Lineage{}
 	for _, m := range msgs {
 		seen[m.ID] = true
-		if acked[m.ID] {
-			continue
-		}
 		var c pipelinecheck.Click
 		if err := json.Unmarshal(m.Data, &c); err != nil {
-			return nil, 0, fmt.Errorf("sequence %d: %w", m.Seq, err)
+			return nil, nil, 0, fmt.Errorf("sequence %d: %w", m.Seq, err)
 		}
-		if !c.Late { // a late click is in no window, acknowledged or not
+		switch {
+		case c.Late: // in no window, acknowledged or not
+			late = append(late, pipelinecheck.StreamLineage(m.Seq, PipelineParallelism))
+		case !acked[m.ID]:
 			unacked = append(unacked, c)
 		}
 	}
@@ -143,7 +145,25 @@ func (pl *pipeline) storedClicks(ctx context.Context, acked map[string]bool) (un
 			lost++
 		}
 	}
-	return unacked, lost, nil
+	return unacked, late, lost, nil
+}
+
+// lateCovered counts the late clicks of the stream (their lineages) the dead letters hold at
+// least once.
+func lateCovered(late []pipelinecheck.Lineage, dead []string) int {
+	in := map[pipelinecheck.Lineage]bool{}
+	for _, l := range dead {
+		if lin, ok, late := checker.LateClick(l); ok && late {
+			in[lin] = true
+		}
+	}
+	n := 0
+	for _, lin := range late {
+		if in[lin] {
+			n++
+		}
+	}
+	return n
 }
 
 // covered counts the windows of want rows hold at least once.

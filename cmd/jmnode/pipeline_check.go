@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 
 	"github.com/jmcluster/jmcluster/internal/pipelinecheck"
@@ -102,16 +101,13 @@ func (d *pipelineDemo) check(ctx context.Context, jobID string) error {
 	return d.report(got, extra)
 }
 
-// deadLetters reads the committed dead-letter lines of the job in every TaskManager's work
-// directory (the dead-letter file sink's part files).
+// deadLetters reads the job's committed dead-letter lines, the union of the dead-letter file
+// sink's parts over every TaskManager's work directory (a part committed again on another
+// TaskManager after a restore is read once).
 func (d *pipelineDemo) deadLetters(jobID string) ([]string, error) {
-	var lines []string
+	dirs := make([]pipelinecheck.PartDir, 0, len(d.TMs))
 	for _, p := range d.TMs {
-		l, err := pipelinecheck.CommittedLines(filepath.Join(p.WorkDir, "dead-letters-"+jobID+"-*.jsonl.part-*"), "")
-		if err != nil {
-			return nil, err
-		}
-		lines = append(lines, l...)
+		dirs = append(dirs, pipelinecheck.PartDir{Dir: p.WorkDir})
 	}
-	return lines, nil
+	return pipelinecheck.CommittedLines(dirs, "dead-letters-"+jobID+"-*.jsonl.part-*")
 }

@@ -83,3 +83,18 @@ func CompareTotals(want map[WindowKey]Total, got map[WindowKey][]Total) (problem
 	sort.Strings(problems)
 	return problems
 }
+
+// Lineage names a record by its source subtask (origin) and its sequence there, as a dead
+// letter carries it.
+type Lineage struct {
+	Origin int32
+	Seq    int64
+}
+
+// StreamLineage is the lineage nats_source gives the message at stream sequence seq when the
+// source has parallelism subtasks: subtask (seq-1) mod parallelism reads it, as its
+// ((seq-1) div parallelism)-th record (operator/nats_source.go).
+func StreamLineage(seq uint64, parallelism int) Lineage {
+	p := uint64(max(parallelism, 1))
+	return Lineage{Origin: int32((seq - 1) % p), Seq: int64((seq - 1) / p)}
+}

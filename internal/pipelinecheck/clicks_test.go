@@ -38,3 +38,17 @@ func TestTotalsAndCompare(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamLineage: the rule of nats_source's splits, from the run kill-tm seed 1 (two
+// subtasks): stream sequence 699 is subtask 0's record 349, 720 subtask 1's record 359.
+func TestStreamLineage(t *testing.T) {
+	for _, c := range []struct {
+		seq  uint64
+		p    int
+		want Lineage
+	}{{1, 2, Lineage{0, 0}}, {2, 2, Lineage{1, 0}}, {699, 2, Lineage{0, 349}}, {720, 2, Lineage{1, 359}}, {5, 1, Lineage{0, 4}}, {5, 0, Lineage{0, 4}}} {
+		if got := StreamLineage(c.seq, c.p); got != c.want {
+			t.Errorf("StreamLineage(%d, %d) = %+v, want %+v", c.seq, c.p, got, c.want)
+		}
+	}
+}

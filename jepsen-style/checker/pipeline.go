@@ -3,6 +3,7 @@ package checker
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -40,6 +41,9 @@ type PipelineInput struct {
 	// LatePublished counts the late clicks acknowledged (pipelinecheck.Click.Late): in no
 	// window's total, so a row of their window is an unexpected window.
 	LatePublished int
+	// LateStored is the lineage of every late click the clicks stream holds, acknowledged or
+	// not (nil: not known): each must be in DeadLetters exactly once.
+	LateStored []pipelinecheck.Lineage
 	// Restarts is the pipeline job's restart count at the end (-1: unknown); reported only.
 	Restarts int
 }
@@ -100,12 +104,46 @@ func checkPipeline(name, unit string, in PipelineInput) Result {
 		r.problem("%s", p)
 	}
 	late := 0
+	inDL := map[pipelinecheck.Lineage]int{}
 	for _, l := range in.DeadLetters {
-		if isLateClick(l) {
-			late++
+		lin, hasLineage, ok := LateClick(l)
+		if !ok {
+			r.problem("dead letter: %s", l)
 			continue
 		}
-		r.problem("dead letter: %s", l)
+		late++
+		if hasLineage {
+			inDL[lin]++
+		}
+	}
+	lineages := make([]pipelinecheck.Lineage, 0, len(inDL))
+	for lin := range inDL {
+		lineages = append(lineages, lin)
+	}
+	sortLineages(lineages)
+	for _, lin := range lineages {
+		if n := inDL[lin]; n > 1 {
+			r.problem("late click (origin %d, seq %d) in the committed dead letters %d times", lin.Origin, lin.Seq, n)
+		}
+	}
+	if in.LateStored != nil {
+		stored := map[pipelinecheck.Lineage]bool{}
+		for _, lin := range in.LateStored {
+			stored[lin] = true
+		}
+		for _, lin := range lineages {
+			if !stored[lin] {
+				r.problem("a dead letter of a late click (origin %d, seq %d) the clicks stream does not hold as late", lin.Origin, lin.Seq)
+			}
+		}
+		missing := slices.Clone(in.LateStored)
+		sortLineages(missing)
+		for _, lin := range missing {
+			if inDL[lin] == 0 {
+				r.problem("late click (origin %d, seq %d) of the clicks stream not in the committed dead letters", lin.Origin, lin.Seq)
+			}
+		}
+		r.Counts["late-stored"] = len(in.LateStored)
 	}
 	r.Counts["dead-letters"] = len(in.DeadLetters) - late
 	r.Counts["late-published"] = in.LatePublished
@@ -153,10 +191,11 @@ func checkPipeline(name, unit string, in PipelineInput) Result {
 	return *r
 }
 
-// isLateClick reports whether a dead letter ("<tm>: <dead letter>") is a late click the
-// window refused as late: the dead letter's JSON ({"reason":"late: ...","value":"<the
-// click>",...}) or the click itself.
-func isLateClick(line string) bool {
+// LateClick reports whether a dead letter ("<tm>: <dead letter>") is a late click the window
+// refused as late: the dead letter's JSON ({"reason":"late: ...","value":"<the click>",
+// "origin":O,"seq":S,...}) or the click itself; and the click's lineage when the dead letter
+// carries it.
+func LateClick(line string) (lin pipelinecheck.Lineage, hasLineage, late bool) {
 	v := line
 	if _, after, ok := strings.Cut(line, ": "); ok && strings.HasPrefix(after, "{") {
 		v = after
@@ -164,16 +203,33 @@ func isLateClick(line string) bool {
 	var dl struct {
 		Reason string `json:"reason"`
 		Value  string `json:"value"`
+		Origin *int32 `json:"origin"`
+		Seq    *int64 `json:"seq"`
 	}
 	if err := json.Unmarshal([]byte(v), &dl); err != nil {
-		return false
+		return lin, false, false
 	}
 	if dl.Value != "" {
 		if !strings.HasPrefix(dl.Reason, "late:") {
-			return false
+			return lin, false, false
 		}
 		v = dl.Value
+		if dl.Origin != nil && dl.Seq != nil {
+			lin, hasLineage = pipelinecheck.Lineage{Origin: *dl.Origin, Seq: *dl.Seq}, true
+		}
 	}
 	var c pipelinecheck.Click
-	return json.Unmarshal([]byte(v), &c) == nil && c.Late
+	if json.Unmarshal([]byte(v), &c) != nil || !c.Late {
+		return pipelinecheck.Lineage{}, false, false
+	}
+	return lin, hasLineage, true
+}
+
+func sortLineages(l []pipelinecheck.Lineage) {
+	sort.Slice(l, func(i, j int) bool {
+		if l[i].Origin != l[j].Origin {
+			return l[i].Origin < l[j].Origin
+		}
+		return l[i].Seq < l[j].Seq
+	})
 }

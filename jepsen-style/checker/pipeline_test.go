@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -28,12 +29,13 @@ func pipelineRows() []PipelineRow {
 func TestPipelineCheckers(t *testing.T) {
 	edit := func(f func(rows []PipelineRow) []PipelineRow) []PipelineRow { return f(pipelineRows()) }
 	cases := []struct {
-		name      string
-		rows      []PipelineRow
-		unparsed  []string
-		readErr   string
-		dead      []string
-		tableWant string // "" passes; else a problem holding it
+		name       string
+		rows       []PipelineRow
+		unparsed   []string
+		readErr    string
+		dead       []string
+		lateStored []pipelinecheck.Lineage
+		tableWant  string // "" passes; else a problem holding it
 		// streamWant is the stream checker's (the same unless set).
 		streamWant string
 	}{
@@ -60,6 +62,19 @@ func TestPipelineCheckers(t *testing.T) {
 		{name: "a dead letter", rows: pipelineRows(), dead: []string{`{"user":"a","amount":1,"ts":5}`}, tableWant: "dead letter: {"},
 		{name: "a late click in the dead letters (dropped, as it must be)", rows: pipelineRows(),
 			dead: []string{`tm3: {"reason":"late: window [-10000, -8000) of a closed at watermark 5000","vertex":"windows","subtask":1,"key":"a","value":"{\"user\":\"a\",\"amount\":1,\"ts\":-9000,\"late\":true}","time":-9000,"origin":0,"seq":140}`}},
+		{name: "every late click of the stream once in the dead letters", rows: pipelineRows(),
+			dead: []string{lateDL(0, 140), lateDL(1, 141)}, lateStored: []pipelinecheck.Lineage{{Origin: 1, Seq: 141}, {Origin: 0, Seq: 140}}},
+		{name: "a late click twice in the dead letters", rows: pipelineRows(),
+			dead: []string{lateDL(0, 140), lateDL(0, 140)}, lateStored: []pipelinecheck.Lineage{{Origin: 0, Seq: 140}},
+			tableWant: "late click (origin 0, seq 140) in the committed dead letters 2 times"},
+		{name: "a late click twice, the stream unread", rows: pipelineRows(),
+			dead: []string{lateDL(0, 140), lateDL(0, 140)}, tableWant: "late click (origin 0, seq 140) in the committed dead letters 2 times"},
+		{name: "a late click of the stream missing from the dead letters", rows: pipelineRows(),
+			dead: []string{lateDL(0, 140)}, lateStored: []pipelinecheck.Lineage{{Origin: 0, Seq: 140}, {Origin: 1, Seq: 141}},
+			tableWant: "late click (origin 1, seq 141) of the clicks stream not in the committed dead letters"},
+		{name: "a late dead letter the stream holds no late click for", rows: pipelineRows(),
+			dead: []string{lateDL(0, 140)}, lateStored: []pipelinecheck.Lineage{},
+			tableWant: "a dead letter of a late click (origin 0, seq 140) the clicks stream does not hold as late"},
 		{name: "a late click refused for another reason", rows: pipelineRows(),
 			dead:      []string{`tm3: {"reason":"no field amount","vertex":"windows","subtask":1,"key":"a","value":"{\"user\":\"a\",\"amount\":1,\"ts\":-9000,\"late\":true}"}`},
 			tableWant: "dead letter: tm3: {"},
@@ -74,7 +89,7 @@ func TestPipelineCheckers(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			in := PipelineInput{WindowMs: 2000, Published: pipelineClicks(), Rows: c.rows, Unparsed: c.unparsed, ReadErr: c.readErr,
-				DeadLetters: c.dead, Restarts: -1}
+				DeadLetters: c.dead, LateStored: c.lateStored, Restarts: -1}
 			streamWant := c.streamWant
 			if streamWant == "" && c.unparsed == nil {
 				streamWant = c.tableWant
@@ -114,4 +129,9 @@ func TestPipelineCheckersCount(t *testing.T) {
 	if r.Counts["published"] != 5 || r.Counts["windows"] != 4 || r.Counts["rows"] != 4 {
 		t.Errorf("counts %v, want 5 published, 4 windows, 4 rows", r.Counts)
 	}
+}
+
+// lateDL is the dead letter of a late click as the dead-letter file sink commits it.
+func lateDL(origin int32, seq int64) string {
+	return fmt.Sprintf(`tm3: {"reason":"late: window [-10000, -8000) of a closed at watermark 5000","vertex":"windows","subtask":1,"key":"a","value":"{\"user\":\"a\",\"amount\":1,\"ts\":-9000,\"late\":true}","time":-9000,"origin":%d,"seq":%d}`, origin, seq)
 }
