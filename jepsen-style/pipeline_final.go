@@ -66,6 +66,7 @@ func (r *run) finishPipeline(ctx context.Context) {
 	p("pipeline: %d clicks acknowledged in %d windows; closing clicks at event time %d; waiting for the sinks", len(in.Published), len(want), after)
 
 	start := time.Now()
+	var windowsIn time.Time // when the table and the stream first held every window
 	var table, stream checker.PipelineInput
 	lastSaid := time.Now()
 	for {
@@ -76,7 +77,13 @@ func (r *run) finishPipeline(ctx context.Context) {
 		inTable, inStream := covered(want, table.Rows), covered(want, stream.Rows)
 		dead, _ := r.pipelineDeadLetters(pl.jobID)
 		inDead := lateCovered(lateStored, dead)
-		done := inTable == len(want) && inStream == len(want) && inDead == len(lateStored)
+		windows := inTable == len(want) && inStream == len(want)
+		if windows && windowsIn.IsZero() {
+			windowsIn = time.Now()
+		}
+		// The dead letters commit with the checkpoint of the last windows or the next one: once
+		// every window is in, a late click still missing after a few checkpoints is missing.
+		done := windows && (inDead == len(lateStored) || time.Since(windowsIn) > pipelineDeadLetterWait)
 		if done || time.Since(start) > PipelineWait || ctx.Err() != nil {
 			p("pipeline: after %s the table holds %d of the %d windows (%d rows), the stream %d (%d messages), the dead letters %d of the %d late clicks",
 				time.Since(start).Round(time.Millisecond), inTable, len(want), len(table.Rows), inStream, len(stream.Rows), inDead, len(lateStored))
@@ -147,6 +154,10 @@ func (pl *pipeline) storedClicks(ctx context.Context, acked map[string]bool) (un
 	}
 	return unacked, late, lost, nil
 }
+
+// pipelineDeadLetterWait is how long the harness waits for the late clicks in the dead letters
+// once every window is in: five checkpoint intervals.
+const pipelineDeadLetterWait = 5 * client.StreamCheckpointInterval
 
 // lateCovered counts the late clicks of the stream (their lineages) the dead letters hold at
 // least once.
