@@ -145,7 +145,7 @@ func (c *Cluster) DamageRecords() []checker.Damage {
 		var r nemesis.DamageRecord
 		if json.Unmarshal([]byte(line), &r) == nil {
 			out = append(out, checker.Damage{Fault: r.Fault, Node: r.Node, File: r.File, Mode: string(r.Mode),
-				Damage: r.Damage, Outcome: r.Outcome, Said: r.Said})
+				Damage: r.Damage, Changed: r.Changed, Outcome: r.Outcome, Said: r.Said})
 		}
 	}
 	return out

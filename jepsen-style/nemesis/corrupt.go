@@ -57,6 +57,8 @@ type DamageRecord struct {
 	Mode   CorruptMode `json:"mode"`
 	File   string      `json:"file,omitempty"`
 	Damage string      `json:"damage"` // e.g. "bit 3 of byte 40961 flipped"
+	// Changed: what the damage changed that the JM reads (StoreDamage.Changed); "" when nothing.
+	Changed string `json:"changed,omitempty"`
 	// Outcome: "refused" (exited naming the file), "crashed" (exited otherwise), "started"
 	// (ran on), "skipped" (no file to damage yet).
 	Outcome string `json:"outcome"`
@@ -128,8 +130,9 @@ func (e *Executor) applyCorrupt(ctx context.Context, a Action) error {
 		return err
 	}
 	rec := DamageRecord{Fault: a.Fault.Index, Node: c.Node, Kind: c.Kind, Mode: c.Mode}
-	file, what, err := DamageStore(sd.DataDir(c.Node), *c)
-	rec.File, rec.Damage = file, what
+	d, err := DamageStore(sd.DataDir(c.Node), *c)
+	file := d.File
+	rec.File, rec.Damage, rec.Changed = d.File, d.What, d.Changed
 	if err != nil {
 		rec.Outcome, rec.Damage = OutcomeSkipped, err.Error()
 	}
@@ -150,7 +153,7 @@ func (e *Executor) applyCorrupt(ctx context.Context, a Action) error {
 	}
 	sd.NoteDamage(rec)
 	if e.Logf != nil {
-		e.Logf("%s %s on %s: %s %s: %s", c.Kind, c.Mode, c.Node, file, rec.Damage, rec.Outcome)
+		e.Logf("%s %s on %s: %s %s (changed: %s): %s", c.Kind, c.Mode, c.Node, file, rec.Damage, orNothing(rec.Changed), rec.Outcome)
 	}
 	return nil
 }
@@ -184,6 +187,13 @@ func (e *Executor) healStore(ctx context.Context, a Action, first bool) error {
 	return errors.Join(errs...)
 }
 
+func orNothing(s string) string {
+	if s == "" {
+		return "nothing read"
+	}
+	return s
+}
+
 func errText(err error) string {
 	if err == nil {
 		return ""
@@ -191,38 +201,56 @@ func errText(err error) string {
 	return " (error: " + err.Error() + ")"
 }
 
-// DamageStore damages the file a Corruption names in a JM's data directory and returns the
-// file and what was done to it.
-func DamageStore(dataDir string, c Corruption) (string, string, error) {
+// StoreDamage is what a store fault did to a JM's file.
+type StoreDamage struct {
+	File string // the damaged file
+	What string // what was done to it, e.g. "bit 3 of byte 40961 flipped"
+	// Changed is what the damage changed that the JM reads as state ("log entry 57's data",
+	// "state.bin's bytes"): its verification must refuse the file. "" when no draw changed
+	// anything read (storestate.go).
+	Changed string
+}
+
+// DamageStore damages the file a Corruption names in a JM's data directory: at the offsets its
+// pick draws, drawn again while the damage changes nothing the JM reads.
+func DamageStore(dataDir string, c Corruption) (StoreDamage, error) {
 	rng := rand.New(rand.NewSource(c.Pick))
-	var file string
+	var d StoreDamage
 	var spans [][2]int64 // the byte ranges holding live data
+	var changed func() (string, error)
 	switch c.Kind {
 	case CorruptRaftLog:
-		file = filepath.Join(dataDir, "raft.db")
+		d.File = filepath.Join(dataDir, "raft.db")
 		var err error
-		if spans, err = liveBoltSpans(file); err != nil {
-			return file, "", err
+		if spans, err = liveBoltSpans(d.File); err != nil {
+			return d, err
+		}
+		if changed, err = raftDBChange(d.File); err != nil {
+			return d, err
 		}
 	case CorruptSnapshot:
 		dir, err := newestSnapshot(filepath.Join(dataDir, "snapshots"))
 		if err != nil {
-			return "", "", err
+			return d, err
 		}
-		file = filepath.Join(dir, "state.bin")
+		d.File = filepath.Join(dir, "state.bin")
 		if rng.Intn(3) == 0 {
-			file = filepath.Join(dir, "meta.json")
+			d.File = filepath.Join(dir, "meta.json")
 		}
-		st, err := os.Stat(file)
+		st, err := os.Stat(d.File)
 		if err != nil {
-			return file, "", err
+			return d, err
 		}
 		spans = [][2]int64{{0, st.Size()}}
+		if changed, err = bytesChange(d.File); err != nil {
+			return d, err
+		}
 	default:
-		return "", "", fmt.Errorf("nemesis: %s damages no store", c.Kind)
+		return d, fmt.Errorf("nemesis: %s damages no store", c.Kind)
 	}
-	what, err := damageFile(file, c.Mode, spans, rng)
-	return file, what, err
+	var err error
+	d.What, d.Changed, err = damageChanging(d.File, c.Mode, spans, rng, changed)
+	return d, err
 }
 
 // damageFile applies mode at offsets drawn from spans.

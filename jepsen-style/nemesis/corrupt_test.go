@@ -3,7 +3,6 @@ package nemesis
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/bbolt"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
 // TestStoreFaultsUseEveryModeOverSeeds: the corruption scenarios' schedules for seeds 1-3
@@ -74,26 +74,24 @@ func TestLostUnsyncedLiesAndKillsTheLeader(t *testing.T) {
 func boltFile(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "raft.db")
-	db, err := bbolt.Open(path, 0o600, nil)
+	store, err := raftboltdb.New(raftboltdb.Options{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.Update(func(tx *bbolt.Tx) error {
-		b, err := tx.CreateBucket([]byte("logs"))
-		if err != nil {
-			return err
-		}
-		for i := uint64(1); i <= 300; i++ {
-			if err := b.Put(binary.BigEndian.AppendUint64(nil, i), bytes.Repeat([]byte{byte(i)}, 100)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	var logs []*raft.Log
+	for i := uint64(1); i <= 300; i++ {
+		logs = append(logs, &raft.Log{Index: i, Term: 1 + i/100, Type: raft.LogCommand,
+			Data: bytes.Repeat([]byte{byte(i)}, 100), AppendedAt: time.Unix(1_700_000_000, int64(i))})
+	}
+	if err := store.StoreLogs(logs); err != nil {
 		t.Fatal(err)
 	}
-	_ = db.Close()
+	if err := store.SetUint64([]byte("CurrentTerm"), 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
 	return path
 }
 
@@ -109,9 +107,10 @@ func TestDamageStoreHitsLiveData(t *testing.T) {
 		}
 		before, _ := os.ReadFile(path)
 		c := Corruption{Node: "jm1", Kind: CorruptRaftLog, Mode: mode, Pick: 42}
-		file, what, err := DamageStore(filepath.Dir(path), c)
-		if err != nil || file != path {
-			t.Fatalf("%s: %s %s %v", mode, file, what, err)
+		d, err := DamageStore(filepath.Dir(path), c)
+		what := d.What
+		if err != nil || d.File != path || d.Changed == "" {
+			t.Fatalf("%s: %+v %v", mode, d, err)
 		}
 		after, _ := os.ReadFile(path)
 		inLive := func(off int64) bool {
@@ -143,9 +142,9 @@ func TestDamageStoreHitsLiveData(t *testing.T) {
 			}
 		}
 		again := boltFile(t)
-		_, what2, _ := DamageStore(filepath.Dir(again), c)
-		if what2 != what {
-			t.Fatalf("%s: same pick, different damage: %q, %q", mode, what, what2)
+		d2, _ := DamageStore(filepath.Dir(again), c)
+		if d2.What != d.What || d2.Changed != d.Changed {
+			t.Fatalf("%s: same pick, different damage: %+v, %+v", mode, d, d2)
 		}
 	}
 }
@@ -163,7 +162,7 @@ func bitsSet(b byte) int {
 func TestDamageStoreTakesTheNewestSnapshot(t *testing.T) {
 	dir := t.TempDir()
 	c := Corruption{Kind: CorruptSnapshot, Mode: BitFlip, Pick: 3}
-	if _, _, err := DamageStore(dir, c); err == nil || !strings.Contains(err.Error(), "no snapshot") {
+	if _, err := DamageStore(dir, c); err == nil || !strings.Contains(err.Error(), "no snapshot") {
 		t.Fatalf("no snapshot: %v", err)
 	}
 	for _, name := range []string{"2-900-1", "3-100-5", "3-100-9", "3-99-20"} {
@@ -179,9 +178,9 @@ func TestDamageStoreTakesTheNewestSnapshot(t *testing.T) {
 	}
 	for pick := int64(0); pick < 6; pick++ {
 		c.Pick = pick
-		file, _, err := DamageStore(dir, c)
-		if err != nil || filepath.Base(filepath.Dir(file)) != "3-100-9" {
-			t.Fatalf("damaged %s, %v", file, err)
+		d, err := DamageStore(dir, c)
+		if err != nil || filepath.Base(filepath.Dir(d.File)) != "3-100-9" || d.Changed == "" {
+			t.Fatalf("damaged %+v, %v", d, err)
 		}
 	}
 }
