@@ -157,12 +157,12 @@ func (d *procs) waitJob(ctx context.Context, id string, limit time.Duration, con
 	deadline := time.Now().Add(limit)
 	last := "nothing"
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		rec, _, err := d.getJob(id)
+		rec, from, err := d.getJob(id)
 		if err == nil {
 			if cond(rec) {
 				return rec, nil
 			}
-			last = fmt.Sprintf("%s, %d/%d running", graph.JobStatusName(rec.Status), pbSummary(rec).running, pbSummary(rec).total)
+			last = fmt.Sprintf("%s, %d/%d running, read from %s", graph.JobStatusName(rec.Status), pbSummary(rec).running, pbSummary(rec).total, from)
 		} else {
 			last = err.Error()
 		}
@@ -179,7 +179,7 @@ func (d *procs) waitAllRunning(ctx context.Context, id string, limit time.Durati
 	deadline := time.Now().Add(limit)
 	last := "nothing"
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		s, err := d.jobSummary(id)
+		s, from, err := d.jobSummary(id)
 		switch {
 		case err != nil:
 			last = err.Error()
@@ -190,15 +190,15 @@ func (d *procs) waitAllRunning(ctx context.Context, id string, limit time.Durati
 			}
 			last = fmt.Sprintf("summary %d/%d running, record: %v", s.TasksRunning, s.Tasks, err)
 		default:
-			last = fmt.Sprintf("%s, %d/%d running", graph.JobStatusName(s.Status), s.TasksRunning, s.Tasks)
+			last = fmt.Sprintf("%s, %d/%d running, read from %s", graph.JobStatusName(s.Status), s.TasksRunning, s.Tasks, from)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil, fmt.Errorf("timed out waiting for job %s to run every task (last seen: %s)", id, last)
 }
 
-// jobSummary is the job's summary from the first running JobMaster that answers.
-func (d *procs) jobSummary(id string) (*pb.JobSummary, error) {
+// jobSummary is the job's summary from the first running JobMaster that answers, and its name.
+func (d *procs) jobSummary(id string) (*pb.JobSummary, string, error) {
 	var lastErr error
 	for _, p := range d.JMs {
 		if !p.Running() {
@@ -215,11 +215,11 @@ func (d *procs) jobSummary(id string) (*pb.JobSummary, error) {
 		})
 		c.cc.Close()
 		if err == nil {
-			return s, nil
+			return s, p.Name, nil
 		}
 		lastErr = err
 	}
-	return nil, lastErr
+	return nil, "", lastErr
 }
 
 func allRunning(rec *pb.JobRecord) bool {
