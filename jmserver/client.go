@@ -176,8 +176,12 @@ func ClusterStatus(d Deps) *pb.ClusterStatusResponse {
 	out.LeaderId = leaderID
 	// The leader's address only while this node has fresh evidence that it lives: TaskManagers
 	// fence themselves when a JobMaster names an established leader they cannot reach, and a
-	// follower names a dead leader until its Raft heartbeat timeout fires.
-	if ep.LeaderId == leaderID && leaderID != "" && d.Node.LeaderIsFresh() {
+	// follower names a dead leader until its Raft heartbeat timeout fires. A leader that found
+	// its state behind the TaskManagers' epoch (a wiped cluster that established before any
+	// TaskManager was in its pool, then was refused as stale) names none: it no longer leads the
+	// epoch its state still records.
+	out.StateBehind = d.Node.Behind()
+	if ep.LeaderId == leaderID && leaderID != "" && d.Node.LeaderIsFresh() && out.StateBehind == "" {
 		out.LeaderGrpcAddress = ep.LeaderGrpcAddress
 	}
 	out.Peers, _ = d.Node.Peers()
@@ -204,7 +208,6 @@ func ClusterStatus(d Deps) *pb.ClusterStatusResponse {
 		ids[id] = true
 	}
 	markUnreachable(out.Peers, ids)
-	out.StateBehind = d.Node.Behind()
 	recs := d.State.Reconciliations()
 	for _, r := range recs {
 		if r.Epoch == ep.Epoch && r.Outcome == "in_progress" {

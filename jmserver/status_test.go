@@ -60,3 +60,28 @@ func TestFollowerStopsNamingADeadLeader(t *testing.T) {
 	})
 	t.Logf("answers naming the dead leader within half the heartbeat timeout: %d", named)
 }
+
+// TestALeaderBehindTheTaskManagersNamesNoLeader: a leader that learns a TaskManager has seen an
+// epoch above its state's (a wiped cluster that established before any TaskManager was in its
+// pool, then was refused as stale) stops establishing and says why in ClusterStatus; it names
+// no leader address, though its state still records itself as the epoch's leader.
+func TestALeaderBehindTheTaskManagersNamesNoLeader(t *testing.T) {
+	c := tc.New(t, tc.Options{JMs: 1})
+	l := c.Leader()
+	ctx := context.Background()
+	resp, err := c.Client(l).ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+	if err != nil || resp.LeaderGrpcAddress != l.GRPCAddr || resp.StateBehind != "" {
+		t.Fatalf("an established leader: %v, %v", resp, err)
+	}
+	l.A.Node.NoteSeenEpoch(resp.Epoch + 3)
+	tc.WaitFor(t, 30*time.Second, "the leader reporting its state behind", func() (bool, string) {
+		resp, err = c.Client(l).ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return resp.StateBehind != "", fmt.Sprintf("epoch %d, leader %q, behind %q", resp.Epoch, resp.LeaderGrpcAddress, resp.StateBehind)
+	})
+	if resp.LeaderGrpcAddress != "" || resp.LeaderId != l.ID {
+		t.Fatalf("a leader whose state is behind names %q as the leader's address (Raft leader %q): %v", resp.LeaderGrpcAddress, resp.LeaderId, resp)
+	}
+}
