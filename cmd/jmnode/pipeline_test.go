@@ -62,19 +62,27 @@ func TestPipelineExactlyOnceThroughKills(t *testing.T) {
 	}
 }
 
-// keepPipelineLogs copies the demo's logs where CI keeps a failed test's (JMC_TEST_LOG_DIR).
+// keepPipelineLogs copies the demo's logs where CI keeps a failed test's (JMC_TEST_LOG_DIR);
+// without that directory it prints the last lines of each (the work dir is deleted with the
+// test).
 func keepPipelineLogs(t *testing.T, work string) {
-	dst := os.Getenv("JMC_TEST_LOG_DIR")
-	if dst == "" {
-		return
-	}
-	to := filepath.Join(dst, strings.ReplaceAll(t.Name(), "/", "-"))
-	_ = os.MkdirAll(to, 0o755)
 	logs, _ := filepath.Glob(filepath.Join(work, "*.log"))
 	more, _ := filepath.Glob(filepath.Join(work, "cluster", "*.log"))
+	dst := os.Getenv("JMC_TEST_LOG_DIR")
+	to := filepath.Join(dst, strings.ReplaceAll(t.Name(), "/", "-"))
+	if dst != "" {
+		_ = os.MkdirAll(to, 0o755)
+	}
 	for _, f := range append(logs, more...) {
-		if b, err := os.ReadFile(f); err == nil {
-			_ = os.WriteFile(filepath.Join(to, filepath.Base(f)), b, 0o644)
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
 		}
+		if dst != "" {
+			_ = os.WriteFile(filepath.Join(to, filepath.Base(f)), b, 0o644)
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		t.Logf("last lines of %s:\n%s", filepath.Base(f), strings.Join(lines[max(0, len(lines)-40):], "\n"))
 	}
 }
