@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"math/rand/v2"
 	"sort"
@@ -126,7 +127,11 @@ func (l lossyLogs) GetLog(index uint64, out *raft.Log) error {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
 	if e, ok := l.s.entries[index]; ok {
+		// A copy: a caller that reuses out decodes its next entry into out.Data's array, which
+		// would otherwise be the held entry's while the flush encodes it.
 		*out = *e
+		out.Data = bytes.Clone(e.Data)
+		out.Extensions = bytes.Clone(e.Extensions)
 		return nil
 	}
 	return l.s.logs.GetLog(index, out)
