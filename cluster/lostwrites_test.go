@@ -46,6 +46,8 @@ func TestLoseUnsyncedHoldsWritesUntilTheFlush(t *testing.T) {
 		t.Fatalf("entry 2 is in raft.db before the flush: %v", err)
 	}
 	waitFor(t, "the held writes in raft.db", func() (bool, string) {
+		// Into a log of its own: l's Data is the held entry's, which the flush is encoding.
+		var l raft.Log
 		err := store.GetLog(2, &l)
 		v, verr := store.GetUint64([]byte("CurrentTerm"))
 		return err == nil && verr == nil && v == 5, fmt.Sprintf("entry 2: %v; term %d %v", err, v, verr)

@@ -31,6 +31,7 @@ import (
 // wasm vertex names a file has it uploaded and replaced by its hash; rm of the artifact that
 // job uses is refused naming the job, and succeeds once it is cancelled.
 func TestArtifactCommands(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}

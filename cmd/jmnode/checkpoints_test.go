@@ -52,6 +52,7 @@ func completedRows(v *pb.JobCheckpointsView) []*pb.CheckpointRow {
 // with higher ids, the tasks keep their attempts, and the shared root holds no checkpoint the
 // record no longer names below the ones it keeps.
 func TestProcessCheckpointsThroughALeaderKill(t *testing.T) {
+	t.Parallel()
 	var root string
 	d := newProcessClusterOf(t, fastProcs, func(dir string, nodes []proccluster.Node) {
 		root = filepath.Join(dir, "checkpoints")

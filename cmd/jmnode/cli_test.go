@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,7 +44,7 @@ func TestLoadJobFileNamesTheField(t *testing.T) {
 
 func TestUnreachableClusterNamesTheAddress(t *testing.T) {
 	addr := testcluster.FreePorts(t, 1)[0] // nothing listens there
-	err := run([]string{"job", "list", "--addr", addr, "--timeout", "300ms"})
+	err := runCLI([]string{"job", "list", "--addr", addr, "--timeout", "300ms"})
 	if err == nil || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("want an error naming %s, got %v", addr, err)
 	}
@@ -79,6 +80,7 @@ func TestFlagPrecedence(t *testing.T) {
 
 // TestCLIAgainstACluster runs the operator commands against a real in-process cluster.
 func TestCLIAgainstACluster(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 2})
 	addr := c.Follower().GRPCAddr
 	out := captureStdout(t, func() error {
@@ -106,7 +108,7 @@ func TestCLIAgainstACluster(t *testing.T) {
 	if rows := subtaskRows(out); len(rows) != 6 || !strings.HasPrefix(rows[0], "source ") || !strings.HasPrefix(rows[5], "sink ") {
 		t.Fatalf("job status --all: rows %q\n%s", rows, out)
 	}
-	if err := run([]string{"job", "status", id, "--vertex", "nope", "--addr", addr}); err == nil || !strings.Contains(err.Error(), `no vertex "nope"`) {
+	if err := runCLI([]string{"job", "status", id, "--vertex", "nope", "--addr", addr}); err == nil || !strings.Contains(err.Error(), `no vertex "nope"`) {
 		t.Fatalf("job status --vertex nope: %v", err)
 	}
 	out = captureStdout(t, func() error { return run([]string{"job", "list", "--json", "--consistent", "--addr", addr}) })
@@ -125,11 +127,11 @@ func TestCLIAgainstACluster(t *testing.T) {
 	if !strings.Contains(out, "leader") || !strings.Contains(out, "tm1") {
 		t.Fatalf("status:\n%s", out)
 	}
-	err := run([]string{"job", "submit", "../../examples/invalid.json", "--addr", addr})
+	err := runCLI([]string{"job", "submit", "../../examples/invalid.json", "--addr", addr})
 	if err == nil || !strings.Contains(err.Error(), "InvalidArgument") || !strings.Contains(err.Error(), "parallelism") {
 		t.Fatalf("invalid job: %v", err)
 	}
-	err = run([]string{"job", "status", "0123456789abcdef0123456789abcdef", "--addr", addr})
+	err = runCLI([]string{"job", "status", "0123456789abcdef0123456789abcdef", "--addr", addr})
 	if err == nil || !strings.Contains(err.Error(), "unknown job") {
 		t.Fatalf("unknown job: %v", err)
 	}
@@ -164,8 +166,23 @@ func subtaskRows(out string) []string {
 	return rows
 }
 
+// stdoutMu is held while a command runs in the test process (captureStdout, runCLI): commands
+// print to os.Stdout, which captureStdout replaces for the whole process, and tests run in
+// parallel.
+var stdoutMu sync.Mutex
+
+// runCLI runs a jmnode command in the test process; what it prints goes to the test's output.
+func runCLI(args []string) error {
+	stdoutMu.Lock()
+	defer stdoutMu.Unlock()
+	return run(args)
+}
+
+// captureStdout returns what fn, which calls run, prints; the test fails if fn does.
 func captureStdout(t *testing.T, fn func() error) string {
 	t.Helper()
+	stdoutMu.Lock()
+	defer stdoutMu.Unlock()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +217,7 @@ func captureStdout(t *testing.T, fn func() error) string {
 // naming every term; the defaults start.
 func TestIsolationTimingsRefusedAtStart(t *testing.T) {
 	ports := testcluster.FreePorts(t, 2)
-	err := run([]string{"jobmaster", "--id", "jm1", "--data-dir", t.TempDir(), "--raft-addr", ports[0], "--grpc-addr", ports[1],
+	err := runCLI([]string{"jobmaster", "--id", "jm1", "--data-dir", t.TempDir(), "--raft-addr", ports[0], "--grpc-addr", ports[1],
 		"--heartbeat-timeout", "8s", "--fence-timeout", "5s"})
 	for _, want := range []string{"--heartbeat-timeout 8s", "fence timeout 5s", "heartbeat interval 1s", "pool query timeout", "pool query interval", "--fence-timeout"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -213,6 +230,7 @@ func TestIsolationTimingsRefusedAtStart(t *testing.T) {
 // checkpoints` lists its checkpoints (table and --json), `job status` counts them, and the REST
 // view /api/v1/jobs/{id}/checkpoints answers the same.
 func TestCLIJobCheckpoints(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 3, Checkpoints: true, JM: func(cfg *agent.JobMasterConfig) { cfg.HTTPAddr = "127.0.0.1:0" }})
 	addr := c.Follower().GRPCAddr
 	out := captureStdout(t, func() error {

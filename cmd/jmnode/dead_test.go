@@ -158,6 +158,7 @@ func endedAttempts(rec *pb.JobRecord, ids map[string]bool) []*pb.Execution {
 // to its gRPC port: the loss is logged and committed with a cause that says so, before gossip
 // reports the TM gone, and exactly the failover regions holding its attempts restart.
 func TestKilledTaskManagerLostByRefusedConnections(t *testing.T) {
+	t.Parallel()
 	d := newProcessCluster(t, fastProcs)
 	ctx := context.Background()
 	before := submitChain(t, d, "killed-tm", 3)
@@ -236,6 +237,7 @@ var defaultRaftProcs = proccluster.LocalOptions{
 // The TM is restarted; every task runs again, and only the regions that held its attempts
 // restarted.
 func TestLeaderAndTaskManagerKilledReconciliationDoesNotWait(t *testing.T) {
+	t.Parallel()
 	const reportDeadline = 10 * time.Second // jmnode's default --report-deadline
 	d := newProcessCluster(t, defaultRaftProcs)
 	ctx := context.Background()
@@ -316,6 +318,7 @@ func TestLeaderAndTaskManagerKilledReconciliationDoesNotWait(t *testing.T) {
 // reconciles meanwhile — and then continued. Neither the resumed leader, which heard from no
 // TM while it was stopped, nor the new one declares a TM lost, and nothing restarts.
 func TestStalledLeaderDeclaresNoTaskManagerLost(t *testing.T) {
+	t.Parallel()
 	// The least the isolation rule accepts with the default pool timings (jobmaster.Config.Validate),
 	// and above the TMs' 5s RPC timeout: a TM whose heartbeat hangs on the stopped leader reaches
 	// the new one only after it.

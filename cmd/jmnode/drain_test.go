@@ -20,6 +20,7 @@ import (
 // others have no room for is refused, naming --force; an unknown id is NOT_FOUND; --undo ends
 // the drain.
 func TestDrainMovesOnlyTheDrainedTaskManagersRegions(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}
@@ -76,11 +77,11 @@ func TestDrainMovesOnlyTheDrainedTaskManagersRegions(t *testing.T) {
 			full = tm
 		}
 	}
-	if err := run([]string{"tm", "drain", full, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err == nil ||
+	if err := runCLI([]string{"tm", "drain", full, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err == nil ||
 		!strings.Contains(err.Error(), "--force") || !strings.Contains(err.Error(), "FailedPrecondition") {
 		t.Fatalf("a drain of %s with no room elsewhere: %v", full, err)
 	}
-	if err := run([]string{"tm", "drain", "tm-nosuch", "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err == nil || !strings.Contains(err.Error(), "NotFound") {
+	if err := runCLI([]string{"tm", "drain", "tm-nosuch", "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err == nil || !strings.Contains(err.Error(), "NotFound") {
 		t.Fatalf("a drain of an unknown TaskManager: %v", err)
 	}
 

@@ -78,7 +78,7 @@ func failoverProcs() proccluster.LocalOptions {
 func newJobMasterCluster(t *testing.T, o proccluster.LocalOptions) (*procs, map[string]string) {
 	t.Helper()
 	dir := t.TempDir()
-	bin := buildJmnode(t, dir, "jmnode")
+	bin := buildJmnode(t)
 	nodes, err := proccluster.Local(dir, o)
 	if err != nil {
 		t.Fatal(err)

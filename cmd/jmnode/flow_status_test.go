@@ -14,6 +14,7 @@ import (
 // second, backpressure, "-" for the watermark (the job has no event time) and 0 dead letters,
 // within a few heartbeats.
 func TestJobStatusShowsTheDataFlow(t *testing.T) {
+	// Not parallel: its rates must show within a few heartbeats, a bound other tests' load stretches.
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 2})
 	id := c.Submit(testcluster.StreamingChain("flow-status", 2, 1000, 0))
 	f := c.Follower()

@@ -22,6 +22,7 @@ import (
 // any other, no task restarts; each change has an audit line naming the operator;
 // and a TaskManager restarted with its old --gossip-key rejoins with the rotated keyring.
 func TestGossipKeyRotationOnAProcessCluster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}
@@ -41,7 +42,7 @@ func TestGossipKeyRotationOnAProcessCluster(t *testing.T) {
 	}
 	oldFP, newFP := fingerprint(t, oldKey), fingerprint(t, newKey)
 	cli := func(args ...string) error {
-		return run(append(append([]string{"gossip", "keyring"}, args...), append([]string{"--addr", addr, "--timeout", "10s"}, flags("operator", "alice")...)...))
+		return runCLI(append(append([]string{"gossip", "keyring"}, args...), append([]string{"--addr", addr, "--timeout", "10s"}, flags("operator", "alice")...)...))
 	}
 	list := func() []*pb.MemberKeyring {
 		t.Helper()
@@ -79,7 +80,7 @@ func TestGossipKeyRotationOnAProcessCluster(t *testing.T) {
 	if err := cli("install", "bm90IGEga2V5"); err == nil || !strings.Contains(err.Error(), "16, 24 or 32 bytes") {
 		t.Fatalf("install of a 7-byte key = %v; want refused naming the sizes", err)
 	}
-	reader := run(append([]string{"gossip", "keyring", "install", newKey, "--addr", addr, "--timeout", "5s"}, flags("reader", "rita")...))
+	reader := runCLI(append([]string{"gossip", "keyring", "install", newKey, "--addr", addr, "--timeout", "5s"}, flags("reader", "rita")...))
 	if reader == nil || !strings.Contains(reader.Error(), "PermissionDenied") {
 		t.Fatalf("a reader's install = %v; want PermissionDenied", reader)
 	}

@@ -19,6 +19,7 @@ import (
 // JobMaster's; a submission over the write rate limit is retried after the JobMaster's
 // retry-after within --timeout, and reported with the limit named when the timeout is shorter.
 func TestCLINamesTheLimits(t *testing.T) {
+	// Not parallel: the third submission must come within the 2 s the rate limit's token takes.
 	c := testcluster.New(t, testcluster.Options{JMs: 3,
 		Raft: func(cc *cluster.Config) {
 			cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
@@ -30,11 +31,11 @@ func TestCLINamesTheLimits(t *testing.T) {
 	if err := os.WriteFile(huge, []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err := run([]string{"job", "submit", huge, "--addr", addr})
+	err := runCLI([]string{"job", "submit", huge, "--addr", addr})
 	if want := "is over the jmnode client's message limit of 4194304 bytes (--max-message-size)"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("oversized job: want %q, got %v", want, err)
 	}
-	err = run([]string{"job", "submit", huge, "--addr", addr, "--max-message-size", "16777216"})
+	err = runCLI([]string{"job", "submit", huge, "--addr", addr, "--max-message-size", "16777216"})
 	if want := "is over the JobMaster's message limit of 4194304 bytes (--max-message-size)"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("oversized job with a larger client limit: want %q, got %v", want, err)
 	}
@@ -47,7 +48,7 @@ func TestCLINamesTheLimits(t *testing.T) {
 		t.Fatalf("a rate-limited submission was not retried to success: %s", out)
 	}
 	t.Logf("the rate-limited submission succeeded after %s", time.Since(start))
-	err = run([]string{"job", "submit", job, "--addr", addr, "--timeout", "300ms"})
+	err = runCLI([]string{"job", "submit", job, "--addr", addr, "--timeout", "300ms"})
 	want := "is over the write rate limit of 0.5 per second, burst 1 (--client-write-rate, --client-write-burst); retry after"
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "ResourceExhausted") {
 		t.Fatalf("rate-limited submission with a short timeout: want %q, got %v", want, err)

@@ -15,6 +15,7 @@ import (
 // one JSON object with a timestamp, a level and a message, and every line of the new leader's
 // reconciliation (module reconcile) carries the epoch it reconciles for.
 func TestJSONLogsCarryTheEpochThroughAReconciliation(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}

@@ -45,6 +45,7 @@ func waitReconciledAfter(t *testing.T, d *procs, epoch uint64, gone []string, n 
 // timings: the leader and a second JobMaster are killed with SIGKILL; the three left elect a
 // leader, which keeps all 9 tasks of a streaming job running, and accepts writes.
 func TestFiveJobMastersSurviveTwoKills(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}
@@ -83,6 +84,7 @@ func TestFiveJobMastersSurviveTwoKills(t *testing.T) {
 // remove` takes it out of the configuration, and a new JobMaster with a new id, empty data and
 // --join is added to the two left. The three then survive a leader kill with every task kept.
 func TestReplaceADeadJobMaster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}
@@ -102,7 +104,7 @@ func TestReplaceADeadJobMaster(t *testing.T) {
 	if err := dead.Kill(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := run([]string{"raft", "remove", dead.Name, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
+	if err := runCLI([]string{"raft", "remove", dead.Name, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
 		t.Fatalf("raft remove %s: %v", dead.Name, err)
 	}
 
@@ -215,6 +217,7 @@ func waitVoters(t *testing.T, d *procs, ids ...string) {
 // running; no attempt changes, no restart is counted, and the checksum sinks see no gap and no
 // duplicate.
 func TestAddAndRemoveJobMastersOnline(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}
@@ -245,7 +248,7 @@ func TestAddAndRemoveJobMastersOnline(t *testing.T) {
 			break
 		}
 	}
-	if err := run([]string{"raft", "remove", follower, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
+	if err := runCLI([]string{"raft", "remove", follower, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
 		t.Fatalf("raft remove %s: %v", follower, err)
 	}
 	d.Proc(follower).Stop(10 * time.Second)
@@ -259,7 +262,7 @@ func TestAddAndRemoveJobMastersOnline(t *testing.T) {
 	t.Logf("%s removed and stopped", follower)
 
 	// The leader removes itself: it commits the configuration without itself and steps down.
-	if err := run([]string{"raft", "remove", leader.LeaderId, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
+	if err := runCLI([]string{"raft", "remove", leader.LeaderId, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
 		t.Fatalf("raft remove of the leader %s: %v", leader.LeaderId, err)
 	}
 	gone := []string{follower, leader.LeaderId}
@@ -302,6 +305,7 @@ func TestAddAndRemoveJobMastersOnline(t *testing.T) {
 // which the leader logs, and the two live voters of three still lead and take writes; the job
 // keeps its attempts.
 func TestDeadServerCleanupKeepsTheMinimumQuorum(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}

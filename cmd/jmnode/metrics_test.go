@@ -76,6 +76,7 @@ next:
 // state (RUNNING adding up to the job's 9) and the age of its leader contact, below the
 // heartbeat timeout.
 func TestMetricsAfterALeaderKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ import (
 // leader is resumed with SIGCONT. Every TM refuses the old epoch with STALE_EPOCH, and nothing
 // the old leader could do changed the job: the same attempts, still RUNNING, no task stopped.
 func TestPausedLeaderIsFencedByEveryTM(t *testing.T) {
+	t.Parallel()
 	d := newProcessCluster(t, fastProcs)
 	ctx := context.Background()
 
@@ -146,27 +148,59 @@ func newProcessCluster(t *testing.T, o proccluster.LocalOptions) *procs {
 	return newProcessClusterOf(t, o, nil)
 }
 
-// buildJmnode builds this package's jmnode into dir with the build tags given.
-func buildJmnode(t *testing.T, dir, name string, tags ...string) string {
+// jmnodeBins are the jmnode binaries this test process built, by their build tags, in binDir:
+// the tests, running in parallel, share one build of each (a link takes seconds of CPU).
+// TestMain removes binDir.
+var (
+	jmnodeBinsMu sync.Mutex
+	jmnodeBins   = map[string]string{}
+	binDir       string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// buildJmnode builds this package's jmnode with the build tags given, once per test process,
+// and returns its path.
+func buildJmnode(t *testing.T, tags ...string) string {
 	t.Helper()
-	bin := filepath.Join(dir, name)
+	jmnodeBinsMu.Lock()
+	defer jmnodeBinsMu.Unlock()
+	key := strings.Join(tags, ",")
+	if bin, ok := jmnodeBins[key]; ok {
+		return bin
+	}
+	if binDir == "" {
+		dir, err := os.MkdirTemp("", "jmnode-test-bin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		binDir = dir
+	}
+	bin := filepath.Join(binDir, strings.Join(append([]string{"jmnode"}, tags...), "-"))
 	args := []string{"build", "-o", bin}
 	if len(tags) > 0 {
-		args = append(args, "-tags", strings.Join(tags, ","))
+		args = append(args, "-tags", key)
 	}
 	build := exec.Command("go", append(args, ".")...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	jmnodeBins[key] = bin
 	return bin
 }
 
 // newProcessClusterOf is newProcessCluster with the nodes edited before the cluster is made
-// (edit may be nil); edit gets the directory the test's jmnode was built in.
+// (edit may be nil); edit gets the cluster's directory.
 func newProcessClusterOf(t *testing.T, o proccluster.LocalOptions, edit func(dir string, nodes []proccluster.Node)) *procs {
 	t.Helper()
 	dir := t.TempDir()
-	bin := buildJmnode(t, dir, "jmnode")
+	bin := buildJmnode(t)
 	nodes, err := proccluster.Local(dir, o)
 	if err != nil {
 		t.Fatal(err)

@@ -29,11 +29,12 @@ func buildNatsServer(t *testing.T, dir string) string {
 // message id), with no dead letter, no prepared transaction left, and no credential's value
 // in any log, Raft log, snapshot, job view, work directory or checkpoint.
 func TestPipelineExactlyOnceThroughKills(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs NATS, PostgreSQL and a cluster of six processes through two kills")
 	}
 	dir := t.TempDir()
-	bin := buildJmnode(t, dir, "jmnode")
+	bin := buildJmnode(t)
 	nats := buildNatsServer(t, dir)
 	for _, sink := range []string{"postgres", "nats"} {
 		t.Run(sink, func(t *testing.T) {

@@ -46,6 +46,7 @@ func registrations(t *testing.T, path string) []taskmanager.Event {
 // loaded far beyond one busy core took 2.3 s; a TM held back by what the leader knew of the
 // dead process would wait out the report deadline (six intervals) or the heartbeat timeout.
 func TestRestartedLeaderAndTaskManagerHoldTasksAgain(t *testing.T) {
+	// Not parallel: it bounds a latency (six heartbeat intervals) that other tests' load stretches.
 	const heartbeat = 500 * time.Millisecond // fastProcs' --heartbeat-interval
 	d := newProcessCluster(t, fastProcs)
 	ctx := context.Background()

@@ -80,6 +80,7 @@ func (w *writeProbe) finish() (longest time.Duration, served int) {
 // restarts and no attempt changes, the checksum sinks see no gap and no duplicate and keep
 // growing, and no write goes unserved for longer than two Raft heartbeat timeouts.
 func TestRollingRestartBySIGTERM(t *testing.T) {
+	// Not parallel: it bounds a latency (two Raft heartbeat timeouts) that other tests' load stretches.
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}

@@ -60,8 +60,9 @@ func startAndWait(t *testing.T, bin string, args []string, limit time.Duration) 
 // exits at start, non-zero, naming --slots, the value and the range the leader accepts; 1024,
 // the top of that range, starts.
 func TestTaskManagerRefusesSlotsOverTheLeadersLimitAtStart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	bin := buildJmnode(t, dir, "jmnode")
+	bin := buildJmnode(t)
 	jm := testcluster.FreePorts(t, 1)[0] // nothing needs to listen there: the TM starts without a leader
 	tm := func(slots int) []string {
 		return []string{"taskmanager", "--id", fmt.Sprintf("tm-%d", slots), "--slots", fmt.Sprint(slots), "--jm", jm,
@@ -293,8 +294,9 @@ func helpFlags(t *testing.T, bin, process string) []string {
 // flag at its lowest accepted value and one at its highest, run the demo job
 // (examples/streaming-checksum.json) with every task RUNNING.
 func TestMisconfigurationMatrix(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	bin := buildJmnode(t, dir, "jmnode")
+	bin := buildJmnode(t)
 	file := filepath.Join(dir, "a-file")
 	if err := os.WriteFile(file, []byte("not a directory, a key or a certificate\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -470,7 +472,8 @@ func TestMisconfigurationMatrix(t *testing.T) {
 // `jmnode PATH --help` exits 0 with a usage text for every group and every command, and the
 // top-level usage names every top-level command.
 func TestEveryCommandAnswersHelp(t *testing.T) {
-	bin := buildJmnode(t, t.TempDir(), "jmnode")
+	t.Parallel()
+	bin := buildJmnode(t)
 	var walk func(path []string, c *command)
 	n := 0
 	walk = func(path []string, c *command) {

@@ -17,6 +17,7 @@ import (
 // state (a running streaming job among it) and `snapshot inspect` shows it, restoring the file
 // offline; a damaged file is refused by both inspect and a JobMaster's restore.
 func TestSnapshotSaveAndInspect(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}
@@ -64,10 +65,10 @@ func TestSnapshotSaveAndInspect(t *testing.T) {
 	if err := os.WriteFile(bad, b[:len(b)-7], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := run([]string{"snapshot", "inspect", bad}); err == nil || !strings.Contains(err.Error(), "corrupt") {
+	if err := runCLI([]string{"snapshot", "inspect", bad}); err == nil || !strings.Contains(err.Error(), "corrupt") {
 		t.Fatalf("inspect of a truncated file: %v", err)
 	}
-	if err := run([]string{"snapshot", "inspect", "/etc/hostname"}); err == nil || !strings.Contains(err.Error(), "not a jmcluster snapshot") {
+	if err := runCLI([]string{"snapshot", "inspect", "/etc/hostname"}); err == nil || !strings.Contains(err.Error(), "not a jmcluster snapshot") {
 		t.Fatalf("inspect of another file: %v", err)
 	}
 }
@@ -81,6 +82,8 @@ func TestSnapshotSaveAndInspect(t *testing.T) {
 // one the TaskManagers have seen and its reconciliation keeps all 9 tasks running, with the
 // same attempts, and the checksum sinks see no gap and no duplicate.
 func TestSnapshotRestoreOntoAWipedCluster(t *testing.T) {
+	// Not parallel: under load the wiped JobMasters can elect and establish before a TaskManager's
+	// gossip shows its epoch (docs/testing.md, "Parallel tests").
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}
@@ -93,7 +96,7 @@ func TestSnapshotRestoreOntoAWipedCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "state.snap")
-	if err := run([]string{"snapshot", "save", path, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
+	if err := runCLI([]string{"snapshot", "save", path, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Proc(leader.LeaderId).Kill(10 * time.Second); err != nil {

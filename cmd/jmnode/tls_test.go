@@ -16,16 +16,16 @@ import (
 // write the files a process loads, in --dir, and never over an existing file.
 func TestTLSCommandsWriteFilesAndRefuseToOverwrite(t *testing.T) {
 	dir := t.TempDir()
-	if err := run([]string{"tls", "ca", "create", "--dir", dir}); err != nil {
+	if err := runCLI([]string{"tls", "ca", "create", "--dir", dir}); err != nil {
 		t.Fatal(err)
 	}
-	if err := run([]string{"tls", "ca", "create", "--dir", dir}); err == nil || !strings.Contains(err.Error(), "refusing to overwrite") {
+	if err := runCLI([]string{"tls", "ca", "create", "--dir", dir}); err == nil || !strings.Contains(err.Error(), "refusing to overwrite") {
 		t.Fatalf("a second CA: %v", err)
 	}
-	if err := run([]string{"tls", "cert", "create", "--dir", dir, "--role", "jobmaster", "--name", "jm1", "--ip", "10.1.2.3", "--dns", "jm1.example,jm1"}); err != nil {
+	if err := runCLI([]string{"tls", "cert", "create", "--dir", dir, "--role", "jobmaster", "--name", "jm1", "--ip", "10.1.2.3", "--dns", "jm1.example,jm1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := run([]string{"tls", "cert", "create", "--dir", dir, "--role", "jobmaster", "--name", "jm1"}); err == nil || !strings.Contains(err.Error(), "refusing to overwrite") {
+	if err := runCLI([]string{"tls", "cert", "create", "--dir", dir, "--role", "jobmaster", "--name", "jm1"}); err == nil || !strings.Contains(err.Error(), "refusing to overwrite") {
 		t.Fatalf("the same certificate again: %v", err)
 	}
 	for _, c := range []struct {
@@ -37,7 +37,7 @@ func TestTLSCommandsWriteFilesAndRefuseToOverwrite(t *testing.T) {
 		{[]string{"--role", "reader", "--name", "x", "--ip", "nope"}, `--ip "nope" is not an IP address`},
 		{[]string{"--role", "reader", "--name", "x", "--ca", filepath.Join(dir, "missing.pem")}, "jmnode tls ca create"},
 	} {
-		err := run(append([]string{"tls", "cert", "create", "--dir", dir}, c.args...))
+		err := runCLI(append([]string{"tls", "cert", "create", "--dir", dir}, c.args...))
 		if err == nil || !strings.Contains(err.Error(), c.err) {
 			t.Errorf("%v: %v; want an error containing %q", c.args, err, c.err)
 		}
@@ -56,6 +56,7 @@ func TestTLSCommandsWriteFilesAndRefuseToOverwrite(t *testing.T) {
 // certificate and without one. The reader lists and cannot submit; the operator submits;
 // plaintext is refused; a TaskManager certificate cannot start a JobMaster.
 func TestTLSProcessCluster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}
@@ -73,7 +74,7 @@ func TestTLSProcessCluster(t *testing.T) {
 	addr := leader.LeaderGrpcAddress
 	job := "../../examples/streaming-checksum.json"
 	cli := func(who []string, args ...string) error {
-		return run(append(args, append([]string{"--addr", addr, "--timeout", "5s"}, who...)...))
+		return runCLI(append(args, append([]string{"--addr", addr, "--timeout", "5s"}, who...)...))
 	}
 	if err := cli(flags("reader", "rita"), "job", "list"); err != nil {
 		t.Errorf("reader job list: %v", err)
@@ -93,7 +94,7 @@ func TestTLSProcessCluster(t *testing.T) {
 		}
 	}
 	// A JobMaster with a TaskManager's certificate refuses to start.
-	err = run(append([]string{"jobmaster", "--id", "jmx", "--data-dir", t.TempDir()}, flags("taskmanager", "tm")...))
+	err = runCLI(append([]string{"jobmaster", "--id", "jmx", "--data-dir", t.TempDir()}, flags("taskmanager", "tm")...))
 	if err == nil || !strings.Contains(err.Error(), "needs a jobmaster certificate") {
 		t.Errorf("a JobMaster with a TaskManager certificate: %v", err)
 	}
@@ -107,7 +108,7 @@ func tlsProcs(t *testing.T, tms int) (o proccluster.LocalOptions, flags func(rol
 	certs = t.TempDir()
 	mk := func(args ...string) {
 		t.Helper()
-		if err := run(append([]string{"tls"}, append(args, "--dir", certs)...)); err != nil {
+		if err := runCLI(append([]string{"tls"}, append(args, "--dir", certs)...)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -19,6 +19,7 @@ const raftHeartbeatTimeout = time.Second
 // timeouts of the call (the leader's committed timestamp), keeps every task of a streaming job
 // running (no attempt changes), and refuses a transfer to itself or to an unknown server.
 func TestTransferLeadershipKeepsTasks(t *testing.T) {
+	// Not parallel: it bounds a latency (two Raft heartbeat timeouts) that other tests' load stretches.
 	if testing.Short() {
 		t.Skip("builds jmnode and runs processes")
 	}
@@ -88,7 +89,7 @@ func TestTransferLeadershipKeepsTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ to, want string }{{leader.LeaderId, "already leads"}, {"jm9", "no such server"}} {
-		err := run([]string{"raft", "transfer-leadership", "--to", c.to, "--addr", leader.LeaderGrpcAddress, "--timeout", "5s"})
+		err := runCLI([]string{"raft", "transfer-leadership", "--to", c.to, "--addr", leader.LeaderGrpcAddress, "--timeout", "5s"})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("transfer --to %s: %v; want %q", c.to, err, c.want)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -85,11 +84,12 @@ func waitSameState(t *testing.T, d *procs) (string, uint64) {
 // hashes agree at one applied index. Leadership moved back to an older replica takes writes,
 // and the streaming job keeps its 9 tasks and attempts throughout.
 func TestMixedVersionReplicasSkipAnIgnorableCommand(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds jmnode twice and runs processes")
 	}
 	d := newProcessClusterOf(t, defaultRaftProcs, func(dir string, nodes []proccluster.Node) {
-		nodes[0].Bin = buildJmnode(t, dir, "jmnode-next", "jmnext")
+		nodes[0].Bin = buildJmnode(t, "jmnext")
 	})
 	before := submitChain(t, d, "mixed", 3)
 	ctx := context.Background()
@@ -98,7 +98,7 @@ func TestMixedVersionReplicasSkipAnIgnorableCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	if leader.LeaderId != "jm1" {
-		if err := run([]string{"raft", "transfer-leadership", "--to", "jm1", "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
+		if err := runCLI([]string{"raft", "transfer-leadership", "--to", "jm1", "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
 			t.Fatal(err)
 		}
 		waitReconciledAfter(t, d, leader.Epoch, []string{"jm2", "jm3"}, 9)
@@ -131,7 +131,7 @@ func TestMixedVersionReplicasSkipAnIgnorableCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := run([]string{"raft", "transfer-leadership", "--to", "jm2", "--addr", now.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
+	if err := runCLI([]string{"raft", "transfer-leadership", "--to", "jm2", "--addr", now.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
 		t.Fatal(err)
 	}
 	back := waitReconciledAfter(t, d, now.Epoch, []string{"jm1", "jm3"}, 12)
@@ -159,13 +159,14 @@ func TestMixedVersionReplicasSkipAnIgnorableCommand(t *testing.T) {
 // data with this build); once gossip carries its level 1, the next failover commits kept
 // ranges and no whole records, and all three replicas still agree.
 func TestMixedVersionReconcilesWithWholeRecords(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds jmnode twice and runs processes")
 	}
 	var current string
 	d := newProcessClusterOf(t, defaultRaftProcs, func(dir string, nodes []proccluster.Node) {
-		nodes[2].Bin = buildJmnode(t, dir, "jmnode-prev", "jmprev")
-		current = filepath.Join(dir, "jmnode")
+		nodes[2].Bin = buildJmnode(t, "jmprev")
+		current = buildJmnode(t)
 	})
 	const tasks = 12
 	before := submitChain(t, d, "rolling", 4)
@@ -183,7 +184,7 @@ func TestMixedVersionReconcilesWithWholeRecords(t *testing.T) {
 		if leader.LeaderId == "jm1" {
 			to = "jm2"
 		}
-		if err := run([]string{"raft", "transfer-leadership", "--to", to, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
+		if err := runCLI([]string{"raft", "transfer-leadership", "--to", to, "--addr", leader.LeaderGrpcAddress, "--timeout", "10s"}); err != nil {
 			t.Fatal(err)
 		}
 		now := waitReconciledAfter(t, d, leader.Epoch, []string{leader.LeaderId, "jm3"}, tasks)

@@ -53,6 +53,7 @@ func jobStatusCLI(d *procs, addr, id string) (jobStatusJSON, string, error) {
 // RUNNING; a valid TaskManager joining (the other one, started again) gets the whole job
 // RUNNING, every task RUNNING, within 10 s.
 func TestJobWhoseOnlyTaskManagerIsGoneSaysWhyAndRecovers(t *testing.T) {
+	// Not parallel: it bounds a latency (two heartbeat intervals) that other tests' load stretches.
 	const heartbeat = 500 * time.Millisecond // waitingProcs' TM heartbeat interval
 	d := newProcessCluster(t, waitingProcs)
 	ctx := context.Background()

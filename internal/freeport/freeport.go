@@ -18,16 +18,26 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // lowest is the lowest port handed out: above the well-known and most registered services.
 const lowest = 10000
 
+// handedOut are the ports Ports returned in this process. A node stopped by one test and
+// started again later binds its ports again: meanwhile they are free, and a test running in
+// parallel must not be given one of them.
+var (
+	handedOutMu sync.Mutex
+	handedOut   = map[int]bool{}
+)
+
 // ephemeralRange is the file that holds the kernel's range of source ports.
 const ephemeralRange = "/proc/sys/net/ipv4/ip_local_port_range"
 
 // Ports returns n distinct ports of host, free for TCP and UDP when chosen and below the
-// kernel's ephemeral range. Where the range leaves too little room below it (or cannot be read
+// kernel's ephemeral range, and none this process was given before while others are free.
+// Where the range leaves too little room below it (or cannot be read
 // on this system), the ports come from ":0" as before.
 func Ports(host string, n int) ([]int, error) {
 	top := ephemeralLow()
@@ -40,20 +50,32 @@ func Ports(host string, n int) ([]int, error) {
 			release()
 		}
 	}()
+	handedOutMu.Lock()
+	defer handedOutMu.Unlock()
 	out := make([]int, 0, n)
 	span := top - lowest
 	start := rand.IntN(span)
-	for i := 0; i < span && len(out) < n; i++ {
-		port := lowest + (start+i*7919)%span // a stride prime to any span: every port once
-		release, err := hold(host, port)
-		if err != nil {
-			continue
+	// The first pass skips the ports this process handed out before; the second takes them
+	// too, should the others be busy (the ports of this call are held: none is taken twice).
+	for pass := 0; pass < 2 && len(out) < n; pass++ {
+		for i := 0; i < span && len(out) < n; i++ {
+			port := lowest + (start+i*7919)%span // a stride prime to any span: every port once
+			if pass == 0 && handedOut[port] {
+				continue
+			}
+			release, err := hold(host, port)
+			if err != nil {
+				continue
+			}
+			held = append(held, release)
+			out = append(out, port)
 		}
-		held = append(held, release)
-		out = append(out, port)
 	}
 	if len(out) < n {
 		return nil, fmt.Errorf("freeport: %d free ports of %s between %d and %d, wanted %d", len(out), host, lowest, top, n)
+	}
+	for _, p := range out {
+		handedOut[p] = true
 	}
 	return out, nil
 }

@@ -54,3 +54,31 @@ func TestPortsSkipABusyPort(t *testing.T) {
 		}
 	}
 }
+
+// TestPortsNotHandedOutTwice: a process is not given a port again (a node of a parallel test,
+// stopped and started again later, binds it again) while other ports are free.
+func TestPortsNotHandedOutTwice(t *testing.T) {
+	if top := ephemeralLow(); top-lowest < 64*40 {
+		t.Skip("the ports come from the kernel here")
+	}
+	first, err := Ports("127.0.0.1", 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	given := map[int]bool{}
+	for _, p := range first {
+		given[p] = true
+	}
+	for range 50 {
+		again, err := Ports("127.0.0.1", 40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range again {
+			if given[p] {
+				t.Fatalf("port %d handed out twice", p)
+			}
+			given[p] = true
+		}
+	}
+}
