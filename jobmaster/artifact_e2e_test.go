@@ -59,7 +59,6 @@ func getArtifact(ctx context.Context, c *tc.Cluster, addr, sha string) ([]byte, 
 // for the next ones, none after a restart: its disk cache), and checks it. The two come back
 // and hold it too.
 func TestArtifactSurvivesLeaderAndUploaderLoss(t *testing.T) {
-	t.Parallel()
 	c := tc.New(t, tc.Options{JMs: 3, TMs: 1})
 	// 4 MiB, 8 chunks (the 16 MiB upload is measured by cmd/jmnode's TestArtifactCommands on
 	// processes built without the race detector).
@@ -169,7 +168,6 @@ func TestArtifactSurvivesLeaderAndUploaderLoss(t *testing.T) {
 // vertex and the hash; the removal of an artifact a job that is not terminal uses is refused
 // naming the job, and succeeds once the job is cancelled.
 func TestArtifactRefusals(t *testing.T) {
-	t.Parallel()
 	const limit = 1 << 20
 	c := tc.New(t, tc.Options{JMs: 3, JobMaster: func(jc *jobmaster.Config) { jc.ArtifactMaxBytes = limit }})
 	small, sha := moduleBytes(1000, 3)
@@ -236,7 +234,6 @@ func wasmChain(name, artifact string) *pb.JobGraph {
 // counting against the limits); an artifact no job names is removed once it was stored more
 // than RetainJobAge ago, one a job names is kept.
 func TestArtifactUploadCutByALeaderKillLeavesNothing(t *testing.T) {
-	t.Parallel()
 	const age = 3 * time.Second
 	c := tc.New(t, tc.Options{JMs: 3, JobMaster: func(jc *jobmaster.Config) {
 		jc.RetainJobAge, jc.RetentionInterval = age, 200*time.Millisecond

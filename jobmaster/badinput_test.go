@@ -40,7 +40,6 @@ func runBadCalls(t *testing.T, calls []badCall) {
 // attempt, wrong TM, stale attempt number, bad fields, oversized message — returns a clear
 // error, and neither the replicated state (the leader's State.Hash) nor any TM's tasks change.
 func TestBadInputLeavesStateUnchanged(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	id := c.Submit(testcluster.StreamingChain("bad-input", 2, 100, 0))
 	first := waitAllRunning(t, c, id)

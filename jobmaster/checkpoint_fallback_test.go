@@ -22,7 +22,6 @@ import (
 // restarts, and each sink's committed output still holds every record of its region once, with
 // the per-key sums computed here.
 func TestDamagedCheckpointFallsBackToThePreviousOne(t *testing.T) {
-	t.Parallel()
 	const keys = 4
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 3, Checkpoints: true})
 	jg := keyedSumChains("damaged-checkpoint", keys, 300)
@@ -148,7 +147,6 @@ func TestDamagedCheckpointFallsBackToThePreviousOne(t *testing.T) {
 // job FAILS with a cause naming the file: it never restarts the region from nothing (its sinks
 // committed output).
 func TestNoUsableCheckpointFailsTheJob(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 3, Checkpoints: true})
 	id := c.Submit(keyedSumChains("no-usable-checkpoint", 4, 300))
 	before := testcluster.Attempts(waitAllRunning(t, c, id))

@@ -96,7 +96,6 @@ func waitCheckpoints(t *testing.T, c *testcluster.Cluster, jobID, what string, t
 // completed ones, and the directories of the ones they subsumed or dropped are deleted from
 // the shared root. No task restarts.
 func TestCheckpointsCompleteInOrderAndSubsumedOnesLeaveStorage(t *testing.T) {
-	t.Parallel()
 	c := checkpointCluster(t)
 	id := c.Submit(checkpointedChain("checkpoints", &pb.CheckpointConfig{IntervalMs: 100, Retained: 2}))
 	before := testcluster.Attempts(waitAllRunning(t, c, id))
@@ -284,7 +283,6 @@ func TestAcknowledgeAndDeclineCheckpoint(t *testing.T) {
 // checkpointed job before anything is committed, naming --checkpoint-dir; a job without
 // checkpoints is accepted.
 func TestCheckpointedJobRefusedWithoutStorage(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{JMs: 3})
 	jg := checkpointedChain("no-storage", &pb.CheckpointConfig{IntervalMs: 100})
 	before := settledIndexes(t, c)
@@ -413,7 +411,6 @@ func TestAcknowledgementsArrivingTogetherShareCommits(t *testing.T) {
 // TestNoTriggerUntilEveryServerAppliesCheckpoints: while a Raft server does not gossip the
 // checkpoint commands' level the leader triggers nothing; once every one does, it triggers.
 func TestNoTriggerUntilEveryServerAppliesCheckpoints(t *testing.T) {
-	t.Parallel()
 	var all atomic.Bool
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 2, Checkpoints: true, JobMaster: func(cfg *jobmaster.Config) {
 		cfg.ServersApply = func(level int) bool { return level < fsm.LevelCheckpoints || all.Load() }
@@ -435,7 +432,6 @@ func TestNoTriggerUntilEveryServerAppliesCheckpoints(t *testing.T) {
 // does not implement it) aborts the checkpoint with a reason naming it; every trigger takes the
 // next id.
 func TestFailedTriggerAborts(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{JMs: 3, Checkpoints: true})
 	l := c.Leader()
 	id := c.Submit(checkpointedChain("sim-trigger", &pb.CheckpointConfig{IntervalMs: 50}))

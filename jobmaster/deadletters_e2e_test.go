@@ -83,7 +83,6 @@ func vertexDeadLetters(t *testing.T, c *testcluster.Cluster, jobID string) map[s
 // dead-letter output holds exactly one dead letter per bad record (by vertex, origin and seq)
 // with its reason, and the committed good output every event once, keyed by its user.
 func TestInvalidRecordsLandInTheDeadLetterOutput(t *testing.T) {
-	t.Parallel()
 	const numbers, events = 300, 1000 // the numbers flow for ~2 s, the events for ~10 s
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 2, Slots: 8, Checkpoints: true})
 	gen := &pb.EventGenerator{Seed: 36, Count: events, Keys: 50, StartMs: 1_700_000_000_000, StepMs: 10, RatePerSecond: 100}

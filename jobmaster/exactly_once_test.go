@@ -66,7 +66,6 @@ func checkKeyedSums(t *testing.T, what string, doc operator.Checksum, origin int
 // its region exactly once, no gap, no duplicate, and its per-key sums are the ones computed
 // here; the region the TM kill did not touch kept its attempts through both failures.
 func TestCommittedOutputExactlyOnceAcrossTMAndLeaderFailures(t *testing.T) {
-	t.Parallel()
 	const keys = 4
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 3, Checkpoints: true})
 	id := c.Submit(keyedSumChains("exactly-once", keys, 500))

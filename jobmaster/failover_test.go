@@ -14,7 +14,6 @@ import (
 // failover region with a task on it restarts as a whole with attempt number + 1 on the
 // remaining TMs; the job is RUNNING again; executions of unaffected regions keep their attempts.
 func TestTaskManagerLossRestartsOnlyAffectedRegions(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	jg := sourceSink("tm-loss", 3, 200)
 	id := c.Submit(jg)
@@ -100,7 +99,6 @@ func pick(m map[string]testcluster.Attempt, keys []string) map[string]testcluste
 // next failure exhausts the strategy and the job goes FAILED with every task terminal and
 // every slot free.
 func TestFailedTaskRestartsItsRegionUntilAttemptsExhausted(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	jg := testcluster.StreamingChain("fail", 2, 200, 0)
 	jg.RestartStrategy = &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_FIXED_DELAY, Attempts: 1, DelayMs: 100}

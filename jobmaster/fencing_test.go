@@ -28,7 +28,6 @@ func wantStaleEpoch(t *testing.T, what string, err error) {
 // the deposed leader's epoch are refused with FAILED_PRECONDITION / STALE_EPOCH, and nothing
 // changes: no task is started or cancelled, the TM keeps the new epoch.
 func TestTaskManagerRefusesOlderEpoch(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	id := c.Submit(testcluster.StreamingChain("epoch", 3, 100, 0)) // one region per TM
 	waitAllRunning(t, c, id)
@@ -124,7 +123,6 @@ func TestTaskManagerRefusesOlderEpoch(t *testing.T) {
 // the test, so it cannot pass vacuously. Once the followers return, the job runs, with only
 // committed attempts on the TM.
 func TestAttemptNeverSubmittedBeforeCommit(t *testing.T) {
-	// Not parallel: the leader must try its commit in the second its lease outlives its followers.
 	c := testcluster.New(t, testcluster.Options{JMs: 3, Raft: testcluster.SlowLease})
 	id := c.Submit(testcluster.StreamingChain("write-ahead", 1, 10, 0))
 	l := c.Leader()

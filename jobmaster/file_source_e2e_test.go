@@ -54,7 +54,6 @@ func fileSourceJob(glob string) *pb.JobGraph {
 // TaskManager is restored from the last completed checkpoint; at the end the committed
 // output holds every line written exactly once.
 func TestFileSourceExactlyOnceAcrossATaskManagerKill(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	var want []string
 	for _, f := range []string{"a.txt", "b.txt", "c.txt", "d.txt"} {

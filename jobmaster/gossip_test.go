@@ -13,7 +13,6 @@ import (
 // heartbeating to the leader. Direct contact wins: the TM is not declared lost and no task
 // restarts. Before the fix the leader failed every execution on the TM at its next tick.
 func TestGossipDeathContradictedByHeartbeatsRestartsNothing(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	id := c.Submit(testcluster.StreamingChain("gossip-false-death", 3, 100, 0))
 	rec := waitAllRunning(t, c, id)

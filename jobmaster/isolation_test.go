@@ -17,7 +17,6 @@ import (
 // them comes back (a new process): two of three heartbeat, and once the redeploy delay has run
 // the held regions restart and the job runs.
 func TestNoRedeployWithoutAMajorityOfThePool(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	id := c.Submit(sourceSink("no-majority", 3, 100))
 	rec := waitAllRunning(t, c, id)

@@ -30,7 +30,6 @@ const (
 // -> checksum sink job, scheduled by stage over three TMs, reaches FINISHED with every task
 // FINISHED, and the sinks together hold exactly the per-key counts and sums of the odd values.
 func TestBatchJobFinishesWithExpectedSums(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	const parallelism, count, keys = 3, 2000, 5
 	id := c.Submit(testcluster.BatchKeyedSum("batch", parallelism, count, keys))
@@ -83,7 +82,6 @@ func TestBatchJobFinishesWithExpectedSums(t *testing.T) {
 // gap or duplicate. (Records between TMs: taskmanager's pipeline tests, and the split regions
 // of wide jobs.)
 func TestStreamingJobRunsRegionPerTaskManager(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	const parallelism = 3
 	id := c.Submit(testcluster.StreamingChain("stream", parallelism, 500, 0))
@@ -171,7 +169,6 @@ func TestStreamingJobRunsRegionPerTaskManager(t *testing.T) {
 // with every task stopped on the TMs too, every TM slot free, and the leader agreeing: a job
 // that needs every slot of the cluster is then deployed in full.
 func TestCancelFreesEverySlot(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	id := c.Submit(testcluster.StreamingChain("cancel", 3, 200, 0))
 	rec := waitAllRunning(t, c, id)

@@ -102,7 +102,6 @@ func submitRetry(t *testing.T, c *testcluster.Cluster, jg *pb.JobGraph) (string,
 // as well as on the leader, and no replica's commit index moves: nothing was proposed. (A
 // leadership change in between commits entries of its own; the check is then repeated.)
 func TestOversizedJobRefusedBeforeCommit(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{JMs: 3})
 	hostile := sizedJob("hostile", 4, 1024, 1024, allToAll, 0)
 	for attempt := 1; ; attempt++ {
@@ -146,7 +145,6 @@ func TestOversizedJobRefusedBeforeCommit(t *testing.T) {
 // enforces: for each one a job at the limit is committed and one just over it is refused with
 // InvalidArgument naming exactly that limit and its configured value.
 func TestConfiguredSizeLimitsEnforced(t *testing.T) {
-	t.Parallel()
 	// The byte limit is the deployed estimate of a 1 -> 30 job with long ids; the other jobs
 	// (short ids) stay under it, so each job exceeds one limit only.
 	bytesUnder := sizedJob("bytes-under", 2, 1, 30, allToAll, 64)
@@ -187,7 +185,6 @@ func TestConfiguredSizeLimitsEnforced(t *testing.T) {
 // range is refused with InvalidArgument naming each field, before anything is proposed; a job
 // with a valid one is committed with it, Flink's defaults filling what it leaves at 0.
 func TestCheckpointConfigOutOfRangeRefusedBeforeCommit(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{JMs: 3, Checkpoints: true})
 	bad := sizedJob("bad-checkpoints", 2, 2, 2, forward, 0)
 	bad.CheckpointConfig = &pb.CheckpointConfig{IntervalMs: 5, MaxConcurrent: 17}

@@ -26,7 +26,6 @@ import (
 // vertex of a module without jm_timer (the TaskManager does not require it at a task's
 // start).
 func TestModuleRefusedAtSubmit(t *testing.T) {
-	t.Parallel()
 	c := tc.New(t, tc.Options{JMs: 3})
 	mods := wasmbuild.MustRead("importer", "kinds")
 	text := []byte("a text file, not a module\n")

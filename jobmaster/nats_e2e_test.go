@@ -34,7 +34,6 @@ func natsJob(url string) *pb.JobGraph {
 // committed output holds exactly the messages of its split, (seq-1) % 2 == subtask, each once:
 // no gap, no duplicate, their count and sum the ones computed here.
 func TestNatsSourceExactlyOnceAcrossATMKill(t *testing.T) {
-	t.Parallel()
 	const n = 1000
 	ns := natstest.Start(t)
 	ns.CreateStream(t, "E2E", "e2e.>")

@@ -119,7 +119,6 @@ func (r *natsSinkRun) checkOutput() {
 // content): segments published before the kill are deduplicated when the restored region
 // publishes its checkpoint again, and nothing staged is lost with the TaskManager.
 func TestNatsSinkExactlyOnceAcrossTMAndLeaderKills(t *testing.T) {
-	t.Parallel()
 	r := startNatsSinkRun(t)
 	r.completed(2)
 	victim := r.before["sink[0]"].TM
@@ -144,7 +143,6 @@ func TestNatsSinkExactlyOnceAcrossTMAndLeaderKills(t *testing.T) {
 // port and store while the job runs; the job's output is delayed, not failed: every input's
 // result reaches the output stream exactly once.
 func TestNatsSinkGoesOnAcrossANATSServerRestart(t *testing.T) {
-	t.Parallel()
 	r := startNatsSinkRun(t)
 	r.completed(2)
 	r.ns.Restart(t)

@@ -40,7 +40,6 @@ func regionHomes(t *testing.T, rec *pb.JobRecord, regions [][]string) []string {
 // one restart, the history of each of its tasks ends in FAILED naming the lost TM, the TMs
 // start no other task again, and the other two regions keep their attempts.
 func TestTaskManagerLossRestartsOnlyTheRegionsItHeld(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	id := c.Submit(testcluster.StreamingChain("demo-shaped", 3, 200, 0))
 	rec := waitAllRunning(t, c, id)
@@ -104,7 +103,6 @@ func TestTaskManagerLossRestartsOnlyTheRegionsItHeld(t *testing.T) {
 // survives the loss of a TM however many regions it held (it failed, "restart strategy
 // exhausted", when each region counted one).
 func TestTaskManagerLossIsOneRestart(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	jg := testcluster.StreamingChain("two-per-tm", 6, 100, 0)
 	jg.RestartStrategy = &pb.RestartStrategy{Kind: pb.RestartKind_RESTART_KIND_FIXED_DELAY, Attempts: 1, DelayMs: 100}

@@ -179,7 +179,6 @@ func checkPostgresWindows(t *testing.T, c *testcluster.Cluster, srv *pgserver.Se
 // roll back by name what the killed attempts prepared), and once a checkpoint completed after
 // that, the leader. The tables end with every window row and every event exactly once.
 func TestPostgresSinkExactlyOnceAcrossTMAndLeaderKills(t *testing.T) {
-	t.Parallel()
 	srv, tmCfg := startPostgresForJob(t)
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 3, Slots: 8, Checkpoints: true, TM: tmCfg})
 	id := c.Submit(pgJob(srv.URL("clicks", "clicks")))
@@ -239,7 +238,6 @@ func TestPostgresSinkExactlyOnceAcrossTMAndLeaderKills(t *testing.T) {
 // open transactions again, or fail and are restored; the output is delayed, and the table
 // ends with every window row exactly once.
 func TestPostgresSinkExactlyOnceAcrossAPostgresRestart(t *testing.T) {
-	t.Parallel()
 	srv, tmCfg := startPostgresForJob(t)
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 2, Slots: 8, Checkpoints: true, TM: tmCfg})
 	id := c.Submit(pgJob(srv.URL("clicks", "clicks")))

@@ -44,7 +44,6 @@ func keyedSumChains(name string, keys int64, intervalMs int64) *pb.JobGraph {
 // accounts every record of the region exactly once: its per-key counts and sums of running
 // sums are exactly those of the sequence 0..last, computed here.
 func TestRegionRestartsFromTheLastCompletedCheckpoint(t *testing.T) {
-	t.Parallel()
 	const keys = 4
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 3, Checkpoints: true})
 	id := c.Submit(keyedSumChains("keyed-sums", keys, 1000))

@@ -90,7 +90,6 @@ func sortedCopy(s []string) []string {
 // of them, is never removed; ListJobs says how many were removed; and the persisted snapshot
 // shrinks with them.
 func TestTerminalJobsRemovedAfterRetentionCount(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{JMs: 3, JobMaster: func(cfg *jobmaster.Config) {
 		cfg.RetainJobs, cfg.RetainJobAge, cfg.RetentionInterval = 3, time.Hour, 50*time.Millisecond
 	}})
@@ -129,7 +128,6 @@ func TestTerminalJobsRemovedAfterRetentionCount(t *testing.T) {
 // removed once it has been terminal that long (the removal's timestamp says when), while a
 // running job stays.
 func TestTerminalJobsRemovedAfterRetentionAge(t *testing.T) {
-	t.Parallel()
 	const age = 700 * time.Millisecond
 	c := testcluster.New(t, testcluster.Options{JMs: 3, JobMaster: func(cfg *jobmaster.Config) {
 		cfg.RetainJobs, cfg.RetainJobAge, cfg.RetentionInterval = 100, age, 50*time.Millisecond

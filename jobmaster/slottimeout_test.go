@@ -17,7 +17,6 @@ import (
 // not restarted, with a cause that names the timeout and the slots. The FAILED timestamp is at
 // least the slot timeout after the wait began (committed timestamps and the leader's clock).
 func TestSlotTimeoutFailsAJobThatCannotGetSlots(t *testing.T) {
-	t.Parallel()
 	const timeout = 2 * time.Second
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 1, Slots: 2, JobMaster: func(jc *jobmaster.Config) { jc.SlotTimeout = timeout }})
 	id := c.Submit(testcluster.StreamingChain("no-slots", 3, 10, 0))

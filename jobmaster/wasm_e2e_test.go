@@ -132,7 +132,6 @@ func checkAlerts(t *testing.T, c *testcluster.Cluster) {
 // completed after that, the leader. The leader kill restarts nothing, and the committed
 // alerts are those the reference computes from the seed, each exactly once.
 func TestWasmFraudExactlyOnceAcrossTMAndLeaderKills(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 3, Slots: 8, Checkpoints: true})
 	sha := storeFraud(t, c)
 	id := c.Submit(fraudJob(sha))

@@ -120,7 +120,6 @@ func committedLinesOf(t *testing.T, c *testcluster.Cluster, name string) []strin
 // out-of-order events; the committed output holds every (key, window) result the reference
 // computes from the generator's seed, exactly once.
 func TestWindowResultsExactlyOnceOnAQuietCluster(t *testing.T) {
-	t.Parallel()
 	for _, k := range windowKinds {
 		t.Run(k.name, func(t *testing.T) {
 			c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 2, Slots: 8, Checkpoints: true})
@@ -141,7 +140,6 @@ func TestWindowResultsExactlyOnceOnAQuietCluster(t *testing.T) {
 // attempt the same before and after), and the committed output holds every (key, window)
 // result the reference computes, exactly once.
 func TestWindowResultsExactlyOnceAcrossTMAndLeaderKills(t *testing.T) {
-	t.Parallel()
 	for _, k := range windowKinds {
 		t.Run(k.name, func(t *testing.T) {
 			c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 3, Slots: 8, Checkpoints: true})
