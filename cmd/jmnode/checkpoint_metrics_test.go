@@ -42,7 +42,6 @@ func gathered(fams []*dto.MetricFamily, name string, labels ...string) (float64,
 // the newest completion's id, its duration and the sum of its acknowledged sizes) and the
 // TaskManagers' alignment histogram counts alignments; a follower shows the same counts.
 func TestCheckpointMetricsFollowTheRecord(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 2, Checkpoints: true})
 	jg := checkpointThroughputJob("checkpoint-metrics", 200)
 	jg.Vertices[0].Operator.GetSequenceSource().RatePerSecond = 2000

@@ -80,7 +80,6 @@ func TestFlagPrecedence(t *testing.T) {
 
 // TestCLIAgainstACluster runs the operator commands against a real in-process cluster.
 func TestCLIAgainstACluster(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 2})
 	addr := c.Follower().GRPCAddr
 	out := captureStdout(t, func() error {
@@ -230,7 +229,6 @@ func TestIsolationTimingsRefusedAtStart(t *testing.T) {
 // checkpoints` lists its checkpoints (table and --json), `job status` counts them, and the REST
 // view /api/v1/jobs/{id}/checkpoints answers the same.
 func TestCLIJobCheckpoints(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{JMs: 3, TMs: 3, Checkpoints: true, JM: func(cfg *agent.JobMasterConfig) { cfg.HTTPAddr = "127.0.0.1:0" }})
 	addr := c.Follower().GRPCAddr
 	out := captureStdout(t, func() error {

@@ -35,7 +35,6 @@ const (
 // API serves it), or any file of the cluster (its log, Raft logs and a snapshot, work
 // directories).
 func TestConnectorRefusalsNameTheServersAnswer(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts NATS, PostgreSQL and a cluster")
 	}

@@ -30,7 +30,6 @@ import (
 // does the same; `jmnode job status` shows a row per vertex and, with --vertex or --all, every
 // subtask. No TaskManager runs here: the job waits for slots, its graph complete.
 func TestWideJobIsReadableInEveryView(t *testing.T) {
-	t.Parallel()
 	start := time.Now()
 	c := testcluster.New(t, testcluster.Options{JMs: 3})
 	id := c.Submit(testcluster.WideAllToAll("wide-512", 512, 1))
