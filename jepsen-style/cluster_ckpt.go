@@ -179,20 +179,37 @@ func (r *run) sourceTMs(ctx context.Context, k nemesis.Kind) []string {
 	if k != nemesis.CorruptCheckpoint {
 		return nil
 	}
+	return r.tmsOf(ctx, r.streamID, "source")
+}
+
+// pipelineTMs lists the TMs running a task of the pipeline job, read for kill-tm and
+// restart-tm when the run aims them at the pipeline (nil otherwise, or when the read fails:
+// the fault then picks among every TM).
+func (r *run) pipelineTMs(ctx context.Context, k nemesis.Kind) []string {
+	if !r.cfg.Pipeline.AimTMFaults || r.pipe == nil || (k != nemesis.KillTM && k != nemesis.RestartTM) {
+		return nil
+	}
+	return r.tmsOf(ctx, r.pipe.jobID, "")
+}
+
+// tmsOf lists, sorted, the TMs running a current attempt of the job's vertex (of any vertex
+// when vertex is "").
+func (r *run) tmsOf(ctx context.Context, jobID, vertex string) []string {
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	rec, _ := client.ConsistentRead(rctx, r.pool, r.streamID)
+	rec, _ := client.ConsistentRead(rctx, r.pool, jobID)
 	byIP := map[string]string{}
 	for _, tm := range r.topo.TMs() {
 		byIP[r.topo.IP(tm)] = tm
 	}
 	var out []string
 	for _, ejv := range rec.GetExecutionGraph().GetVertices() {
+		if vertex != "" && ejv.GetVertexId() != vertex {
+			continue
+		}
 		for _, ev := range ejv.GetSubtasks() {
-			if ejv.GetVertexId() == "source" {
-				if tm := byIP[hostOf(ev.GetCurrent().GetTmGrpcAddress())]; tm != "" && !slices.Contains(out, tm) {
-					out = append(out, tm)
-				}
+			if tm := byIP[hostOf(ev.GetCurrent().GetTmGrpcAddress())]; tm != "" && !slices.Contains(out, tm) {
+				out = append(out, tm)
 			}
 		}
 	}

@@ -69,6 +69,8 @@ func (r *run) finishPipeline(ctx context.Context) {
 	var windowsIn time.Time // when the table and the stream first held every window
 	var table, stream checker.PipelineInput
 	lastSaid := time.Now()
+	var seen [4]int // what the sinks held at the last change, and when it changed
+	changed := time.Now()
 	for {
 		table, stream = in, in
 		stream.LateStored = nil // the dead letters are the table checker's
@@ -84,7 +86,14 @@ func (r *run) finishPipeline(ctx context.Context) {
 		// The dead letters commit with the checkpoint of the last windows or the next one: once
 		// every window is in, a late click still missing after a few checkpoints is missing.
 		done := windows && (inDead == len(lateStored) || time.Since(windowsIn) > pipelineDeadLetterWait)
-		if done || time.Since(start) > PipelineWait || ctx.Err() != nil {
+		if now := [4]int{len(table.Rows), len(stream.Rows), inDead, len(dead)}; now != seen {
+			seen, changed = now, time.Now()
+		}
+		stalled := r.cfg.Pipeline.StallWait > 0 && time.Since(changed) > r.cfg.Pipeline.StallWait
+		if done || stalled || time.Since(start) > PipelineWait || ctx.Err() != nil {
+			if stalled && !done {
+				p("pipeline: nothing the sinks hold changed for %s: the wait ends", r.cfg.Pipeline.StallWait)
+			}
 			p("pipeline: after %s the table holds %d of the %d windows (%d rows), the stream %d (%d messages), the dead letters %d of the %d late clicks",
 				time.Since(start).Round(time.Millisecond), inTable, len(want), len(table.Rows), inStream, len(stream.Rows), inDead, len(lateStored))
 			break

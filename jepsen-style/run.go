@@ -241,7 +241,8 @@ func (r *run) nemesis(ctx context.Context, schedule []nemesis.Fault, start time.
 			return
 		}
 		view := nemesis.View{JMs: JMs(), TMs: r.topo.TMs(), Client: ClientNode, Leader: r.leader(ctx)}
-		view.SourceTMs = r.sourceTMs(ctx, f.Kind) // cluster_ckpt.go
+		view.SourceTMs = r.sourceTMs(ctx, f.Kind)     // cluster_ckpt.go
+		view.PipelineTMs = r.pipelineTMs(ctx, f.Kind) // cluster_ckpt.go
 		fr := report.FaultRecord{Index: f.Index, Kind: string(f.Kind), Start: time.Now(), Leader: view.Leader}
 		a, err := nemesis.Resolve(f, view)
 		if err == nil {

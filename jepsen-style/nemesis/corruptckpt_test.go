@@ -131,3 +131,36 @@ func (plainTarget) Kill(string) error                                           
 func (plainTarget) Signal(string, syscall.Signal) error                             { return nil }
 func (plainTarget) Revive(context.Context, string) error                            { return nil }
 func (plainTarget) Exec(context.Context, string, string, ...string) (string, error) { return "", nil }
+
+// TestTMFaultsAimedAtThePipeline: kill-tm and restart-tm pick among the pipeline's TMs when the
+// view names them, among every TM when it names none, the same way for the same pick.
+func TestTMFaultsAimedAtThePipeline(t *testing.T) {
+	v := View{JMs: []string{"jm1", "jm2", "jm3"}, TMs: []string{"tm1", "tm2", "tm3"}, Leader: "jm1"}
+	for _, k := range []Kind{KillTM, RestartTM} {
+		seen := map[string]bool{}
+		for pick := range int64(30) {
+			a, err := Resolve(Fault{Kind: k, Pick: pick}, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[a.Kill[0]] = true
+		}
+		if len(seen) != 3 {
+			t.Fatalf("%s without pipeline TMs: 30 picks killed %v, want every TM", k, seen)
+		}
+		aimed := v
+		aimed.PipelineTMs = []string{"tm1", "tm3"}
+		seen = map[string]bool{}
+		for pick := range int64(30) {
+			a, _ := Resolve(Fault{Kind: k, Pick: pick}, aimed)
+			b, _ := Resolve(Fault{Kind: k, Pick: pick}, aimed)
+			if !reflect.DeepEqual(a, b) {
+				t.Fatalf("%s pick %d: not deterministic: %+v, %+v", k, pick, a, b)
+			}
+			seen[a.Kill[0]] = true
+		}
+		if !reflect.DeepEqual(seen, map[string]bool{"tm1": true, "tm3": true}) {
+			t.Fatalf("%s aimed at tm1, tm3: 30 picks killed %v", k, seen)
+		}
+	}
+}

@@ -15,6 +15,9 @@ type View struct {
 	// SourceTMs are the TMs running a source task of the stream job, sorted (read only for
 	// corrupt-checkpoint, which kills one of them so that its region restores).
 	SourceTMs []string
+	// PipelineTMs are the TMs running a task of the pipeline job, sorted, when the run aims
+	// kill-tm and restart-tm at them (nil otherwise: they pick among every TM).
+	PipelineTMs []string
 }
 
 func (v View) cluster() []string { return append(append([]string(nil), v.JMs...), v.TMs...) }
@@ -61,7 +64,7 @@ func Resolve(f Fault, v View) (Action, error) {
 		}
 		a.Kill = []string{l}
 	case KillTM, RestartTM:
-		a.Kill = []string{pickOf(v.TMs)}
+		a.Kill = []string{pickOf(orTMs(v.PipelineTMs, v.TMs))}
 	case KillMajority:
 		l, err := needLeader()
 		if err != nil {

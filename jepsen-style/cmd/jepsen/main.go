@@ -349,7 +349,7 @@ func selftestCmd(ctx context.Context, args []string) error {
 		pipeline             bool
 	}
 	runs := map[runKey]map[string]string{} // run -> checker -> verdict
-	missed := 0
+	var missed []string
 	for _, b := range builds {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -360,6 +360,8 @@ func selftestCmd(ctx context.Context, args []string) error {
 			c := *cfg
 			c.Scenario, c.Seed, c.RunID, c.Failpoints, c.JobRate = b.scenario, b.seed, "", b.failpoints(), b.jobRate
 			c.Pipeline.Off = c.Pipeline.Off || !b.pipeline()
+			c.Pipeline.AimTMFaults = b.pipeline()
+			c.Pipeline.StallWait = 20 * time.Second
 			progress("selftest: broken build %q, %s seed %d (%s)", b.failpoints(), b.scenario, b.seed, b.why)
 			rep, err := jepsen.Run(ctx, c)
 			if err != nil && !errors.Is(err, jepsen.ErrInvalid) {
@@ -380,15 +382,16 @@ func selftestCmd(ctx context.Context, args []string) error {
 			}
 		}
 		if caught == "" {
-			missed++
+			missed = append(missed, b.bug)
 			progress("selftest: MISSED %q: none of %v failed (%v)", b.bug, b.anyOf, verdicts)
 			continue
 		}
 		progress("selftest: %-22s caught by %s (%s seed %d)", b.bug, caught, b.scenario, b.seed)
 	}
 	progress("selftest: %d runs in %s", len(runs), time.Since(start).Round(time.Second))
-	if missed > 0 {
-		return fmt.Errorf("%d broken builds were not caught", missed)
+	if len(missed) > 0 {
+		return fmt.Errorf("%d broken builds were not caught: %s (their runs' lines start \"selftest: MISSED\"; the reports are under the runs directory)",
+			len(missed), strings.Join(missed, ", "))
 	}
 	progress("selftest: every broken build was caught by its checker")
 	return nil
