@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"strings"
 	"syscall"
 	"time"
@@ -322,8 +323,23 @@ func (c *Cluster) Exec(ctx context.Context, node, name string, args ...string) (
 // IP returns a node's address.
 func (c *Cluster) IP(node string) string { return c.topo.IP(node) }
 
-// Stop ends every process: SIGCONT, SIGTERM, then SIGKILL after grace.
-func (c *Cluster) Stop(grace time.Duration) { c.procs.Stop(grace) }
+// Stop ends every process: SIGCONT, SIGTERM, then SIGKILL after grace. The TMs stop first,
+// together, while a leader still takes their last reports; stopped beside the JMs, a TM waits
+// its whole shutdown timeout to deliver its tasks' CANCELED states to a leader that is gone
+// (SIGKILL at grace: five seconds of every run).
+func (c *Cluster) Stop(grace time.Duration) {
+	stopAll := func(names []string) {
+		var wg sync.WaitGroup
+		for _, name := range names {
+			if p := c.procs.Proc(name); p != nil {
+				wg.Go(func() { p.Stop(grace) })
+			}
+		}
+		wg.Wait()
+	}
+	stopAll(c.topo.TMs())
+	c.procs.Stop(grace)
+}
 
 // Lifetimes returns every process lifetime per node.
 func (c *Cluster) Lifetimes() map[string][]checker.Window {
