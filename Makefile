@@ -18,8 +18,8 @@ FUZZTIME ?= 60s
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
 
-build: wasm-examples ## build bin/jmnode and the example user functions
-	CGO_ENABLED=0 $(GO) build -o bin/jmnode ./cmd/jmnode
+build: wasm-examples ## build bin/jmnode and the example user functions (-trimpath, as the image's: one compile serves both)
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/jmnode ./cmd/jmnode
 
 wasm-examples: ## build the example user functions in WebAssembly: bin/wordsplit.wasm, bin/fraud.wasm, bin/ordinal.wasm (docs/user-functions.md)
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o bin/wordsplit.wasm ./examples/wasm/wordsplit
@@ -28,7 +28,7 @@ wasm-examples: ## build the example user functions in WebAssembly: bin/wordsplit
 
 test: postgres ## run every test with -race, then the jobs at full size (100,000 executions, the default size limits) without -race
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_PKGS)
-	$(GO) test -count=1 -p 1 -timeout 15m -v -run 'TestReconcile100kExecutions|TestJobsAtTheDefaultLimits|TestNoLogLineGrowsWithTheJob' ./reconcile/ ./cmd/jmnode/
+	$(GO) test -count=1 -timeout 15m -v -run 'TestReconcile100kExecutions|TestJobsAtTheDefaultLimits|TestNoLogLineGrowsWithTheJob' ./reconcile/ ./cmd/jmnode/
 
 postgres: ## install Debian's PostgreSQL when initdb is not found (the postgres_sink tests start their own servers: testkit/pgtest)
 	@./scripts/install-postgres.sh

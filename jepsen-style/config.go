@@ -29,6 +29,10 @@ type Config struct {
 	// Duration of the fault phase; faults start after Warmup and end by Duration.
 	Duration time.Duration
 	Warmup   time.Duration
+	// Settle, when set, ends the fault phase this long after the last scheduled fault heals,
+	// when that comes before Duration (the schedule is still drawn for Duration, so a seed
+	// keeps its faults). The self-test sets it: its runs need the faults, not the time after.
+	Settle time.Duration
 	// Quiet is the time after heal-all during which clients keep running before the final phase.
 	Quiet time.Duration
 	// Grace bounds the wait for the streaming job to be RUNNING after heal.

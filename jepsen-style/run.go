@@ -264,7 +264,20 @@ func (r *run) nemesis(ctx context.Context, schedule []nemesis.Fault, start time.
 		p("fault %d %s healed%s", f.Index, f.Kind, errSuffix(herr))
 		r.rep.Faults = append(r.rep.Faults, fr)
 	}
-	r.sleep(ctx, time.Until(start.Add(r.cfg.Duration)))
+	r.sleep(ctx, time.Until(start.Add(phaseEnd(schedule, r.cfg.Duration, r.cfg.Settle))))
+}
+
+// phaseEnd is when the fault phase ends, from its start: Duration, or settle after the last
+// fault's end when that is sooner.
+func phaseEnd(schedule []nemesis.Fault, duration, settle time.Duration) time.Duration {
+	if settle <= 0 || len(schedule) == 0 {
+		return duration
+	}
+	last := time.Duration(0)
+	for _, f := range schedule {
+		last = max(last, f.End())
+	}
+	return min(duration, last+settle)
 }
 
 // leader asks the JMs who leads, for up to 3s.

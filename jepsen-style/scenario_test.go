@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jmcluster/jmcluster/jepsen-style/nemesis"
 )
@@ -55,5 +56,25 @@ func TestValidate(t *testing.T) {
 	}
 	if fp.Failpoints != "early-gate,pause(before-submit-task)=2s" {
 		t.Fatalf("failpoints = %q", fp.Failpoints)
+	}
+}
+
+// TestPhaseEnd: with a settle time the fault phase ends that long after the last fault's end
+// when that is sooner than the duration; without one, or without faults, at the duration.
+func TestPhaseEnd(t *testing.T) {
+	s := []nemesis.Fault{{At: 5 * time.Second, Length: 6 * time.Second}, {At: 2 * time.Second, Length: time.Second}}
+	for _, c := range []struct {
+		schedule         []nemesis.Fault
+		duration, settle time.Duration
+		want             time.Duration
+	}{
+		{s, 20 * time.Second, 0, 20 * time.Second},
+		{s, 20 * time.Second, 4 * time.Second, 15 * time.Second},
+		{s, 14 * time.Second, 4 * time.Second, 14 * time.Second},
+		{nil, 20 * time.Second, 4 * time.Second, 20 * time.Second},
+	} {
+		if got := phaseEnd(c.schedule, c.duration, c.settle); got != c.want {
+			t.Errorf("phaseEnd(%d faults, %s, settle %s) = %s, want %s", len(c.schedule), c.duration, c.settle, got, c.want)
+		}
 	}
 }

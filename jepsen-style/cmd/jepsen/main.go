@@ -97,6 +97,7 @@ func common(fs *flag.FlagSet) *jepsen.Config {
 	fs.StringVar(&cfg.JMNode, "jmnode", cfg.JMNode, "path of the jmnode binary")
 	fs.StringVar(&cfg.RunsDir, "runs-dir", cfg.RunsDir, "directory receiving runs/<runid>/")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "fault phase length")
+	fs.DurationVar(&cfg.Settle, "settle", cfg.Settle, "end the fault phase this long after the last fault heals, when sooner than --duration (0: the whole duration; the self-test uses 4s)")
 	fs.DurationVar(&cfg.Quiet, "quiet", cfg.Quiet, "quiet period after heal-all, clients still running")
 	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "the streaming job must be RUNNING this long after heal")
 	fs.DurationVar(&cfg.ReportDeadline, "report-deadline", cfg.ReportDeadline, "--report-deadline passed to the JMs")
@@ -313,7 +314,7 @@ func uncovered(builds []brokenBuild) []string {
 func selftestCmd(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("selftest", flag.ExitOnError)
 	cfg := common(fs)
-	cfg.Duration, cfg.Quiet, cfg.Grace = 20*time.Second, 5*time.Second, 15*time.Second
+	cfg.Duration, cfg.Settle, cfg.Quiet, cfg.Grace = 20*time.Second, 4*time.Second, 5*time.Second, 15*time.Second
 	only := fs.String("only", "", "comma-separated planted bugs to run (default: all, and every one must have a row)")
 	_ = fs.Parse(args)
 	builds := brokenBuilds
